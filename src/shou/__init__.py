@@ -1,0 +1,107 @@
+"""shou (手, "hand"): the model thinks, shou acts.
+
+```python
+from shou import Agent, tool
+
+@tool
+def add(a: int, b: int) -> int:
+    \"\"\"Add two numbers.\"\"\"
+    return a + b
+
+agent = Agent("deepseek:deepseek-chat", tools=[add])
+print(agent.run("What is 2 + 40?").answer)
+```
+Names are imported on first use, so `import shou` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    "Agent": "shou.agent.agent",
+    "RunResult": "shou.agent.agent",
+    "tool": "shou.tools.base",
+    "Tool": "shou.tools.base",
+    "ToolContext": "shou.tools.base",
+    "ToolResult": "shou.tools.base",
+    "ToolSet": "shou.tools.registry",
+    "Session": "shou.session",
+    "Message": "shou.messages",
+    "ToolCall": "shou.messages",
+    "ImagePart": "shou.messages",
+    "TextPart": "shou.messages",
+    "Usage": "shou.usage",
+    "Model": "shou.models.base",
+    "ModelSettings": "shou.models.base",
+    "get_model": "shou.models",
+    "OpenAICompatible": "shou.models.openai_compat",
+    "ScriptedModel": "shou.models.scripted",
+    "Settings": "shou.config",
+    "load_settings": "shou.config",
+    "SQLiteStore": "shou.store.sqlite",
+    "ShouError": "shou.errors",
+    "UserError": "shou.errors",
+    "ConfigError": "shou.errors",
+    "ModelError": "shou.errors",
+    "ToolError": "shou.errors",
+    "events": "shou.events",
+}
+
+__all__ = [
+    "Agent",
+    "ConfigError",
+    "ImagePart",
+    "Message",
+    "Model",
+    "ModelError",
+    "ModelSettings",
+    "OpenAICompatible",
+    "RunResult",
+    "SQLiteStore",
+    "ScriptedModel",
+    "Session",
+    "Settings",
+    "ShouError",
+    "TextPart",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolError",
+    "ToolResult",
+    "ToolSet",
+    "Usage",
+    "UserError",
+    "events",
+    "get_model",
+    "load_settings",
+    "tool",
+]
+
+if TYPE_CHECKING:
+    from . import events
+    from .agent.agent import Agent, RunResult
+    from .config import Settings, load_settings
+    from .errors import ConfigError, ModelError, ShouError, ToolError, UserError
+    from .messages import ImagePart, Message, TextPart, ToolCall
+    from .models import get_model
+    from .models.base import Model, ModelSettings
+    from .models.openai_compat import OpenAICompatible
+    from .models.scripted import ScriptedModel
+    from .session import Session
+    from .store.sqlite import SQLiteStore
+    from .tools.base import Tool, ToolContext, ToolResult, tool
+    from .tools.registry import ToolSet
+    from .usage import Usage
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shou' has no attribute {name!r}")
+    value = importlib.import_module(module) if name == "events" else getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,5 @@
+"""`python -m shou` is the `shou` command."""
+
+from .cli.app import main
+
+main()

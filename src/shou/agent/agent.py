@@ -1,0 +1,148 @@
+"""Agent: a model, its tools, instructions and guards. `stream()` is the one way to run; the rest drain it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UserError
+from ..events import Event, RunFinished, RunStatus
+from ..models.base import Model, ModelSettings
+from ..session import Session
+from ..tools.base import Tool
+from ..tools.registry import ToolSet
+from ..usage import Usage
+from .loop import Run
+
+if TYPE_CHECKING:
+    from ..store.sqlite import SQLiteStore
+
+DEFAULT_INSTRUCTIONS = (
+    "You are shou, an agent that completes the user's task by calling tools when they help, then "
+    "answering. Use the tools' results rather than guessing; when the task is done, reply with the "
+    "final answer in plain text."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How a run ended: status, the final answer, steps, token usage and wall time (seconds)."""
+
+    status: RunStatus
+    answer: str
+    steps: int
+    usage: Usage
+    wall_time: float
+    error: str | None
+    session: str
+    run_id: str
+
+    @property
+    def ok(self) -> bool:
+        """True when the run completed."""
+        return self.status == "completed"
+
+
+class Agent:
+    """A model with tools and guards.
+
+    `model` is a `Model` or a spec such as `"deepseek:deepseek-chat"` (resolved from settings and the
+    environment). Guards: `max_steps` model calls, `run_timeout` seconds of wall time, `repeat_limit`
+    identical consecutive calls, and optionally `max_total_tokens`.
+    """
+
+    def __init__(
+        self, model: Model | str, tools: Iterable[Tool] | ToolSet = (), instructions: str | None = None, *,
+        max_steps: int = 20, run_timeout: float = 300.0, tool_timeout: float = 30.0, max_parallel_tools: int = 4,
+        repeat_limit: int = 3, max_total_tokens: int | None = None, workspace: str | Path | None = None,
+        model_settings: ModelSettings | None = None, store: SQLiteStore | None = None, settings: Any = None,
+    ) -> None:
+        if isinstance(model, str):
+            from ..models import get_model
+
+            model = get_model(model)
+        if not hasattr(model, "stream"):
+            raise UserError(f"model must be a Model (with a stream() method) or a model spec string, not {model!r}")
+        self.model: Model = model
+        self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
+        self.instructions = DEFAULT_INSTRUCTIONS if instructions is None else instructions
+        if max_steps < 1 or run_timeout <= 0 or tool_timeout <= 0 or max_parallel_tools < 1 or repeat_limit < 1:
+            raise UserError(
+                "max_steps, run_timeout, tool_timeout, max_parallel_tools and repeat_limit must be positive"
+            )
+        self.max_steps = max_steps
+        self.run_timeout = run_timeout
+        self.tool_timeout = tool_timeout
+        self.max_parallel_tools = max_parallel_tools
+        self.repeat_limit = repeat_limit
+        self.max_total_tokens = max_total_tokens
+        self.workspace = Path(workspace or Path.cwd()).resolve()
+        self.model_settings = model_settings
+        self.store = store
+        self.settings = settings
+
+    def session(self, name: str | None = None) -> Session:
+        """A session on this agent's store (continued when `name` already exists there)."""
+        return Session(name, self.store)
+
+    async def stream(self, task: str, session: Session | str | None = None) -> AsyncIterator[Event]:
+        """Run `task`, yielding every event as it happens; the last one is `RunFinished`.
+
+        Stopping the iteration early (or cancelling it) cancels the run, which is then recorded as
+        `cancelled` with its conversation left valid.
+        """
+        if not isinstance(session, Session):
+            session = self.session(session)
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        run = Run(self, task, session, queue.put_nowait)
+
+        async def drive() -> None:
+            try:
+                await run.execute()
+            finally:
+                session.flush()
+                queue.put_nowait(None)
+
+        task_ = asyncio.ensure_future(drive())
+        try:
+            while True:
+                event = await queue.get()
+                if event is None:
+                    break
+                yield event
+            await task_  # surfaces a bug in the loop as an exception instead of hiding it
+        finally:
+            if not task_.done():
+                task_.cancel()
+                await asyncio.gather(task_, return_exceptions=True)
+
+    async def arun(self, task: str, session: Session | str | None = None) -> RunResult:
+        """Run `task` to the end and return how it went."""
+        last: RunFinished | None = None
+        session_name = ""
+        async for event in self.stream(task, session):
+            if isinstance(event, RunFinished):
+                last = event
+            elif event.type == "run_started":
+                session_name = event.session  # type: ignore[attr-defined]
+        assert last is not None  # Run.execute always ends with RunFinished
+        return RunResult(last.status, last.answer, last.steps, last.usage, last.wall_time, last.error,
+                         session_name, last.run_id)
+
+    async def _arun_and_close(self, task: str, session: Session | str | None) -> RunResult:
+        # asyncio.run() closes its loop, and connections made on it cannot be reused by the next call.
+        try:
+            return await self.arun(task, session)
+        finally:
+            await self.model.aclose()
+
+    def run(self, task: str, session: Session | str | None = None) -> RunResult:
+        """`arun()` for code that has no event loop running."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self._arun_and_close(task, session))
+        raise UserError("Agent.run() was called inside a running event loop; use `await agent.arun(...)`")

@@ -1,0 +1,85 @@
+"""Showing a run's events in a terminal: text as it streams, each tool call and its result, a summary.
+
+The answer text goes to stdout; tool calls, notices and the summary go to stderr, so
+`shou run "..." > answer.txt` captures just what the model said.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TextIO
+
+from rich.console import Console
+from rich.markup import escape
+
+from ..events import Event, Notice, RunFinished, TextDelta, ToolCallFinished, ToolCallStarted
+
+STATUS_STYLE = {"completed": "green", "cancelled": "yellow", "max_steps": "yellow", "loop": "yellow",
+                "timeout": "yellow", "budget": "yellow", "error": "red"}
+
+
+def short(text: str, limit: int = 160) -> str:
+    """One line of at most `limit` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def format_arguments(arguments: str, limit: int = 160) -> str:
+    """Tool-call arguments as `k=v, ...` when they parse, else the raw text."""
+    try:
+        args = json.loads(arguments or "{}")
+    except ValueError:
+        return short(arguments, limit)
+    if isinstance(args, dict):
+        return short(", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items()), limit)
+    return short(arguments, limit)
+
+
+class Renderer:
+    """Consumes events and prints them; `json_lines=True` prints each event as one JSON line instead."""
+
+    def __init__(self, out: TextIO | None = None, err: Console | None = None, *, json_lines: bool = False) -> None:
+        self.out = out or sys.stdout
+        self.err = err or Console(stderr=True, highlight=False)
+        self.json_lines = json_lines
+        self._midline = False
+
+    def __call__(self, event: Event) -> None:
+        if self.json_lines:
+            self.out.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
+            self.out.flush()
+            return
+        if isinstance(event, TextDelta):
+            self.out.write(event.text)
+            self.out.flush()
+            self._midline = not event.text.endswith("\n")
+        elif isinstance(event, ToolCallStarted):
+            self._newline()
+            self.err.print(f"[cyan]→ {escape(event.call.name)}[/]({escape(format_arguments(event.call.arguments))})")
+        elif isinstance(event, ToolCallFinished):
+            style = "red" if event.is_error else "dim"
+            self.err.print(f"  [{style}]← {escape(short(event.content))}[/]")
+        elif isinstance(event, Notice):
+            self._newline()
+            self.err.print(f"[yellow]! {escape(event.text)}[/]")
+        elif isinstance(event, RunFinished):
+            self._newline()
+            self.summary(event)
+
+    def _newline(self) -> None:
+        if self._midline:
+            self.out.write("\n")
+            self.out.flush()
+            self._midline = False
+
+    def summary(self, done: RunFinished) -> None:
+        """The closing line: status, steps, tokens, seconds (and the error, if any)."""
+        if done.error and done.status != "completed":
+            self.err.print(f"[{STATUS_STYLE.get(done.status, 'red')}]{escape(done.error)}[/]")
+        style = STATUS_STYLE.get(done.status, "red")
+        self.err.print(
+            f"[{style}]{done.status}[/] · {done.steps} step{'s' * (done.steps != 1)} · "
+            f"{done.usage.total_tokens} tokens ({done.usage.input_tokens} in, {done.usage.output_tokens} out) · "
+            f"{done.wall_time:.1f} s"
+        )

@@ -1,0 +1,96 @@
+"""`shou chat`: a prompt_toolkit REPL over one session. Ctrl-C stops the running turn; Ctrl-D leaves."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+
+from .render import Renderer
+
+if TYPE_CHECKING:
+    from ..agent.agent import Agent
+    from ..config import Settings
+
+QUIT_WORDS = frozenset({"/quit", "/exit", "exit", "quit", "退出"})
+HELP = """Commands:
+  /help    this text
+  /tools   the tools the model can use
+  /clear   start the conversation afresh (the log keeps the old turns)
+  /quit    leave (also: exit, 退出, Ctrl-D)
+Anything else is a message to the agent. Ctrl-C stops a running turn. Paste multi-line text as is."""
+
+
+async def run_repl(agent: Agent, settings: Settings, session_name: str | None) -> None:
+    """Read messages until the user quits; each one is a run on the same session."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory, InMemoryHistory
+
+    from ..config import user_config_dir
+
+    console = Console(highlight=False)
+    session = agent.session(session_name)
+    history_file = user_config_dir(settings.env) / "history"
+    try:
+        history_file.parent.mkdir(parents=True, exist_ok=True)
+        history: FileHistory | InMemoryHistory = FileHistory(str(history_file))
+    except OSError:
+        history = InMemoryHistory()
+    prompt = PromptSession(history=history)
+    earlier = len(session.messages)
+    console.print(f"[bold]shou chat[/] · {escape(agent.model.name)} · session {escape(session.name)}"
+                  + (f" ({earlier} earlier messages)" if earlier else "") + " · /help for commands")
+    render = Renderer()
+    try:
+        while True:
+            try:
+                text = await prompt.prompt_async("› ")
+            except KeyboardInterrupt:
+                continue
+            except EOFError:
+                break
+            line = text.strip()
+            if not line:
+                continue
+            if line.lower() in QUIT_WORDS:
+                break
+            if line == "/help":
+                console.print(HELP)
+            elif line == "/clear":
+                session.clear()
+                session.flush()
+                console.print("[dim]conversation cleared[/]")
+            elif line == "/tools":
+                for t in agent.tools:
+                    console.print(f"[cyan]{t.name}[/]  {escape(t.description.splitlines()[0])}")
+            elif line.startswith("/") and " " not in line:
+                console.print(f"[yellow]unknown command {escape(line)}[/]; /help lists them")
+            else:
+                await _turn(agent, text, session, render)
+    finally:
+        await agent.model.aclose()
+    console.print("[dim]bye[/]")
+
+
+async def _turn(agent: Agent, text: str, session, render: Renderer) -> None:
+    """One run; SIGINT cancels it (and only it) while it runs."""
+
+    async def consume() -> None:
+        async for event in agent.stream(text, session):
+            render(event)
+
+    task = asyncio.ensure_future(consume())
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        render.err.print("[yellow]turn cancelled[/]")
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)

@@ -1,0 +1,225 @@
+"""The typed events a run is made of.
+
+`Agent.stream()` yields these; the CLI, the HTTP stream, the trace and the session store all read the
+same stream. Each event is a small frozen dataclass with a `type` tag and a JSON form
+(`event.to_dict()` / `event_from_dict()`), and a session's messages are a fold of its events
+(`shou.store.fold_messages`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from .messages import ImagePart, Message, ToolCall
+from .usage import Usage
+
+RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "error", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of all events. `type` is the tag used in JSON."""
+
+    type: ClassVar[str] = "event"
+    run_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict of this event, with its `type` tag first."""
+        out: dict[str, Any] = {"type": self.type}
+        for f in dataclasses.fields(self):
+            out[f.name] = _encode(getattr(self, f.name))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted(Event):
+    """A run began on `session` with `task`."""
+
+    type: ClassVar[str] = "run_started"
+    session: str
+    task: str
+    model: str
+    tools: tuple[str, ...] = ()
+    started_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest(Event):
+    """The loop is asking the model for step `step`."""
+
+    type: ClassVar[str] = "model_request"
+    step: int
+    message_count: int
+    tool_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta(Event):
+    """A piece of the model's text, as it streams."""
+
+    type: ClassVar[str] = "text_delta"
+    step: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta(Event):
+    """A fragment of a tool call as it streams (name first, then argument pieces)."""
+
+    type: ClassVar[str] = "tool_call_delta"
+    step: int
+    index: int
+    name: str | None
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse(Event):
+    """The model's complete answer for a step, with usage and latency (seconds)."""
+
+    type: ClassVar[str] = "model_response"
+    step: int
+    message: Message
+    usage: Usage
+    latency: float
+    finish_reason: str | None = None
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted(Event):
+    """A tool call is about to run."""
+
+    type: ClassVar[str] = "tool_call_started"
+    step: int
+    call: ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFinished(Event):
+    """A tool call ended. `content` is exactly what the model is shown; `details` is for people."""
+
+    type: ClassVar[str] = "tool_call_finished"
+    step: int
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    latency: float = 0.0
+    image: ImagePart | None = None
+    details: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Notice(Event):
+    """Something the loop decided that a person should see (a guard warning, a retry)."""
+
+    type: ClassVar[str] = "notice"
+    step: int
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryCleared(Event):
+    """The conversation was cleared (`/clear`); earlier messages stay in the log but leave the context."""
+
+    type: ClassVar[str] = "history_cleared"
+
+
+@dataclass(frozen=True, slots=True)
+class StepFinished(Event):
+    """A step (one model call and its tool calls) ended; `usage` is the run's running total."""
+
+    type: ClassVar[str] = "step_finished"
+    step: int
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished(Event):
+    """The run ended with `status`; `answer` is the final text (empty unless completed)."""
+
+    type: ClassVar[str] = "run_finished"
+    status: RunStatus
+    answer: str
+    steps: int
+    usage: Usage
+    wall_time: float
+    error: str | None = None
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        RunStarted,
+        ModelRequest,
+        TextDelta,
+        ToolCallDelta,
+        ModelResponse,
+        ToolCallStarted,
+        ToolCallFinished,
+        Notice,
+        HistoryCleared,
+        StepFinished,
+        RunFinished,
+    )
+}
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, (Message, ToolCall, ImagePart)):
+        return value.to_wire()
+    if isinstance(value, Usage):
+        return {"input_tokens": value.input_tokens, "output_tokens": value.output_tokens, "requests": value.requests}
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _decoder(hint: Any) -> typing.Callable[[Any], Any] | None:
+    """How to turn a JSON value back into a field of type `hint` (None: use as is)."""
+    args = typing.get_args(hint)
+    if args and type(None) in args:  # Optional[X]: decode X, keep None
+        inner = next(a for a in args if a is not type(None))
+        dec = _decoder(inner)
+        return None if dec is None else (lambda v: None if v is None else dec(v))
+    if hint is Message:
+        return Message.from_wire
+    if hint is ToolCall:
+        return ToolCall.from_wire
+    if hint is ImagePart:
+        return lambda v: ImagePart(*_image_fields(v))
+    if hint is Usage:
+        return lambda v: Usage(**v)
+    if typing.get_origin(hint) is tuple:
+        return tuple
+    return None
+
+
+def _image_fields(wire: dict[str, Any]) -> tuple[str, str, str | None]:
+    url = wire["image_url"]["url"]
+    media_type, data = url[5:].split(";base64,", 1)
+    return data, media_type, wire["image_url"].get("detail")
+
+
+_DECODERS: dict[type[Event], dict[str, typing.Callable[[Any], Any] | None]] = {}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from `Event.to_dict()` output; raises `ValueError` for an unknown type."""
+    cls = EVENT_TYPES.get(data.get("type", ""))
+    if cls is None:
+        raise ValueError(f"unknown event type {data.get('type')!r}")
+    decoders = _DECODERS.get(cls)
+    if decoders is None:
+        hints = typing.get_type_hints(cls)
+        decoders = _DECODERS[cls] = {f.name: _decoder(hints[f.name]) for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for name, dec in decoders.items():
+        if name in data:
+            kwargs[name] = data[name] if dec is None else dec(data[name])
+    return cls(**kwargs)

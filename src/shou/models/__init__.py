@@ -1,0 +1,36 @@
+"""Models: the protocol, the Chat Completions client, the scripted model, and `get_model()`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import Completion, Model, ModelSettings, Retrying, TextChunk, ToolCallChunk
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
+__all__ = ["Completion", "Model", "ModelSettings", "Retrying", "TextChunk", "ToolCallChunk", "get_model"]
+
+
+def get_model(spec: str | None = None, settings: Settings | None = None) -> Model:
+    """Build the model named by `spec` (or by the settings): `PROVIDER:MODEL`, `MODEL`, or `scripted:FILE`.
+
+    Raises `ConfigError` with instructions when nothing usable is configured.
+    """
+    from ..config import load_settings, resolve_model, with_overrides
+
+    if settings is None:
+        settings = load_settings({"model": spec})
+    elif spec is not None:
+        settings = with_overrides(settings, model=spec)
+    if settings.model and settings.model.startswith("scripted:"):
+        from .scripted import ScriptedModel, load_script
+
+        return ScriptedModel(load_script(settings.model.removeprefix("scripted:")))
+    cfg = resolve_model(settings)
+    from .openai_compat import OpenAICompatible
+
+    return OpenAICompatible(
+        cfg.model, base_url=cfg.base_url, api_key=cfg.api_key, provider=cfg.provider, stream=settings.stream,
+        key_setting=cfg.key_setting,
+    )

@@ -1,0 +1,85 @@
+"""The model protocol: one async `stream()` from messages and tool specs to model events.
+
+A model yields `TextChunk`s and `ToolCallChunk`s as they arrive and always ends with exactly one
+`Completion` holding the assembled assistant message, usage and finish reason. Non-streaming backends
+simply yield the `Completion` alone (optionally after one `TextChunk`). A backend that retries may
+yield `Retrying` notices before any output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..messages import Message
+from ..usage import Usage
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """Per-request knobs; `None` leaves the provider's default."""
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TextChunk:
+    """A piece of the assistant's text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallChunk:
+    """A fragment of tool call number `index`: the name when first seen, then argument pieces."""
+
+    index: int
+    name: str | None
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The end of a model response: the assembled message, usage and why it stopped."""
+
+    message: Message
+    usage: Usage
+    finish_reason: str | None
+    model: str = ""
+
+
+ModelEvent = TextChunk | ToolCallChunk | Completion
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that can answer a conversation. `name` shows in events and summaries."""
+
+    name: str
+
+    def stream(
+        self, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None = None
+    ) -> AsyncIterator[ModelEvent | Retrying]:
+        """Stream one response to `messages`, offering `tools` (wire specs)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Retrying:
+    """The model call failed with a retryable error and will be tried again after `delay` seconds."""
+
+    attempt: int
+    delay: float
+    reason: str
+
+
+ModelStreamEvent = ModelEvent | Retrying

@@ -1,0 +1,359 @@
+"""Tools: the `@tool` decorator, the `Tool` class, `ToolResult` and the `ToolContext` tools may ask for.
+
+A tool's JSON schema comes from its signature: type hints give the types (through pydantic), the
+docstring gives the description and, from its `Args:` section (or `:param x:` lines), the parameter
+descriptions. A tool built at run time (`Tool(name, description, parameters, handler)`) brings its own
+JSON schema and is validated against it with `jsonschema`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import os
+import re
+import signal
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..messages import ImagePart
+
+__all__ = ["Tool", "ToolArgumentsError", "ToolContext", "ToolResult", "tool"]
+
+NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool gives back: `content` for the model, an optional image, and `details` for people."""
+
+    content: str
+    image: ImagePart | None = None
+    is_error: bool = False
+    details: dict[str, Any] | None = None
+
+    @classmethod
+    def error(cls, message: str, details: dict[str, Any] | None = None) -> ToolResult:
+        """An error result; the model sees `message`."""
+        return cls(message, is_error=True, details=details)
+
+    @classmethod
+    def coerce(cls, value: Any) -> ToolResult:
+        """Turn whatever a tool returned into a result: text as is, other values as JSON."""
+        if isinstance(value, ToolResult):
+            return value
+        if isinstance(value, str):
+            return cls(value)
+        if value is None:
+            return cls("(no output)")
+        if isinstance(value, ImagePart):
+            return cls("(image)", image=value)
+        dump = getattr(value, "model_dump_json", None)
+        if callable(dump):
+            return cls(dump())
+        return cls(json.dumps(value, ensure_ascii=False, default=str))
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a tool can ask for by taking a parameter annotated `ToolContext`."""
+
+    workspace: Path
+    session: str = ""
+    run_id: str = ""
+    settings: Any = None
+    state: dict[str, Any] = field(default_factory=dict)
+
+    async def run_process(
+        self, *argv: str, input: bytes | None = None, cwd: str | os.PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> tuple[int, bytes, bytes]:
+        """Run a program in its own process group; returns (exit code, stdout, stderr).
+
+        If the tool is cancelled (its timeout passed, the run was stopped) the whole process group is
+        killed, so no grandchild outlives the call.
+        """
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd=str(cwd or self.workspace), env=env, start_new_session=True,
+        )
+        try:
+            out, err = await proc.communicate(input)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            raise
+        return proc.returncode or 0, out, err
+
+
+class ToolArgumentsError(ValueError):
+    """The arguments do not fit the tool's schema; the message says precisely how."""
+
+
+Handler = Callable[..., Any] | Callable[..., Awaitable[Any]]
+
+
+class Tool:
+    """A callable the model may use: name, description, JSON schema for the arguments, handler.
+
+    Build one directly for tools made at run time (`parameters` is a JSON schema object), or with
+    `@tool` from a typed function. `timeout` (seconds) overrides the run's default; `requires_approval`
+    marks tools a person must allow first.
+    """
+
+    __slots__ = (
+        "_model", "_spec", "_validator", "context_param", "description", "handler", "is_async", "name",
+        "parameters", "requires_approval", "timeout",
+    )
+
+    def __init__(
+        self, name: str, description: str, parameters: dict[str, Any] | None, handler: Handler, *,
+        timeout: float | None = None, requires_approval: bool = False, context_param: str | None = None,
+    ) -> None:
+        if not NAME_RE.match(name):
+            raise UserError(f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'")
+        if not callable(handler):
+            raise UserError(f"tool {name!r}: handler must be callable")
+        self.name = name
+        self.description = description
+        self.parameters = parameters or {"type": "object", "properties": {}}
+        if self.parameters.get("type") != "object":
+            raise UserError(f"tool {name!r}: parameters must be a JSON schema with type 'object'")
+        self.handler = handler
+        self.is_async = inspect.iscoroutinefunction(handler)
+        self.timeout = timeout
+        self.requires_approval = requires_approval
+        self.context_param = context_param
+        self._model: Any = None
+        self._validator: Any = None
+        self._spec: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+    def spec(self) -> dict[str, Any]:
+        """The wire form the model is offered (`{"type": "function", ...}`), built once."""
+        if self._spec is None:
+            self._spec = {
+                "type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+            }
+        return self._spec
+
+    def validate(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Check `args` against the schema and return the keyword arguments for the handler."""
+        if self._model is not None:
+            from pydantic import ValidationError
+
+            try:
+                parsed = self._model.model_validate(args)
+            except ValidationError as e:
+                raise ToolArgumentsError(_pydantic_message(e)) from None
+            return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+        if self._validator is None:
+            import jsonschema
+
+            cls = jsonschema.validators.validator_for(self.parameters)
+            self._validator = cls(self.parameters)
+        errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+        if errors:
+            lines = []
+            for err in errors[:10]:
+                where = ".".join(str(p) for p in err.absolute_path)
+                lines.append(f"- {where + ': ' if where else ''}{err.message}")
+            raise ToolArgumentsError("arguments do not match the schema:\n" + "\n".join(lines))
+        return args
+
+    async def call(self, args: dict[str, Any], ctx: ToolContext | None) -> Any:
+        """Run the handler with validated `args` (async handlers awaited, sync ones in a thread)."""
+        if self.context_param:
+            args = {**args, self.context_param: ctx}
+        if self.is_async:
+            return await self.handler(**args)
+        return await run_in_daemon_thread(self.handler, args)
+
+
+def run_in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Awaitable[Any]:
+    """Run a sync function in a daemon thread.
+
+    A timed-out sync tool cannot be stopped, only abandoned; a daemon thread at least does not keep the
+    process alive at exit the way the default executor's threads would.
+    """
+    import threading
+
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value) if ok else fut.set_exception(value)
+
+    def work() -> None:
+        try:
+            value, ok = fn(**kwargs), True
+        except BaseException as e:
+            value, ok = e, False
+        with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
+            loop.call_soon_threadsafe(settle, ok, value)
+
+    threading.Thread(target=work, daemon=True, name=f"shou-tool-{getattr(fn, '__name__', 'fn')}").start()
+    return fut
+
+
+def _pydantic_message(err: Any) -> str:
+    lines = []
+    for e in err.errors(include_url=False):
+        loc = ".".join(str(p) for p in e["loc"])
+        got = "" if e["type"] == "missing" else f" (got {json.dumps(e.get('input'), default=str)[:80]})"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"- {loc}: unexpected argument")
+        else:
+            lines.append(f"- {loc}: {e['msg']}{got}")
+    return "arguments do not match the schema:\n" + "\n".join(lines)
+
+
+# ---------------------------------------------------------------- @tool: schema from the signature
+
+
+def tool(
+    func: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None,
+    timeout: float | None = None, requires_approval: bool = False,
+) -> Any:
+    """Make a `Tool` from a typed function: `@tool` or `@tool(name=..., timeout=...)`.
+
+    Every parameter needs a type hint; a parameter annotated `ToolContext` is filled in by shou and
+    is not part of the schema. All declaration problems are reported together in one `UserError`.
+    """
+
+    def wrap(fn: Callable[..., Any]) -> Tool:
+        return _tool_from_function(fn, name, description, timeout, requires_approval)
+
+    return wrap(func) if func is not None else wrap
+
+
+def _tool_from_function(
+    fn: Callable[..., Any], name: str | None, description: str | None, timeout: float | None,
+    requires_approval: bool,
+) -> Tool:
+    from pydantic import ConfigDict, Field, create_model
+
+    tool_name = name or fn.__name__
+    summary, param_docs = parse_docstring(inspect.getdoc(fn) or "")
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as e:
+        raise UserError(f"tool {tool_name!r}: cannot resolve type hints: {e}") from e
+    problems: list[str] = []
+    fields: dict[str, Any] = {}
+    context_param = None
+    for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            problems.append(f"*{pname}/**{pname} parameters cannot be described to a model")
+            continue
+        hint = hints.get(pname)
+        if hint is ToolContext:
+            context_param = pname
+            continue
+        if hint is None:
+            problems.append(f"parameter {pname!r} has no type hint")
+            continue
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        doc = param_docs.get(pname)
+        # Passing description=None would wipe a description given with Annotated[..., Field(...)].
+        fields[pname] = (hint, Field(default, description=doc) if doc else Field(default))
+    if not (description or summary):
+        problems.append("no description: give it a docstring or description=")
+    unknown_docs = set(param_docs) - set(fields) - {context_param}
+    if unknown_docs:
+        problems.append(f"docstring describes parameters that do not exist: {sorted(unknown_docs)}")
+    if problems:
+        raise UserError(f"tool {tool_name!r} is not valid:\n" + "\n".join(f"- {p}" for p in problems))
+    try:
+        model = create_model(f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+        schema = clean_schema(model.model_json_schema())
+    except Exception as e:
+        raise UserError(f"tool {tool_name!r}: cannot build a JSON schema from its hints: {e}") from e
+    t = Tool(tool_name, description or summary, schema, fn, timeout=timeout,
+             requires_approval=requires_approval, context_param=context_param)
+    t._model = model
+    return t
+
+
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop pydantic's generated `title`s, which only cost tokens, keeping property names intact."""
+
+    def walk(node: Any, in_properties: bool = False) -> Any:
+        if isinstance(node, dict):
+            out = {}
+            for k, v in node.items():
+                if k == "title" and not in_properties and isinstance(v, str):
+                    continue
+                out[k] = walk(v, in_properties=k in ("properties", "$defs"))
+            return out
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(schema)
+
+
+_SECTION_RE = re.compile(r"^(Args|Arguments|Parameters|Params|Returns?|Raises|Yields|Examples?|Notes?):\s*$")
+_GOOGLE_PARAM_RE = re.compile(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_SPHINX_PARAM_RE = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+):\s*(.*)$")
+
+
+def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a docstring into its description and per-parameter descriptions.
+
+    Understands Google style (`Args:` then `name (type): text`, continuation lines indented more) and
+    Sphinx style (`:param name: text`).
+    """
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    section: str | None = None
+    current: str | None = None
+    base_indent = 0
+    for raw in doc.splitlines():
+        line = raw.strip()
+        m = _SPHINX_PARAM_RE.match(line)
+        if m:
+            current, section = m.group(1), "sphinx"
+            params[current] = m.group(2).strip()
+            continue
+        if line.startswith(":") and section == "sphinx":
+            current = None  # :returns: and friends end the parameter
+            continue
+        sm = _SECTION_RE.match(line)
+        if sm:
+            section = "args" if sm.group(1) in ("Args", "Arguments", "Parameters", "Params") else "other"
+            current = None
+            base_indent = -1
+            continue
+        if section == "args":
+            if not line:
+                current = None
+                continue
+            indent = len(raw) - len(raw.lstrip())
+            if base_indent < 0:
+                base_indent = indent
+            pm = _GOOGLE_PARAM_RE.match(line)
+            if pm and indent <= base_indent:
+                current = pm.group(1).lstrip("*")
+                params[current] = pm.group(2).strip()
+            elif current:
+                params[current] = (params[current] + " " + line).strip()
+            continue
+        if section == "sphinx" and current and line:
+            params[current] = (params[current] + " " + line).strip()
+            continue
+        if section is None:
+            summary.append(line)
+    return "\n".join(summary).strip(), params

@@ -1,0 +1,29 @@
+"""The built-in tools, and which of them are installed.
+
+Each entry names a module and the tools it defines. Optional ones (added by later parts: shell, code,
+browser, web, memory) depend on extras; an entry whose imports fail is simply not offered.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..base import Tool
+
+BUILTINS: list[tuple[str, tuple[str, ...]]] = [
+    ("shou.tools.builtin.files", ("read_file", "write_file", "edit_file", "list_files")),
+    ("shou.tools.builtin.calc", ("calculator",)),
+    ("shou.tools.builtin.clock", ("current_time",)),
+]
+
+
+def builtin_tools() -> list[Tool]:
+    """Every built-in tool whose dependencies are installed, in a stable order."""
+    tools: list[Tool] = []
+    for module_name, names in BUILTINS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        tools.extend(getattr(module, n) for n in names)
+    return tools

@@ -1,0 +1,140 @@
+"""Running the model's tool calls: parse, repair, validate, time out, run concurrently, truncate.
+
+Nothing a tool does can crash the loop: every failure becomes an error `ToolResult` whose text tells the
+model what went wrong and what to do instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ToolError
+from ..messages import ToolCall
+from .base import ToolArgumentsError, ToolContext, ToolResult
+from .registry import ToolSet
+from .truncate import truncate
+
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_CONCURRENCY = 4
+MAX_OUTPUT_BYTES = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutedCall:
+    """A finished call: its position in the model's turn, the result and how long it took (seconds)."""
+
+    index: int
+    call: ToolCall
+    result: ToolResult
+    latency: float
+
+
+def parse_arguments(raw: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """Parse argument JSON, repairing it when it is broken; returns (arguments, error message)."""
+    text = (raw or "").strip()
+    if not text:
+        return {}, None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        first_error = f"{e.msg} at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
+        value = _repair(text)
+        if not isinstance(value, dict) or (not value and text not in ("{}",)):
+            return None, (
+                f"the arguments are not valid JSON ({first_error}) and could not be repaired. Send the "
+                f"arguments as one JSON object, e.g. {{\"name\": \"value\"}}. You sent: {text[:200]}"
+            )
+        return value, None
+    if not isinstance(value, dict):
+        return None, f"the arguments must be a JSON object, not {type(value).__name__}: {text[:200]}"
+    return value, None
+
+
+def _repair(text: str) -> Any:
+    from json_repair import repair_json
+
+    try:
+        return repair_json(text, return_objects=True)
+    except Exception:
+        return None
+
+
+class ToolExecutor:
+    """Executes tool calls against a `ToolSet` with per-tool timeouts and a concurrency limit."""
+
+    def __init__(
+        self, tools: ToolSet, *, timeout: float = DEFAULT_TIMEOUT, concurrency: int = DEFAULT_CONCURRENCY,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
+    ) -> None:
+        self.tools = tools
+        self.timeout = timeout
+        self.concurrency = max(1, concurrency)
+        self.max_output_bytes = max_output_bytes
+
+    async def execute(self, call: ToolCall, ctx: ToolContext | None) -> ToolResult:
+        """Run one call to completion; never raises (except for cancellation of the caller)."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            names = ", ".join(self.tools.names) or "(none)"
+            return ToolResult.error(f"Error: there is no tool named {call.name!r}. Available tools: {names}.")
+        args, problem = parse_arguments(call.arguments)
+        if problem is not None:
+            return ToolResult.error(f"Error calling {call.name}: {problem}")
+        try:
+            kwargs = tool.validate(args or {})
+        except ToolArgumentsError as e:
+            return ToolResult.error(f"Error calling {call.name}: {e}\nFix the arguments and call it again.")
+        limit = tool.timeout if tool.timeout is not None else self.timeout
+        try:
+            async with asyncio.timeout(limit):
+                value = await tool.call(kwargs, ctx)
+        except TimeoutError:
+            return ToolResult.error(
+                f"Error: {call.name} did not finish within {limit:g} s and was stopped. Try a smaller "
+                "request, or a different approach."
+            )
+        except ToolError as e:
+            return ToolResult.error(f"Error: {e}")
+        except Exception as e:
+            return ToolResult.error(f"Error: {call.name} raised {type(e).__name__}: {e}")
+        result = ToolResult.coerce(value)
+        return self._cap(result)
+
+    def _cap(self, result: ToolResult) -> ToolResult:
+        if len(result.content) <= self.max_output_bytes // 4:
+            return result
+        cut = truncate(result.content, max_bytes=self.max_output_bytes, hint="ask for a narrower result")
+        if not cut.truncated:
+            return result
+        return ToolResult(cut.text, result.image, result.is_error, result.details)
+
+    async def run_all(self, calls: list[ToolCall], ctx: ToolContext | None) -> AsyncIterator[ExecutedCall]:
+        """Run the calls of one model turn, at most `concurrency` at once, yielding each as it finishes.
+
+        The caller restores call order from `ExecutedCall.index` when it builds the tool messages.
+        """
+        if len(calls) == 1:
+            start = time.perf_counter()
+            result = await self.execute(calls[0], ctx)
+            yield ExecutedCall(0, calls[0], result, time.perf_counter() - start)
+            return
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(i: int, call: ToolCall) -> ExecutedCall:
+            async with gate:
+                start = time.perf_counter()
+                result = await self.execute(call, ctx)
+                return ExecutedCall(i, call, result, time.perf_counter() - start)
+
+        tasks = [asyncio.ensure_future(one(i, c)) for i, c in enumerate(calls)]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                yield await next_done
+        finally:
+            for t in tasks:
+                t.cancel()
