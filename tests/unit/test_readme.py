@@ -14,7 +14,7 @@ def readme_commands() -> list[str]:
 
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:
-    install_and_run, test = readme_commands()
+    _, test = readme_commands()
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test in ci, f"{test!r} is not a line of .ci/run"
     assert "set -euo pipefail" in ci

@@ -1,0 +1,427 @@
+"""The scripted model: in-process through the Model protocol, and as a real loopback HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from shou.errors import (
+    ModelAuthError,
+    ModelError,
+    ModelNotFoundError,
+    ModelRateLimitError,
+    ModelResponseError,
+    ModelUnavailableError,
+)
+from shou.messages import Message, ToolCall
+from shou.models.base import Completion, Model, ModelEvent, ModelSettings, TextChunk, ToolCallChunk
+from shou.models.scripted import ScriptedModel, ScriptedServer, load_script
+
+BAD_JSON = "{'expression': '1+1'"
+TOOLS = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]
+
+
+async def collect(model: ScriptedModel, text: str = "hi", **kw: Any) -> list[ModelEvent]:
+    return [e async for e in model.stream([Message.user(text)], TOOLS, **kw)]
+
+
+def chat(srv: ScriptedServer, **body: Any) -> httpx.Response:
+    body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], **body}
+    return httpx.post(f"{srv.base_url}/chat/completions", json=body, timeout=10)
+
+
+def sse_events(srv: ScriptedServer, **body: Any) -> tuple[httpx.Response, list[Any]]:
+    """POST a streaming request; return the response and the parsed `data:` payloads in order."""
+    body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "stream": True, **body}
+    events: list[Any] = []
+    with (
+        httpx.Client(timeout=10) as client,
+        client.stream("POST", f"{srv.base_url}/chat/completions", json=body) as resp,
+    ):
+        blank_separated = resp.read().decode().split("\n\n")
+    assert blank_separated[-1] == ""
+    for block in blank_separated[:-1]:
+        assert block.startswith("data: "), block
+        payload = block[len("data: ") :]
+        events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return resp, events
+
+
+# load_script -----------------------------------------------------------------------------------
+
+
+def test_load_script_accepts_list_object_and_file(tmp_path: Path) -> None:
+    turns = [{"text": "a"}, {"tool_calls": [{"name": "f", "arguments": {"x": 1}}]}]
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"turns": turns}))
+    assert load_script(turns) == turns
+    assert load_script({"turns": turns}) == turns
+    assert load_script(path) == turns
+    assert load_script(str(path)) == turns
+
+
+@pytest.mark.parametrize(
+    ("script", "needle"),
+    [
+        ([{"txt": "a"}], "unknown key 'txt'"),
+        ([{"text": 5}], "'text' must be str"),
+        ([{"error": True}], "'error' must be int"),
+        ([{"error": 200}], "400-599"),
+        ([{"chunk_size": 0}], "chunk_size"),
+        ([{"tool_calls": [{"arguments": {}}]}], "missing 'name'"),
+        ([{"tool_calls": [{"name": "f", "arguments": 3}]}], "'arguments' must be dict or str"),
+        ([{"tool_calls": [{"name": "f", "args": {}}]}], "unknown key 'args'"),
+        ([{"usage": {"prompt_tokens": "3"}}], "'prompt_tokens' must be int"),
+        (["hello"], "turn 0: must be an object"),
+        ({"turn": []}, "exactly one key 'turns'"),
+    ],
+)
+def test_load_script_rejects_bad_turns(script: Any, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace("[", r"\[")):
+        load_script(script)
+
+
+# in-process --------------------------------------------------------------------------------------
+
+
+async def test_in_process_text_streams_in_fragments() -> None:
+    model = ScriptedModel([{"text": "Hello, scripted world!", "chunk_size": 5}], name="fake")
+    assert isinstance(model, Model)
+    events = await collect(model)
+    texts = [e.text for e in events if isinstance(e, TextChunk)]
+    assert texts == ["Hello", ", scr", "ipted", " worl", "d!"]
+    done = events[-1]
+    assert isinstance(done, Completion) and sum(isinstance(e, Completion) for e in events) == 1
+    assert done.message == Message.assistant("Hello, scripted world!")
+    assert done.finish_reason == "stop" and done.model == "fake"
+    assert done.usage.requests == 1 and done.usage.output_tokens == len("Hello, scripted world!") // 4
+    await model.aclose()
+
+
+async def test_in_process_tool_calls_reassemble_from_fragments() -> None:
+    args = {"expression": "12345 * 67890", "precision": 10}
+    turn = {
+        "tool_calls": [
+            {"name": "calc", "arguments": args},
+            {"name": "calc", "arguments": BAD_JSON, "id": "x"},
+        ],
+        "chunk_size": 4,
+    }
+    model = ScriptedModel([turn])
+    events = await collect(model)
+    chunks = [e for e in events if isinstance(e, ToolCallChunk)]
+    for index, expected in enumerate([json.dumps(args), BAD_JSON]):
+        mine = [c for c in chunks if c.index == index]
+        assert len(mine) > 1
+        assert mine[0].name == "calc" and all(c.name is None for c in mine[1:])
+        assert "".join(c.arguments for c in mine) == expected
+    done = events[-1]
+    assert isinstance(done, Completion)
+    assert done.message == Message.assistant(
+        None, [ToolCall("call_0_0", "calc", json.dumps(args)), ToolCall("x", "calc", BAD_JSON)]
+    )
+    assert done.finish_reason == "tool_calls"
+
+
+async def test_in_process_empty_arguments_still_names_the_call() -> None:
+    events = await collect(ScriptedModel([{"tool_calls": [{"name": "now", "arguments": ""}]}]))
+    assert [e for e in events if isinstance(e, ToolCallChunk)] == [ToolCallChunk(0, "now", "")]
+
+
+def test_server_sse_empty_arguments_sends_only_the_head() -> None:
+    with ScriptedServer([{"tool_calls": [{"name": "now", "arguments": ""}]}]) as srv:
+        _, events = sse_events(srv)
+    calls = [tc for c in events[:-1] for tc in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert calls == [{"index": 0, "id": "call_0_0", "type": "function", "function": {"name": "now", "arguments": ""}}]
+
+
+async def test_in_process_records_requests_and_overrides() -> None:
+    model = ScriptedModel([{"text": "a", "finish_reason": "length", "usage": {"prompt_tokens": 7}}, {"text": "b"}])
+    first = await collect(model, "one", settings=ModelSettings(temperature=0.5, extra={"seed": 3}))
+    await collect(model, "two")
+    assert [r["messages"] for r in model.requests] == [
+        [{"role": "user", "content": "one"}],
+        [{"role": "user", "content": "two"}],
+    ]
+    assert model.requests[0]["model"] == "scripted" and model.requests[0]["tools"] == TOOLS
+    assert model.requests[0]["temperature"] == 0.5 and model.requests[0]["seed"] == 3
+    done = first[-1]
+    assert isinstance(done, Completion)
+    assert done.finish_reason == "length" and done.usage.input_tokens == 7 and done.usage.output_tokens == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "cls"),
+    [
+        (401, ModelAuthError),
+        (403, ModelAuthError),
+        (404, ModelNotFoundError),
+        (429, ModelRateLimitError),
+        (500, ModelUnavailableError),
+        (503, ModelUnavailableError),
+        (400, ModelResponseError),
+    ],
+)
+async def test_in_process_error_mapping(status: int, cls: type[ModelError]) -> None:
+    model = ScriptedModel([{"error": status, "retry_after": 3, "message": "nope"}, {"text": "ok"}])
+    with pytest.raises(cls, match="nope") as info:
+        await collect(model)
+    assert type(info.value) is cls
+    assert info.value.status == status and info.value.retry_after == 3.0
+    assert len(model.requests) == 1
+    assert isinstance((await collect(model))[-1], Completion)  # the error consumed its turn
+
+
+async def test_in_process_exhaustion() -> None:
+    model = ScriptedModel([{"text": "only"}])
+    await collect(model)
+    with pytest.raises(ModelResponseError, match="script exhausted after 1 turns"):
+        await collect(model)
+    assert len(model.requests) == 2
+
+
+async def test_in_process_delay() -> None:
+    model = ScriptedModel([{"text": "slow", "delay": 5}, {"text": "quick", "delay": 0.01}])
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(collect(model), 0.1)
+    events = await asyncio.wait_for(collect(model), 2)
+    assert isinstance(events[-1], Completion) and events[-1].message.text == "quick"
+
+
+# HTTP server -----------------------------------------------------------------------------------
+
+
+def test_server_non_streaming_shape() -> None:
+    turns = [{"text": "hello"}, {"tool_calls": [{"name": "calc", "arguments": {"a": 1}}]}]
+    with ScriptedServer(turns) as srv:
+        assert srv.base_url == f"http://127.0.0.1:{srv.port}/v1" and srv.port > 0
+        first = chat(srv)
+        second = httpx.post(
+            srv.base_url.removesuffix("/v1") + "/chat/completions",
+            json={"model": "m2", "messages": [{"role": "user", "content": "x" * 40}]},
+            timeout=10,
+        )
+    assert first.status_code == 200 and first.headers["content-type"] == "application/json"
+    data = first.json()
+    assert data["object"] == "chat.completion" and data["model"] == "gpt-test"
+    assert isinstance(data["id"], str) and isinstance(data["created"], int)
+    assert data["choices"][0]["message"] == {"role": "assistant", "content": "hello"}
+    assert data["choices"][0]["finish_reason"] == "stop"
+    usage = data["usage"]
+    assert usage["completion_tokens"] == 1
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    data = second.json()
+    assert data["model"] == "m2"
+    message = data["choices"][0]["message"]
+    assert message["content"] is None
+    assert message["tool_calls"] == [
+        {"id": "call_1_0", "type": "function", "function": {"name": "calc", "arguments": '{"a": 1}'}}
+    ]
+    assert data["choices"][0]["finish_reason"] == "tool_calls"
+    assert data["usage"]["prompt_tokens"] > usage["prompt_tokens"]  # longer request, larger estimate
+
+
+def test_server_sse_stream_with_many_fragments() -> None:
+    args = {"path": "src/shou/models/scripted.py", "content": "x = 1\n" * 10}
+    turn = {
+        "text": "Let me write that.",
+        "tool_calls": [{"name": "write", "arguments": args}, {"name": "calc", "arguments": BAD_JSON}],
+        "chunk_size": 7,
+    }
+    with ScriptedServer([turn]) as srv:
+        resp, events = sse_events(srv, stream_options={"include_usage": True})
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert all(c["object"] == "chat.completion.chunk" and c["model"] == "gpt-test" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    usage_chunk = chunks[-1]
+    assert usage_chunk["choices"] == [] and usage_chunk["usage"]["total_tokens"] > 0
+    finish = chunks[-2]["choices"][0]
+    assert finish["finish_reason"] == "tool_calls" and finish["delta"] == {}
+    deltas = [c["choices"][0]["delta"] for c in chunks[1:-2]]
+    text = [d["content"] for d in deltas if "content" in d]
+    assert len(text) > 1 and "".join(text) == "Let me write that."
+    for index, (name, expected) in enumerate([("write", json.dumps(args)), ("calc", BAD_JSON)]):
+        mine = [tc for d in deltas for tc in d.get("tool_calls", []) if tc["index"] == index]
+        head, rest = mine[0], mine[1:]
+        assert head == {
+            "index": index,
+            "id": f"call_0_{index}",
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }
+        assert len(rest) > 1 and all(set(tc) == {"index", "function"} for tc in rest)
+        assert all(set(tc["function"]) == {"arguments"} for tc in rest)
+        assert "".join(tc["function"]["arguments"] for tc in mine) == expected
+
+
+def test_server_sse_without_include_usage_has_no_usage_chunk() -> None:
+    with ScriptedServer([{"text": "hi"}, {"text": "again"}]) as srv:
+        _, events = sse_events(srv)
+        _, events_again = sse_events(srv, stream_options={"include_usage": False})
+    for evs, text in ((events, "hi"), (events_again, "again")):
+        assert evs[-1] == "[DONE]"
+        assert all(c["choices"] for c in evs[:-1]) and not any(c.get("usage") for c in evs[:-1])
+        assert "".join(c["choices"][0]["delta"].get("content") or "" for c in evs[:-1]) == text
+
+
+def test_server_keep_alive_streams_back_to_back() -> None:
+    """Chunked encoding must be framed correctly for one connection to carry several streams."""
+    with (
+        ScriptedServer([{"text": "one"}, {"text": "two"}, {"text": "three"}]) as srv,
+        httpx.Client() as client,
+    ):
+        body = {"model": "m", "messages": [], "stream": True}
+        got = []
+        for _ in range(3):
+            with client.stream("POST", f"{srv.base_url}/chat/completions", json=body) as resp:
+                got.append(resp.read().decode())
+                assert resp.headers.get("transfer-encoding") == "chunked"
+        plain = client.post(f"{srv.base_url}/chat/completions", json={"model": "m", "messages": []})
+    for raw, text in zip(got, ["one", "two", "three"], strict=True):
+        assert f'"content": "{text}"' in raw and raw.endswith("data: [DONE]\n\n")
+    assert plain.status_code == 400 and "exhausted after 3 turns" in plain.json()["error"]["message"]
+
+
+def test_server_error_with_retry_after_and_recording() -> None:
+    turns = [
+        {"error": 429, "retry_after": 2, "message": "slow down"},
+        {"error": 503, "retry_after": 1.5},
+        {"error": 401},
+        {"text": "finally"},
+    ]
+    with ScriptedServer(turns) as srv:
+        limited = chat(srv, messages=[{"role": "user", "content": "first"}])
+        down = chat(srv, stream=True)
+        denied = chat(srv)
+        ok = chat(srv)
+        exhausted = chat(srv, messages=[{"role": "user", "content": "last"}])
+        recorded = httpx.get(srv.base_url.removesuffix("/v1") + "/requests", timeout=10).json()
+        assert srv.requests == recorded
+    assert limited.status_code == 429 and limited.headers["retry-after"] == "2"
+    assert limited.json() == {
+        "error": {
+            "message": "slow down",
+            "type": "requests",
+            "code": "rate_limit_exceeded",
+            "param": None,
+        }
+    }
+    assert down.status_code == 503 and down.headers["retry-after"] == "1.5"
+    assert down.json()["error"]["type"] == "server_error"
+    assert denied.status_code == 401 and "retry-after" not in denied.headers
+    assert denied.json()["error"]["code"] == "invalid_api_key"
+    assert ok.json()["choices"][0]["message"]["content"] == "finally"
+    assert exhausted.status_code == 400
+    assert exhausted.json()["error"]["message"] == "scripted model: script exhausted after 4 turns"
+    assert len(recorded) == 5
+    assert recorded[0]["messages"] == [{"role": "user", "content": "first"}]
+    assert recorded[1]["stream"] is True
+    assert recorded[4]["messages"] == [{"role": "user", "content": "last"}]
+
+
+def test_server_hang_until_client_gives_up() -> None:
+    with ScriptedServer([{"hang": True}, {"text": "after"}]) as srv:
+        started = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{srv.base_url}/chat/completions", json={"model": "m", "messages": []}, timeout=0.3)
+        assert time.monotonic() - started < 5
+        assert chat(srv).json()["choices"][0]["message"]["content"] == "after"
+        assert len(srv.requests) == 2
+        closing = time.monotonic()
+    assert time.monotonic() - closing < 2  # close() is not blocked by the hung handler
+
+
+def test_server_delay_then_answer() -> None:
+    body = {"model": "m", "messages": []}
+    with ScriptedServer([{"text": "now"}, {"text": "late", "delay": 0.5}]) as srv, httpx.Client() as client:
+        url = f"{srv.base_url}/chat/completions"
+        started = time.monotonic()
+        assert client.post(url, json=body).json()["choices"][0]["message"]["content"] == "now"
+        quick = time.monotonic() - started
+        resp = client.post(url, json=body, timeout=5)
+        slow = time.monotonic() - started - quick
+    assert quick < 0.4 and 0.5 <= slow < 3
+    assert resp.json()["choices"][0]["message"]["content"] == "late"
+
+
+@pytest.mark.timeout(20)
+def test_server_close_is_not_blocked_by_idle_keep_alive_connection() -> None:
+    client = httpx.Client()
+    try:
+        with ScriptedServer([{"text": "a"}]) as srv:
+            assert client.post(f"{srv.base_url}/chat/completions", json={"messages": []}).status_code == 200
+            closing = time.monotonic()
+        assert time.monotonic() - closing < 2
+    finally:
+        client.close()
+
+
+def test_server_models_reset_api_key_and_unknown_route() -> None:
+    with ScriptedServer([{"text": "a"}], api_key="sk-test", model="fake-1") as srv:
+        root = srv.base_url.removesuffix("/v1")
+        models = httpx.get(f"{srv.base_url}/models", timeout=10).json()
+        wrong = chat(srv)
+        right = httpx.post(
+            f"{srv.base_url}/chat/completions",
+            json={"model": "m", "messages": []},
+            headers={"Authorization": "Bearer sk-test"},
+            timeout=10,
+        )
+        assert len(srv.requests) == 2
+        assert httpx.post(f"{root}/reset", timeout=10).json() == {"ok": True}
+        assert srv.requests == []
+        again = httpx.post(
+            f"{srv.base_url}/chat/completions",
+            json={"model": "m", "messages": []},
+            headers={"Authorization": "Bearer sk-test"},
+            timeout=10,
+        )
+        missing = httpx.get(f"{root}/nowhere", timeout=10)
+    assert [m["id"] for m in models["data"]] == ["fake-1"]
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+    assert right.status_code == 200 and right.json()["choices"][0]["message"]["content"] == "a"
+    assert again.status_code == 200  # reset rewound the script
+    assert missing.status_code == 404 and "error" in missing.json()
+
+
+def test_cli_serves_on_port_zero(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [{"text": "from the cli"}]}))
+    record = tmp_path / "requests.jsonl"
+    record_args = ["--record", str(record)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # the line must be flushed
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shou.models.scripted", "--script", str(script), "--port", "0", *record_args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 20)
+        assert ready, "no listening line within 20s"
+        line = proc.stdout.readline()
+        assert line.startswith("listening on http://127.0.0.1:") and line.endswith("/v1\n")
+        base_url = line.removeprefix("listening on ").strip()
+        assert int(base_url.rsplit(":", 1)[1].removesuffix("/v1")) > 0
+        body = {"model": "m", "messages": [{"role": "user", "content": "ping"}]}
+        resp = httpx.post(f"{base_url}/chat/completions", json=body, timeout=10)
+        assert resp.json()["choices"][0]["message"]["content"] == "from the cli"
+        assert [json.loads(x) for x in record.read_text().splitlines()] == [body]
+        assert proc.poll() is None  # still serving
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
