@@ -66,3 +66,21 @@ def test_chat_ctrl_d_and_chinese_quit_word(serve, tmp_path: Path, workspace: Pat
         child.close()
         assert child.exitstatus == 0
     assert srv.requests == []
+
+
+def test_chat_multi_line_paste_is_one_message(serve, tmp_path: Path, workspace: Path) -> None:
+    srv = serve([{"text": "Got both lines."}])
+    env = shou_env(tmp_path, srv, PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm")
+    child = pexpect.spawn(sys.executable, ["-m", "shou", "chat"], cwd=str(workspace), env=env,
+                          encoding="utf-8", timeout=30)
+    try:
+        child.expect("›")
+        child.send("\x1b[200~first line\nsecond line\x1b[201~")  # a terminal's bracketed paste
+        child.send("\r")
+        child.expect("Got both lines.")
+        child.expect("›")
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert srv.requests[0]["messages"][-1] == {"role": "user", "content": "first line\nsecond line"}

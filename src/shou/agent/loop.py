@@ -78,6 +78,8 @@ class Run:
             status, error = "timeout", f"the run passed its deadline of {agent.run_timeout:g} s"
         except ModelError as e:
             status, error = "error", str(e)
+        except Exception as e:  # a bug in a model backend or in shou: end the run cleanly, state saved
+            status, error = "error", f"internal error: {type(e).__name__}: {e}"
         except asyncio.CancelledError:
             self._finish_unfinished("the run was cancelled before this call finished")
             done = self._finished("cancelled", "", "the run was cancelled", started)

@@ -23,7 +23,7 @@ app = typer.Typer(
     name="shou", help="shou (手): an agent that carries a task to the end with tools.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
 )
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model, as PROVIDER:MODEL or MODEL (SHOU_MODEL).")]
 BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="Any OpenAI-compatible endpoint (SHOU_BASE_URL).")]

@@ -41,7 +41,7 @@ class Renderer:
 
     def __init__(self, out: TextIO | None = None, err: Console | None = None, *, json_lines: bool = False) -> None:
         self.out = out or sys.stdout
-        self.err = err or Console(stderr=True, highlight=False)
+        self.err = err or Console(stderr=True, highlight=False, soft_wrap=True)
         self.json_lines = json_lines
         self._midline = False
 

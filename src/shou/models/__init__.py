@@ -24,9 +24,14 @@ def get_model(spec: str | None = None, settings: Settings | None = None) -> Mode
     elif spec is not None:
         settings = with_overrides(settings, model=spec)
     if settings.model and settings.model.startswith("scripted:"):
+        from ..errors import ConfigError
         from .scripted import ScriptedModel, load_script
 
-        return ScriptedModel(load_script(settings.model.removeprefix("scripted:")))
+        path = settings.model.removeprefix("scripted:")
+        try:
+            return ScriptedModel(load_script(path))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"cannot use the script {path!r} for the scripted model: {e}") from None
     cfg = resolve_model(settings)
     from .openai_compat import OpenAICompatible
 
