@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from .messages import ImagePart, Message, ToolCall
+from .messages import ImagePart, Message, ToolCall, part_from_wire
 from .usage import Usage
 
 RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "error", "cancelled"]
@@ -192,18 +192,12 @@ def _decoder(hint: Any) -> typing.Callable[[Any], Any] | None:
     if hint is ToolCall:
         return ToolCall.from_wire
     if hint is ImagePart:
-        return lambda v: ImagePart(*_image_fields(v))
+        return part_from_wire
     if hint is Usage:
         return lambda v: Usage(**v)
     if typing.get_origin(hint) is tuple:
         return tuple
     return None
-
-
-def _image_fields(wire: dict[str, Any]) -> tuple[str, str, str | None]:
-    url = wire["image_url"]["url"]
-    media_type, data = url[5:].split(";base64,", 1)
-    return data, media_type, wire["image_url"].get("detail")
 
 
 _DECODERS: dict[type[Event], dict[str, typing.Callable[[Any], Any] | None]] = {}

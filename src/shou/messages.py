@@ -151,14 +151,15 @@ class Message:
         if raw is None or isinstance(raw, str):
             content = raw
         elif isinstance(raw, list):
-            content = tuple(_part_from_wire(p) for p in raw)
+            content = tuple(part_from_wire(p) for p in raw)
         else:
             raise ValueError(f"message content must be a string, a list of parts or null, not {type(raw).__name__}")
         calls = tuple(ToolCall.from_wire(c) for c in data.get("tool_calls") or ())
         return cls(role, content, calls, data.get("tool_call_id"), data.get("name"))
 
 
-def _part_from_wire(part: dict[str, Any]) -> Part:
+def part_from_wire(part: dict[str, Any]) -> Part:
+    """Read one content part (`text` or base64 `image_url`); raises `ValueError` for anything else."""
     kind = part.get("type")
     if kind == "text":
         return TextPart(str(part.get("text", "")))
