@@ -45,13 +45,13 @@ def truncate(
     omitted = lines[len(kept_head): len(lines) - len(kept_tail)]
     omitted_lines = len(omitted)
     omitted_bytes = sum(len(x.encode("utf-8", "replace")) for x in omitted)
-    if not omitted_lines:  # one enormous line: cut it by characters instead
+    if not omitted_lines or not (kept_head or kept_tail):  # a line over the cap: cut by characters instead
         half = max_bytes // 2 if keep == "both" else max_bytes
         head = text[:half] if keep != "tail" else ""
         tail = text[-half:] if keep != "head" else ""
         omitted_bytes = len(text.encode("utf-8", "replace")) - len((head + tail).encode("utf-8", "replace"))
         note = f"\n[... {omitted_bytes} bytes omitted{'; ' + hint if hint else ''} ...]\n"
-        return Truncated(head + note + tail, 0, omitted_bytes)
+        return Truncated(head + note + tail, 0, max(omitted_bytes, 0))
     note = f"[... {omitted_lines} lines ({omitted_bytes} bytes) omitted{'; ' + hint if hint else ''} ...]\n"
     head_text = "".join(kept_head)
     if head_text and not head_text.endswith("\n"):
