@@ -1,0 +1,192 @@
+"""What every sandbox backend shares: limits, results, the backend protocol and bounded output capture.
+
+```
+Sandbox (protocol)
+├── BubblewrapSandbox  default on Linux: namespaces, rlimits, cgroup, no network
+├── DockerSandbox      when a Docker engine answers
+└── LocalSandbox       no isolation; only when the user opts in
+```
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import BinaryIO, Literal, Protocol, runtime_checkable
+
+ExitReason = Literal["exit", "timeout", "memory", "cpu", "killed", "error"]
+LANGUAGES = ("python", "bash", "node", "java")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Resource limits of one sandboxed run.
+
+    `memory_mb` caps the data segment (RLIMIT_DATA; RLIMIT_AS would stop node and java from starting)
+    and a cgroup where one is writable; `cpu_seconds` defaults to the wall-clock `timeout`;
+    `processes` is how many processes the run may add; `network` is off unless asked for.
+    """
+
+    timeout: float = 300.0
+    memory_mb: int = 512
+    cpu_seconds: int | None = None
+    processes: int = 64
+    file_size_mb: int = 512
+    network: bool = False
+
+    def within(self, ceiling: Limits) -> Limits:
+        """These limits, but never looser than `ceiling` (a call cannot exceed what the agent allows)."""
+        cpu = self.cpu_seconds if ceiling.cpu_seconds is None else min(self.cpu_seconds or 10**9, ceiling.cpu_seconds)
+        return Limits(
+            timeout=min(self.timeout, ceiling.timeout), memory_mb=min(self.memory_mb, ceiling.memory_mb),
+            cpu_seconds=cpu, processes=min(self.processes, ceiling.processes),
+            file_size_mb=min(self.file_size_mb, ceiling.file_size_mb), network=self.network and ceiling.network,
+        )
+
+    def with_(self, **changes: object) -> Limits:
+        """A copy with some limits changed."""
+        known = {f.name for f in fields(self)}
+        unknown = set(changes) - known
+        if unknown:
+            raise ValueError(f"unknown limit(s) {sorted(unknown)}; known: {sorted(known)}")
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def cpu(self) -> int:
+        """CPU seconds allowed (the timeout, rounded up, when not set)."""
+        return self.cpu_seconds if self.cpu_seconds is not None else int(self.timeout) + 1
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """How a sandboxed run ended. Output is capped: `*_omitted` bytes were dropped from the middle, and
+    `output_path` (relative to the workspace) holds the full output when it did not fit."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    duration: float
+    reason: ExitReason = "exit"
+    stdout_omitted: int = 0
+    stderr_omitted: int = 0
+    output_path: str | None = None
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Exited by itself with status 0."""
+        return self.reason == "exit" and self.exit_code == 0
+
+    def for_model(self) -> str:
+        """The result as the model sees it: how it ended, then stdout and stderr."""
+        if self.reason == "exit":
+            head = f"exit code {self.exit_code}"
+        elif self.reason == "timeout":
+            head = "stopped: it ran past the time limit"
+        elif self.reason == "memory":
+            head = "stopped: out of memory"
+        elif self.reason == "cpu":
+            head = "stopped: it used up its CPU-time limit"
+        else:
+            head = f"ended: {self.reason}"
+        lines = [f"{head} ({self.duration:.2f} s)"]
+        if self.note:
+            lines.append(self.note)
+        if self.stdout:
+            lines += ["--- stdout ---", self.stdout.rstrip("\n")]
+        if self.stderr:
+            lines += ["--- stderr ---", self.stderr.rstrip("\n")]
+        if not self.stdout and not self.stderr:
+            lines.append("(no output)")
+        if self.output_path:
+            lines.append(f"[the full output is in {self.output_path}; read it with read_file]")
+        return "\n".join(lines)
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Runs commands and code in isolation, in a working directory, under limits."""
+
+    name: str
+    workspace: Path
+    limits: Limits
+
+    async def run(self, argv: list[str], *, stdin: bytes | None = None, limits: Limits | None = None,
+                  files: dict[str, bytes] | None = None) -> ExecResult:
+        """Run `argv` with the workspace as the current directory.
+
+        `files` are placed read-only under `/code/` inside the sandbox (how code gets in: by file,
+        never through shell quoting). `limits` are clamped to the sandbox's own.
+        """
+        ...
+
+    async def run_code(self, language: str, code: str, *, limits: Limits | None = None) -> ExecResult:
+        """Run a program written in `language` (python, bash, node or java)."""
+        ...
+
+
+class OutputCapture:
+    """Keeps the head and tail of a stream in memory and spills the whole of it to a file.
+
+    Memory stays at about `2 * keep` bytes however much the program prints; the spill file (opened only
+    once the output outgrows memory) stops at `spill_limit` bytes.
+    """
+
+    __slots__ = ("_spill", "head", "keep", "spill_limit", "spill_path", "spilled", "tail", "total")
+
+    def __init__(self, keep: int = 32_000, spill_path: Path | None = None, spill_limit: int = 50_000_000) -> None:
+        self.keep = keep
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.spill_path = spill_path
+        self.spill_limit = spill_limit
+        self.spilled = 0
+        self._spill: BinaryIO | None = None
+
+    def feed(self, data: bytes) -> None:
+        """Take the next chunk of output."""
+        if self.spill_path is not None and self.spilled < self.spill_limit:
+            if self._spill is None and self.total + len(data) > 2 * self.keep:
+                self.spill_path.parent.mkdir(parents=True, exist_ok=True)
+                self._spill = self.spill_path.open("wb")
+                self._spill.write(self.head + self.tail)  # everything so far is still in memory
+                self.spilled = len(self.head) + len(self.tail)
+            if self._spill is not None:
+                part = data[: self.spill_limit - self.spilled]
+                self._spill.write(part)
+                self.spilled += len(part)
+        self.total += len(data)
+        room = self.keep - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.keep:
+                del self.tail[: len(self.tail) - self.keep]
+
+    def close(self) -> None:
+        """Close the spill file, if any."""
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
+
+    @property
+    def omitted(self) -> int:
+        """Bytes not kept in memory."""
+        return self.total - len(self.head) - len(self.tail)
+
+    def text(self) -> str:
+        """Head and tail, with a note where the middle was dropped."""
+        head = self.head.decode("utf-8", "replace")
+        if not self.omitted:
+            return head + self.tail.decode("utf-8", "replace")
+        note = f"\n[... {self.omitted} bytes omitted ...]\n"
+        return head + note + self.tail.decode("utf-8", "replace")
+
+
+def new_output_path(workspace: Path, label: str) -> Path:
+    """A fresh file under `<workspace>/.shou/outputs/` for a run's full output."""
+    return workspace / ".shou" / "outputs" / f"{label}-{secrets.token_hex(4)}.txt"

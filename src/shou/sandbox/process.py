@@ -1,0 +1,89 @@
+"""Spawning a process tree, reading its output with bounded memory, and killing all of it.
+
+Shared by the bubblewrap and local backends: the process starts in its own session, so a timeout or a
+cancellation kills the whole process group, not just the first process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .base import OutputCapture
+
+CHUNK = 65536
+
+
+@dataclass(slots=True)
+class Finished:
+    """A spawned process after it ended (or was killed)."""
+
+    returncode: int | None
+    stdout: OutputCapture
+    stderr: OutputCapture
+    timed_out: bool
+    duration: float
+
+
+async def spawn_and_wait(
+    argv: list[str], *, cwd: str | Path | None, env: dict[str, str] | None, stdin: bytes | None,
+    timeout: float,  # noqa: ASYNC109 - the sandbox's wall-clock limit, enforced with the kill below
+    user: int | None = None, pass_fds: tuple[int, ...] = (), spill: tuple[Path | None, Path | None] = (None, None),
+    keep: int = 32_000, on_spawn: Callable[[int], None] | None = None,
+) -> Finished:
+    """Run `argv`, feed `stdin`, capture stdout/stderr, and kill the process group after `timeout` s."""
+    start = time.perf_counter()
+    ids = {"user": user, "group": user, "extra_groups": []} if user is not None else {}
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=None if cwd is None else str(cwd),
+        env=env, start_new_session=True, pass_fds=pass_fds, **ids,
+    )
+    if on_spawn is not None:
+        on_spawn(proc.pid)
+    out = OutputCapture(keep, spill[0])
+    err = OutputCapture(keep, spill[1])
+
+    async def pump(stream: asyncio.StreamReader | None, sink: OutputCapture) -> None:
+        if stream is None:
+            return
+        while chunk := await stream.read(CHUNK):
+            sink.feed(chunk)
+
+    async def feed() -> None:
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            if stdin:
+                proc.stdin.write(stdin)
+                await proc.stdin.drain()
+            proc.stdin.close()
+
+    timed_out = False
+    try:
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(pump(proc.stdout, out), pump(proc.stderr, err), feed())
+            await proc.wait()
+    except TimeoutError:
+        timed_out = True
+    finally:
+        kill_group(proc.pid)
+        # Whatever still holds the pipes is dead now; reap without waiting forever on a stuck D-state child.
+        with contextlib.suppress(TimeoutError, ProcessLookupError):
+            async with asyncio.timeout(5):
+                await proc.wait()
+        out.close()
+        err.close()
+    return Finished(None if timed_out else proc.returncode, out, err, timed_out, time.perf_counter() - start)
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group `pid` leads (quietly, if it is already gone)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)

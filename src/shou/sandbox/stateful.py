@@ -1,0 +1,117 @@
+"""Stateful Python: one persistent interpreter per session inside the sandbox, like a notebook kernel.
+
+Variables and imports survive between calls. A call that runs past its time limit kills the
+interpreter; so does a crash. The next call starts a fresh one and says so, so the model knows its
+earlier variables are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import ToolError
+from .base import ExecResult, Limits
+
+KERNEL_SOURCE = (Path(__file__).parent / "kernel.py").read_bytes()
+
+
+class Starter(Protocol):
+    """A sandbox that can start a long-lived process (bubblewrap and local can)."""
+
+    limits: Limits
+
+    async def start(self, argv: list[str], *, limits: Limits | None = None,
+                    files: dict[str, bytes] | None = None) -> Any:
+        """Start `argv` with stdin/stdout pipes; the handle has `.proc` and `async stop()`."""
+        ...
+
+
+class StatefulPython:
+    """A persistent interpreter in `sandbox`; `execute()` runs one cell."""
+
+    def __init__(self, sandbox: Starter, limits: Limits | None = None) -> None:
+        self.sandbox = sandbox
+        self.limits = limits or sandbox.limits
+        self._handle: Any = None
+        self._lock = asyncio.Lock()
+        self._restart_note = ""
+
+    async def _ensure(self) -> None:
+        if self._handle is not None and self._handle.proc.returncode is None:
+            return
+        if self._handle is not None:
+            code = self._handle.proc.returncode
+            await self._handle.stop()
+            self._handle = None
+            self._restart_note = (f"[the Python interpreter had exited (code {code}) and was restarted: "
+                                  "variables and imports from earlier calls are gone]")
+        # The kernel lives as long as the session, so its CPU budget is not one call's timeout.
+        limits = self.limits.with_(timeout=10**9, cpu_seconds=10**6)
+        self._handle = await self.sandbox.start(["python3", "-u", "/code/kernel.py"], limits=limits,
+                                                files={"kernel.py": KERNEL_SOURCE})
+        ready = await asyncio.wait_for(self._handle.proc.stdout.readline(), 30)
+        if not ready:
+            await self._handle.stop()
+            self._handle = None
+            raise ToolError("the Python interpreter could not start in the sandbox")
+
+    async def execute(self, code: str, time_limit: float | None = None) -> ExecResult:
+        """Run `code` in the session's interpreter; a timeout or crash restarts it on the next call."""
+        limit = time_limit or self.limits.timeout
+        async with self._lock:
+            await self._ensure()
+            proc = self._handle.proc
+            start = time.perf_counter()
+            note, self._restart_note = self._restart_note, ""
+            try:
+                proc.stdin.write(json.dumps({"code": code}).encode() + b"\n")
+                await proc.stdin.drain()
+                line = await asyncio.wait_for(proc.stdout.readline(), limit)
+            except TimeoutError:
+                await self.close()
+                self._restart_note = ("[the previous call timed out, so the Python interpreter was restarted: "
+                                      "variables and imports from earlier calls are gone]")
+                return ExecResult("", "", None, time.perf_counter() - start, "timeout",
+                                  note=f"the time limit is {limit:g} s; the interpreter was stopped")
+            except (BrokenPipeError, ConnectionResetError):
+                line = b""
+            except BaseException:
+                await self.close()  # cancelled mid-cell: the interpreter's state is unknown
+                raise
+            duration = time.perf_counter() - start
+            if not line:
+                await proc.wait()
+                code_ = proc.returncode
+                await self.close()
+                self._restart_note = (f"[the Python interpreter crashed (exit code {code_}) and was restarted: "
+                                      "variables and imports from earlier calls are gone]")
+                reason = "memory" if code_ in (-9, 137) else "killed"
+                return ExecResult("", "", code_, duration, reason, note="the interpreter crashed during this call")
+            reply = json.loads(line)
+            error = reply.get("error")
+            stderr = reply["stderr"] + (error or "")
+            return ExecResult(reply["stdout"], stderr, 1 if error else 0, duration, "exit", note=note)
+
+    async def close(self) -> None:
+        """Stop the interpreter."""
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            await handle.stop()
+
+
+_KERNELS: dict[tuple[int, str], StatefulPython] = {}
+
+
+def kernel_for(sandbox: Starter, session: str) -> StatefulPython:
+    """The session's interpreter in `sandbox`, made on first use."""
+    if not hasattr(sandbox, "start"):
+        raise ToolError(f"stateful Python needs the bubblewrap or local backend, not {sandbox.__class__.__name__}")
+    key = (id(sandbox), session)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        kernel = _KERNELS[key] = StatefulPython(sandbox)
+    return kernel
