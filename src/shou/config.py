@@ -67,8 +67,19 @@ class Settings:
     stream: bool = True
     temperature: float | None = None
     tools: tuple[str, ...] | None = None
+    sandbox: str = "auto"
+    sandbox_timeout: float = 300.0
+    sandbox_memory_mb: int = 512
+    sandbox_network: bool = False
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     env: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def sandbox_limits(self) -> Any:
+        """The sandbox `Limits` these settings ask for."""
+        from .sandbox.base import Limits
+
+        return Limits(timeout=self.sandbox_timeout, memory_mb=self.sandbox_memory_mb, network=self.sandbox_network)
 
     @property
     def state_dir(self) -> Path:
@@ -91,9 +102,12 @@ _ENV = {
     "model": "SHOU_MODEL", "provider": "SHOU_PROVIDER", "base_url": "SHOU_BASE_URL", "api_key": "SHOU_API_KEY",
     "workspace": "SHOU_WORKSPACE", "max_steps": "SHOU_MAX_STEPS", "run_timeout": "SHOU_RUN_TIMEOUT",
     "tool_timeout": "SHOU_TOOL_TIMEOUT", "max_parallel_tools": "SHOU_MAX_PARALLEL_TOOLS", "stream": "SHOU_STREAM",
-    "temperature": "SHOU_TEMPERATURE", "tools": "SHOU_TOOLS",
+    "temperature": "SHOU_TEMPERATURE", "tools": "SHOU_TOOLS", "sandbox": "SHOU_SANDBOX",
+    "sandbox_timeout": "SHOU_SANDBOX_TIMEOUT", "sandbox_memory_mb": "SHOU_SANDBOX_MEMORY_MB",
+    "sandbox_network": "SHOU_SANDBOX_NETWORK",
 }
 SECRET_FIELDS = frozenset({"api_key"})
+SANDBOX_BACKENDS = ("auto", "bubblewrap", "docker", "local")
 
 
 def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -153,17 +167,17 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 def _convert(key: str, raw: Any, source: str) -> Any:
     try:
-        if key in ("max_steps", "max_parallel_tools"):
+        if key in ("max_steps", "max_parallel_tools", "sandbox_memory_mb"):
             value = int(raw)
             if value < 1:
                 raise ValueError("must be at least 1")
             return value
-        if key in ("run_timeout", "tool_timeout", "temperature"):
+        if key in ("run_timeout", "tool_timeout", "temperature", "sandbox_timeout"):
             value = float(raw)
             if key != "temperature" and value <= 0:
                 raise ValueError("must be positive")
             return value
-        if key == "stream":
+        if key in ("stream", "sandbox_network"):
             if isinstance(raw, bool):
                 return raw
             return str(raw).strip().lower() not in ("0", "false", "no", "off")
@@ -172,6 +186,8 @@ def _convert(key: str, raw: Any, source: str) -> Any:
             return tuple(s.strip() for s in items if s.strip())
         if key == "workspace":
             return Path(raw)
+        if key == "sandbox" and raw not in SANDBOX_BACKENDS:
+            raise ValueError(f"choose one of {', '.join(SANDBOX_BACKENDS)}")
         return str(raw) if raw is not None else None
     except (TypeError, ValueError) as e:
         raise ConfigError(f"setting {key!r} from {source} is invalid ({raw!r}): {e}") from None

@@ -36,6 +36,8 @@ SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Continu
 FunctionsOpt = Annotated[list[Path] | None, typer.Option(
     "--functions", help="A Python file whose @tool functions are offered too (repeatable).")]
 StreamOpt = Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream the model's output.")]
+SandboxOpt = Annotated[str | None, typer.Option(
+    "--sandbox", help="Where shell and run_code run: auto, bubblewrap, docker or local (no isolation).")]
 
 
 @dataclass
@@ -50,6 +52,7 @@ class Options:
     tools: str | None = None
     functions: list[Path] | None = None
     stream: bool | None = None
+    sandbox: str | None = None
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -70,8 +73,12 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
 
     settings = load_settings({
         "model": opts.model, "base_url": opts.base_url, "provider": opts.provider, "max_steps": opts.max_steps,
-        "workspace": opts.workspace, "tools": opts.tools, "stream": opts.stream,
+        "workspace": opts.workspace, "tools": opts.tools, "stream": opts.stream, "sandbox": opts.sandbox,
     })
+    if settings.sandbox == "local":
+        from ..sandbox.local import WARNING
+
+        err.print(f"[yellow]{escape(WARNING)}[/]")
     if not settings.workspace.is_dir():
         raise UserError(f"workspace {settings.workspace} is not a folder")
     tools = ToolSet(builtin_tools())
@@ -94,7 +101,7 @@ def run(
     task: Annotated[str, typer.Argument(help="What to do. Use - to read it from stdin.")],
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, session: SessionOpt = None,
-    functions: FunctionsOpt = None, stream: StreamOpt = None,
+    functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None,
     json_lines: Annotated[bool, typer.Option("--json", help="Print every event as a JSON line.")] = False,
 ) -> None:
     """Carry out TASK with the model and tools, streaming what happens, then print a summary."""
@@ -104,7 +111,7 @@ def run(
         task = sys.stdin.read()
     if not task.strip():
         raise fail("the task is empty")
-    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream)
+    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox)
     try:
         agent, _ = build_agent(opts)
     except ShouError as e:
@@ -137,12 +144,12 @@ async def _run_once(agent, task: str, session: str | None, render) -> str:
 def chat(
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, session: SessionOpt = None,
-    functions: FunctionsOpt = None, stream: StreamOpt = None,
+    functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None,
 ) -> None:
     """Talk with the agent turn by turn (/help lists the commands)."""
     from .repl import run_repl
 
-    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream)
+    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox)
     try:
         agent, settings = build_agent(opts)
     except ShouError as e:
@@ -218,6 +225,41 @@ def list_tools(functions: FunctionsOpt = None) -> None:
     out = Console(highlight=False)
     for t in found:
         out.print(f"[cyan]{t.name}[/]  {escape(t.description.splitlines()[0] if t.description else '')}")
+
+
+@app.command()
+def doctor() -> None:
+    """Check which sandbox backends and runtimes work on this machine, and why not."""
+    from ..sandbox import diagnose
+
+    out = Console(highlight=False)
+    table = Table("sandbox backend", "works", "why", box=None)
+    for backend, ok, why in diagnose():
+        table.add_row(backend, "[green]yes[/]" if ok else "[red]no[/]", escape(why))
+    out.print(table)
+    try:
+        from ..sandbox import get_sandbox
+
+        sb = get_sandbox(Path.cwd())
+    except ShouError as e:
+        out.print(f"[yellow]{escape(str(e))}[/]")
+        return
+    checks = {"python": "import sys; print(sys.version.split()[0])", "bash": "echo $BASH_VERSION",
+              "node": "console.log(process.version)",
+              "java": "public class Main { public static void main(String[] a) "
+                      "{ System.out.println(System.getProperty(\"java.version\")); } }"}
+
+    async def probe() -> list[tuple[str, str]]:
+        rows = []
+        for lang, code in checks.items():
+            r = await sb.run_code(lang, code)
+            rows.append((lang, r.stdout.strip() if r.ok else f"[red]fails[/]: {escape(r.for_model()[:200])}"))
+        return rows
+
+    runtimes = Table(f"language (in {sb.name})", "version", box=None)
+    for lang, version in asyncio.run(probe()):
+        runtimes.add_row(lang, version)
+    out.print(runtimes)
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ import functools
 import glob
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -97,6 +98,7 @@ class BubblewrapSandbox:
             cmd += ["--dir", "/code"]
             for name, fd in files.items():
                 cmd += ["--perms", "0444", "--file", str(fd), f"/code/{name}"]
+        cmd += ["--remount-ro", "/"]  # the sandbox's own root too: only /workspace and /tmp take writes
         cmd += ["--unshare-all", *(["--share-net"] if limits.network else []), "--die-with-parent",
                 "--new-session", "--cap-drop", "ALL", "--clearenv"]
         for key, value in ENV.items():
@@ -104,7 +106,11 @@ class BubblewrapSandbox:
         return [*cmd, "--", *argv]
 
     def _grant_workspace(self) -> None:
-        """As root, let the sandbox uid read and write the workspace (default ACLs cover new files)."""
+        """As root, let the sandbox uid read and write the workspace (default ACLs cover new files).
+
+        Folders above the workspace that others cannot enter get a traverse-only (`x`) entry for that
+        uid: it can pass through them, not list or read them.
+        """
         if self._acl_done or not self._switch_user:
             return
         if shutil.which("setfacl") is None:
@@ -117,6 +123,10 @@ class BubblewrapSandbox:
             if r.returncode != 0:
                 raise UserError(f"cannot give the sandbox uid {self.uid} access to {self.workspace}: "
                                 f"{r.stderr.strip()}")
+        # bwrap, already running as that uid, must also be able to walk down to the workspace.
+        for parent in self.workspace.parents:
+            if parent != Path("/") and not parent.stat().st_mode & stat.S_IXOTH:
+                subprocess.run(["setfacl", "-m", f"u:{self.uid}:x", str(parent)], capture_output=True)
         self._acl_done = True
 
     def _prepare(self, argv: list[str], limits: Limits, files: dict[str, bytes] | None

@@ -14,6 +14,7 @@ BUILTINS: list[tuple[str, tuple[str, ...]]] = [
     ("shou.tools.builtin.files", ("read_file", "write_file", "edit_file", "list_files")),
     ("shou.tools.builtin.calc", ("calculator",)),
     ("shou.tools.builtin.clock", ("current_time",)),
+    ("shou.tools.builtin.shell", ("shell", "run_code")),
 ]
 
 

@@ -1,0 +1,169 @@
+"""Containment of the bubblewrap sandbox, each test asserting the specific failure it expects."""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shou.sandbox.base import Limits
+from shou.sandbox.bubblewrap import BubblewrapSandbox
+from shou.sandbox.stateful import StatefulPython
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux-only")
+
+
+@pytest.fixture
+def sb(workspace: Path) -> BubblewrapSandbox:
+    ok, why = BubblewrapSandbox.available()
+    assert ok, f"bubblewrap must work here (.ci/install installs it): {why}"
+    return BubblewrapSandbox(workspace, Limits(timeout=20))
+
+
+async def no_processes_of(uid: int, within: float = 5.0) -> bool:
+    """Poll until `uid` runs no live process (zombies awaiting their reaper do not count)."""
+    deadline = time.monotonic() + within
+    while True:
+        ps = subprocess.run(["ps", "-u", str(uid), "-o", "stat="], capture_output=True, text=True).stdout.split()
+        if not [s for s in ps if not s.startswith("Z")]:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.1)
+
+
+async def py(sb: BubblewrapSandbox, code: str, **limits: object):
+    return await sb.run_code("python", code, limits=sb.limits.with_(**limits) if limits else None)
+
+
+async def test_host_loopback_service_is_unreachable(sb: BubblewrapSandbox) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    try:
+        r = await py(sb, f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3)")
+    finally:
+        server.close()
+    assert r.exit_code == 1 and "ConnectionRefusedError" in r.stderr
+
+
+async def test_dns_fails(sb: BubblewrapSandbox) -> None:
+    r = await py(sb, "import socket; socket.getaddrinfo('pypi.org', 443)")
+    assert r.exit_code == 1 and "socket.gaierror" in r.stderr
+
+
+async def test_writing_outside_the_workspace_fails(sb: BubblewrapSandbox, workspace: Path) -> None:
+    r = await sb.run(["bash", "-c", "for p in /usr/shou-x /etc/shou-x /shou-x; do echo x > $p; done; "
+                                    "echo inside > /workspace/ok.txt; echo tmp > /tmp/t && cat /tmp/t"])
+    assert r.stderr.count("Read-only file system") + r.stderr.count("Permission denied") == 3, r.stderr
+    assert not Path("/usr/shou-x").exists() and not Path("/etc/shou-x").exists()
+    assert (workspace / "ok.txt").read_text() == "inside\n"  # the workspace itself is writable
+    assert r.stdout == "tmp\n"  # and so is a private /tmp
+
+
+async def test_host_root_is_not_readable(sb: BubblewrapSandbox) -> None:
+    r = await sb.run(["bash", "-c", "ls /root; cat /root/.bashrc; ls /home"])
+    assert r.stderr.count("No such file or directory") == 3, r.stderr
+
+
+async def test_fork_bomb_is_contained_and_the_host_stays_responsive(sb: BubblewrapSandbox) -> None:
+    bomb = asyncio.create_task(sb.run(["bash", "-c", "b() { b | b & }; b; sleep 5"], limits=sb.limits.with_(timeout=8)))
+    await asyncio.sleep(1.5)
+    t0 = time.monotonic()
+    host = await asyncio.to_thread(subprocess.run, ["true"], timeout=10)
+    assert host.returncode == 0 and time.monotonic() - t0 < 5  # the host can still start processes
+    r = await bomb
+    assert r.reason in ("exit", "timeout", "killed")
+    assert "fork: retry" in r.stderr or "Resource temporarily unavailable" in r.stderr or r.reason == "timeout"
+    assert await no_processes_of(sb.uid), "fork bomb processes outlived the sandbox"
+
+
+async def test_allocating_2gb_fails(sb: BubblewrapSandbox) -> None:
+    r = await py(sb, "x = bytearray(2 * 1024**3); print('allocated')")
+    assert "allocated" not in r.stdout
+    assert r.reason == "memory" and "512 MB" in r.note
+
+
+async def test_infinite_loop_ends_at_the_timeout(sb: BubblewrapSandbox) -> None:
+    t0 = time.monotonic()
+    r = await py(sb, "while True: pass", timeout=1.5)
+    assert r.reason == "timeout" and r.exit_code is None
+    assert time.monotonic() - t0 < 6
+
+
+async def test_cpu_limit_is_reported(sb: BubblewrapSandbox) -> None:
+    r = await py(sb, "while True: pass", cpu_seconds=1, timeout=15)
+    assert r.reason == "cpu"
+
+
+async def test_escapes_leave_no_process_behind(sb: BubblewrapSandbox) -> None:
+    script = ("setsid sleep 1001 & nohup sleep 1002 >/dev/null 2>&1 & (sleep 1003 &) ; "
+              "bash -c 'sleep 1004 & disown'; python3 -c \"import os\nif os.fork() == 0:\n"
+              "    os.setsid()\n    if os.fork() == 0: os.execvp('sleep', ['sleep', '1005'])\"; echo launched")
+    r = await sb.run(["bash", "-c", script])
+    assert r.stdout.strip() == "launched"
+    await asyncio.sleep(0.3)
+    found = subprocess.run(["pgrep", "-f", "sleep 100[1-5]"], capture_output=True, text=True).stdout.split()
+    assert found == [], f"escaped processes still running: {found}"
+
+
+async def test_a_gigabyte_of_output_is_truncated_and_memory_stays_bounded(
+    sb: BubblewrapSandbox, workspace: Path
+) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    r = await sb.run(["bash", "-c", "head -c 1073741824 /dev/zero | tr '\\0' x; echo; echo THE-END"],
+                     limits=sb.limits.with_(timeout=120))
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert r.exit_code == 0 and r.stdout_omitted > 1_000_000_000
+    assert len(r.stdout) < 100_000 and r.stdout.rstrip().endswith("THE-END")
+    assert grown < 150 * 1024, f"the agent process grew by {grown} KiB"
+    assert r.output_path and (workspace / r.output_path).stat().st_size <= 50_000_000
+    assert "read_file" in r.for_model()
+
+
+@pytest.mark.parametrize(("language", "code"), [
+    ("python", "print(sum(range(10)))"),
+    ("bash", "echo $((40 + 5))"),
+    ("node", "console.log([1, 2, 3].map(x => x * 15).reduce((a, b) => a + b))"),
+    ("java", "public class Main { public static void main(String[] a) { int s = 0; "
+             "for (int i = 0; i < 10; i++) s += i; System.out.println(s); } }"),
+])
+async def test_languages_print_a_computed_result(sb: BubblewrapSandbox, language: str, code: str) -> None:
+    r = await sb.run_code(language, code)
+    assert r.ok, r.for_model()
+    assert r.stdout.strip() == {"python": "45", "bash": "45", "node": "90", "java": "45"}[language]
+
+
+async def test_java_that_needs_more_heap_fails_clearly(sb: BubblewrapSandbox) -> None:
+    code = ("import java.util.*; public class Main { public static void main(String[] a) { "
+            "List<long[]> keep = new ArrayList<>(); while (true) keep.add(new long[1 << 20]); } }")
+    r = await sb.run_code("java", code, limits=sb.limits.with_(memory_mb=256))
+    assert r.reason == "memory" and "java.lang.OutOfMemoryError" in r.stderr
+    assert "stopped: out of memory" in r.for_model() and "256 MB" in r.for_model()
+
+
+async def test_network_can_be_allowed_per_call(sb: BubblewrapSandbox) -> None:
+    allowed = BubblewrapSandbox(sb.workspace, Limits(timeout=20, network=True))
+    r = await allowed.run(["cat", "/proc/net/dev"])
+    assert r.stdout.count(":") > 1  # the host's interfaces are visible, not just lo
+    r = await sb.run(["cat", "/proc/net/dev"], limits=Limits(network=True))
+    assert r.stdout.count(":") == 1  # a call cannot widen what the sandbox allows
+
+
+async def test_stateful_python_keeps_state_and_restarts_after_a_timeout(sb: BubblewrapSandbox) -> None:
+    kernel = StatefulPython(sb, sb.limits.with_(timeout=2))
+    try:
+        assert (await kernel.execute("x = 41")).ok
+        assert (await kernel.execute("print(x + 1)")).stdout == "42\n"
+        hung = await kernel.execute("import time\nwhile True: time.sleep(0.1)")
+        assert hung.reason == "timeout"
+        after = await kernel.execute("print('alive')")
+        assert after.stdout == "alive\n" and "restarted" in after.note
+        assert "NameError" in (await kernel.execute("x")).stderr  # the old state is gone, as the note said
+    finally:
+        await kernel.close()
