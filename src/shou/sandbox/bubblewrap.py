@@ -99,11 +99,15 @@ class BubblewrapSandbox:
             for name, fd in files.items():
                 cmd += ["--perms", "0444", "--file", str(fd), f"/code/{name}"]
         cmd += ["--remount-ro", "/"]  # the sandbox's own root too: only /workspace and /tmp take writes
+        # --as-pid-1: without it bwrap's own init is orphaned at exit, and where PID 1 of the host is slow
+        # to reap (containers, VMs with a minimal init) the zombies pile up against RLIMIT_NPROC.
         cmd += ["--unshare-all", *(["--share-net"] if limits.network else []), "--die-with-parent",
-                "--new-session", "--cap-drop", "ALL", "--clearenv"]
+                "--new-session", "--as-pid-1", "--cap-drop", "ALL", "--clearenv"]
         for key, value in ENV.items():
             cmd += ["--setenv", key, value]
-        return [*cmd, "--", *argv]
+        # sh is the namespace's PID 1 and reaps orphans; the program runs as its child, because the kernel
+        # shields PID 1 from signals it has no handler for (SIGXCPU would never arrive).
+        return [*cmd, "--", "/bin/sh", "-c", '"$@"; exit $?', "shou-init", *argv]
 
     def _grant_workspace(self) -> None:
         """As root, let the sandbox uid read and write the workspace (default ACLs cover new files).

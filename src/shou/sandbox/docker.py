@@ -1,0 +1,285 @@
+"""A sandbox that runs each command in a fresh Docker container, through the Docker SDK for Python.
+
+One run is create -> start -> wait (kill at the wall-clock limit) -> read the logs -> remove. The container
+has no network, no capabilities, a read-only root filesystem with a small tmpfs at /tmp, memory without
+swap, one CPU, a process cap and rlimits; the workspace is bound read-write at /workspace and the run's
+files read-only at /code. The SDK (`pip install 'shou[docker]'`) is imported only when first needed.
+
+The engine must see the host's paths (a local engine, or Docker Desktop's shared folders): both the
+workspace and the code files are bind mounts. Code goes in by bind rather than `put_archive` because the
+engine refuses to extract archives into a read-only root filesystem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..errors import UserError
+from .base import ExecResult, ExitReason, Limits, OutputCapture, new_output_path
+from .languages import looks_out_of_memory, program
+
+DEFAULT_IMAGES: dict[str, str] = {
+    "python": "python:3.12-slim",
+    "bash": "python:3.12-slim",  # has bash, and python for the scripts that call it
+    "node": "node:20-slim",
+    "java": "eclipse-temurin:17-jdk",
+}
+WORKSPACE_DIR = "/workspace"
+CODE_DIR = "/code"
+STDIN_FILE = ".shou-stdin"
+INSTALL_HINT = "pip install 'shou[docker]'"
+# `program()` names the runtime first; that picks the image.
+RUNTIME_LANGUAGE = {"python3": "python", "bash": "bash", "node": "node", "java": "java"}
+# Exit status of a process killed by SIGXCPU (24 on Linux, which is what containers run, whatever the host).
+CPU_LIMIT_STATUS = 128 + 24
+KILL_GRACE = 10.0  # seconds to let a killed container be reported as exited
+WAIT_SLACK = 30.0  # the SDK's own wait timeout, past ours, so a silent engine cannot hold a thread forever
+MiB = 1024 * 1024
+
+
+def _sdk() -> Any:
+    """The `docker` module, or a UserError that says how to install it."""
+    try:
+        import docker
+    except ImportError as exc:
+        raise UserError(f"the Docker sandbox needs the Docker SDK for Python: {INSTALL_HINT}") from exc
+    return docker
+
+
+class DockerSandbox:
+    """Runs commands and code in throwaway Docker containers (one per call), under `limits`.
+
+    `images` overrides the image per language (keys: python, bash, node, java; plain `run()` uses
+    bash's). `user` is who the program runs as: the default, nobody (65534), can read a 0755 workspace
+    but not write it; pass `f"{os.getuid()}:{os.getgid()}"` to write files as yourself. `client` is a
+    `docker.DockerClient` (made with `docker.from_env()` on first use when not given).
+    """
+
+    name = "docker"
+
+    def __init__(self, workspace: Path, limits: Limits = Limits(), *, images: dict[str, str] | None = None,
+                 user: str = "65534:65534", client: Any = None) -> None:
+        self.workspace = Path(workspace).resolve()  # the engine needs absolute bind sources
+        self.limits = limits
+        self.images = {**DEFAULT_IMAGES, **(images or {})}
+        self.user = user
+        self._client = client
+
+    @staticmethod
+    def available() -> tuple[bool, str]:
+        """Whether a Docker engine answers here, and why not when it does not (never raises)."""
+        try:
+            import docker
+        except ImportError:
+            return False, f"the Docker SDK for Python is not installed: {INSTALL_HINT}"
+        host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        try:
+            client = docker.from_env(timeout=5)
+            try:
+                client.ping()
+            finally:
+                client.close()
+        except Exception as exc:  # any failure means "not usable"; the reason names the usual fixable one
+            why = " (permission denied: is your user in the docker group?)" if "ermission denied" in str(exc) else ""
+            return False, f"no Docker engine answers at {host}{why}"
+        return True, f"a Docker engine answers at {host}"
+
+    def container_config(self, argv: list[str], limits: Limits, code_dir_host: Path | str, *,
+                         image: str | None = None) -> dict[str, Any]:
+        """The keyword arguments for `client.containers.create(...)` that run `argv` under `limits`."""
+        if not argv:
+            raise UserError("argv is empty: give the command to run")
+        fsize = limits.file_size_mb * MiB
+        # tmpfs pages count against the container's memory anyway, so more than memory_mb could never be used.
+        tmp_mb = max(1, min(limits.file_size_mb, limits.memory_mb))
+        return {
+            "image": image or self.images["bash"],
+            # Entrypoint = argv[0] replaces the image's own (node's and temurin's wrap the command).
+            "entrypoint": argv[:1],
+            "command": argv[1:],
+            "user": self.user,
+            "working_dir": WORKSPACE_DIR,
+            "environment": {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},  # nobody's home does not exist
+            "labels": {"shou": "1"},
+            "volumes": {
+                str(self.workspace): {"bind": WORKSPACE_DIR, "mode": "rw"},
+                str(code_dir_host): {"bind": CODE_DIR, "mode": "ro"},
+            },
+            "read_only": True,
+            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={tmp_mb}m,mode=1777"},
+            "mem_limit": limits.memory_mb * MiB,
+            "memswap_limit": limits.memory_mb * MiB,  # equal to mem_limit: no swap
+            "nano_cpus": 1_000_000_000,
+            # docker-init (below) is one more process. It keeps the program from being PID 1, which the
+            # kernel shields from SIGXCPU, so the CPU rlimit works; it also reaps zombies.
+            "init": True,
+            "pids_limit": limits.processes + 1,
+            "ulimits": [
+                {"name": "fsize", "soft": fsize, "hard": fsize},
+                {"name": "core", "soft": 0, "hard": 0},
+                # SIGXCPU at the soft limit, SIGKILL a second later if the program ignores it.
+                {"name": "cpu", "soft": limits.cpu, "hard": limits.cpu + 1},
+            ],
+            "network_disabled": not limits.network,
+            "network_mode": "bridge" if limits.network else "none",
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "stdin_open": False,
+            "tty": False,  # keeps stdout and stderr apart
+            "auto_remove": False,  # we read the logs and state after exit, then remove it ourselves
+            # The engine keeps logs on its disk: cap them (output past ~64 MB loses its head; we keep 50 MB).
+            "log_config": {"type": "json-file", "config": {"max-size": "32m", "max-file": "2"}},
+        }
+
+    async def run(self, argv: list[str], *, stdin: bytes | None = None, limits: Limits | None = None,
+                  files: dict[str, bytes] | None = None) -> ExecResult:
+        """Run `argv` in a container of the bash image, in /workspace, with `files` read-only under /code."""
+        clamped = (limits or self.limits).within(self.limits)
+        return await self._run(argv, stdin, clamped, files or {}, self.images["bash"])
+
+    async def run_code(self, language: str, code: str, *, limits: Limits | None = None) -> ExecResult:
+        """Run a program written in `language` (python, bash, node or java) in that language's image."""
+        clamped = (limits or self.limits).within(self.limits)  # before program(): heap flags follow memory
+        argv, files = program(language, code, clamped, CODE_DIR)
+        return await self._run(argv, None, clamped, files, self.images[RUNTIME_LANGUAGE[argv[0]]])
+
+    async def _run(self, argv: list[str], stdin: bytes | None, limits: Limits, files: dict[str, bytes],
+                   image: str) -> ExecResult:
+        client = await self._docker_client()
+        self.workspace.mkdir(parents=True, exist_ok=True)  # else the engine creates it, owned by root
+        if stdin is not None:
+            # Attaching to a container's stdin is fragile across engines; a file and a redirect are not.
+            argv = ["/bin/sh", "-c", f'exec "$@" < {CODE_DIR}/{STDIN_FILE}', "sh", *argv]
+        code_dir = _write_code_dir(files, stdin)
+        container: Any = None
+        try:
+            container = await _create(client, self.container_config(argv, limits, code_dir, image=image))
+            return await self._execute(container, limits)
+        finally:
+            if container is not None:
+                # Shielded: a second cancellation must not stop the removal half-way.
+                await asyncio.shield(asyncio.to_thread(_discard, container))
+            shutil.rmtree(code_dir, ignore_errors=True)
+
+    async def _docker_client(self) -> Any:
+        if self._client is None:
+            docker = _sdk()
+            try:
+                self._client = await asyncio.to_thread(docker.from_env)
+            except docker.errors.DockerException as exc:
+                raise UserError(f"no Docker engine answers ({exc}); start Docker or choose another sandbox") from exc
+        return self._client
+
+    async def _execute(self, container: Any, limits: Limits) -> ExecResult:
+        started = time.monotonic()
+        await asyncio.to_thread(container.start)
+        waiter = asyncio.ensure_future(asyncio.to_thread(container.wait, timeout=limits.timeout + WAIT_SLACK))
+        waiter.add_done_callback(_retrieve)
+        reason: ExitReason = "exit"
+        exit_code: int | None = None
+        done, _ = await asyncio.wait({waiter}, timeout=limits.timeout)  # asyncio.wait never cancels the waiter
+        if done:
+            exit_code = int(waiter.result()["StatusCode"])
+        else:
+            reason = "timeout"
+            with contextlib.suppress(Exception):  # it may have exited just now
+                await asyncio.to_thread(container.kill)
+            await asyncio.wait({waiter}, timeout=KILL_GRACE)  # logs are complete once it has stopped
+        duration = time.monotonic() - started
+        await asyncio.to_thread(container.reload)
+        oom_killed = bool((container.attrs.get("State") or {}).get("OOMKilled"))
+        out = OutputCapture(spill_path=new_output_path(self.workspace, "docker"))
+        err = OutputCapture(spill_path=new_output_path(self.workspace, "docker-stderr"))
+        try:
+            await asyncio.to_thread(_read_logs, container, out, err)
+        finally:
+            out.close()
+            err.close()
+        stderr = err.text()
+        if reason == "exit" and exit_code != 0:
+            if oom_killed or looks_out_of_memory(stderr):
+                reason = "memory"
+            elif exit_code == CPU_LIMIT_STATUS:
+                reason = "cpu"
+        spilled = [str(c.spill_path.relative_to(self.workspace)) for c in (out, err) if c.spill_path and c.spilled]
+        return ExecResult(
+            stdout=out.text(), stderr=stderr, exit_code=exit_code, duration=duration, reason=reason,
+            stdout_omitted=out.omitted, stderr_omitted=err.omitted, output_path=spilled[0] if spilled else None,
+            note=f"[the full stderr is in {spilled[1]}]" if len(spilled) > 1 else "",
+        )
+
+
+def _write_code_dir(files: dict[str, bytes], stdin: bytes | None) -> Path:
+    """A fresh host directory holding `files` (and stdin), readable by any user the container runs as."""
+    root = Path(tempfile.mkdtemp(prefix="shou-code-"))
+    try:
+        entries = {**files, STDIN_FILE: stdin} if stdin is not None else files
+        for name, data in entries.items():
+            rel = PurePosixPath(name)
+            if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+                raise UserError(f"file name {name!r} must be a relative path under {CODE_DIR}, without '..'")
+            path = root.joinpath(*rel.parts)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        # mkdtemp makes 0700 and the umask may strip more: the container's user is not us.
+        root.chmod(0o755)
+        for path in root.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return root
+
+
+async def _create(client: Any, config: dict[str, Any]) -> Any:
+    """Create the container; if this is cancelled, remove the container once the engine has made it."""
+    task = asyncio.ensure_future(asyncio.to_thread(_create_sync, client, config))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_discard_when_created)
+        raise
+
+
+def _create_sync(client: Any, config: dict[str, Any]) -> Any:
+    try:
+        return client.containers.create(**config)
+    except Exception as exc:
+        # 404 is the SDK's ImageNotFound: pull once and try again. (Checked by status so fakes need no SDK.)
+        if getattr(exc, "status_code", None) != 404:
+            raise
+    client.images.pull(config["image"])
+    return client.containers.create(**config)
+
+
+def _discard_when_created(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        threading.Thread(target=_discard, args=(task.result(),), daemon=True).start()
+
+
+def _discard(container: Any) -> None:
+    """Remove a container whatever its state; force kills it first if it still runs. Errors are ignored:
+    it may be gone already, and cleanup must not hide the run's own result or exception."""
+    with contextlib.suppress(Exception):
+        container.remove(force=True, v=True)
+
+
+def _read_logs(container: Any, out: OutputCapture, err: OutputCapture) -> None:
+    """Stream each log into its capture chunk by chunk, so memory stays bounded however much was printed."""
+    for capture, is_stdout in ((out, True), (err, False)):
+        for chunk in container.logs(stdout=is_stdout, stderr=not is_stdout, stream=True, follow=False):
+            capture.feed(chunk)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a background future's exception as seen (a waiter left behind by a cancelled run)."""
+    if not future.cancelled():
+        future.exception()
