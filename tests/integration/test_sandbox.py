@@ -66,6 +66,14 @@ async def test_writing_outside_the_workspace_fails(sb: BubblewrapSandbox, worksp
     assert r.stdout == "tmp\n"  # and so is a private /tmp
 
 
+async def test_shou_state_is_hidden_from_the_program(sb: BubblewrapSandbox, workspace: Path) -> None:
+    (workspace / ".shou").mkdir()
+    (workspace / ".shou" / "shou.db").write_text("session log")
+    r = await sb.run(["bash", "-c", "ls -A /workspace/.shou; echo tamper > /workspace/.shou/shou.db"])
+    assert r.stdout == "" and "Read-only file system" in r.stderr
+    assert (workspace / ".shou" / "shou.db").read_text() == "session log"
+
+
 async def test_host_root_is_not_readable(sb: BubblewrapSandbox) -> None:
     r = await sb.run(["bash", "-c", "ls /root; cat /root/.bashrc; ls /home"])
     assert r.stderr.count("No such file or directory") == 3, r.stderr

@@ -46,3 +46,23 @@ def test_unknown_backend_is_a_clear_error(shou, serve) -> None:
     r = shou("run", "x", "--sandbox", "vm", server=serve([]))
     assert r.returncode == 2
     assert "sandbox" in r.stderr and "choose one of auto, bubblewrap, docker, local" in r.stderr
+
+
+def test_doctor_reports_backends_and_runtimes(shou) -> None:
+    r = shou("doctor")
+    assert r.returncode == 0, r.stderr
+    lines = {line.split()[0]: line for line in r.stdout.splitlines() if line.strip()}
+    assert "yes" in lines["bubblewrap"] and "yes" in lines["local"]
+    assert "docker" in lines
+    for runtime in ("python", "bash", "node", "java"):
+        assert runtime in lines and "fails" not in lines[runtime]
+    assert lines["python"].split()[-1].startswith("3.")
+
+
+def test_local_backend_warns_once_at_start(serve, shou) -> None:
+    srv = serve([{"tool_calls": [{"name": "shell", "arguments": {"command": "echo $((6*7))"}}]}, {"text": "42"}])
+    r = shou("run", "x", "--sandbox", "local", server=srv)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("does not isolate anything") == 1
+    assert r.stderr.index("does not isolate") < r.stderr.index("→ shell")
+    assert "\n42" in tool_messages(srv.requests[1])[0]["content"]

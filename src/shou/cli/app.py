@@ -76,9 +76,9 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         "workspace": opts.workspace, "tools": opts.tools, "stream": opts.stream, "sandbox": opts.sandbox,
     })
     if settings.sandbox == "local":
-        from ..sandbox.local import WARNING
+        from ..sandbox.local import warn_once
 
-        err.print(f"[yellow]{escape(WARNING)}[/]")
+        warn_once()  # at start, before any tool call
     if not settings.workspace.is_dir():
         raise UserError(f"workspace {settings.workspace} is not a folder")
     tools = ToolSet(builtin_tools())

@@ -94,6 +94,9 @@ class BubblewrapSandbox:
         cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.memory_mb * mb), "--tmpfs", "/tmp"]
         if workspace_fd is not None:
             cmd += ["--bind-fd", str(workspace_fd), "/workspace", "--chdir", "/workspace"]
+            if (self.workspace / ".shou").is_dir():
+                # shou's own state (the session log, spilled outputs) is not the program's to read or rewrite.
+                cmd += ["--tmpfs", "/workspace/.shou", "--remount-ro", "/workspace/.shou"]
         if files:
             cmd += ["--dir", "/code"]
             for name, fd in files.items():

@@ -21,6 +21,17 @@ WARNING = ("warning: the 'local' sandbox backend does not isolate anything: code
            "with your files and your network")
 
 
+_warned = False
+
+
+def warn_once() -> None:
+    """Print the no-isolation warning to stderr, once per process."""
+    global _warned
+    if not _warned:
+        _warned = True
+        print(WARNING, file=sys.stderr)
+
+
 class LocalSandbox:
     """Runs commands directly (no namespaces); `/code/...` in argv points at a private temp folder."""
 
@@ -30,7 +41,7 @@ class LocalSandbox:
         self.workspace = Path(workspace).resolve()
         self.limits = limits or Limits()
         if warn:
-            print(WARNING, file=sys.stderr)
+            warn_once()
 
     @staticmethod
     def available() -> tuple[bool, str]:
