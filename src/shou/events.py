@@ -54,6 +54,7 @@ class ModelRequest(Event):
     step: int
     message_count: int
     tool_count: int
+    tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,18 @@ class HistoryCleared(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class Compacted(Event):
+    """Older history was summarised: `summary` stands for the session's first `upto` messages in the
+    context from now on (the log keeps them all). Token counts are of the context before and after."""
+
+    type: ClassVar[str] = "compacted"
+    summary: str
+    upto: int
+    tokens_before: int
+    tokens_after: int
+
+
+@dataclass(frozen=True, slots=True)
 class StepFinished(Event):
     """A step (one model call and its tool calls) ended; `usage` is the run's running total."""
 
@@ -164,6 +177,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ToolCallFinished,
         Notice,
         HistoryCleared,
+        Compacted,
         StepFinished,
         RunFinished,
     )

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from .events import Event, HistoryCleared, ModelResponse, RunStarted, StepFinished, ToolCallFinished
+from .events import Compacted, Event, HistoryCleared, ModelResponse, RunStarted, StepFinished, ToolCallFinished
 from .messages import Message, TextPart
 
 if TYPE_CHECKING:
@@ -25,18 +25,24 @@ def new_session_name() -> str:
 
 
 class MessageFold:
-    """Folds events into the conversation's messages, keeping tool results in call order."""
+    """Folds events into the session's state: its messages (tool results in call order), the summary
+    that stands for compacted ones, and the working memory."""
 
-    __slots__ = ("_pending", "_results", "messages")
+    __slots__ = ("_pending", "_results", "messages", "summary", "summary_upto", "working_memory")
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
+        self.summary = ""
+        self.summary_upto = 0
+        self.working_memory = ""
         self._pending: list[str] = []
         self._results: dict[str, list[Message]] = {}
 
     def apply(self, event: Event) -> None:
-        """Update the messages with one event."""
+        """Update the state with one event."""
         if isinstance(event, ToolCallFinished):
+            if event.details and "working_memory" in event.details and not event.is_error:
+                self.working_memory = str(event.details["working_memory"])
             self._results[event.call_id] = tool_messages(event)
             if len(self._results) >= len(self._pending):
                 self._flush()
@@ -49,13 +55,23 @@ class MessageFold:
             self.messages.append(Message.user(event.task))
         elif isinstance(event, StepFinished):
             self._flush()
+        elif isinstance(event, Compacted):
+            self.summary, self.summary_upto = event.summary, event.upto
         elif isinstance(event, HistoryCleared):
             self.messages.clear()
+            self.summary, self.summary_upto, self.working_memory = "", 0, ""
             self._pending, self._results = [], {}
 
     def _flush(self) -> None:
+        # All tool results first, in call order; the user messages carrying their images after them,
+        # since the API accepts nothing else between an assistant's tool calls and their results.
+        later: list[Message] = []
         for call_id in self._pending:
-            self.messages.extend(self._results.get(call_id, ()))
+            tool_msg, *extra = self._results.get(call_id) or [None]
+            if tool_msg is not None:
+                self.messages.append(tool_msg)
+            later.extend(extra)
+        self.messages.extend(later)
         self._pending, self._results = [], {}
 
 
@@ -85,6 +101,21 @@ class Session:
     def messages(self) -> list[Message]:
         """The conversation so far (user, assistant and tool messages; no system prompt)."""
         return self._fold.messages
+
+    @property
+    def summary(self) -> str:
+        """The summary standing for the first `summary_upto` messages ("" before any compaction)."""
+        return self._fold.summary
+
+    @property
+    def summary_upto(self) -> int:
+        """How many of the first messages the summary replaces in the context."""
+        return self._fold.summary_upto
+
+    @property
+    def working_memory(self) -> str:
+        """The agent's scratchpad for this session."""
+        return self._fold.working_memory
 
     def record(self, event: Event) -> None:
         """Fold `event` into the messages and append it to the store."""

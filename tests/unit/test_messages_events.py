@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from shou.events import (
     EVENT_TYPES,
+    Compacted,
     HistoryCleared,
     ModelRequest,
     ModelResponse,
@@ -97,6 +98,7 @@ SAMPLES = [
     ToolCallFinished("r1", 1, "c", "calc", "Error: x", True),
     Notice("r1", 1, "retry", "rate limited"),
     HistoryCleared(""),
+    Compacted("r1", "the user is 一枫", 12, 9000, 1200),
     StepFinished("r1", 1, Usage(3, 4, 1)),
     RunFinished("r1", "loop", "", 3, Usage(9, 9, 3), 1.5, "repeated"),
 ]

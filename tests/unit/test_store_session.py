@@ -29,9 +29,9 @@ def test_fold_keeps_tool_results_in_call_order() -> None:
     s = Session("x")
     one_run(s)
     roles = [(m.role, m.tool_call_id) for m in s.messages]
-    assert roles == [("user", None), ("assistant", None), ("tool", "a"), ("user", None), ("tool", "b"),
+    assert roles == [("user", None), ("assistant", None), ("tool", "a"), ("tool", "b"), ("user", None),
                      ("assistant", None)]
-    assert s.messages[3].images == (ImagePart("QUJD"),)  # an image travels in a user message after the tool
+    assert s.messages[4].images == (ImagePart("QUJD"),)  # an image travels in a user message after the results
 
 
 def test_store_persists_and_a_new_store_sees_the_same_messages(tmp_path: Path) -> None:

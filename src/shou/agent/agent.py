@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..context.builder import ContextPolicy, blocks_of
+from ..context.tokens import TokenCounter
 from ..errors import UserError
-from ..events import Event, RunFinished, RunStatus
+from ..events import Compacted, Event, RunFinished, RunStatus
 from ..models.base import Model, ModelSettings
 from ..session import Session
 from ..tools.base import Tool
@@ -59,6 +61,7 @@ class Agent:
         max_steps: int = 20, run_timeout: float = 300.0, tool_timeout: float = 30.0, max_parallel_tools: int = 4,
         repeat_limit: int = 3, max_total_tokens: int | None = None, workspace: str | Path | None = None,
         model_settings: ModelSettings | None = None, store: SQLiteStore | None = None, settings: Any = None,
+        context: ContextPolicy | None = None, memory: Any = None,
     ) -> None:
         if isinstance(model, str):
             from ..models import get_model
@@ -83,6 +86,38 @@ class Agent:
         self.model_settings = model_settings
         self.store = store
         self.settings = settings
+        self.context = context or ContextPolicy()
+        self.memory = memory
+        self._counter: TokenCounter | None = None
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """Counts tokens for this agent's model (made on first use; the encoding loads lazily)."""
+        if self._counter is None:
+            self._counter = TokenCounter(self.model.name)
+        return self._counter
+
+    async def compact(self, session: Session) -> Compacted | None:
+        """Summarise all but the newest part of `session` now (what `/compact` does in chat)."""
+        from .context import RunContext
+
+        run = RunContext(self, session, "", session.record)
+        upto = session.summary_upto
+        history = session.messages
+        blocks = blocks_of(history[upto:])
+        if len(blocks) < 2:
+            return None
+        keep, kept, first_kept = self.context.keep_recent * run.builder.window, 0, len(blocks) - 1
+        for b in range(len(blocks) - 1, 0, -1):  # the newest blocks that fit the kept share stay verbatim
+            lo, hi = blocks[b]
+            kept += sum(self.token_counter.message(m) for m in history[upto + lo:upto + hi])
+            if kept > keep and b != len(blocks) - 1:
+                break
+            first_kept = b
+        cut = upto + blocks[first_kept][0]
+        event = await run.compact(0, cut)
+        session.flush()
+        return event
 
     def session(self, name: str | None = None) -> Session:
         """A session on this agent's store (continued when `name` already exists there)."""

@@ -27,11 +27,12 @@ from ..events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from ..messages import Message, ToolCall
+from ..messages import ToolCall
 from ..models.base import Completion, Retrying, TextChunk, ToolCallChunk
 from ..tools.base import ToolContext
 from ..tools.executor import ToolExecutor
 from ..usage import Usage
+from .context import RunContext
 from .guards import RepeatGuard
 
 if TYPE_CHECKING:
@@ -101,19 +102,23 @@ class Run:
 
     async def _steps(self) -> tuple[RunStatus, str, str | None]:
         agent = self.agent
-        specs = agent.tools.specs()
-        system = [Message.system(agent.instructions)] if agent.instructions else []
         guard = RepeatGuard(agent.repeat_limit)
-        executor = ToolExecutor(agent.tools, timeout=agent.tool_timeout, concurrency=agent.max_parallel_tools)
+        executor = ToolExecutor(agent.tools, timeout=agent.tool_timeout, concurrency=agent.max_parallel_tools,
+                                spill_chars=agent.context.spill_chars)
         ctx = ToolContext(agent.workspace, self.session.name, self.run_id, agent.settings)
+        context = RunContext(agent, self.session, self.run_id, self.emit)
+        context.recall(self.task)
         run_id = self.run_id
         while True:
             if self.step >= agent.max_steps:
                 return "max_steps", "", f"stopped after {agent.max_steps} steps without a final answer"
             self.step += 1
             step = self.step
-            messages = system + self.session.messages
-            self.emit(ModelRequest(run_id, step, len(messages), len(specs)))
+            messages, specs, tokens = await context.messages(step)
+            self.usage = self.usage + context.usage
+            context.usage = Usage()
+            ctx.state["working_memory"] = self.session.working_memory
+            self.emit(ModelRequest(run_id, step, len(messages), len(specs), tokens))
             t0 = time.perf_counter()
             completion: Completion | None = None
             async for ev in agent.model.stream(messages, specs, agent.model_settings):

@@ -21,7 +21,7 @@ from .truncate import truncate
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_CONCURRENCY = 4
-MAX_OUTPUT_BYTES = 50_000
+SPILL_CHARS = 20_000  # past this a tool's output goes to .shou/outputs/ and the model sees head and tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +69,12 @@ class ToolExecutor:
 
     def __init__(
         self, tools: ToolSet, *, timeout: float = DEFAULT_TIMEOUT, concurrency: int = DEFAULT_CONCURRENCY,
-        max_output_bytes: int = MAX_OUTPUT_BYTES,
+        spill_chars: int = SPILL_CHARS,
     ) -> None:
         self.tools = tools
         self.timeout = timeout
         self.concurrency = max(1, concurrency)
-        self.max_output_bytes = max_output_bytes
+        self.spill_chars = spill_chars
 
     async def execute(self, call: ToolCall, ctx: ToolContext | None) -> ToolResult:
         """Run one call to completion; never raises (except for cancellation of the caller)."""
@@ -103,14 +103,24 @@ class ToolExecutor:
         except Exception as e:
             return ToolResult.error(f"Error: {call.name} raised {type(e).__name__}: {e}")
         result = ToolResult.coerce(value)
-        return self._cap(result)
+        return self._cap(result, call, ctx)
 
-    def _cap(self, result: ToolResult) -> ToolResult:
-        if len(result.content) <= self.max_output_bytes // 4:
+    def _cap(self, result: ToolResult, call: ToolCall, ctx: ToolContext | None) -> ToolResult:
+        """Keep big outputs out of the context: the model gets head and tail, the whole goes to a file."""
+        text = result.content
+        if len(text) <= self.spill_chars:
             return result
-        cut = truncate(result.content, max_bytes=self.max_output_bytes, hint="ask for a narrower result")
-        if not cut.truncated:
-            return result
+        hint = "ask for a narrower result"
+        if ctx is not None:
+            path = ctx.workspace / ".shou" / "outputs" / f"{call.name}-{call.id or 'call'}.txt"
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+                rel = path.relative_to(ctx.workspace)
+                hint = f"the full output ({len(text)} characters) is in {rel}; read it with read_file and offset"
+            except OSError:
+                pass
+        cut = truncate(text, max_bytes=self.spill_chars, hint=hint)
         return ToolResult(cut.text, result.image, result.is_error, result.details)
 
     async def run_all(self, calls: list[ToolCall], ctx: ToolContext | None) -> AsyncIterator[ExecutedCall]:
