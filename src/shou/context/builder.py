@@ -179,8 +179,15 @@ class ContextBuilder:
             if m.role != "tool":
                 continue
             have = self.counter.message(m)
-            keep_tokens = max(64, have - excess)
-            cut = truncate(m.text, max_bytes=keep_tokens * 3, hint="the full result is in the session log")
-            out[i] = Message.tool(m.tool_call_id or "", m.name or "", cut.text)
-            excess -= have - self.counter.message(out[i])
+            target = max(64, have - excess)
+            chars = target * 3
+            for _ in range(6):  # characters per token vary by text: converge on the target
+                cut = truncate(m.text, max_bytes=chars, hint="the full result is in the session log")
+                shrunk = Message.tool(m.tool_call_id or "", m.name or "", cut.text)
+                got = self.counter.message(shrunk)
+                if got <= target:
+                    break
+                chars = int(chars * target / got * 0.95)
+            out[i] = shrunk
+            excess -= have - got
         return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gzip
 import hashlib
+import importlib.util
 import os
 import tempfile
 from collections.abc import Callable
@@ -71,11 +72,11 @@ def _seed_tiktoken_cache(name: str) -> None:
     target = Path(cache) / hashlib.sha1(url.encode()).hexdigest()
     if target.exists():
         return
-    try:
-        import bpe_openai.data as data
-    except ImportError:
+    # find_spec locates the package without importing it (its import is slow and loads every encoding).
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or not spec.submodule_search_locations:
         return
-    source = Path(data.__file__).parent / f"{name}.tiktoken.gz"
+    source = Path(next(iter(spec.submodule_search_locations))) / "data" / f"{name}.tiktoken.gz"
     if source.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".{os.getpid()}.tmp")

@@ -52,7 +52,7 @@ _N, _S = (int, float), (str,)
 # fmt: off
 _TURN_KEYS: dict[str, tuple[type, ...]] = {
     "text": _S, "tool_calls": (list,), "error": (int,), "retry_after": _N, "message": _S, "delay": _N,
-    "chunk_size": (int,), "finish_reason": _S, "usage": (dict,), "hang": (bool,),
+    "chunk_size": (int,), "finish_reason": _S, "usage": (dict,), "hang": (bool,), "summary": (bool,),
 }
 # fmt: on
 _CALL_KEYS: dict[str, tuple[type, ...]] = {"name": _S, "arguments": (dict, str), "id": _S}
@@ -142,7 +142,7 @@ class _Script:
 
     def __init__(self, turns: list[dict[str, Any]], record: str | os.PathLike[str] | None = None) -> None:
         self.turns = turns
-        self.next = 0
+        self.used: set[int] = set()
         self.requests: list[Any] = []
         self._record = record
         self._lock = threading.Lock()
@@ -154,21 +154,35 @@ class _Script:
                 with open(self._record, "a", encoding="utf-8") as f:
                     f.write(json.dumps(body) + "\n")
 
-    def take(self) -> tuple[int, dict[str, Any]] | None:
-        """The next turn and its index, or `None` when the script is exhausted."""
+    def take(self, body: Any = None) -> tuple[int, dict[str, Any]] | None:
+        """The next turn for this request and its index, or `None` when the script has none left.
+
+        Turns marked `"summary": true` answer only shou's compaction requests (recognised by the marker
+        in their system message) and the others only ordinary requests, so a script need not predict
+        exactly when compaction happens.
+        """
+        want = _is_compaction(body)
         with self._lock:
-            if self.next >= len(self.turns):
-                return None
-            self.next += 1
-            return self.next - 1, self.turns[self.next - 1]
+            for i in range(len(self.turns)):
+                if i not in self.used and bool(self.turns[i].get("summary")) == want:
+                    self.used.add(i)
+                    return i, self.turns[i]
+            return None
 
     def exhausted_message(self) -> str:
         return f"scripted model: script exhausted after {len(self.turns)} turns"
 
     def reset(self) -> None:
         with self._lock:
-            self.next = 0
+            self.used.clear()
             self.requests.clear()
+
+
+def _is_compaction(body: Any) -> bool:
+    if not isinstance(body, dict):
+        return False
+    return any(m.get("role") == "system" and "[shou:compact]" in str(m.get("content") or "")
+               for m in body.get("messages") or ())
 
 
 def _error_message(turn: dict[str, Any]) -> str:
@@ -207,7 +221,7 @@ class ScriptedModel:
                     body[key] = value
             body.update(settings.extra)
         self._script.record(body)
-        taken = self._script.take()
+        taken = self._script.take(body)
         if taken is None:
             raise ModelResponseError(self._script.exhausted_message(), status=400)
         n, turn = taken
@@ -322,7 +336,7 @@ class _Handler(BaseHTTPRequestHandler):
         if expected is not None and self.headers.get("Authorization") != f"Bearer {expected}":
             self._error(401, "Incorrect API key provided (scripted server)")
             return
-        taken = script.take()
+        taken = script.take(body)
         if taken is None:
             self._error(400, script.exhausted_message())
             return

@@ -15,6 +15,7 @@ BUILTINS: list[tuple[str, tuple[str, ...]]] = [
     ("shou.tools.builtin.calc", ("calculator",)),
     ("shou.tools.builtin.clock", ("current_time",)),
     ("shou.tools.builtin.shell", ("shell", "run_code")),
+    ("shou.tools.builtin.working_memory", ("working_memory",)),
 ]
 
 

@@ -1,0 +1,112 @@
+"""The request builder: every request valid, within budget, task and newest turn kept; relevance; tokens."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shou.context.builder import ContextBuilder, ContextPolicy, blocks_of, system_text
+from shou.context.relevance import bm25_scores, select_tools
+from shou.context.tokens import TokenCounter, context_window, get_encoder
+from shou.context.validate import InvalidRequest, validate_messages
+from shou.messages import ImagePart, Message, TextPart, ToolCall
+from shou.tools import Tool
+
+COUNTER = TokenCounter("gpt-4o-mini")
+
+
+def conversation(draw_blocks: list[tuple[str, int, int]]) -> list[Message]:
+    """History from (kind, size, n_calls) triples: user / text / tools blocks of roughly `size` words."""
+    out: list[Message] = [Message.user("the task: find the vault code")]
+    for i, (kind, size, n) in enumerate(draw_blocks):
+        words = " ".join(f"w{i}x{j}" for j in range(size))
+        if kind == "user":
+            out.append(Message.user(words))
+        elif kind == "text":
+            out.append(Message.assistant(words))
+        else:
+            calls = [ToolCall(f"c{i}_{k}", "read_file", f'{{"path": "f{i}_{k}"}}') for k in range(n)]
+            out.append(Message.assistant(None, calls))
+            out.extend(Message.tool(c.id, c.name, words) for c in calls)
+            if kind == "image":
+                out.append(Message.user((TextPart("[image]"), ImagePart("QUJD"))))
+    return out
+
+
+blocks = st.lists(st.tuples(st.sampled_from(["user", "text", "tools", "image"]), st.integers(1, 400),
+                            st.integers(1, 3)), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(blocks, st.integers(1500, 12_000))
+def test_every_built_request_is_valid_and_within_budget(spec: list, window: int) -> None:
+    history = conversation(spec)
+    builder = ContextBuilder(COUNTER, window, ContextPolicy(reserve_output=256))
+    built = builder.build(lambda omitted: system_text("be brief", omitted=omitted), history, pinned=0,
+                          query="vault code")
+    validate_messages(built.messages)
+    assert built.messages[0].role == "system"
+    assert built.messages[1] == history[0]  # the task is always there
+    last_block = blocks_of(history)[-1]
+    assert [m.role for m in built.messages[-(last_block[1] - last_block[0]):]] == \
+        [m.role for m in history[last_block[0]:]]  # and so is the newest block
+    assert built.tokens <= builder.budget + 64 or len(built.messages) <= 2 + (last_block[1] - last_block[0])
+    if built.omitted:
+        assert "older messages are not shown" in built.messages[0].text
+
+
+def test_relevant_old_blocks_come_back_in_order() -> None:
+    history = [Message.user("task: what is the vault code?")]
+    for i in range(30):
+        call = ToolCall(f"c{i}", "read_file", f'{{"path": "log{i}.txt"}}')
+        body = "the vault code is 7341" if i == 3 else " ".join(f"noise{i}_{j}" for j in range(150))
+        history += [Message.assistant(None, [call]), Message.tool(call.id, "read_file", body)]
+    builder = ContextBuilder(COUNTER, 3000, ContextPolicy(reserve_output=200))
+    built = builder.build(lambda o: system_text("x", omitted=o), history, pinned=0, query="vault code")
+    texts = [m.text for m in built.messages]
+    assert "the vault code is 7341" in texts and built.omitted > 0
+    validate_messages(built.messages)
+    ids = [m.tool_call_id for m in built.messages if m.role == "tool"]
+    assert ids == sorted(ids, key=lambda x: int(x[1:]))  # chronological
+
+
+def test_huge_newest_result_is_shrunk_not_dropped() -> None:
+    call = ToolCall("c1", "shell", "{}")
+    history = [Message.user("go"), Message.assistant(None, [call]), Message.tool("c1", "shell", "y " * 20_000)]
+    builder = ContextBuilder(COUNTER, 2000, ContextPolicy(reserve_output=200))
+    built = builder.build(lambda o: "sys", history, pinned=0)
+    validate_messages(built.messages)
+    assert built.messages[-1].role == "tool" and built.tokens < 2500 and "omitted" in built.messages[-1].text
+
+
+def test_validator_rejects_broken_requests() -> None:
+    call = ToolCall("a", "f", "{}")
+    with pytest.raises(InvalidRequest, match="answers no open tool call"):
+        validate_messages([Message.user("x"), Message.tool("a", "f", "1")])
+    with pytest.raises(InvalidRequest, match="never answered"):
+        validate_messages([Message.user("x"), Message.assistant(None, [call]), Message.user("y")])
+    with pytest.raises(InvalidRequest, match="system message after"):
+        validate_messages([Message.user("x"), Message.system("s")])
+    with pytest.raises(InvalidRequest, match="unanswered"):
+        validate_messages([Message.user("x"), Message.assistant(None, [call])])
+
+
+def test_token_counts_are_real_encodings_and_cached() -> None:
+    enc = get_encoder("cl100k_base")
+    assert enc("hello world") == 2  # tiktoken's cl100k, loaded offline
+    m = Message.user("hello world")
+    assert COUNTER.message(m) == 4 + enc("hello world") and COUNTER.message(m) == COUNTER._cache[m]
+    assert context_window("deepseek:deepseek-chat") == 128_000 and context_window("unknown-model") == 32_768
+    assert context_window("gpt-4o", override=9000) == 9000
+
+
+def test_bm25_and_tool_selection() -> None:
+    scores = bm25_scores("vault code", ["the vault code is 7341", "nothing here", "a code review"])
+    assert scores[0] > scores[2] > scores[1] == 0
+    tools = [Tool(f"tool_{i}", f"does thing number {i}", None, lambda: None) for i in range(30)]
+    tools.append(Tool("weather_forecast", "Get the weather forecast for a city", None, lambda: None))
+    picked = select_tools(tools, "what is the weather in Paris", max_tools=5, core=["tool_0"])
+    assert [t.name for t in picked] == ["tool_0", "weather_forecast"]
+    assert len(select_tools(tools, "zzz qqq", max_tools=5)) == 31  # nothing relevant: offer everything
+    assert len(select_tools(tools[:4], "weather", max_tools=5)) == 4  # few tools: no selection at all
