@@ -84,3 +84,34 @@ def test_chat_multi_line_paste_is_one_message(serve, tmp_path: Path, workspace: 
     finally:
         child.close(force=True)
     assert srv.requests[0]["messages"][-1] == {"role": "user", "content": "first line\nsecond line"}
+
+
+def test_chat_compact_command(serve, tmp_path: Path, workspace: Path) -> None:
+    srv = serve([
+        {"text": "Nice to meet you, 枫哥."},
+        {"text": "Noted: the deadline is Friday."},
+        {"text": "Your name is 一枫 and the deadline is Friday."},
+        {"summary": True, "text": "The user is 一枫 (call him 枫哥); the deadline is Friday."},
+    ])
+    env = shou_env(tmp_path, srv, PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm")
+    child = pexpect.spawn(sys.executable, ["-m", "shou", "chat"], cwd=str(workspace), env=env,
+                          encoding="utf-8", timeout=30, dimensions=(40, 200))
+    try:
+        for line, reply in (("My name is 一枫, call me 枫哥", "枫哥"), ("The deadline is Friday", "Friday")):
+            child.expect("›")
+            child.sendline(line)
+            child.expect(reply)
+        child.expect("›")
+        child.sendline("/compact")
+        child.expect(r"compacted: \d+ → \d+ tokens")
+        child.expect("›")
+        child.sendline("What do you know?")
+        child.expect("deadline is Friday")
+        child.expect("›")
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    last = srv.requests[-1]["messages"]
+    assert "Summary of the earlier conversation" in last[0]["content"] and "一枫" in last[0]["content"]
+    assert [m["role"] for m in last[1:]] == ["assistant", "user"]  # the newest block kept verbatim, then the question

@@ -98,7 +98,7 @@ class Agent:
         return self._counter
 
     async def compact(self, session: Session) -> Compacted | None:
-        """Summarise all but the newest part of `session` now (what `/compact` does in chat)."""
+        """Summarise all of `session` but its newest block now (what `/compact` does in chat)."""
         from .context import RunContext
 
         run = RunContext(self, session, "", session.record)
@@ -107,14 +107,7 @@ class Agent:
         blocks = blocks_of(history[upto:])
         if len(blocks) < 2:
             return None
-        keep, kept, first_kept = self.context.keep_recent * run.builder.window, 0, len(blocks) - 1
-        for b in range(len(blocks) - 1, 0, -1):  # the newest blocks that fit the kept share stay verbatim
-            lo, hi = blocks[b]
-            kept += sum(self.token_counter.message(m) for m in history[upto + lo:upto + hi])
-            if kept > keep and b != len(blocks) - 1:
-                break
-            first_kept = b
-        cut = upto + blocks[first_kept][0]
+        cut = upto + blocks[-1][0]  # asked for by a person: fold everything but the newest exchange
         event = await run.compact(0, cut)
         session.flush()
         return event

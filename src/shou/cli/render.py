@@ -13,7 +13,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.markup import escape
 
-from ..events import Event, Notice, RunFinished, TextDelta, ToolCallFinished, ToolCallStarted
+from ..events import Compacted, Event, Notice, RunFinished, TextDelta, ToolCallFinished, ToolCallStarted
 
 STATUS_STYLE = {"completed": "green", "cancelled": "yellow", "max_steps": "yellow", "loop": "yellow",
                 "timeout": "yellow", "budget": "yellow", "error": "red"}
@@ -60,6 +60,9 @@ class Renderer:
         elif isinstance(event, ToolCallFinished):
             style = "red" if event.is_error else "dim"
             self.err.print(f"  [{style}]← {escape(short(event.content))}[/]")
+        elif isinstance(event, Compacted):
+            self._newline()
+            self.err.print(f"[dim]context compacted: {event.tokens_before} → {event.tokens_after} tokens[/]")
         elif isinstance(event, Notice):
             self._newline()
             self.err.print(f"[yellow]! {escape(event.text)}[/]")

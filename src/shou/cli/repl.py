@@ -21,6 +21,7 @@ HELP = """Commands:
   /help    this text
   /tools   the tools the model can use
   /clear   start the conversation afresh (the log keeps the old turns)
+  /compact summarise the older conversation now, to free context
   /quit    leave (also: exit, 退出, Ctrl-D)
 Anything else is a message to the agent. Ctrl-C stops a running turn. Paste multi-line text as is."""
 
@@ -64,6 +65,16 @@ async def run_repl(agent: Agent, settings: Settings, session_name: str | None) -
                 session.clear()
                 session.flush()
                 console.print("[dim]conversation cleared[/]")
+            elif line == "/compact":
+                try:
+                    done = await agent.compact(session)
+                except Exception as e:  # a model error must not end the chat
+                    console.print(f"[red]compaction failed: {escape(str(e))}[/]")
+                    continue
+                if done is None:
+                    console.print("[dim]nothing to compact yet[/]")
+                else:
+                    console.print(f"[dim]compacted: {done.tokens_before} → {done.tokens_after} tokens[/]")
             elif line == "/tools":
                 for t in agent.tools:
                     console.print(f"[cyan]{t.name}[/]  {escape(t.description.splitlines()[0])}")

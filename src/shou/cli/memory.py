@@ -1,0 +1,205 @@
+"""`shou memory`: add, search, list, forget and import long-term memories.
+
+Every command works on `--store PATH`, by default `.shou/memory.db` in the workspace (`--workspace`,
+else the current folder). Mounted on the main app with `app.add_typer(memory_app, name="memory")`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import ShouError
+from ..memory import Memory, MemoryStore, NewMemory
+
+memory_app = typer.Typer(
+    name="memory", help="Long-term memory: add, search, list, forget and import memories.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+StoreOpt = Annotated[Path | None, typer.Option("--store", help="The memory file (default .shou/memory.db).")]
+WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Folder whose .shou/memory.db to use.")]
+BM25Opt = Annotated[bool, typer.Option("--bm25-only", help="Do not load the embedding model (keyword search only).")]
+TagOpt = Annotated[list[str] | None, typer.Option("--tag", "-t", help="A tag (repeatable).")]
+SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Only memories of this session.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")]
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/] {escape(message)}")
+    return typer.Exit(2)
+
+
+def _open(store: Path | None, workspace: Path | None, bm25_only: bool) -> MemoryStore:
+    path = store if store is not None else (workspace or Path.cwd()) / ".shou" / "memory.db"
+    try:
+        return MemoryStore(path, embeddings=not bm25_only)
+    except Exception as e:  # sqlite3.DatabaseError for a file that is not a store, OSError for a bad path
+        raise _fail(f"cannot open memory store {path}: {e}") from None
+
+
+def _parse_time(value: Any, where: str) -> float | None:
+    """A memory time: seconds since the epoch, or an ISO 8601 date/time (local time when naive)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.strip()).timestamp()
+        except ValueError:
+            pass
+    raise _fail(f"{where}: time {value!r} is neither seconds since 1970 nor an ISO date such as 2024-05-08")
+
+
+def _jsonl(file: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, object) for every non-blank line of a JSON-lines file."""
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise _fail(f"cannot read {file}: {e.strerror or e}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{file}:{number}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise _fail(f"{where}: not JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise _fail(f"{where}: expected a JSON object")
+        yield where, obj
+
+
+def _table(memories: list[Memory], scored: bool) -> None:
+    table = Table("id", *(["score"] if scored else []), "time", "tags", "text", box=None)
+    for m in memories:
+        when = datetime.fromtimestamp(m.time).strftime("%Y-%m-%d %H:%M")
+        score = [f"{m.score:.3f}"] if scored else []
+        table.add_row(escape(m.id), *score, when, escape(", ".join(m.tags)), escape(m.text))
+    Console(highlight=False).print(table)
+
+
+def _as_json(m: Memory) -> dict[str, Any]:
+    return {"id": m.id, "text": m.text, "time": m.time, "session": m.session, "source": m.source,
+            "tags": list(m.tags)}
+
+
+@memory_app.command()
+def add(
+    text: Annotated[str, typer.Argument(help="The memory, as a sentence.")],
+    tag: TagOpt = None, session: Annotated[str, typer.Option("--session", "-s", help="Session it belongs to.")] = "",
+    source: Annotated[str, typer.Option("--source", help="Where it came from.")] = "cli",
+    store: StoreOpt = None, workspace: WorkspaceOpt = None, bm25_only: BM25Opt = False,
+) -> None:
+    """Store TEXT as a memory (a copy of a stored memory is not stored twice)."""
+    with _open(store, workspace, bm25_only) as db:
+        try:
+            mem, added = db.add(text, session=session, source=source, tags=tag or ())
+        except ShouError as e:
+            raise _fail(str(e)) from None
+    typer.echo(f"added {mem.id}" if added else f"already stored as {mem.id}")
+
+
+@memory_app.command()
+def search(
+    query: Annotated[str | None, typer.Argument(help="What to look for.")] = None,
+    queries: Annotated[Path | None, typer.Option(
+        "--queries", help='A JSON-lines file of {"id": ..., "query": ...}, answered one JSON line each.')] = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many memories per query.")] = 10,
+    tag: TagOpt = None, session: SessionOpt = None, json_lines: JsonOpt = False,
+    store: StoreOpt = None, workspace: WorkspaceOpt = None, bm25_only: BM25Opt = False,
+) -> None:
+    """Find the memories best matching QUERY (or each query of --queries), best first."""
+    if (query is None) == (queries is None):
+        raise _fail("give either a QUERY or --queries FILE.jsonl")
+    asked: list[tuple[Any, str]] = [(None, query or "")]
+    if queries is not None:
+        asked = []
+        for where, obj in _jsonl(queries):
+            if not isinstance(obj.get("query"), str):
+                raise _fail(f'{where}: needs a "query" string')
+            asked.append((obj.get("id"), obj["query"]))
+    with _open(store, workspace, bm25_only) as db:
+        for qid, text in asked:
+            found = db.search(text, top_k, tags=tag or (), session=session)
+            if json_lines or queries is not None:
+                results = [{"id": m.id, "score": m.score, "text": m.text} for m in found]
+                typer.echo(json.dumps({"id": qid, "results": results}, ensure_ascii=False))
+            else:
+                _table(found, scored=True)
+
+
+@memory_app.command(name="list")
+def list_memories(
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many, newest first.")] = 50,
+    tag: TagOpt = None, session: SessionOpt = None, json_lines: JsonOpt = False,
+    store: StoreOpt = None, workspace: WorkspaceOpt = None,
+) -> None:
+    """Show stored memories, newest first."""
+    with _open(store, workspace, bm25_only=True) as db:
+        found = db.list(limit, tags=tag or (), session=session)
+        total = db.count()
+    if json_lines:
+        for m in found:
+            typer.echo(json.dumps(_as_json(m), ensure_ascii=False))
+        return
+    _table(found, scored=False)
+    err.print(f"{len(found)} of {total} memories")
+
+
+@memory_app.command()
+def forget(
+    ids: Annotated[list[str] | None, typer.Argument(help="Ids of the memories to delete.")] = None,
+    before: Annotated[str | None, typer.Option("--before", help="Memories older than this ISO date.")] = None,
+    unused_days: Annotated[float | None, typer.Option(
+        "--unused-days", help="Memories not recalled (nor added) in this many days.")] = None,
+    tag: TagOpt = None, session: SessionOpt = None,
+    everything: Annotated[bool, typer.Option("--all", help="Delete every memory.")] = False,
+    store: StoreOpt = None, workspace: WorkspaceOpt = None,
+) -> None:
+    """Delete memories by id, or all those matching every filter given."""
+    import time
+
+    if not (ids or before or unused_days is not None or tag or session or everything):
+        raise _fail("say what to forget: ids, --before, --unused-days, --tag, --session or --all")
+    until = _parse_time(before, "--before")
+    unused_since = time.time() - unused_days * 86400 if unused_days is not None else None
+    with _open(store, workspace, bm25_only=True) as db:
+        n = db.forget(ids or (), before=until, unused_since=unused_since, tags=tag or (), session=session,
+                      everything=everything)
+    typer.echo(f"forgot {n} {'memory' if n == 1 else 'memories'}")
+
+
+@memory_app.command(name="import")
+def import_memories(
+    file: Annotated[Path, typer.Argument(help='JSON lines: {"text": ..., "id": ..., "time": ..., "tags": [...]}.')],
+    source: Annotated[str | None, typer.Option("--source", help="Source to record (default: the file name).")] = None,
+    store: StoreOpt = None, workspace: WorkspaceOpt = None, bm25_only: BM25Opt = False,
+) -> None:
+    """Add one memory per line of FILE (copies of stored memories are skipped)."""
+    items: list[NewMemory] = []
+    for where, obj in _jsonl(file):
+        text, tags = obj.get("text"), obj.get("tags") or []
+        if not isinstance(text, str) or not text.strip():
+            raise _fail(f'{where}: needs a non-empty "text" string')
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise _fail(f'{where}: "tags" must be a list of strings')
+        mem_id = obj.get("id")
+        items.append(NewMemory(
+            text, id=None if mem_id is None else str(mem_id), time=_parse_time(obj.get("time"), where),
+            session=str(obj.get("session") or ""), source=source if source is not None else file.name, tags=tags,
+        ))
+    with _open(store, workspace, bm25_only) as db:
+        results = db.add_many(items)
+    added = sum(1 for _, ok in results if ok)
+    typer.echo(f"imported {added} memories ({len(results) - added} already stored)")
