@@ -26,7 +26,7 @@ def fetch_log(n: int) -> str:
     return (f"log {n}: {FACT}. " if n == 3 else f"log {n}: ") + words
 
 
-def test_sixty_turns_stay_in_the_window(serve, workspace: Path) -> None:  # noqa: ANN001
+def test_sixty_turns_stay_in_the_window(serve, workspace: Path) -> None:
     turns = [{"text": f"Reading log {i}.", "tool_calls": [{"name": "fetch_log", "arguments": {"n": i}}]}
              for i in range(60)]
     turns.append({"text": "The vault code is 7341."})
