@@ -71,6 +71,7 @@ class Settings:
     sandbox_timeout: float = 300.0
     sandbox_memory_mb: int = 512
     sandbox_network: bool = False
+    vision: bool | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     env: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -104,7 +105,7 @@ _ENV = {
     "tool_timeout": "SHOU_TOOL_TIMEOUT", "max_parallel_tools": "SHOU_MAX_PARALLEL_TOOLS", "stream": "SHOU_STREAM",
     "temperature": "SHOU_TEMPERATURE", "tools": "SHOU_TOOLS", "sandbox": "SHOU_SANDBOX",
     "sandbox_timeout": "SHOU_SANDBOX_TIMEOUT", "sandbox_memory_mb": "SHOU_SANDBOX_MEMORY_MB",
-    "sandbox_network": "SHOU_SANDBOX_NETWORK",
+    "sandbox_network": "SHOU_SANDBOX_NETWORK", "vision": "SHOU_VISION",
 }
 SECRET_FIELDS = frozenset({"api_key"})
 SANDBOX_BACKENDS = ("auto", "bubblewrap", "docker", "local")
@@ -177,7 +178,7 @@ def _convert(key: str, raw: Any, source: str) -> Any:
             if key != "temperature" and value <= 0:
                 raise ValueError("must be positive")
             return value
-        if key in ("stream", "sandbox_network"):
+        if key in ("stream", "sandbox_network", "vision"):
             if isinstance(raw, bool):
                 return raw
             return str(raw).strip().lower() not in ("0", "false", "no", "off")

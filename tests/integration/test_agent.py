@@ -121,3 +121,29 @@ def test_sync_run_twice_on_one_agent(serve, workspace: Path) -> None:
     assert agent.run("first", session).answer == "one"
     assert agent.run("second", session).answer == "two"  # a fresh event loop, a fresh connection pool
     assert [m["content"] for m in srv.requests[1]["messages"][1:]] == ["first", "one", "second"]
+
+
+async def test_images_reach_vision_models_and_text_reaches_the_others(serve, workspace: Path) -> None:
+    from shou import ImagePart, ToolResult
+
+    @tool
+    def snap() -> ToolResult:
+        """Take a picture."""
+        return ToolResult("Screenshot of Demo", image=ImagePart.from_bytes(b"\x89PNG fake"),
+                          details={"page_text": "Hello from the page"})
+
+    for vision in (True, False):
+        srv = serve([{"tool_calls": [{"name": "snap", "arguments": {}}]}, {"text": "I see it."}])
+        result = await Agent(model_for(srv), [snap], workspace=workspace, vision=vision).arun("look")
+        assert result.status == "completed"
+        sent = srv.requests[1]["messages"]
+        assert_valid_conversation(sent)
+        parts = [p for m in sent if isinstance(m["content"], list) for p in m["content"]]
+        tool_text = next(m["content"] for m in sent if m["role"] == "tool")
+        if vision:
+            assert any(p["type"] == "image_url" and p["image_url"]["url"].startswith("data:image/png;base64,")
+                       for p in parts)
+            assert "Hello from the page" not in tool_text
+        else:
+            assert parts == []
+            assert "cannot see images" in tool_text and "Hello from the page" in tool_text

@@ -13,6 +13,7 @@ from ..context.tokens import TokenCounter
 from ..errors import UserError
 from ..events import Compacted, Event, RunFinished, RunStatus
 from ..models.base import Model, ModelSettings
+from ..models.capabilities import supports_vision
 from ..session import Session
 from ..tools.base import Tool
 from ..tools.registry import ToolSet
@@ -53,7 +54,8 @@ class Agent:
 
     `model` is a `Model` or a spec such as `"deepseek:deepseek-chat"` (resolved from settings and the
     environment). Guards: `max_steps` model calls, `run_timeout` seconds of wall time, `repeat_limit`
-    identical consecutive calls, and optionally `max_total_tokens`.
+    identical consecutive calls, and optionally `max_total_tokens`. `vision` says whether the model may be
+    sent images (default: known vision models only); a text-only model gets a page's text instead.
     """
 
     def __init__(
@@ -61,7 +63,7 @@ class Agent:
         max_steps: int = 20, run_timeout: float = 300.0, tool_timeout: float = 30.0, max_parallel_tools: int = 4,
         repeat_limit: int = 3, max_total_tokens: int | None = None, workspace: str | Path | None = None,
         model_settings: ModelSettings | None = None, store: SQLiteStore | None = None, settings: Any = None,
-        context: ContextPolicy | None = None, memory: Any = None,
+        context: ContextPolicy | None = None, memory: Any = None, vision: bool | None = None,
     ) -> None:
         if isinstance(model, str):
             from ..models import get_model
@@ -88,6 +90,7 @@ class Agent:
         self.settings = settings
         self.context = context or ContextPolicy()
         self.memory = memory
+        self.vision = supports_vision(self.model.name) if vision is None else vision
         self._counter: TokenCounter | None = None
 
     @property

@@ -40,6 +40,13 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 
+def without_image(content: str, details: dict | None) -> tuple[str, None]:
+    """A tool result for a text-only model: the image's text stand-in (a page's text) instead of the image."""
+    text = str((details or {}).get("page_text") or "").strip()
+    note = "\n\n[An image was returned, but this model cannot see images (set vision on for a model that can)."
+    return content + note + (f" The page's text instead:]\n{text}" if text else "]"), None
+
+
 def new_run_id() -> str:
     """A short random run id."""
     return "run_" + secrets.token_hex(6)
@@ -156,9 +163,12 @@ class Run:
                 if verdicts[done.index] == "warn":
                     content += guard.note(done.call)
                     self.emit(Notice(run_id, step, "repeat", f"{done.call.name} repeated {guard.limit} times"))
+                image = result.image
+                if image is not None and not agent.vision:
+                    content, image = without_image(content, result.details)
                 self.unfinished.pop(done.call.id, None)
                 self.emit(ToolCallFinished(run_id, step, done.call.id, done.call.name, content, result.is_error,
-                                           done.latency, result.image, result.details))
+                                           done.latency, image, result.details))
             self.emit(StepFinished(run_id, step, self.usage))
             if agent.max_total_tokens is not None and self.usage.total_tokens > agent.max_total_tokens:
                 spent = self.usage.total_tokens

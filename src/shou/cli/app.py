@@ -36,6 +36,8 @@ SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Continu
 FunctionsOpt = Annotated[list[Path] | None, typer.Option(
     "--functions", help="A Python file whose @tool functions are offered too (repeatable).")]
 StreamOpt = Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream the model's output.")]
+VisionOpt = Annotated[bool | None, typer.Option(
+    "--vision/--no-vision", help="Send images (screenshots) to the model (default: known vision models).")]
 SandboxOpt = Annotated[str | None, typer.Option(
     "--sandbox", help="Where shell and run_code run: auto, bubblewrap, docker or local (no isolation).")]
 
@@ -53,6 +55,7 @@ class Options:
     functions: list[Path] | None = None
     stream: bool | None = None
     sandbox: str | None = None
+    vision: bool | None = None
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -74,6 +77,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     settings = load_settings({
         "model": opts.model, "base_url": opts.base_url, "provider": opts.provider, "max_steps": opts.max_steps,
         "workspace": opts.workspace, "tools": opts.tools, "stream": opts.stream, "sandbox": opts.sandbox,
+        "vision": opts.vision,
     })
     if settings.sandbox == "local":
         from ..sandbox.local import warn_once
@@ -92,6 +96,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         model, tools, max_steps=settings.max_steps, run_timeout=settings.run_timeout,
         tool_timeout=settings.tool_timeout, max_parallel_tools=settings.max_parallel_tools,
         workspace=settings.workspace, store=SQLiteStore.for_workspace(settings.workspace), settings=settings,
+        vision=settings.vision,
     )
     return agent, settings
 
@@ -101,7 +106,7 @@ def run(
     task: Annotated[str, typer.Argument(help="What to do. Use - to read it from stdin.")],
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, session: SessionOpt = None,
-    functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None,
+    functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
     json_lines: Annotated[bool, typer.Option("--json", help="Print every event as a JSON line.")] = False,
 ) -> None:
     """Carry out TASK with the model and tools, streaming what happens, then print a summary."""
@@ -111,7 +116,7 @@ def run(
         task = sys.stdin.read()
     if not task.strip():
         raise fail("the task is empty")
-    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox)
+    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision)
     try:
         agent, _ = build_agent(opts)
     except ShouError as e:
@@ -144,12 +149,12 @@ async def _run_once(agent, task: str, session: str | None, render) -> str:
 def chat(
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, session: SessionOpt = None,
-    functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None,
+    functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
 ) -> None:
     """Talk with the agent turn by turn (/help lists the commands)."""
     from .repl import run_repl
 
-    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox)
+    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision)
     try:
         agent, settings = build_agent(opts)
     except ShouError as e:

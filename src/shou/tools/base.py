@@ -247,10 +247,7 @@ def _tool_from_function(
 
     tool_name = name or fn.__name__
     summary, param_docs = parse_docstring(inspect.getdoc(fn) or "")
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception as e:
-        raise UserError(f"tool {tool_name!r}: cannot resolve type hints: {e}") from e
+    hints = _parameter_hints(fn, tool_name)
     problems: list[str] = []
     fields: dict[str, Any] = {}
     context_param = None
@@ -285,6 +282,27 @@ def _tool_from_function(
              requires_approval=requires_approval, context_param=context_param)
     t._model = model
     return t
+
+
+def _parameter_hints(fn: Callable[..., Any], tool_name: str) -> dict[str, Any]:
+    """The parameters' type hints. The return annotation is not needed for the schema, so one that does not
+    resolve (say, a type imported inside a function, under `from __future__ import annotations`) is ignored."""
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        pass
+    hints: dict[str, Any] = {}
+    for name, param in inspect.signature(fn).parameters.items():
+        ann = param.annotation
+        if ann is inspect.Parameter.empty:
+            continue
+        if isinstance(ann, str):
+            try:
+                ann = eval(ann, getattr(fn, "__globals__", {}))  # what typing.get_type_hints does, one at a time
+            except Exception as e:
+                raise UserError(f"tool {tool_name!r}: cannot resolve the type hint of {name!r}: {e}") from e
+        hints[name] = ann
+    return hints
 
 
 def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
