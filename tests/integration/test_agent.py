@@ -147,3 +147,26 @@ async def test_images_reach_vision_models_and_text_reaches_the_others(serve, wor
         else:
             assert parts == []
             assert "cannot see images" in tool_text and "Hello from the page" in tool_text
+
+
+async def test_working_memory_is_always_in_context_and_persists(serve, workspace: Path) -> None:
+    from shou.tools.builtin.working_memory import working_memory
+
+    srv = serve([
+        {"tool_calls": [{"name": "working_memory", "arguments": {"content": "user prefers metric units"}}]},
+        {"tool_calls": [{"name": "working_memory", "arguments": {"content": "budget is 300 EUR"}}]},
+        {"text": "Noted."},
+        {"text": "300 EUR, metric."},
+    ])
+    store = SQLiteStore.for_workspace(workspace)
+    agent = Agent(model_for(srv), [working_memory], workspace=workspace, store=store)
+    assert (await agent.arun("remember my preferences", "wm")).status == "completed"
+    assert "user prefers metric units" in srv.requests[1]["messages"][0]["content"]
+    store.close()
+    store = SQLiteStore.for_workspace(workspace)  # as a new process would
+    again = Agent(model_for(srv), [working_memory], workspace=workspace, store=store)
+    assert again.session("wm").working_memory == "user prefers metric units\nbudget is 300 EUR"
+    assert (await again.arun("what do you know?", "wm")).status == "completed"
+    system = srv.requests[3]["messages"][0]["content"]
+    assert "## Working memory" in system and "budget is 300 EUR" in system
+    store.close()

@@ -183,3 +183,12 @@ def test_parse_arguments_never_raises(raw: str) -> None:
     args, problem = parse_arguments(raw)
     assert (args is None) != (problem is None)
     assert args is None or isinstance(args, dict)
+
+
+async def test_big_output_spills_to_the_workspace(tmp_path: Path) -> None:
+    ex = ToolExecutor(TOOLS, spill_chars=2000)
+    r = await ex.execute(ToolCall("c9", "big", "{}"), ToolContext(tmp_path))
+    saved = tmp_path / ".shou" / "outputs" / "big-c9.txt"
+    assert saved.read_text().count("\n") == 99_999  # the whole output, on disk
+    assert len(r.content) < 3000 and "line 0" in r.content and "line 99999" in r.content
+    assert ".shou/outputs/big-c9.txt" in r.content and "read_file" in r.content
