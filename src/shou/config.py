@@ -72,6 +72,7 @@ class Settings:
     sandbox_memory_mb: int = 512
     sandbox_network: bool = False
     vision: bool | None = None
+    offline_fallback: bool = True
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     env: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -106,6 +107,7 @@ _ENV = {
     "temperature": "SHOU_TEMPERATURE", "tools": "SHOU_TOOLS", "sandbox": "SHOU_SANDBOX",
     "sandbox_timeout": "SHOU_SANDBOX_TIMEOUT", "sandbox_memory_mb": "SHOU_SANDBOX_MEMORY_MB",
     "sandbox_network": "SHOU_SANDBOX_NETWORK", "vision": "SHOU_VISION",
+    "offline_fallback": "SHOU_OFFLINE_FALLBACK",
 }
 SECRET_FIELDS = frozenset({"api_key"})
 SANDBOX_BACKENDS = ("auto", "bubblewrap", "docker", "local")
@@ -178,7 +180,7 @@ def _convert(key: str, raw: Any, source: str) -> Any:
             if key != "temperature" and value <= 0:
                 raise ValueError("must be positive")
             return value
-        if key in ("stream", "sandbox_network", "vision"):
+        if key in ("stream", "sandbox_network", "vision", "offline_fallback"):
             if isinstance(raw, bool):
                 return raw
             return str(raw).strip().lower() not in ("0", "false", "no", "off")

@@ -144,7 +144,7 @@ def test_401_is_a_clear_error_without_traceback(serve, shou) -> None:
 
 
 def test_no_model_configured_explains_in_one_paragraph(shou) -> None:
-    r = shou("run", "hello")
+    r = shou("run", "hello", SHOU_OFFLINE_FALLBACK="0")  # without it, the bundled offline model would answer
     assert r.returncode == 2
     assert "No model is configured" in r.stderr and "OPENAI_API_KEY" in r.stderr
     assert "Traceback" not in r.stderr

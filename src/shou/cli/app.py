@@ -92,6 +92,10 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     if settings.tools is not None:
         tools = tools.only(settings.tools)
     model = get_model(settings=settings)
+    if model.name.startswith("local:") and not settings.model:
+        err.print("[dim]Using SmolLM2-135M, a small offline model: it can call a tool for a simple task but "
+                  "cannot reason much. For a real model set a key (e.g. DEEPSEEK_API_KEY) or --model; see "
+                  "`shou config`.[/]")
     agent = Agent(
         model, tools, max_steps=settings.max_steps, run_timeout=settings.run_timeout,
         tool_timeout=settings.tool_timeout, max_parallel_tools=settings.max_parallel_tools,

@@ -13,18 +13,19 @@ __all__ = ["Completion", "Model", "ModelSettings", "Retrying", "TextChunk", "Too
 
 
 def get_model(spec: str | None = None, settings: Settings | None = None) -> Model:
-    """Build the model named by `spec` (or by the settings): `PROVIDER:MODEL`, `MODEL`, or `scripted:FILE`.
+    """Build the model named by `spec` (or by the settings): `PROVIDER:MODEL`, `MODEL`, `local[:FILE.gguf]`
+    or `scripted:FILE`. With nothing configured, the bundled offline model when it is installed.
 
     Raises `ConfigError` with instructions when nothing usable is configured.
     """
-    from ..config import load_settings, resolve_model, with_overrides
+    from ..config import NO_MODEL_HELP, load_settings, resolve_model, with_overrides
+    from ..errors import ConfigError
 
     if settings is None:
         settings = load_settings({"model": spec})
     elif spec is not None:
         settings = with_overrides(settings, model=spec)
     if settings.model and settings.model.startswith("scripted:"):
-        from ..errors import ConfigError
         from .scripted import ScriptedModel, load_script
 
         path = settings.model.removeprefix("scripted:")
@@ -32,7 +33,20 @@ def get_model(spec: str | None = None, settings: Settings | None = None) -> Mode
             return ScriptedModel(load_script(path))
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot use the script {path!r} for the scripted model: {e}") from None
-    cfg = resolve_model(settings)
+    if settings.model and (settings.model == "local" or settings.model.startswith("local:")):
+        from .local import LocalModel
+
+        return LocalModel(settings.model.removeprefix("local").removeprefix(":") or None)
+    try:
+        cfg = resolve_model(settings)
+    except ConfigError as e:
+        if str(e) != NO_MODEL_HELP or not settings.offline_fallback:
+            raise
+        from .local import LocalModel, local_available
+
+        if not local_available()[0]:
+            raise
+        return LocalModel()  # nothing configured: the bundled offline model
     from .openai_compat import OpenAICompatible
 
     return OpenAICompatible(
