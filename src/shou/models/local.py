@@ -9,6 +9,7 @@ arguments under a grammar made from that tool's JSON schema. The answer itself s
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.util
 import json
 import secrets
@@ -26,8 +27,10 @@ DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Measured on 2 busy cores: one thread generates 35-50 tokens/s; two threads collapse under load.
 DEFAULT_THREADS = 1
 DEFAULT_CTX = 4096
-DECIDE = ("Decide what to do next. To use a tool, choose its name; to reply to the user now, choose "
-          "\"answer\". If a tool result above already holds what the user asked for, choose \"answer\".")
+PICK_SYSTEM = "You pick the right tool for a request."
+ARGS_SYSTEM = "You fill in the arguments of a tool call, as JSON."
+MAX_OPTIONS = 3
+PICK = "Request: {request}\n{results}Tools:\n{tools}\nWhich tool fits the request best?"
 
 
 def default_model_path() -> Path | None:
@@ -80,6 +83,8 @@ class LocalModel:
                 self._llama = Llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
                                     n_threads_batch=self.n_threads, seed=self.seed if self.seed is not None else -1,
                                     verbose=False)
+                # Freed before interpreter teardown: llama's own __del__ then finds its C functions gone.
+                atexit.register(self._llama.close)
             return self._llama
 
     async def aclose(self) -> None:
@@ -102,13 +107,51 @@ class LocalModel:
             if m.role == "system":
                 continue
             if m.role == "tool":
-                out.append({"role": "user", "content": f"[result of {m.name}]: {m.text}"})
+                # As a note from the user: a small model copies whatever call syntax it sees in its own turns.
+                out.append({"role": "user", "content": f"(The {m.name} tool returned: {m.text})"})
             elif m.role == "assistant" and m.tool_calls:
-                calls = "; ".join(f"{c.name}({c.arguments})" for c in m.tool_calls)
-                out.append({"role": "assistant", "content": (m.text + " " if m.text else "") + f"[called {calls}]"})
+                if m.text:
+                    out.append({"role": "assistant", "content": m.text})
             else:
                 out.append({"role": m.role, "content": m.text})
         return out
+
+    def _pick_prompt(self, messages: list[Message], tools: list[dict[str, Any]]
+                     ) -> tuple[list[dict[str, str]], list[str]]:
+        """A short, separate prompt for choosing a tool, and the options in the order offered.
+
+        A model this small mostly takes the first option it is offered and wanders among many, so it is
+        offered the few tools that share words with the request (BM25), most relevant first, then "none".
+        Once a tool has answered since the request, or when no tool is relevant, it answers directly.
+        """
+        from ..context.relevance import bm25_scores
+
+        last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+        request = messages[last_user].text if last_user >= 0 else ""
+        results = [f"{m.name} returned {m.text[:300]}" for m in messages[last_user + 1:] if m.role == "tool"]
+        docs = [f"{t['function']['name'].replace('_', ' ')} {t['function'].get('description', '')}" for t in tools]
+        scores = bm25_scores(request, docs)
+        ranked = [t for s, t in sorted(zip(scores, tools, strict=True), key=lambda p: -p[0]) if s > 0]
+        ranked = ranked[:MAX_OPTIONS]
+        if results or not ranked:
+            return [], ["none"]  # a small model answers after one tool: more calls only wander
+        options = [t["function"]["name"] for t in ranked] + ["none"]
+        listing = "\n".join(f"- {t['function']['name']}: {t['function'].get('description', '').splitlines()[0]}"
+                             for t in ranked)
+        listing += "\n- none: no tool is needed" + (", the results above answer the request" if results else "")
+        shown = ("Results so far:\n" + "\n".join(f"- {r}" for r in results) + "\n") if results else ""
+        prompt = PICK.format(request=request, results=shown, tools=listing)
+        return [{"role": "system", "content": PICK_SYSTEM}, {"role": "user", "content": prompt}], options
+
+    def _arguments_prompt(self, messages: list[Message], spec: dict[str, Any]) -> list[dict[str, str]]:
+        """A short prompt for one tool's arguments: the request, the tool, what each parameter means."""
+        request = next((m.text for m in reversed(messages) if m.role == "user"), "")
+        props = (spec.get("parameters") or {}).get("properties") or {}
+        params = "\n".join(f"- {k}: {v.get('description', v.get('type', ''))}" for k, v in props.items())
+        first = (spec.get("description") or "").splitlines()[0]
+        prompt = f"Request: {request}\nTool: {spec['name']}: {first}\nParameters:\n{params}\n" \
+                 f"Write the arguments that make {spec['name']} do what the request asks."
+        return [{"role": "system", "content": ARGS_SYSTEM}, {"role": "user", "content": prompt}]
 
     # ------------------------------------------------------------------ generation
 
@@ -141,18 +184,19 @@ class LocalModel:
         usage = Usage()
         async with self._lock:
             if tools:
-                names = [t["function"]["name"] for t in tools]
-                decide = [*chat, {"role": "user", "content": DECIDE}]
-                choice_schema = {"type": "object", "properties": {"action": {"enum": ["answer", *names]}},
-                                 "required": ["action"]}
-                text, u = await asyncio.to_thread(self._complete, decide, choice_schema, 24)
-                usage = usage + u
-                action = _parse(text).get("action", "answer")
+                decide, options = self._pick_prompt(messages, tools)
+                action = "none"
+                if len(options) > 1:
+                    choice = {"type": "object", "properties": {"tool": {"enum": options}}, "required": ["tool"]}
+                    text, u = await asyncio.to_thread(self._complete, decide, choice, 24)
+                    usage = usage + u
+                    action = _parse(text).get("tool", "none")
+                action = "answer" if action == "none" else action
                 if action != "answer":
                     spec = next(t for t in tools if t["function"]["name"] == action)["function"]
-                    ask = [*chat, {"role": "user", "content": f"Write the arguments for {action} as JSON. "
-                                   f"{spec.get('description', '')}"}]
-                    args, u = await asyncio.to_thread(self._complete, ask, spec.get("parameters") or {}, max_tokens)
+                    ask = self._arguments_prompt(messages, spec)
+                    schema = bounded(spec.get("parameters") or {"type": "object"})
+                    args, u = await asyncio.to_thread(self._complete, ask, schema, max_tokens)
                     usage = usage + u
                     args = json.dumps(_parse(args), ensure_ascii=False)  # one line, whatever the grammar allowed
                     call = ToolCall("call_" + secrets.token_hex(4), action, args)
@@ -171,6 +215,21 @@ class LocalModel:
         out_tokens = len(self.llama().tokenize(text.encode(), add_bos=False)) if text else 0
         in_tokens = len(self.llama().tokenize(json.dumps(chat).encode()))
         yield Completion(Message.assistant(text), usage + Usage(in_tokens, out_tokens, 1), "stop", self.name)
+
+
+def bounded(schema: Any, max_length: int = 300, max_items: int = 20) -> Any:
+    """The schema with every string and array given a length bound, so the constrained output always
+    closes its JSON within the token budget (an unbounded string can run until the budget cuts it)."""
+    if isinstance(schema, list):
+        return [bounded(s, max_length, max_items) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: bounded(v, max_length, max_items) for k, v in schema.items()}
+    if out.get("type") == "string" and "enum" not in out:
+        out.setdefault("maxLength", max_length)
+    if out.get("type") == "array":
+        out.setdefault("maxItems", max_items)
+    return out
 
 
 def _parse(text: str) -> dict[str, Any]:
