@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-
-import pytest
 
 from shou.messages import Message
 from shou.models.base import Completion, TextChunk, ToolCallChunk
@@ -13,11 +10,9 @@ from shou.models.local import LocalModel, local_available
 from shou.tools.builtin.calc import calculator
 from shou.tools.builtin.clock import current_time
 
-OK, WHY = local_available()
-if not OK:
-    if os.environ.get("CI"):  # CI installs the local extra: a missing model there is a failure, not a skip
-        raise RuntimeError(f"the local model must be installed in CI: {WHY}")
-    pytest.skip(f"local model not installed: {WHY}", allow_module_level=True)
+from ..fixtures.needs import need
+
+need(*local_available())
 
 MODEL = LocalModel(seed=0)
 

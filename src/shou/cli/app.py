@@ -145,8 +145,17 @@ async def _run_once(agent, task: str, session: str | None, render) -> str:
             if event.type == "run_finished":
                 status = event.status
     finally:
-        await agent.model.aclose()
+        await close_resources(agent)
     return status
+
+
+async def close_resources(agent) -> None:
+    """Close what a run may have opened: the model's connections, browsers (only if one was imported)."""
+    await agent.model.aclose()
+    if "shou.tools.builtin.browser" in sys.modules:
+        from ..tools.builtin.browser import close_browsers
+
+        await close_browsers()
 
 
 @app.command()

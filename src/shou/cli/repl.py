@@ -83,7 +83,9 @@ async def run_repl(agent: Agent, settings: Settings, session_name: str | None) -
             else:
                 await _turn(agent, text, session, render)
     finally:
-        await agent.model.aclose()
+        from .app import close_resources
+
+        await close_resources(agent)
     console.print("[dim]bye[/]")
 
 

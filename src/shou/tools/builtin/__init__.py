@@ -16,6 +16,8 @@ BUILTINS: list[tuple[str, tuple[str, ...]]] = [
     ("shou.tools.builtin.clock", ("current_time",)),
     ("shou.tools.builtin.shell", ("shell", "run_code")),
     ("shou.tools.builtin.working_memory", ("working_memory",)),
+    ("shou.tools.builtin.browser", ("browser",)),
+    ("shou.tools.builtin.web", ("web_fetch", "web_search")),
 ]
 
 

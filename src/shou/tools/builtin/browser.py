@@ -1,0 +1,311 @@
+"""`browser(action, ...)`: one tool that drives a headless Chromium through Playwright.
+
+Actions: navigate, click, type, press, scroll, back, forward, wait, read, elements, screenshot,
+tab_open, tab_switch, tab_close. The model finds things with a CSS/Playwright `selector`, or with the
+`index` numbers `elements` hands out (more reliable for small models than writing selectors).
+Each session has its own browser context; `close_browsers()` ends everything at the end of a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Literal
+
+# Imported here, not lazily, so that without Playwright the builtin registry leaves this tool out.
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+from ...errors import ToolError
+from ..base import ToolContext, ToolResult, tool
+from ..truncate import truncate
+from ._browser_session import (
+    ELEMENTS_JS,
+    IDX_ATTR,
+    MAX_ELEMENTS,
+    BrowserSession,
+    close_browser,
+    close_browsers,
+    describe_element,
+    fit_image,
+    get_session,
+    likely_candidates,
+    workspace_file_url,
+)
+
+__all__ = ["browser", "close_browser", "close_browsers"]
+
+Action = Literal["navigate", "click", "type", "press", "scroll", "back", "forward", "wait", "read", "elements",
+                 "screenshot", "tab_open", "tab_switch", "tab_close"]
+DEFAULT_TIMEOUT = 15.0  # seconds per action; navigation gets twice as long
+PAGE_TEXT_CAP = 4000
+READ_MAX_BYTES = 30_000
+PREVIEW_CHARS = 800
+
+# Turns the page (or one element) into light markdown: headings, links, list items, table cells.
+READ_JS = """
+(root) => {
+  const out = [], skip = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'SVG', 'HEAD', 'IFRAME']);
+  const block = /^(P|DIV|SECTION|ARTICLE|UL|OL|TABLE|TR|HEADER|FOOTER|NAV|MAIN|FORM|BLOCKQUOTE|PRE|DL|DT|DD|ASIDE)$/;
+  const walk = node => {
+    if (node.nodeType === 3) { out.push(node.textContent.replace(/\\s+/g, ' ')); return; }
+    if (node.nodeType !== 1 || skip.has(node.tagName)) return;
+    if (node.checkVisibility && !node.checkVisibility()) return;
+    const tag = node.tagName;
+    if (/^H[1-6]$/.test(tag)) {
+      out.push('\\n\\n' + '#'.repeat(+tag[1]) + ' ' + node.innerText.trim() + '\\n\\n'); return; }
+    if (tag === 'A' && node.getAttribute('href') && node.innerText.trim()) {
+      out.push('[' + node.innerText.trim().replace(/\\s+/g, ' ') + '](' + node.href + ')'); return; }
+    if (tag === 'IMG') { if (node.alt) out.push('![' + node.alt + ']'); return; }
+    if (tag === 'BR') { out.push('\\n'); return; }
+    if (tag === 'LI') out.push('\\n- ');
+    if (tag === 'TD' || tag === 'TH') out.push(' | ');
+    if (block.test(tag)) out.push('\\n');
+    for (const c of node.childNodes) walk(c);
+    if (block.test(tag)) out.push('\\n');
+  };
+  walk(root || document.body);
+  return out.join('').replace(/[ \\t]+\\n/g, '\\n').replace(/\\n[ \\t]+/g, '\\n').replace(/\\n{3,}/g, '\\n\\n').trim();
+}
+"""
+
+
+def _timeouts(ctx: ToolContext) -> tuple[float, float]:
+    """(action, navigation) timeouts in milliseconds, from the `browser_timeout` setting if present."""
+    seconds = float(getattr(ctx.settings, "browser_timeout", None) or DEFAULT_TIMEOUT)
+    return seconds * 1000, seconds * 2000
+
+
+def _check_url(ctx: ToolContext, url: str | None) -> str:
+    if not url or not url.strip():
+        raise ToolError("navigate needs url, e.g. url='https://example.com'")
+    url = url.strip()
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme in ("http", "https"):
+        return url
+    if scheme == "file":
+        return workspace_file_url(ctx.workspace, url)
+    if not scheme or "." in scheme:
+        raise ToolError(f"{url!r} has no scheme; give a full URL such as 'https://{url}'")
+    raise ToolError(f"the {scheme}: scheme is not allowed; use http://, https:// or a file:// URL inside the "
+                    "workspace")
+
+
+async def _locate(page: Any, selector: str | None, index: int | None, action: str, wait_ms: float) -> Any:
+    """The one element `selector` or `index` names; an error listing likely candidates if none matches."""
+    if index is not None:
+        loc = page.locator(f"[{IDX_ATTR}='{int(index)}']")
+        if await loc.count() == 0:
+            raise ToolError(f"no element [{index}] on the page (numbers change when the page does); "
+                            "call browser action='elements' to number the elements again")
+        return loc.first
+    if not selector:
+        raise ToolError(f"{action} needs selector (CSS or Playwright, e.g. 'text=Sign in') or index "
+                        "(a number from action='elements')")
+    loc = page.locator(selector)
+    try:
+        count = await loc.count()
+    except PlaywrightError as e:
+        raise ToolError(f"selector {selector!r} is not valid: {str(e).splitlines()[0]}") from None
+    if count == 0:
+        with contextlib.suppress(PlaywrightError):  # give the page a moment to render what was asked for
+            await loc.first.wait_for(state="attached", timeout=min(wait_ms, 2000))
+            return loc.first
+        elements = await page.evaluate(ELEMENTS_JS, [IDX_ATTR, MAX_ELEMENTS])
+        lines = [describe_element(el) for el in likely_candidates(selector, elements)]
+        hint = ("Likely candidates (use index=N):\n" + "\n".join(lines)) if lines else \
+            "The page has no interactive elements; call action='read' to see what it shows."
+        raise ToolError(f"no element matches selector {selector!r}. {hint}")
+    return loc.first
+
+
+async def _summary(page: Any) -> str:
+    return f"{await page.title() or '(no title)'} ({page.url})"
+
+
+async def _page_text(page: Any, selector: str | None = None) -> str:
+    if selector:
+        return str(await page.locator(selector).first.evaluate(READ_JS))
+    return str(await page.evaluate(READ_JS))
+
+
+async def _settle(page: Any, wait_ms: float) -> None:
+    """Let a navigation an action started get going, without failing when there was none."""
+    with contextlib.suppress(Exception):
+        await page.wait_for_load_state("domcontentloaded", timeout=min(wait_ms, 5000))
+
+
+def _tabs(sess: BrowserSession) -> str:
+    return "\n".join(f"[{i + 1}] {p.url}" + ("  (active)" if i == sess.active else "")
+                     for i, p in enumerate(sess.pages))
+
+
+@tool(timeout=180)
+async def browser(
+    action: Action, ctx: ToolContext, url: str | None = None, selector: str | None = None,
+    index: int | None = None, text: str | None = None, key: str | None = None, full_page: bool = False,
+) -> ToolResult:
+    """Use a web browser (headless Chromium): open pages, read them, click, type, take screenshots.
+
+    Typical flow: navigate, then elements (lists clickable/typable elements with numbers), then click or
+    type with index=N, then read or screenshot to see the result.
+
+    Args:
+        action: navigate (url), click (selector or index), type (selector or index, text: fills the field),
+            press (key, optionally into selector/index), scroll (text: down, up, top or bottom; or
+            selector/index to scroll to), back, forward, wait (text or selector to appear), read (page as
+            text, or only selector), elements (numbered interactive elements), screenshot (full_page),
+            tab_open (optional url), tab_switch (index), tab_close (index, default the active tab).
+        url: For navigate and tab_open: an http(s) URL or a file:// URL of a file in the workspace.
+        selector: A CSS or Playwright selector, e.g. '#submit', 'text=Log in', 'input[name=q]'.
+        index: An element number from action='elements' (for click/type/press/scroll), or a tab number
+            (for tab_switch/tab_close).
+        text: The text to type (type), to wait for (wait), or the scroll direction (scroll).
+        key: The key to press, e.g. 'Enter', 'Tab', 'Control+a'.
+        full_page: For screenshot: the whole page instead of the visible part.
+    """
+    act_ms, nav_ms = _timeouts(ctx)
+    sess = await get_session(ctx.session or "default", ctx.workspace, ctx.settings)
+    async with sess.lock:
+        try:
+            return await _run(sess, ctx, action, url, selector, index, text, key, full_page, act_ms, nav_ms)
+        except PlaywrightTimeout as e:
+            limit = nav_ms if action in ("navigate", "back", "forward", "tab_open") else act_ms
+            target = url or selector or (f"element [{index}]" if index is not None else text) or ""
+            raise ToolError(f"{action} {target!r} timed out after {limit / 1000:g} s "
+                            f"({str(e).splitlines()[0]}); the page may be slow or unreachable") from None
+        except PlaywrightError as e:
+            message = str(e).split("Call log:")[0].strip().splitlines()[0]
+            raise ToolError(f"{action} failed: {message}") from None
+
+
+async def _run(
+    sess: BrowserSession, ctx: ToolContext, action: str, url: str | None, selector: str | None,
+    index: int | None, text: str | None, key: str | None, full_page: bool, act_ms: float, nav_ms: float,
+) -> ToolResult:
+    if action == "tab_open":
+        target = _check_url(ctx, url) if url else None
+        page = await sess.context.new_page()
+        sess.active = len(sess.pages) - 1
+        if target:
+            await page.goto(target, timeout=nav_ms, wait_until="domcontentloaded")
+        return ToolResult(f"Opened tab [{sess.active + 1}]: {await _summary(page)}\nTabs:\n{_tabs(sess)}")
+    if action in ("tab_switch", "tab_close"):
+        pages = sess.pages
+        number = index if index is not None else sess.active + 1
+        if action == "tab_switch" and index is None:
+            raise ToolError(f"tab_switch needs index (a tab number). Tabs:\n{_tabs(sess)}")
+        if not 1 <= number <= len(pages):
+            raise ToolError(f"there is no tab [{number}]. Tabs:\n{_tabs(sess)}")
+        if action == "tab_switch":
+            sess.active = number - 1
+            await pages[number - 1].bring_to_front()
+            return ToolResult(f"Switched to tab [{number}]: {await _summary(pages[number - 1])}")
+        await pages[number - 1].close()
+        if sess.active >= number - 1:
+            sess.active = max(0, sess.active - 1)
+        left = _tabs(sess) or "(none; the next action opens a new tab)"
+        return ToolResult(f"Closed tab [{number}]. Tabs:\n{left}")
+
+    page = await sess.page()
+    if action == "navigate":
+        target = _check_url(ctx, url)
+        response = await page.goto(target, timeout=nav_ms, wait_until="domcontentloaded")
+        status = f" (HTTP {response.status})" if response is not None else ""
+        preview = (await _page_text(page))[:PREVIEW_CHARS]
+        return ToolResult(f"Opened {await _summary(page)}{status}\n\n{preview}\n\n"
+                          "[call action='read' for the whole page, action='elements' to act on it]",
+                          details={"url": page.url, "status": response.status if response else None})
+    if action in ("back", "forward"):
+        go = page.go_back if action == "back" else page.go_forward
+        if await go(timeout=nav_ms, wait_until="domcontentloaded") is None:
+            return ToolResult(f"No page to go {action} to; still on {await _summary(page)}")
+        return ToolResult(f"Went {action} to {await _summary(page)}")
+    if action == "click":
+        before = len(sess.pages)
+        target_el = await _locate(page, selector, index, action, act_ms)
+        await target_el.click(timeout=act_ms)
+        await _settle(page, act_ms)
+        note = ""
+        if len(sess.pages) > before:
+            note = f"\nThe click opened a new tab [{len(sess.pages)}]; use tab_switch to go there."
+        return ToolResult(f"Clicked {selector or f'element [{index}]'}. Now on {await _summary(page)}{note}")
+    if action == "type":
+        if text is None:
+            raise ToolError("type needs text (what to put in the field)")
+        target_el = await _locate(page, selector, index, action, act_ms)
+        await target_el.fill(text, timeout=act_ms)
+        return ToolResult(f"Typed {len(text)} characters into {selector or f'element [{index}]'}; "
+                          "press key='Enter' or click a button to submit")
+    if action == "press":
+        if not key:
+            raise ToolError("press needs key, e.g. key='Enter'")
+        if selector or index is not None:
+            await (await _locate(page, selector, index, action, act_ms)).press(key, timeout=act_ms)
+        else:
+            await page.keyboard.press(key)
+        await _settle(page, act_ms)
+        return ToolResult(f"Pressed {key}. Now on {await _summary(page)}")
+    if action == "scroll":
+        return await _scroll(page, selector, index, text, act_ms)
+    if action == "wait":
+        if selector:
+            await page.locator(selector).first.wait_for(state="visible", timeout=act_ms)
+        elif text:
+            await page.get_by_text(text).first.wait_for(state="visible", timeout=act_ms)
+        else:
+            raise ToolError("wait needs text (to appear on the page) or selector")
+        return ToolResult(f"{selector or repr(text)} is on the page: {await _summary(page)}")
+    if action == "read":
+        if selector:
+            await _locate(page, selector, None, action, act_ms)
+        body = await _page_text(page, selector)
+        cut = truncate(body, max_bytes=READ_MAX_BYTES, keep="head",
+                       hint="scroll or read a part with selector to see more")
+        return ToolResult(f"# {await _summary(page)}\n\n{cut.text or '(the page shows no text)'}",
+                          details={"url": page.url, "truncated": cut.truncated})
+    if action == "elements":
+        elements = await page.evaluate(ELEMENTS_JS, [IDX_ATTR, MAX_ELEMENTS])
+        if not elements:
+            return ToolResult(f"No interactive elements on {await _summary(page)}; try action='read'")
+        lines = "\n".join(describe_element(el) for el in elements)
+        more = f"\n(only the first {MAX_ELEMENTS} are listed)" if len(elements) >= MAX_ELEMENTS else ""
+        return ToolResult(f"Interactive elements on {await _summary(page)}; act on one with index=N:\n"
+                          f"{lines}{more}", details={"elements": elements})
+    if action == "screenshot":
+        return await _screenshot(page, ctx, full_page, act_ms)
+    raise ToolError(f"unknown action {action!r}")  # the schema's Literal normally stops this first
+
+
+async def _scroll(page: Any, selector: str | None, index: int | None, text: str | None,
+                  act_ms: float) -> ToolResult:
+    if selector or index is not None:
+        await (await _locate(page, selector, index, "scroll", act_ms)).scroll_into_view_if_needed(timeout=act_ms)
+        return ToolResult(f"Scrolled {selector or f'element [{index}]'} into view")
+    direction = (text or "down").strip().lower()
+    scripts = {"down": "window.scrollBy(0, innerHeight * 0.9)", "up": "window.scrollBy(0, -innerHeight * 0.9)",
+               "top": "window.scrollTo(0, 0)", "bottom": "window.scrollTo(0, document.body.scrollHeight)"}
+    if direction not in scripts:
+        raise ToolError(f"scroll direction {direction!r} is not known; use text='down', 'up', 'top' or 'bottom'")
+    y, height, view = await page.evaluate(
+        f"() => {{ {scripts[direction]}; return [scrollY, document.documentElement.scrollHeight, innerHeight]; }}")
+    return ToolResult(f"Scrolled {direction}: showing {int(y)}-{int(y + view)} of {int(height)} px")
+
+
+async def _screenshot(page: Any, ctx: ToolContext, full_page: bool, act_ms: float) -> ToolResult:
+    raw = await page.screenshot(full_page=full_page, type="png", timeout=act_ms)
+    data, media_type, size = fit_image(raw)
+    folder = ctx.workspace / ".shou" / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{time.time_ns() % 1_000_000_000:09d}"
+    path = folder / f"shot-{stamp}.{'png' if media_type == 'image/png' else 'jpg'}"
+    path.write_bytes(data)
+    title = await page.title() or "(no title)"
+    page_text = (await _page_text(page))[:PAGE_TEXT_CAP]
+    rel = path.relative_to(ctx.workspace).as_posix()
+    content = (f"Screenshot of {title} ({page.url}), {'full page' if full_page else 'viewport'}, "
+               f"{size[0]}x{size[1]} px, saved to {rel}")
+    from ...messages import ImagePart
+
+    return ToolResult(content, image=ImagePart.from_bytes(data, media_type),
+                      details={"page_text": page_text, "title": title, "url": page.url, "path": str(path)})

@@ -1,0 +1,334 @@
+"""`web_fetch(url)` and `web_search(query)`: reading the web without a browser.
+
+web_fetch refuses private, loopback, link-local and other non-global addresses (SSRF): every hop's
+host is resolved and all of its addresses checked, and redirects are followed by hand so each hop is
+checked again. `web_allow_hosts` (hostnames, IPs or CIDRs) lets chosen ones through. HTML becomes
+markdown with trafilatura (it keeps the main text, drops navigation and boilerplate, and writes
+markdown itself, so one maintained library does the whole job). Other text comes back as is; binary
+content is refused. Bodies are streamed and reading stops at the size limit.
+
+web_search tries backends in order (`web_search_backends`), skipping those not configured and falling
+back when one fails: Tavily (`TAVILY_API_KEY`), DuckDuckGo through the `ddgs` package (no key) and
+SearXNG (`SEARXNG_URL`). Base URLs can be pointed elsewhere (`TAVILY_BASE_URL`, `DUCKDUCKGO_BASE_URL`).
+
+Known gap: the address check and httpx's own connect resolve the name separately, so a DNS server that
+answers differently within that moment (DNS rebinding) is not stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from ...errors import ToolError
+from ..base import ToolContext, ToolResult, run_in_daemon_thread, tool
+from ..truncate import truncate
+
+__all__ = ["check_address", "web_fetch", "web_search"]
+
+DEFAULT_MAX_BYTES = 5_000_000
+DEFAULT_TIMEOUT = 30.0
+MAX_REDIRECTS = 5
+BACKENDS = ("tavily", "duckduckgo", "searxng")
+USER_AGENT = "Mozilla/5.0 (compatible; shou-agent/0.1; +https://pypi.org/project/shou/)"
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-yaml",
+              "application/yaml", "application/toml", "application/x-sh", "application/sql")
+IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _setting(ctx: ToolContext, attr: str, env: str | None = None, default: Any = None) -> Any:
+    """A setting: the settings object's attribute, else its `.env` mapping, else the process environment."""
+    value = getattr(ctx.settings, attr, None)
+    if value is not None:
+        return value
+    if env:
+        mapping = getattr(ctx.settings, "env", None) or {}
+        value = mapping.get(env) or os.environ.get(env)
+    return default if value in (None, "") else value
+
+
+def _allowlist(ctx: ToolContext) -> tuple[set[str], list[IPNet]]:
+    names: set[str] = set()
+    nets: list[IPNet] = []
+    for entry in _setting(ctx, "web_allow_hosts", default=()) or ():
+        try:
+            nets.append(ipaddress.ip_network(str(entry).strip(), strict=False))
+        except ValueError:
+            names.add(str(entry).strip().lower().rstrip("."))
+    return names, nets
+
+
+async def check_address(host: str, port: int, allow: tuple[set[str], list[IPNet]]) -> None:
+    """Refuse `host` if any address it resolves to is not a public one (and not allowed explicitly)."""
+    names, nets = allow
+    bare = host.strip("[]").lower().rstrip(".")
+    if bare in names:
+        return
+    try:
+        addrs: set[IPAddr] = {ipaddress.ip_address(bare)}
+    except ValueError:
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(bare, port, type=socket.SOCK_STREAM)
+        except OSError as e:
+            raise ToolError(f"cannot resolve host {host!r}: {e}") from None
+        addrs = {ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos}
+    for addr in sorted(addrs, key=str):
+        plain = getattr(addr, "ipv4_mapped", None) or addr  # ::ffff:127.0.0.1 is loopback too
+        if plain.is_global and not plain.is_multicast:
+            continue
+        if any(plain in net for net in nets):
+            continue
+        raise ToolError(f"refused: {host} resolves to {addr}, a private, loopback or link-local address; "
+                        "web_fetch only reads public addresses (a person can allow hosts with web_allow_hosts)")
+
+
+async def _read_capped(resp: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """Read at most `limit` bytes of the (decoded) body; whether more was left unread."""
+    buf = bytearray()
+    async for chunk in resp.aiter_bytes():
+        room = limit - len(buf)
+        if len(chunk) > room:
+            buf += chunk[:room]
+            return bytes(buf), True  # leaving the stream closes the connection: the rest is never read
+        buf += chunk
+    return bytes(buf), False
+
+
+def _kind(mime: str, head: bytes) -> str:
+    """'html', 'text' or 'binary', from the content type and, when that says little, the first bytes."""
+    if mime in HTML_TYPES:
+        return "html"
+    if mime.startswith("text/") or mime in TEXT_TYPES or mime.endswith(("+json", "+xml")):
+        return "text"
+    if mime and mime != "application/octet-stream":
+        return "binary"
+    if b"\0" in head[:8192]:
+        return "binary"
+    sniff = head[:512].lstrip().lower()
+    return "html" if sniff.startswith((b"<!doctype html", b"<html")) else "text"
+
+
+def _html_to_markdown(raw: bytes, url: str) -> tuple[str, str]:
+    """(title, markdown) of an HTML page's main content."""
+    try:
+        import trafilatura
+    except ImportError:  # web_search works without it, so the module stays importable
+        raise ToolError("reading HTML needs trafilatura: pip install 'shou[web]'") from None
+
+    text = trafilatura.extract(raw, url=url, output_format="markdown", include_links=True, include_tables=True,
+                               favor_recall=True)
+    if not text:  # very short or unusual pages: keep all their text rather than nothing
+        text = trafilatura.html2txt(raw)
+    meta = trafilatura.extract_metadata(raw)
+    return (meta.title if meta is not None and meta.title else ""), text or ""
+
+
+@tool(timeout=120)
+async def web_fetch(url: str, ctx: ToolContext) -> ToolResult:
+    """Fetch a web page and return its main content as markdown (other text as is).
+
+    Only public http(s) addresses; binary files (images, PDFs, archives) are refused.
+
+    Args:
+        url: The http:// or https:// URL to fetch.
+    """
+    limit = int(_setting(ctx, "web_max_bytes", default=DEFAULT_MAX_BYTES))
+    seconds = float(_setting(ctx, "web_timeout", default=DEFAULT_TIMEOUT))
+    allow = _allowlist(ctx)
+    try:
+        async with asyncio.timeout(seconds):
+            return await _fetch(url, limit, seconds, allow)
+    except TimeoutError:
+        raise ToolError(f"fetching {url} took longer than {seconds:g} s; try again later or another page") from None
+    except httpx.HTTPError as e:
+        raise ToolError(f"could not fetch {url}: {type(e).__name__}: {e}") from None
+
+
+async def _fetch(url: str, limit: int, seconds: float, allow: tuple[set[str], list[IPNet]]) -> ToolResult:
+    current, hops = url.strip(), []
+    # No proxies from the environment: the connection must go to the address that was checked.
+    async with httpx.AsyncClient(follow_redirects=False, trust_env=False, timeout=httpx.Timeout(seconds),
+                                 headers={"User-Agent": USER_AGENT}) as client:
+        for _ in range(MAX_REDIRECTS + 1):
+            parts = urlsplit(current)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ToolError(f"{current!r} is not an http(s) URL; web_fetch reads http:// and https:// only")
+            await check_address(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), allow)
+            async with client.stream("GET", current) as resp:
+                if resp.is_redirect and "location" in resp.headers:
+                    hops.append(current)
+                    current = str(resp.url.join(resp.headers["location"]))
+                    continue
+                return await _to_result(resp, current, hops, limit)
+    raise ToolError(f"{url} redirected more than {MAX_REDIRECTS} times; stopped at {current}")
+
+
+async def _to_result(resp: httpx.Response, url: str, hops: list[str], limit: int) -> ToolResult:
+    mime = resp.headers.get("content-type", "").split(";")[0].strip().lower()
+    if resp.status_code >= 400:
+        raise ToolError(f"HTTP {resp.status_code} {resp.reason_phrase} from {url}")
+    if _kind(mime, b"x") == "binary":  # decided by the header alone: do not download what will be refused
+        size = resp.headers.get("content-length", "unknown")
+        raise ToolError(f"{url} is binary content ({mime}, {size} bytes); web_fetch only returns text")
+    raw, cut = await _read_capped(resp, limit)
+    kind = _kind(mime, raw)
+    if kind == "binary":
+        raise ToolError(f"{url} looks like binary content ({len(raw)} bytes); web_fetch only returns text")
+    details = {"url": url, "status": resp.status_code, "content_type": mime, "bytes_read": len(raw),
+               "cut_at_limit": cut, "redirects": hops}
+    if kind == "html":
+        title, body = await asyncio.to_thread(_html_to_markdown, raw, url)
+    else:
+        title, body = "", raw.decode(resp.charset_encoding or "utf-8", errors="replace")
+    note = f"\n\n[the response was cut at {limit} bytes]" if cut else ""
+    shown = truncate(body, keep="head", hint="the page is long; fetch a more specific page")
+    head = f"# {title}\n" if title else ""
+    return ToolResult(f"{head}URL: {url}\n\n{shown.text}{note}", details=details)
+
+
+# ---------------------------------------------------------------- web_search
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One search result: what the model sees."""
+
+    title: str
+    url: str
+    snippet: str
+
+
+class _BackendFailed(Exception):
+    """A backend answered badly (HTTP error, not JSON, wrong shape): try the next one."""
+
+
+def _hits(items: Any, title: str, url: str, snippet: str) -> list[SearchHit]:
+    if not isinstance(items, list):
+        raise _BackendFailed("the response has no 'results' list")
+    return [SearchHit(str(i.get(title) or ""), str(i.get(url) or ""), str(i.get(snippet) or ""))
+            for i in items if isinstance(i, dict) and i.get(url)]
+
+
+def _json(resp: httpx.Response) -> Any:
+    if resp.status_code != 200:
+        raise _BackendFailed(f"HTTP {resp.status_code}: {resp.text[:200]}")
+    try:
+        return resp.json()
+    except ValueError:
+        raise _BackendFailed("the response is not JSON") from None
+
+
+async def _tavily(ctx: ToolContext, query: str, n: int, seconds: float) -> list[SearchHit]:
+    key = _setting(ctx, "tavily_api_key", "TAVILY_API_KEY")
+    base = str(_setting(ctx, "tavily_base_url", "TAVILY_BASE_URL", "https://api.tavily.com")).rstrip("/")
+    async with httpx.AsyncClient(timeout=seconds) as client:
+        resp = await client.post(f"{base}/search", json={"query": query, "max_results": n},
+                                 headers={"Authorization": f"Bearer {key}"})
+    data = _json(resp)
+    return _hits(data.get("results") if isinstance(data, dict) else None, "title", "url", "content")
+
+
+async def _searxng(ctx: ToolContext, query: str, n: int, seconds: float) -> list[SearchHit]:
+    base = str(_setting(ctx, "searxng_url", "SEARXNG_URL")).rstrip("/")
+    async with httpx.AsyncClient(timeout=seconds) as client:
+        resp = await client.get(f"{base}/search", params={"q": query, "format": "json"})
+    if resp.status_code == 403:  # SearXNG's answer when the json format is not enabled
+        raise _BackendFailed("HTTP 403: enable the json format in SearXNG's settings.yml (search.formats)")
+    data = _json(resp)
+    return _hits(data.get("results") if isinstance(data, dict) else None, "title", "url", "content")[:n]
+
+
+async def _duckduckgo(ctx: ToolContext, query: str, n: int, seconds: float) -> list[SearchHit]:
+    try:
+        from ddgs import DDGS
+    except ImportError:
+        raise _BackendFailed("the ddgs package is not installed (pip install 'shou[web]')") from None
+    base = _setting(ctx, "duckduckgo_base_url", "DUCKDUCKGO_BASE_URL")
+
+    def run() -> list[dict[str, Any]]:
+        client = DDGS(timeout=max(1, int(seconds)))
+        if base:  # ddgs has no public knob for its endpoint; tests point its DuckDuckGo engine at a fake
+            engine = client._get_engines("text", "duckduckgo")[0]
+            engine.search_url = f"{str(base).rstrip('/')}/html/"
+        return client.text(query, backend="duckduckgo", max_results=n)
+
+    try:
+        rows = await asyncio.wait_for(run_in_daemon_thread(run, {}), seconds + 5)
+    except TimeoutError:
+        raise _BackendFailed(f"no answer within {seconds:g} s") from None
+    except Exception as e:  # ddgs raises DDGSException for blocks, timeouts and empty pages alike
+        raise _BackendFailed(f"{type(e).__name__}: {e}") from None
+    return _hits(rows, "title", "href", "body")
+
+
+_SEARCHERS = {"tavily": _tavily, "duckduckgo": _duckduckgo, "searxng": _searxng}
+
+
+def _configured(ctx: ToolContext, name: str) -> bool:
+    if name == "tavily":
+        return bool(_setting(ctx, "tavily_api_key", "TAVILY_API_KEY"))
+    if name == "searxng":
+        return bool(_setting(ctx, "searxng_url", "SEARXNG_URL"))
+    import importlib.util
+
+    return importlib.util.find_spec("ddgs") is not None
+
+
+def format_hits(query: str, backend: str, hits: list[SearchHit], failures: list[str]) -> str:
+    """The results as numbered title / URL / snippet blocks, saying which backend answered."""
+    lines = [f"Search results for {query!r} (from {backend}):"]
+    for i, h in enumerate(hits, 1):
+        snippet = " ".join(h.snippet.split())
+        lines.append(f"\n{i}. {h.title or '(no title)'}\n   {h.url}" + (f"\n   {snippet[:300]}" if snippet else ""))
+    if failures:
+        lines.append("\n(" + "; ".join(failures) + ")")
+    lines.append("\nUse web_fetch on a URL to read the page.")
+    return "\n".join(lines)
+
+
+@tool(timeout=120)
+async def web_search(query: str, ctx: ToolContext, max_results: int = 5) -> ToolResult:
+    """Search the web; returns titles, URLs and snippets. Read a result with web_fetch.
+
+    Args:
+        query: What to search for, e.g. 'httpx streaming response size limit'.
+        max_results: How many results to return (1-20).
+    """
+    if not query.strip():
+        raise ToolError("query is empty; say what to search for")
+    n = max(1, min(int(max_results), 20))
+    seconds = float(_setting(ctx, "web_timeout", default=DEFAULT_TIMEOUT))
+    order = tuple(_setting(ctx, "web_search_backends", default=BACKENDS))
+    unknown = [b for b in order if b not in _SEARCHERS]
+    if unknown:
+        raise ToolError(f"unknown search backend(s) {unknown}; known: {', '.join(BACKENDS)}")
+    usable = [b for b in order if _configured(ctx, b)]
+    if not usable:
+        raise ToolError("no web search backend is configured: set TAVILY_API_KEY (Tavily), install ddgs "
+                        "(pip install 'shou[web]', DuckDuckGo) or set SEARXNG_URL (a SearXNG server); "
+                        f"backends tried in order: {', '.join(order) or '(none)'}")
+    failures: list[str] = []
+    for name in usable:
+        try:
+            hits = await _SEARCHERS[name](ctx, query, n, seconds)
+        except (_BackendFailed, httpx.HTTPError) as e:
+            failures.append(f"{name} failed: {str(e) or type(e).__name__}")
+            continue
+        if not hits:
+            failures.append(f"{name} found nothing")
+            continue
+        return ToolResult(format_hits(query, name, hits[:n], failures),
+                          details={"backend": name, "failures": failures,
+                                   "results": [{"title": h.title, "url": h.url, "snippet": h.snippet} for h in hits]})
+    if all(f.endswith("found nothing") for f in failures):
+        return ToolResult(f"No results for {query!r} ({'; '.join(failures)}); try other words.")
+    raise ToolError("every search backend failed: " + "; ".join(failures))
