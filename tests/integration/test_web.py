@@ -14,11 +14,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from ..fixtures.needs import need_module
-
 from shou.errors import ToolError
 from shou.tools.base import ToolContext, ToolResult
 from shou.tools.builtin.web import DEFAULT_MAX_BYTES, web_fetch, web_search
+
+from ..fixtures.needs import need_module
 
 need_module("trafilatura")
 

@@ -99,6 +99,21 @@ def test_near_duplicates_with_embeddings(tmp_path: Path) -> None:
         assert not added and b.id == a.id
         _, added = s.add("the office coffee machine is broken")
         assert added and s.count() == 2
+    class SameVector(HashEmbedder):
+        def encode(self, texts: list[str]):
+            return super().encode(["same" for _ in texts])
+
+    with MemoryStore(tmp_path / "c.db", embeddings=SameVector(), near_duplicate=0.9) as s:
+        s.add("the user prefers dark mode in the editor")
+        # Identical vectors, but other words: an update, not a copy.
+        assert s.add("the user prefers light mode in the editor")[1]
+        assert not s.add("in the editor the user prefers dark mode")[1]
+        assert s.add("the user's favourite language for backend work and scripts is Go")[1]
+        assert s.add("the user's favourite language for backend work and scripts is Rust")[1]
+        s.add("the nightly build is broken")
+        assert s.add("the nightly build is not broken")[1]  # a negation is content
+        assert [ok for _, ok in s.add_many([NewMemory("bye Nate"), NewMemory("bye Joanna"),
+                                            NewMemory("Nate bye")])] == [True, True, False]
     with MemoryStore(tmp_path / "n.db", embeddings=HashEmbedder(), near_duplicate=None) as s:
         s.add("the office wifi password is hunter2 now")
         assert s.add("now the office wifi password is hunter2")[1]  # exact copies only
@@ -203,6 +218,10 @@ def test_hybrid_with_fake_embedder_finds_dense_only_match(tmp_path: Path) -> Non
         assert ids(found) == ["dog"] and found[0].score > 0
     with MemoryStore(tmp_path / "m.db", embeddings=False) as s:
         assert s.search("canine") == []
+        s.add("a stray dog barked", id="stray")  # stored without a vector
+    with MemoryStore(tmp_path / "m.db", embeddings=SynonymEmbedder()) as s:
+        # Opening with embeddings again embeds what BM25-only mode stored.
+        assert set(ids(s.search("canine", k=2))) == {"dog", "stray"}
 
 
 def test_import_of_memory_does_not_load_torch() -> None:
