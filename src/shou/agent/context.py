@@ -53,10 +53,15 @@ class RunContext:
 
     def recall(self, task: str) -> None:
         """Recall long-term memories relevant to the task (once, at the start of the run)."""
-        if self.agent.memory is None or self.policy.recall_k <= 0:
+        store = self.agent.memory
+        if store is None or self.policy.recall_k <= 0:
             return
         try:
-            self.recalled = [m.text for m in self.agent.memory.search(task, k=self.policy.recall_k)]
+            if not store.count():  # nothing saved yet: do not load an embedding model for nothing
+                return
+            from ..memory import recall
+
+            self.recalled = [m.text for m in recall(store, task, self.policy.recall_k)]
         except Exception as e:  # memory is a help, never a reason to fail the run
             self.emit(Notice(self.run_id, 0, "memory", f"recall failed: {type(e).__name__}: {e}"))
 

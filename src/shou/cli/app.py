@@ -25,6 +25,15 @@ app = typer.Typer(
 )
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
+
+def _mount_subcommands() -> None:
+    from .memory import memory_app
+
+    app.add_typer(memory_app, name="memory")
+
+
+_mount_subcommands()
+
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model, as PROVIDER:MODEL or MODEL (SHOU_MODEL).")]
 BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="Any OpenAI-compatible endpoint (SHOU_BASE_URL).")]
 ProviderOpt = Annotated[str | None, typer.Option(
@@ -92,6 +101,8 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     if settings.tools is not None:
         tools = tools.only(settings.tools)
     model = get_model(settings=settings)
+    from ..memory import MemoryStore
+
     if model.name.startswith("local:") and not settings.model:
         err.print("[dim]Using SmolLM2-135M, a small offline model: it can call a tool for a simple task but "
                   "cannot reason much. For a real model set a key (e.g. DEEPSEEK_API_KEY) or --model; see "
@@ -100,7 +111,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         model, tools, max_steps=settings.max_steps, run_timeout=settings.run_timeout,
         tool_timeout=settings.tool_timeout, max_parallel_tools=settings.max_parallel_tools,
         workspace=settings.workspace, store=SQLiteStore.for_workspace(settings.workspace), settings=settings,
-        vision=settings.vision,
+        vision=settings.vision, memory=MemoryStore.for_workspace(settings.workspace),
     )
     return agent, settings
 
@@ -255,6 +266,15 @@ def doctor() -> None:
     for backend, ok, why in diagnose():
         table.add_row(backend, "[green]yes[/]" if ok else "[red]no[/]", escape(why))
     out.print(table)
+    from ..memory import memory_status
+    from ..models.local import local_available
+
+    extras = Table("part", "state", "why", box=None)
+    ok, why = memory_status()
+    extras.add_row("memory search", "[green]hybrid[/]" if ok else "[yellow]BM25 only[/]", escape(why))
+    ok, why = local_available()
+    extras.add_row("offline model", "[green]yes[/]" if ok else "[yellow]no[/]", escape(why))
+    out.print(extras)
     try:
         from ..sandbox import get_sandbox
 

@@ -18,6 +18,7 @@ BUILTINS: list[tuple[str, tuple[str, ...]]] = [
     ("shou.tools.builtin.working_memory", ("working_memory",)),
     ("shou.tools.builtin.browser", ("browser",)),
     ("shou.tools.builtin.web", ("web_fetch", "web_search")),
+    ("shou.tools.builtin.memory", ("save_memory", "search_memory")),
 ]
 
 

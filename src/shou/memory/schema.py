@@ -1,0 +1,95 @@
+"""The memory store's SQL: the schema as named migrations, the duplicate key and filter clauses."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from .ranking import STOP_WORDS
+
+__all__ = ["COLUMNS", "MIGRATIONS", "filters", "normalise", "same_words", "where_clause"]
+
+MIGRATIONS: list[tuple[str, list[str]]] = [
+    (
+        "001_memories_fts_tags",
+        [
+            """CREATE TABLE memories (
+                row INTEGER PRIMARY KEY AUTOINCREMENT,
+                id TEXT NOT NULL UNIQUE,
+                text TEXT NOT NULL,
+                norm TEXT NOT NULL,
+                time REAL NOT NULL,
+                session TEXT NOT NULL DEFAULT '',
+                source TEXT NOT NULL DEFAULT '',
+                tags TEXT NOT NULL DEFAULT '[]',
+                created REAL NOT NULL,
+                last_used REAL,
+                hits INTEGER NOT NULL DEFAULT 0,
+                embedding BLOB,
+                model TEXT
+            )""",
+            "CREATE INDEX memories_by_norm ON memories(norm)",
+            "CREATE INDEX memories_by_session ON memories(session, time, row)",
+            "CREATE TABLE memory_tags (tag TEXT NOT NULL, row INTEGER NOT NULL REFERENCES memories(row) "
+            "ON DELETE CASCADE, PRIMARY KEY (tag, row))",
+            # External-content FTS: the text lives once, in `memories`; triggers keep the index in step.
+            "CREATE VIRTUAL TABLE memories_fts USING fts5(text, content='memories', content_rowid='row', "
+            "tokenize='porter unicode61 remove_diacritics 2')",
+            "CREATE TRIGGER memories_ai AFTER INSERT ON memories BEGIN "
+            "INSERT INTO memories_fts(rowid, text) VALUES (new.row, new.text); END",
+            "CREATE TRIGGER memories_ad AFTER DELETE ON memories BEGIN "
+            "INSERT INTO memories_fts(memories_fts, rowid, text) VALUES ('delete', old.row, old.text); END",
+        ],
+    ),
+]
+
+COLUMNS = "row, id, text, time, session, source, tags"
+NORM_RE = re.compile(r"[\W_]+", re.UNICODE)
+_IGNORED = (STOP_WORDS - {"no", "nor", "not"}) | {""}
+
+
+def normalise(text: str) -> str:
+    """The duplicate key: lowercase words only, so case, spacing and punctuation do not matter."""
+    return hashlib.sha1(NORM_RE.sub(" ", text.lower()).strip().encode()).hexdigest()
+
+
+def same_words(a: str, b: str) -> bool:
+    """Whether the texts say the same with the same content words (order, case, function words aside).
+
+    Negations count as content: "likes tea" and "does not like tea" differ.
+    """
+    return bool(_content(a)) and _content(a) == _content(b)
+
+
+def _content(text: str) -> frozenset[str]:
+    return frozenset(NORM_RE.split(text.lower())) - _IGNORED
+
+
+def filters(
+    *, session: str | None = None, source: str | None = None, tags: Sequence[str] = (), since: float | None = None,
+    until: float | None = None,
+) -> tuple[list[str], list[Any]]:
+    """SQL conditions (ANDed) and their arguments for the metadata filters given; tags match any."""
+    where: list[str] = []
+    args: list[Any] = []
+    for column, value in (("session", session), ("source", source)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            args.append(value)
+    if tags:
+        where.append(f"row IN (SELECT row FROM memory_tags WHERE tag IN ({','.join('?' * len(tags))}))")
+        args.extend(tags)
+    if since is not None:
+        where.append("time >= ?")
+        args.append(since)
+    if until is not None:
+        where.append("time < ?")
+        args.append(until)
+    return where, args
+
+
+def where_clause(conditions: list[str]) -> str:
+    """`WHERE a AND b`, or nothing for no conditions."""
+    return "WHERE " + " AND ".join(conditions) if conditions else ""

@@ -1,0 +1,94 @@
+"""`save_memory` and `search_memory`: the agent's long-term memory, kept across runs and sessions.
+
+The store is `<workspace>/.shou/memory.db`, or the path in the setting `memory_store` (relative paths
+are taken from the workspace); a false setting `memory_embeddings` makes it BM25 only. Stores stay
+open for the life of the process, so the vectors a search needs are loaded once, not on every call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from ...errors import ToolError
+from ...memory import Memory, MemoryStore
+from ..base import ToolContext, ToolResult, tool
+
+__all__ = ["memory_store_for", "save_memory", "search_memory"]
+
+MAX_MEMORY_CHARS = 4000
+MAX_TOP_K = 50
+
+_stores: dict[Path, MemoryStore] = {}
+_stores_lock = threading.Lock()
+
+
+def memory_store_for(ctx: ToolContext) -> MemoryStore:
+    """The (shared, open) store the tools use for this context's workspace and settings."""
+    configured = getattr(ctx.settings, "memory_store", None)
+    path = Path(configured) if configured else Path(".shou") / "memory.db"
+    if not path.is_absolute():
+        path = ctx.workspace / path
+    path = path.resolve()
+    # `memory_embeddings = False` in the settings keeps the model out (keyword search only).
+    embeddings = bool(getattr(ctx.settings, "memory_embeddings", True))
+    with _stores_lock:
+        store = _stores.get(path)
+        if store is None:
+            store = _stores[path] = MemoryStore(path, embeddings=embeddings)
+        return store
+
+
+def _line(m: Memory) -> str:
+    when = time.strftime("%Y-%m-%d", time.localtime(m.time))
+    tags = f" #{' #'.join(m.tags)}" if m.tags else ""
+    return f"[{m.id}] ({when}){tags} {m.text}"
+
+
+@tool
+def save_memory(content: str, ctx: ToolContext, tags: list[str] | None = None) -> ToolResult:
+    """Remember a fact for later runs and sessions: a user preference, a decision, something learned.
+
+    Write one self-contained fact per call (who/what/when), since it will be read without this
+    conversation around it. Saving the same fact again is harmless: the copy is not stored.
+
+    Args:
+        content: The fact to remember, as a complete sentence.
+        tags: Optional labels to group memories, e.g. ["preference"] or ["project-x"].
+    """
+    text = content.strip()
+    if not text:
+        raise ToolError("content is empty; pass the fact to remember as a sentence")
+    if len(text) > MAX_MEMORY_CHARS:
+        raise ToolError(f"content is {len(text)} characters; keep a memory under {MAX_MEMORY_CHARS} "
+                        "(split it into separate facts)")
+    store = memory_store_for(ctx)
+    mem, added = store.add(text, session=ctx.session, source="agent", tags=tags or ())
+    details = {"id": mem.id, "added": added, "store": str(store.path)}
+    if added:
+        return ToolResult(f"Saved as memory {mem.id}.", details=details)
+    return ToolResult(f"Already remembered as memory {mem.id}: {mem.text}", details=details)
+
+
+@tool
+def search_memory(query: str, ctx: ToolContext, top_k: int = 5, tags: list[str] | None = None) -> ToolResult:
+    """Search long-term memory (facts saved in earlier runs and sessions), best matches first.
+
+    Args:
+        query: What to look for, in plain words, e.g. "user's preferred test framework".
+        top_k: How many memories to return (1-50).
+        tags: Only memories carrying at least one of these tags.
+    """
+    if not query.strip():
+        raise ToolError("query is empty; describe what to look for in plain words")
+    if not 1 <= top_k <= MAX_TOP_K:
+        raise ToolError(f"top_k must be between 1 and {MAX_TOP_K}")
+    store = memory_store_for(ctx)
+    found = store.search(query, top_k, tags=tags or ())
+    store.touch([m.id for m in found])
+    details = {"results": [{"id": m.id, "score": m.score, "text": m.text} for m in found], "mode": store.mode}
+    if not found:
+        return ToolResult("No memories match; try other words, or there is nothing saved on this yet.",
+                          details=details)
+    return ToolResult("\n".join(_line(m) for m in found), details=details)
