@@ -73,6 +73,8 @@ class Settings:
     sandbox_network: bool = False
     vision: bool | None = None
     offline_fallback: bool = True
+    local_threads: int = 1
+    local_ctx: int = 4096
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     env: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -107,7 +109,8 @@ _ENV = {
     "temperature": "SHOU_TEMPERATURE", "tools": "SHOU_TOOLS", "sandbox": "SHOU_SANDBOX",
     "sandbox_timeout": "SHOU_SANDBOX_TIMEOUT", "sandbox_memory_mb": "SHOU_SANDBOX_MEMORY_MB",
     "sandbox_network": "SHOU_SANDBOX_NETWORK", "vision": "SHOU_VISION",
-    "offline_fallback": "SHOU_OFFLINE_FALLBACK",
+    "offline_fallback": "SHOU_OFFLINE_FALLBACK", "local_threads": "SHOU_LOCAL_THREADS",
+    "local_ctx": "SHOU_LOCAL_CTX",
 }
 SECRET_FIELDS = frozenset({"api_key"})
 SANDBOX_BACKENDS = ("auto", "bubblewrap", "docker", "local")
@@ -170,7 +173,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 def _convert(key: str, raw: Any, source: str) -> Any:
     try:
-        if key in ("max_steps", "max_parallel_tools", "sandbox_memory_mb"):
+        if key in ("max_steps", "max_parallel_tools", "sandbox_memory_mb", "local_threads", "local_ctx"):
             value = int(raw)
             if value < 1:
                 raise ValueError("must be at least 1")

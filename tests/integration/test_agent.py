@@ -170,3 +170,13 @@ async def test_working_memory_is_always_in_context_and_persists(serve, workspace
     system = srv.requests[3]["messages"][0]["content"]
     assert "## Working memory" in system and "budget is 300 EUR" in system
     store.close()
+
+
+async def test_agents_md_and_memory_md_reach_the_system_message(serve, workspace: Path) -> None:
+    (workspace / ".shou").mkdir(exist_ok=True)
+    (workspace / ".shou" / "AGENTS.md").write_text("Always answer in French.")
+    (workspace / ".shou" / "MEMORY.md").write_text("The project is called Heron.")
+    srv = serve([{"text": "Bonjour."}])
+    assert (await Agent(model_for(srv), [], workspace=workspace).arun("hello")).status == "completed"
+    system = srv.requests[0]["messages"][0]["content"]
+    assert "Always answer in French." in system and "The project is called Heron." in system

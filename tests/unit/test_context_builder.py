@@ -110,3 +110,14 @@ def test_bm25_and_tool_selection() -> None:
     assert [t.name for t in picked] == ["tool_0", "weather_forecast"]
     assert len(select_tools(tools, "zzz qqq", max_tools=5)) == 31  # nothing relevant: offer everything
     assert len(select_tools(tools[:4], "weather", max_tools=5)) == 4  # few tools: no selection at all
+
+
+def test_embeddings_fuse_with_bm25() -> None:
+    from shou.context.relevance import rank
+
+    docs = ["the cat sat", "a feline rested on the mat", "stock prices fell"]
+    vectors = {"cat": [1.0, 0.0], "the cat sat": [0.9, 0.1], "a feline rested on the mat": [0.95, 0.05],
+               "stock prices fell": [0.0, 1.0]}
+    scores = rank("cat", docs, lambda texts: [vectors[t] for t in texts])
+    assert scores[1] > scores[2]  # no shared word, but close in meaning: lifted by the embedding
+    assert rank("cat", docs)[1] == 0  # BM25 alone cannot see it

@@ -101,6 +101,8 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     if settings.tools is not None:
         tools = tools.only(settings.tools)
     model = get_model(settings=settings)
+    from ..context.builder import ContextPolicy
+    from ..context.relevance import default_embed
     from ..memory import MemoryStore
 
     if model.name.startswith("local:") and not settings.model:
@@ -112,6 +114,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         tool_timeout=settings.tool_timeout, max_parallel_tools=settings.max_parallel_tools,
         workspace=settings.workspace, store=SQLiteStore.for_workspace(settings.workspace), settings=settings,
         vision=settings.vision, memory=MemoryStore.for_workspace(settings.workspace),
+        context=ContextPolicy(embed=default_embed()),
     )
     return agent, settings
 

@@ -101,6 +101,20 @@ def bm25_scores(query: str, documents: Sequence[str], k1: float = 1.2, b: float 
 Embedder = Callable[[list[str]], list[list[float]]]
 
 
+def default_embed() -> Embedder | None:
+    """MiniLM sentence embeddings when the `memory` extra is installed (loaded on first use), else None."""
+    from ..memory.embeddings import default_embedder, memory_status
+
+    if not memory_status()[0]:
+        return None
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        model = default_embedder()
+        return [] if model is None else [list(map(float, row)) for row in model.encode(texts)]
+
+    return embed
+
+
 def rank(query: str, documents: Sequence[str], embed: Embedder | None = None, k: int = 60) -> list[float]:
     """Relevance of each document: BM25, fused with embedding similarity by reciprocal rank when `embed`
     is given. Documents with no lexical or semantic signal score 0."""

@@ -36,7 +36,8 @@ def get_model(spec: str | None = None, settings: Settings | None = None) -> Mode
     if settings.model and (settings.model == "local" or settings.model.startswith("local:")):
         from .local import LocalModel
 
-        return LocalModel(settings.model.removeprefix("local").removeprefix(":") or None)
+        return LocalModel(settings.model.removeprefix("local").removeprefix(":") or None,
+                          n_threads=settings.local_threads, n_ctx=settings.local_ctx)
     try:
         cfg = resolve_model(settings)
     except ConfigError as e:
@@ -46,7 +47,8 @@ def get_model(spec: str | None = None, settings: Settings | None = None) -> Mode
 
         if not local_available()[0]:
             raise
-        return LocalModel()  # nothing configured: the bundled offline model
+        # nothing configured: the bundled offline model
+        return LocalModel(n_threads=settings.local_threads, n_ctx=settings.local_ctx)
     from .openai_compat import OpenAICompatible
 
     return OpenAICompatible(
