@@ -16,6 +16,8 @@ from typing import Any, ClassVar, Literal
 from .messages import ImagePart, Message, ToolCall, part_from_wire
 from .usage import Usage
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_PLAIN = frozenset({str, int, float, bool})
 RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "error", "cancelled"]
 
 
@@ -28,9 +30,13 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready dict of this event, with its `type` tag first."""
+        names = _FIELDS.get(type(self))
+        if names is None:
+            names = _FIELDS[type(self)] = tuple(f.name for f in dataclasses.fields(self))
         out: dict[str, Any] = {"type": self.type}
-        for f in dataclasses.fields(self):
-            out[f.name] = _encode(getattr(self, f.name))
+        for name in names:
+            value = getattr(self, name)
+            out[name] = value if value is None or type(value) in _PLAIN else _encode(value)
         return out
 
 

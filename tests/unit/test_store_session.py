@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 from shou.agent.guards import RepeatGuard
@@ -71,9 +72,17 @@ def test_unflushed_deltas_are_committed_at_step_boundaries(tmp_path: Path) -> No
     s.record(TextDelta("r", 1, "he"))
     reader = sqlite3.connect(tmp_path / "db")
     count = lambda: reader.execute("SELECT COUNT(*) FROM events").fetchone()[0]  # noqa: E731
-    assert count() == 1  # the delta waits in the buffer
     s.record(ModelResponse("r", 1, Message.assistant("hello"), Usage(), 0.0))
-    assert count() == 3
+    time.sleep(0.2)
+    assert count() == 0  # the step's events wait in the buffer ...
+    s.record(StepFinished("r", 1))
+    deadline = time.monotonic() + 5
+    while count() < 4 and time.monotonic() < deadline:  # ... and go to the writer thread when it ends
+        time.sleep(0.01)
+    assert count() == 4
+    s.record(TextDelta("r", 2, "more"))
+    s.flush()  # flush() waits for everything appended
+    assert count() == 5
     store.close()
 
 

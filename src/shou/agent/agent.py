@@ -134,8 +134,13 @@ class Agent:
             try:
                 await run.execute()
             finally:
-                session.flush()
-                queue.put_nowait(None)
+                try:
+                    if session.store is not None:  # durable before the stream ends, without blocking the loop
+                        await asyncio.to_thread(session.flush)
+                except asyncio.CancelledError:
+                    session.flush()
+                finally:
+                    queue.put_nowait(None)
 
         task_ = asyncio.ensure_future(drive())
         try:

@@ -181,14 +181,60 @@ class Tool:
         return await run_in_daemon_thread(self.handler, args)
 
 
-def run_in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Awaitable[Any]:
-    """Run a sync function in a daemon thread.
+class _DaemonPool:
+    """Reusable daemon worker threads for sync tools.
 
-    A timed-out sync tool cannot be stopped, only abandoned; a daemon thread at least does not keep the
-    process alive at exit the way the default executor's threads would.
+    A timed-out sync tool cannot be stopped, only abandoned: daemon threads do not keep the process alive
+    at exit the way the default executor's would, and reusing them saves starting a thread per call. A
+    worker stuck in an abandoned call is replaced by a new one when all are busy.
     """
-    import threading
 
+    def __init__(self, max_idle: int = 8) -> None:
+        import queue
+        import threading
+
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], None]]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._max_idle = max_idle
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                start = False
+            else:
+                start = True
+        self._jobs.put((job,))
+        if start:
+            import threading
+
+            threading.Thread(target=self._work, daemon=True, name="shou-tool").start()
+
+    def _work(self) -> None:
+        import queue
+
+        while True:
+            try:
+                (job,) = self._jobs.get(timeout=60)
+            except queue.Empty:
+                with self._lock:  # idle for a minute: leave, unless a job was handed to us meanwhile
+                    if self._idle and self._jobs.empty():
+                        self._idle -= 1
+                        return
+                continue
+            job()
+            with self._lock:
+                if self._idle >= self._max_idle:
+                    return
+                self._idle += 1
+
+
+_POOL = _DaemonPool()
+
+
+def run_in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Awaitable[Any]:
+    """Run a sync function on a daemon worker thread and await its result."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[Any] = loop.create_future()
 
@@ -204,7 +250,7 @@ def run_in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Awai
         with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
             loop.call_soon_threadsafe(settle, ok, value)
 
-    threading.Thread(target=work, daemon=True, name=f"shou-tool-{getattr(fn, '__name__', 'fn')}").start()
+    _POOL.submit(work)
     return fut
 
 
