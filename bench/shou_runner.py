@@ -20,7 +20,6 @@ from shou import Agent, OpenAICompatible, SQLiteStore, tool
 
 PACKAGES = ["shou"]
 HAS_ASYNC = True
-STORE = os.environ.get("SHOU_BENCH_STORE", "1") != "0"
 STREAM = os.environ.get("SHOU_BENCH_STREAM", "0") == "1"
 _WORKSPACE = tempfile.mkdtemp(prefix="shou-bench-")
 
@@ -38,7 +37,8 @@ class FW:
         self.base_url = base_url
         self.model = _model(base_url)
         self.tools = [tool(add), tool(multiply)]
-        self.store = SQLiteStore(os.path.join(_WORKSPACE, "shou.db")) if STORE else None
+        store_on = os.environ.get("SHOU_BENCH_STORE", "1") != "0"
+        self.store = SQLiteStore(os.path.join(_WORKSPACE, f"shou-{os.getpid()}.db")) if store_on else None
         self.agent = self.new_agent()
         self.sync_agent = Agent(_model(base_url), self.tools, SYSTEM, workspace=_WORKSPACE, store=self.store)
 

@@ -28,6 +28,7 @@ from .base import Completion, ModelEvent, ModelSettings, Retrying, TextChunk, To
 from .runtime import RetryPolicy, parse_retry_after
 
 DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
+POOL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
 
 
 class OpenAICompatible:
@@ -66,7 +67,9 @@ class OpenAICompatible:
     def client(self) -> httpx.AsyncClient:
         """The httpx client, made on first use (so building a model does no I/O)."""
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self._timeout)
+            # httpx's default pool (100 connections) would park the 101st concurrent session; these are the
+            # openai SDK's limits.
+            self._client = httpx.AsyncClient(timeout=self._timeout, limits=POOL_LIMITS)
         return self._client
 
     async def aclose(self) -> None:
