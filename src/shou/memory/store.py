@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
+from ..store.migrate import migrate
 from .embeddings import Embedder, default_embedder
 from .ranking import RankParams, fts_query, fuse, query_terms
 from .schema import COLUMNS, MIGRATIONS, filters, normalise, same_words, where_clause
@@ -113,7 +114,7 @@ class MemoryStore:
         self._index: _Index | None = None
         self._index_version: tuple[int, int] = (-1, -1)
         self._writes = 0
-        self._migrate()
+        migrate(self._db, MIGRATIONS)
 
     @classmethod
     def for_workspace(cls, workspace: str | Path, **kwargs: Any) -> MemoryStore:
@@ -124,23 +125,6 @@ class MemoryStore:
     def mode(self) -> str:
         """"hybrid" (BM25 + embeddings) or "bm25"."""
         return "hybrid" if self.embedder is not None else "bm25"
-
-    def _migrate(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        for number, (_name, statements) in enumerate(MIGRATIONS, start=1):
-            if number <= version:
-                continue
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                # Another process may have migrated while we waited for the lock.
-                if self._db.execute("PRAGMA user_version").fetchone()[0] < number:
-                    for statement in statements:
-                        self._db.execute(statement)
-                    self._db.execute(f"PRAGMA user_version = {number}")
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
 
     def close(self) -> None:
         """Close the file."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..events import Event, event_from_dict
+from .migrate import Migration, migrate
 
 try:  # orjson is several times faster than json on the hot path; the stored text is the same JSON
     import orjson
@@ -29,26 +30,26 @@ except ImportError:  # pragma: no cover - orjson is a dependency; this keeps a b
     def _dumps(data: dict) -> str:
         return json.dumps(data, ensure_ascii=False)
 
-MIGRATIONS: list[tuple[str, str]] = [
+MIGRATIONS: list[Migration] = [
     (
         "001_sessions_and_events",
-        """
-        CREATE TABLE sessions (
-            name TEXT PRIMARY KEY,
-            created REAL NOT NULL,
-            updated REAL NOT NULL,
-            title TEXT NOT NULL DEFAULT ''
-        );
-        CREATE TABLE events (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            session TEXT NOT NULL REFERENCES sessions(name),
-            run_id TEXT NOT NULL,
-            type TEXT NOT NULL,
-            ts REAL NOT NULL,
-            data TEXT NOT NULL
-        );
-        CREATE INDEX events_by_session ON events(session, id);
-        """,
+        [
+            """CREATE TABLE sessions (
+                name TEXT PRIMARY KEY,
+                created REAL NOT NULL,
+                updated REAL NOT NULL,
+                title TEXT NOT NULL DEFAULT ''
+            )""",
+            """CREATE TABLE events (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session TEXT NOT NULL REFERENCES sessions(name),
+                run_id TEXT NOT NULL,
+                type TEXT NOT NULL,
+                ts REAL NOT NULL,
+                data TEXT NOT NULL
+            )""",
+            "CREATE INDEX events_by_session ON events(session, id)",
+        ],
     ),
 ]
 
@@ -75,7 +76,7 @@ class SQLiteStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = self._connect()  # reads and migrations, on the caller's thread
-        self._migrate()
+        migrate(self._db, MIGRATIONS)
         self._buffer: list[tuple[str, str, str, float, str]] = []
         self._known: set[str] = set()
         self._titles: dict[str, str] = {}
@@ -94,26 +95,6 @@ class SQLiteStore:
     def for_workspace(cls, workspace: str | Path) -> SQLiteStore:
         """The store at `<workspace>/.shou/shou.db`."""
         return cls(Path(workspace) / ".shou" / "shou.db")
-
-    def _migrate(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        for number, (_name, sql) in enumerate(MIGRATIONS, start=1):
-            if number <= version:
-                continue
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                # Another process may have migrated while we waited for the lock.
-                if self._db.execute("PRAGMA user_version").fetchone()[0] >= number:
-                    self._db.execute("COMMIT")
-                    continue
-                for statement in sql.split(";"):
-                    if statement.strip():
-                        self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version = {number}")
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
 
     def append(self, session: str, event: Event) -> None:
         """Add an event to `session`'s log (committed at the next step boundary)."""
