@@ -30,6 +30,21 @@ DEFAULT_INSTRUCTIONS = (
 )
 
 
+DEFAULT_POLICY = ContextPolicy()
+_RESOLVED: dict[str, Path] = {}
+
+
+def _resolved(workspace: str | Path | None) -> Path:
+    """The absolute workspace path; resolving is a system call, so agents built in a loop share it."""
+    key = str(workspace) if workspace is not None else str(Path.cwd())
+    path = _RESOLVED.get(key)
+    if path is None:
+        path = _RESOLVED[key] = Path(key).resolve()
+        if len(_RESOLVED) > 1024:
+            _RESOLVED.clear()
+    return path
+
+
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """How a run ended: status, the final answer, steps, token usage and wall time (seconds)."""
@@ -84,14 +99,15 @@ class Agent:
         self.max_parallel_tools = max_parallel_tools
         self.repeat_limit = repeat_limit
         self.max_total_tokens = max_total_tokens
-        self.workspace = Path(workspace or Path.cwd()).resolve()
+        self.workspace = _resolved(workspace)
         self.model_settings = model_settings
         self.store = store
         self.settings = settings
-        self.context = context or ContextPolicy()
+        self.context = context or DEFAULT_POLICY
         self.memory = memory
         self.vision = supports_vision(self.model.name) if vision is None else vision
         self._counter: TokenCounter | None = None
+        self._runner: asyncio.Runner | None = None
 
     @property
     def token_counter(self) -> TokenCounter:
@@ -168,17 +184,25 @@ class Agent:
         return RunResult(last.status, last.answer, last.steps, last.usage, last.wall_time, last.error,
                          session_name, last.run_id)
 
-    async def _arun_and_close(self, task: str, session: Session | str | None) -> RunResult:
-        # asyncio.run() closes its loop, and connections made on it cannot be reused by the next call.
-        try:
-            return await self.arun(task, session)
-        finally:
-            await self.model.aclose()
-
     def run(self, task: str, session: Session | str | None = None) -> RunResult:
-        """`arun()` for code that has no event loop running."""
+        """`arun()` for code that has no event loop running.
+
+        The agent keeps one private event loop for its sync runs, so connections are reused from one
+        call to the next; `close()` ends it.
+        """
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self._arun_and_close(task, session))
+            if self._runner is None:
+                self._runner = asyncio.Runner()
+            return self._runner.run(self.arun(task, session))
         raise UserError("Agent.run() was called inside a running event loop; use `await agent.arun(...)`")
+
+    def close(self) -> None:
+        """Release what sync runs kept open: the model's connections and the private event loop."""
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            try:
+                runner.run(self.model.aclose())
+            finally:
+                runner.close()
