@@ -20,13 +20,12 @@ import subprocess
 from pathlib import Path
 
 from ..errors import UserError
-from .base import ExecResult, ExitReason, Limits, new_output_path
+from .base import ExecResult, Limits, new_output_path
 from .cgroup import RunCgroup
-from .languages import looks_out_of_memory, program
-from .process import Finished, kill_group, spawn_and_wait
+from .languages import program
+from .process import exec_result, kill_group, spawn_and_wait
 
 NOBODY = 65534
-SIGXCPU, SIGKILL = 24, 9
 SYSTEM_DIRS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime", "/etc/ssl/certs")
 NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf")
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
@@ -167,7 +166,7 @@ class BubblewrapSandbox:
             _close(fds)
             if cgroup:
                 cgroup.remove()
-        return self._result(done, oom, limits)
+        return exec_result(done, self.workspace, limits, oom)
 
     async def start(self, argv: list[str], *, limits: Limits | None = None,
                     files: dict[str, bytes] | None = None) -> Started:
@@ -190,29 +189,6 @@ class BubblewrapSandbox:
         if cgroup:
             cgroup.add(proc.pid)
         return Started(proc, cgroup)
-
-    def _result(self, done: Finished, oom: bool, limits: Limits) -> ExecResult:
-        stderr = done.stderr.text()
-        code = done.returncode
-        reason: ExitReason = "exit"
-        note = ""
-        if done.timed_out:
-            reason, note = "timeout", f"the time limit is {limits.timeout:g} s"
-        elif oom:
-            reason, note = "memory", f"the memory limit is {limits.memory_mb} MB"
-        elif code in (SIGXCPU + 128, -SIGXCPU):
-            reason, note = "cpu", f"the CPU-time limit is {limits.cpu} s"
-        elif code in (SIGKILL + 128, -SIGKILL):
-            reason = "killed"
-        elif code and looks_out_of_memory(stderr):
-            reason, note = "memory", f"it ran out of memory: the limit is {limits.memory_mb} MB"
-        paths = [c.spill_path for c in (done.stdout, done.stderr) if c.omitted and c.spill_path]
-        output_path = " and ".join(str(p.relative_to(self.workspace)) for p in paths) or None
-        for capture in (done.stdout, done.stderr):
-            if not capture.omitted and capture.spill_path and capture.spill_path.exists():
-                capture.spill_path.unlink()  # everything fit in memory: no file needed
-        return ExecResult(done.stdout.text(), stderr, code, done.duration, reason, done.stdout.omitted,
-                          done.stderr.omitted, output_path, note)
 
     async def run_code(self, language: str, code: str, *, limits: Limits | None = None) -> ExecResult:
         """Run a program in python, bash, node or java."""

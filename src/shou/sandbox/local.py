@@ -13,9 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .base import ExecResult, ExitReason, Limits, new_output_path
-from .languages import looks_out_of_memory, program
-from .process import kill_group, spawn_and_wait
+from .base import ExecResult, Limits, new_output_path
+from .languages import program
+from .process import exec_result, kill_group, spawn_and_wait
 
 WARNING = ("warning: the 'local' sandbox backend does not isolate anything: code and commands run as you, "
            "with your files and your network")
@@ -76,20 +76,7 @@ class LocalSandbox:
         finally:
             if folder:
                 shutil.rmtree(folder, ignore_errors=True)
-        reason: ExitReason = "exit"
-        if done.timed_out:
-            reason = "timeout"
-        elif done.returncode in (-24, 152):
-            reason = "cpu"
-        elif done.returncode and looks_out_of_memory(done.stderr.text()):
-            reason = "memory"
-        paths = [c.spill_path for c in (done.stdout, done.stderr) if c.omitted and c.spill_path]
-        for capture in (done.stdout, done.stderr):
-            if not capture.omitted and capture.spill_path and capture.spill_path.exists():
-                capture.spill_path.unlink()
-        return ExecResult(done.stdout.text(), done.stderr.text(), done.returncode, done.duration, reason,
-                          done.stdout.omitted, done.stderr.omitted,
-                          " and ".join(str(p.relative_to(self.workspace)) for p in paths) or None)
+        return exec_result(done, self.workspace, limits)
 
     async def run_code(self, language: str, code: str, *, limits: Limits | None = None) -> ExecResult:
         """Run a program in python, bash, node or java."""

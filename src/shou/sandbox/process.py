@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import OutputCapture
+from .base import ExecResult, ExitReason, Limits, OutputCapture
+from .languages import looks_out_of_memory
 
 CHUNK = 65536
 
@@ -87,3 +88,32 @@ def kill_group(pid: int) -> None:
     """SIGKILL the process group `pid` leads (quietly, if it is already gone)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+
+
+SIGXCPU, SIGKILL = 24, 9
+
+
+def exec_result(done: Finished, workspace: Path, limits: Limits, oom: bool = False) -> ExecResult:
+    """Why a run ended (timeout, memory, CPU, killed, or its own exit), with a note naming the limit, and
+    its output; spill files that turned out not to be needed are removed."""
+    stderr = done.stderr.text()
+    code = done.returncode
+    reason: ExitReason = "exit"
+    note = ""
+    if done.timed_out:
+        reason, note = "timeout", f"the time limit is {limits.timeout:g} s"
+    elif oom:
+        reason, note = "memory", f"the memory limit is {limits.memory_mb} MB"
+    elif code in (SIGXCPU + 128, -SIGXCPU):
+        reason, note = "cpu", f"the CPU-time limit is {limits.cpu} s"
+    elif code in (SIGKILL + 128, -SIGKILL):
+        reason = "killed"
+    elif code and looks_out_of_memory(stderr):
+        reason, note = "memory", f"it ran out of memory: the limit is {limits.memory_mb} MB"
+    paths = [c.spill_path for c in (done.stdout, done.stderr) if c.omitted and c.spill_path]
+    for capture in (done.stdout, done.stderr):
+        if not capture.omitted and capture.spill_path and capture.spill_path.exists():
+            capture.spill_path.unlink()  # everything fit in memory: no file needed
+    output_path = " and ".join(str(p.relative_to(workspace)) for p in paths) or None
+    return ExecResult(done.stdout.text(), stderr, code, done.duration, reason, done.stdout.omitted,
+                      done.stderr.omitted, output_path, note)
