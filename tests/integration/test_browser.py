@@ -77,7 +77,9 @@ def site() -> Iterator[str]:
 async def ctx(tmp_path: Path) -> AsyncIterator[ToolContext]:
     ws = tmp_path / "ws"
     ws.mkdir()
-    yield ToolContext(workspace=ws, session="s", settings=SimpleNamespace(browser_timeout=3))
+    # The test site is on loopback, which the browser reaches only when a person allows it.
+    yield ToolContext(workspace=ws, session="s", settings=SimpleNamespace(browser_timeout=3,
+                                                                          web_allow_hosts=("127.0.0.1",)))
     await close_browsers()  # the browser belongs to this test's event loop
 
 

@@ -188,7 +188,19 @@ def test_parse_arguments_never_raises(raw: str) -> None:
 async def test_big_output_spills_to_the_workspace(tmp_path: Path) -> None:
     ex = ToolExecutor(TOOLS, spill_chars=2000)
     r = await ex.execute(ToolCall("c9", "big", "{}"), ToolContext(tmp_path))
-    saved = tmp_path / ".shou" / "outputs" / "big-c9.txt"
+    [saved] = (tmp_path / ".shou" / "outputs").glob("big-*.txt")
     assert saved.read_text().count("\n") == 99_999  # the whole output, on disk
     assert len(r.content) < 3000 and "line 0" in r.content and "line 99999" in r.content
-    assert ".shou/outputs/big-c9.txt" in r.content and "read_file" in r.content
+    assert f".shou/outputs/{saved.name}" in r.content and "read_file" in r.content
+
+
+@pytest.mark.parametrize("call_id", ["../../../../tmp/owned", "/etc/cron.d/x", "a/../../b", "..", "c\0d", "é/\\x"])
+async def test_call_ids_never_become_paths(tmp_path: Path, call_id: str) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    ex = ToolExecutor(TOOLS, spill_chars=2000)
+    r = await ex.execute(ToolCall(call_id, "big", "{}"), ToolContext(ws))
+    [saved] = (ws / ".shou" / "outputs").iterdir()  # the one file, inside the workspace
+    assert saved.name.startswith("big-") and saved.read_text().count("\n") == 99_999
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]  # nothing written next to the workspace
+    assert f".shou/outputs/{saved.name}" in r.content

@@ -9,15 +9,9 @@ import pytest
 
 from shou.errors import ToolError
 from shou.tools.base import Tool, ToolContext, ToolResult
-from shou.tools.builtin.files import (
-    MAX_LIST,
-    edit_file,
-    list_files,
-    read_file,
-    resolve_in_workspace,
-    write_file,
-)
+from shou.tools.builtin.files import MAX_LIST, edit_file, list_files, read_file, write_file
 from shou.tools.truncate import MAX_BYTES, MAX_LINES
+from shou.workspace import relative_parts
 
 OUTSIDE = r"is outside the workspace .*; use a path relative to it"
 
@@ -102,19 +96,28 @@ async def test_dangling_symlink_outside_is_refused(ws: Path, tmp_path: Path) -> 
     assert not target.exists()
 
 
-async def test_symlink_inside_the_workspace_is_followed(ws: Path) -> None:
+async def test_no_symlink_is_followed_even_inside_the_workspace(ws: Path) -> None:
+    # A link that points inside today can point outside a moment later (the sandbox can rewrite it).
     (ws / "real.txt").write_text("inside\n")
     (ws / "alias.txt").symlink_to(ws / "real.txt")
-    assert await run(read_file, ws, path="alias.txt") == "inside\n"
+    (ws / "sub").mkdir()
+    (ws / "subalias").symlink_to(ws / "sub", target_is_directory=True)
+    with pytest.raises(ToolError, match="symlink"):
+        await run(read_file, ws, path="alias.txt")
+    with pytest.raises(ToolError, match="symlink"):
+        await run(write_file, ws, path="subalias/new.txt", content="x")
+    assert not (ws / "sub" / "new.txt").exists()
 
 
-def test_resolve_in_workspace_returns_the_real_path(ws: Path) -> None:
-    assert resolve_in_workspace(ws, "a/b.txt") == ws.resolve() / "a" / "b.txt"
-    assert resolve_in_workspace(ws, str(ws / "c")) == ws.resolve() / "c"
+def test_relative_parts_resolves_the_spelling(ws: Path) -> None:
+    assert relative_parts(ws, "a/b.txt") == ("a", "b.txt")
+    assert relative_parts(ws, str(ws / "c")) == ("c",)
+    assert relative_parts(ws, "./a/../b//c") == ("b", "c")
+    assert relative_parts(ws, "..foo/x") == ("..foo", "x")
     with pytest.raises(ToolError, match="empty"):
-        resolve_in_workspace(ws, "  ")
+        relative_parts(ws, "  ")
     with pytest.raises(ToolError, match="cannot be used"):
-        resolve_in_workspace(ws, "a\0b")
+        relative_parts(ws, "a\0b")
 
 
 @pytest.mark.parametrize("pattern", ["../*", "../**/*", "/etc/*", "a/../../*", ".."])
@@ -123,12 +126,12 @@ async def test_list_files_refuses_escaping_patterns(ws: Path, pattern: str) -> N
         await run(list_files, ws, pattern=pattern)
 
 
-async def test_list_files_hides_symlinks_leading_outside(ws: Path, outside: Path) -> None:
+async def test_list_files_never_walks_through_symlinks(ws: Path, outside: Path) -> None:
     (ws / "dir").symlink_to(outside, target_is_directory=True)
     (ws / "file").symlink_to(outside / "secret.txt")
     (ws / "ok.txt").write_text("")
     assert await run(list_files, ws, pattern="dir/*") == "no files match 'dir/*'"
-    assert await run(list_files, ws, pattern="*") == "ok.txt"
+    assert await run(list_files, ws, pattern="**/*") == "dir@\nfile@\nok.txt"  # shown as links, not entered
 
 
 # ---------------------------------------------------------------- read_file
@@ -267,7 +270,10 @@ async def test_list_bad_glob_is_a_tool_error(ws: Path) -> None:
         await run(list_files, ws, pattern="a**b/*")
 
 
-def test_workspace_given_through_a_symlink(tmp_path: Path, ws: Path) -> None:
+async def test_workspace_given_through_a_symlink(tmp_path: Path, ws: Path) -> None:
     alias = tmp_path / "alias"
     os.symlink(ws, alias)
-    assert resolve_in_workspace(alias, str(alias / "x.txt")) == ws.resolve() / "x.txt"
+    assert relative_parts(alias, str(alias / "x.txt")) == ("x.txt",)
+    assert relative_parts(alias, str(ws / "x.txt")) == ("x.txt",)
+    await run(write_file, alias, path=str(ws / "x.txt"), content="hi")
+    assert (ws / "x.txt").read_text() == "hi"

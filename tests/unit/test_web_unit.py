@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import ipaddress
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,15 @@ from ..fixtures.needs import need_module
 NONE: tuple[set[str], list[ipaddress.IPv4Network | ipaddress.IPv6Network]] = (set(), [])
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "10.0.0.1", "172.16.5.4", "192.168.1.1", "169.254.169.254",
-                                  "100.64.0.1", "0.0.0.0", "::1", "fe80::1", "fc00::1", "::ffff:10.0.0.1",
-                                  "224.0.0.1"])
-async def test_non_public_addresses_are_refused(host: str) -> None:
-    with pytest.raises(ToolError, match="private, loopback or link-local"):
+@pytest.mark.parametrize(("host", "why"), [
+    ("127.0.0.1", "a loopback address"), ("10.0.0.1", "a private address"), ("172.16.5.4", "a private address"),
+    ("192.168.1.1", "a private address"), ("169.254.169.254", "a link-local address"),
+    ("100.64.0.1", "a shared (carrier-grade NAT) address"), ("0.0.0.0", "a 'this network' address"),
+    ("::1", "a loopback address"), ("fe80::1", "a link-local address"), ("fc00::1", "a unique local (private) address"),
+    ("::ffff:10.0.0.1", "the IPv4-mapped form of 10.0.0.1, a private address"), ("224.0.0.1", "a multicast address"),
+])
+async def test_non_public_addresses_are_refused(host: str, why: str) -> None:
+    with pytest.raises(ToolError, match=rf"^refused: {re.escape(host)} is {re.escape(why)}; .*web_allow_hosts"):
         await check_address(host, 80, NONE)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..context.builder import ContextBuilder, ContextPolicy, system_text
@@ -19,18 +18,11 @@ from ..context.tokens import TokenCounter, context_window
 from ..events import Compacted, Event, Notice
 from ..messages import Message
 from ..usage import Usage
+from ..workspace import read_state_text
 
 if TYPE_CHECKING:
     from ..session import Session
     from .agent import Agent
-
-
-def read_workspace_file(workspace: Path, name: str, limit: int = 20_000) -> str:
-    """`.shou/<name>` of the workspace, capped, or "" when absent or unreadable."""
-    try:
-        return (workspace / ".shou" / name).read_text(encoding="utf-8")[:limit]
-    except (OSError, UnicodeDecodeError):
-        return ""
 
 
 class RunContext:
@@ -44,8 +36,8 @@ class RunContext:
         self.policy: ContextPolicy = agent.context
         self.counter: TokenCounter = agent.token_counter
         self.builder = ContextBuilder(self.counter, context_window(agent.model.name, self.policy.window), self.policy)
-        self.rules = read_workspace_file(agent.workspace, "AGENTS.md")
-        self.memory_md = read_workspace_file(agent.workspace, "MEMORY.md")
+        self.rules = read_state_text(agent.workspace, "AGENTS.md")
+        self.memory_md = read_state_text(agent.workspace, "MEMORY.md")
         self.recalled: list[str] = []
         self.pinned = max(0, len(session.messages) - 1)  # the task, recorded just before the first step
         self.usage = Usage()

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from ..errors import ShouError
 from ..memory import Memory, MemoryStore, NewMemory
+from ..workspace import state_database
 
 memory_app = typer.Typer(
     name="memory", help="Long-term memory: add, search, list, forget and import memories.",
@@ -42,6 +43,8 @@ def _fail(message: str) -> typer.Exit:
 def _open(store: Path | None, workspace: Path | None, bm25_only: bool) -> MemoryStore:
     path = store if store is not None else (workspace or Path.cwd()) / ".shou" / "memory.db"
     try:
+        if store is None:
+            path = state_database((workspace or Path.cwd()).resolve(), "memory.db")
         return MemoryStore(path, embeddings=not bm25_only)
     except Exception as e:  # sqlite3.DatabaseError for a file that is not a store, OSError for a bad path
         raise _fail(f"cannot open memory store {path}: {e}") from None

@@ -118,8 +118,10 @@ class MemoryStore:
 
     @classmethod
     def for_workspace(cls, workspace: str | Path, **kwargs: Any) -> MemoryStore:
-        """The store at `<workspace>/.shou/memory.db`."""
-        return cls(Path(workspace) / ".shou" / "memory.db", **kwargs)
+        """The store at `<workspace>/.shou/memory.db` (never through a symlink)."""
+        from ..workspace import state_database
+
+        return cls(state_database(Path(workspace), "memory.db"), **kwargs)
 
     @property
     def mode(self) -> str:

@@ -93,8 +93,10 @@ class SQLiteStore:
 
     @classmethod
     def for_workspace(cls, workspace: str | Path) -> SQLiteStore:
-        """The store at `<workspace>/.shou/shou.db`."""
-        return cls(Path(workspace) / ".shou" / "shou.db")
+        """The store at `<workspace>/.shou/shou.db` (never through a symlink)."""
+        from ..workspace import state_database
+
+        return cls(state_database(Path(workspace), "shou.db"))
 
     def append(self, session: str, event: Event) -> None:
         """Add an event to `session`'s log (committed at the next step boundary)."""

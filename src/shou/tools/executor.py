@@ -13,8 +13,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ToolError
+from ..errors import ShouError, ToolError
 from ..messages import ToolCall
+from ..workspace import save_output
 from .base import ToolArgumentsError, ToolContext, ToolResult
 from .registry import ToolSet
 from .truncate import truncate
@@ -112,13 +113,10 @@ class ToolExecutor:
             return result
         hint = "ask for a narrower result"
         if ctx is not None:
-            path = ctx.workspace / ".shou" / "outputs" / f"{call.name}-{call.id or 'call'}.txt"
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text, encoding="utf-8")
-                rel = path.relative_to(ctx.workspace)
+                rel = save_output(ctx.workspace, call.name, text.encode("utf-8"))
                 hint = f"the full output ({len(text)} characters) is in {rel}; read it with read_file and offset"
-            except OSError:
+            except (OSError, ShouError):
                 pass
         cut = truncate(text, max_bytes=self.spill_chars, hint=hint)
         return ToolResult(cut.text, result.image, result.is_error, result.details)

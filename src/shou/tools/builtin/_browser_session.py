@@ -1,13 +1,15 @@
 """The browser behind the `browser` tool: finding Chromium, one context per session, page helpers.
 
 One Playwright driver and one Chromium run per event loop (Playwright objects belong to the loop that
-made them), started on first use. Each shou session gets its own browser context (cookies, storage,
-tabs), so sessions never see each other's pages. `close_browsers()` ends it all; if nobody calls it,
-the driver exits when the interpreter closes its pipe, so nothing hangs at exit.
+made them), started on first use and never as root (`shou.net.chromium`). Each shou session gets its own
+browser context (cookies, storage, tabs), so sessions never see each other's pages. `close_browsers()`
+ends it all; if nobody calls it, the driver exits when the interpreter closes its pipe, so nothing hangs.
 
-Every request the pages make passes a guard: http(s), data: and blob: go through; `file://` only
-inside the workspace; anything else is blocked. That keeps a workspace page from loading (even in an
-iframe, even in a screenshot) a file outside the workspace.
+Every request the pages make goes somewhere shou decided: http(s) and websockets through the egress
+proxy with the session's allow-list (`web_allow_hosts`), which refuses private addresses however the
+page asks (redirect, subresource, fetch, frame, popup); `file://` is answered by shou itself with a
+confined read of the workspace (the browser user may not be able to read it, and must not read more);
+data: and blob: stay in the page; anything else is blocked.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio
 import contextlib
 import difflib
 import io
+import mimetypes
 import os
 import re
 import shutil
@@ -26,7 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ToolError
-from .files import resolve_in_workspace
+from ...net.address import Allow
+from ...net.chromium import BROWSER_UID, launch_chromium
+from ...net.egress import egress_proxy
+from ...workspace import NotFound, open_file, read_bytes_beneath, relative_parts
 
 __all__ = [
     "BrowserSession", "close_browser", "close_browsers", "describe_element", "find_chromium", "fit_image",
@@ -34,7 +40,6 @@ __all__ = [
 ]
 
 LAUNCH_ARGS = (
-    "--no-sandbox",  # Chromium refuses to start as root with its sandbox on
     "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
     # Without these Chromium phones home (updates, field trials); on a closed network that only adds stalls.
     "--disable-background-networking", "--disable-component-update",
@@ -45,6 +50,7 @@ IDX_ATTR = "data-shou-idx"
 MAX_ELEMENTS = 200
 MAX_IMAGE_SIDE = 1568  # the longest side vision models take without rescaling themselves
 MAX_IMAGE_BYTES = 1_500_000
+MAX_FILE_BYTES = 50_000_000  # one workspace file served to a page
 
 # Numbers the visible interactive elements (tagging each with data-shou-idx) and describes them.
 ELEMENTS_JS = """
@@ -80,6 +86,7 @@ class BrowserSession:
 
     context: Any
     workspace: Path
+    allow: Allow = field(default_factory=Allow)
     active: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one action at a time per session
 
@@ -108,17 +115,21 @@ class _Manager:
         self.lock = asyncio.Lock()
 
     async def session(self, key: str, workspace: Path, settings: Any) -> BrowserSession:
+        allow = Allow.from_settings(settings)
         async with self.lock:  # two tools starting the browser at once must not start two
             existing = self.sessions.get(key)
             if existing is not None and self.browser is not None and self.browser.is_connected():
-                return existing
+                if existing.allow == allow:
+                    return existing
+                with contextlib.suppress(Exception):  # the allow-list changed: its proxy is another one
+                    await existing.context.close()
             if self.browser is None or not self.browser.is_connected():
                 self.sessions.clear()  # contexts of a crashed browser are dead; each gets a new one
                 await self._launch(settings)
-            context = await self.browser.new_context(viewport=VIEWPORT, accept_downloads=False)
-            guard = _file_guard(workspace)
-            await context.route(re.compile(r"^(?!https?:|data:|blob:)"), guard)
-            sess = BrowserSession(context, workspace)
+            context = await self.browser.new_context(viewport=VIEWPORT, accept_downloads=False,
+                                                     proxy=egress_proxy(allow).playwright())
+            await context.route(re.compile(r"^(?!https?:|data:|blob:)"), _file_guard(workspace))
+            sess = BrowserSession(context, workspace, allow)
             self.sessions[key] = sess
             return sess
 
@@ -132,11 +143,15 @@ class _Manager:
         executable = find_chromium(settings, self.playwright.chromium.executable_path)
         headless = bool(getattr(settings, "browser_headless", True))
         try:
-            self.browser = await self.playwright.chromium.launch(
-                executable_path=executable, headless=headless, args=list(LAUNCH_ARGS))
+            self.browser = await launch_chromium(self.playwright.chromium, executable, headless=headless,
+                                                 args=LAUNCH_ARGS)
+        except ToolError:
+            raise
         except Exception as e:
+            hint = (f" (as root, Chromium runs as uid {BROWSER_UID}, which must be able to read and run it)"
+                    if os.geteuid() == 0 else "")
             raise ToolError(f"could not start Chromium ({executable or 'Playwright-managed'}): "
-                            f"{str(e).splitlines()[0]}") from None
+                            f"{str(e).splitlines()[0]}{hint}") from None
 
     async def close(self, key: str | None = None) -> None:
         keys = list(self.sessions) if key is None else [key]
@@ -211,26 +226,45 @@ def workspace_file_url(workspace: Path, url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.netloc not in ("", "localhost"):
         raise ToolError(f"file URL {url!r} names a remote host; only files in the workspace can be opened")
+    path = urllib.parse.unquote(parts.path)
     try:
-        real = resolve_in_workspace(workspace, urllib.parse.unquote(parts.path))
+        names = relative_parts(workspace, path)
+        with open_file(workspace, path):  # a regular file, reached without following a symlink
+            pass
+    except NotFound:
+        raise ToolError(f"{url!r}: no such file in the workspace; call list_files to see what is there") from None
     except ToolError as e:
         raise ToolError(f"refused {url!r}: file:// URLs may only name files inside the workspace ({e})") from None
-    if not real.exists():
-        raise ToolError(f"{url!r}: no such file in the workspace; call list_files to see what is there")
-    return real.as_uri() + (f"?{parts.query}" if parts.query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+    canonical = Path(os.path.realpath(workspace)).joinpath(*names).as_uri()
+    return canonical + (f"?{parts.query}" if parts.query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
 def _file_guard(workspace: Path) -> Any:
+    """The route handler for every request that is not http(s), data: or blob:.
+
+    A file:// request is answered with the workspace file, read by shou beneath the workspace (no symlink
+    followed, regular files only); the browser never opens a file itself. Anything else is refused.
+    """
     async def guard(route: Any) -> None:
         url = route.request.url
-        allowed = False
-        if url.startswith("file:"):
-            with contextlib.suppress(ToolError):
-                workspace_file_url(workspace, url.split("#")[0].split("?")[0])
-                allowed = True
-        elif url.startswith("about:"):
-            allowed = True
-        await (route.continue_() if allowed else route.abort("accessdenied"))
+        if url.startswith("about:"):
+            await route.continue_()
+            return
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+            await route.abort("accessdenied")
+            return
+        path = urllib.parse.unquote(parts.path)
+        try:
+            body = await asyncio.to_thread(read_bytes_beneath, workspace, path, MAX_FILE_BYTES)
+        except NotFound:
+            await route.abort("failed")
+            return
+        except ToolError:
+            await route.abort("accessdenied")
+            return
+        kind = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        await route.fulfill(status=200, body=body, content_type=kind)
 
     return guard
 

@@ -4,6 +4,10 @@ Actions: navigate, click, type, press, scroll, back, forward, wait, read, elemen
 tab_open, tab_switch, tab_close. The model finds things with a CSS/Playwright `selector`, or with the
 `index` numbers `elements` hands out (more reliable for small models than writing selectors).
 Each session has its own browser context; `close_browsers()` ends everything at the end of a run.
+
+The browser reaches what web_fetch reaches: public addresses and the hosts a person allowed with
+`web_allow_hosts`. navigate and tab_open check the URL's host first for a clear refusal; everything the
+page then loads goes through shou's egress proxy, where a private address simply fails.
 """
 
 from __future__ import annotations
@@ -11,12 +15,15 @@ from __future__ import annotations
 import contextlib
 import time
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 # Imported here, not lazily, so that without Playwright the builtin registry leaves this tool out.
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from ...errors import ToolError
+from ...net.address import ALLOW_HINT, Allow, check_address
+from ...workspace import save_output
 from ..base import ToolContext, ToolResult, tool
 from ..truncate import truncate
 from ._browser_session import (
@@ -76,12 +83,20 @@ def _timeouts(ctx: ToolContext) -> tuple[float, float]:
     return seconds * 1000, seconds * 2000
 
 
-def _check_url(ctx: ToolContext, url: str | None) -> str:
+async def _check_url(ctx: ToolContext, url: str | None) -> str:
     if not url or not url.strip():
         raise ToolError("navigate needs url, e.g. url='https://example.com'")
     url = url.strip()
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme in ("http", "https"):
+        try:
+            parts = urlsplit(url)
+            host, port = parts.hostname, parts.port or (443 if scheme == "https" else 80)
+        except ValueError as e:
+            raise ToolError(f"{url!r} is not a valid URL: {e}") from None
+        if not host:
+            raise ToolError(f"{url!r} has no host; give a full URL such as 'https://example.com/'")
+        await check_address(host, port, Allow.from_settings(ctx.settings))  # the proxy would refuse it too
         return url
     if scheme == "file":
         return workspace_file_url(ctx.workspace, url)
@@ -89,6 +104,14 @@ def _check_url(ctx: ToolContext, url: str | None) -> str:
         raise ToolError(f"{url!r} has no scheme; give a full URL such as 'https://{url}'")
     raise ToolError(f"the {scheme}: scheme is not allowed; use http://, https:// or a file:// URL inside the "
                     "workspace")
+
+
+def _refused(response: Any) -> Any:
+    """The navigation's response, or a `ToolError` if the egress proxy refused where it led (say, a redirect)."""
+    reason = response.headers.get("x-shou-refused") if response is not None and response.status == 403 else None
+    if reason:
+        raise ToolError(f"refused: {reason}; shou only connects to public addresses ({ALLOW_HINT})")
+    return response
 
 
 async def _locate(page: Any, selector: str | None, index: int | None, action: str, wait_ms: float) -> Any:
@@ -165,6 +188,8 @@ async def browser(
         full_page: For screenshot: the whole page instead of the visible part.
     """
     act_ms, nav_ms = _timeouts(ctx)
+    if action == "navigate" or (action == "tab_open" and url):
+        url = await _check_url(ctx, url)  # before starting a browser for a URL that will be refused
     sess = await get_session(ctx.session or "default", ctx.workspace, ctx.settings)
     async with sess.lock:
         try:
@@ -176,6 +201,8 @@ async def browser(
                             f"({str(e).splitlines()[0]}); the page may be slow or unreachable") from None
         except PlaywrightError as e:
             message = str(e).split("Call log:")[0].strip().splitlines()[0]
+            if "ERR_TUNNEL_CONNECTION_FAILED" in message:  # the egress proxy refused the host or could not reach it
+                message += f" (shou only connects to public addresses; {ALLOW_HINT})"
             raise ToolError(f"{action} failed: {message}") from None
 
 
@@ -184,11 +211,10 @@ async def _run(
     index: int | None, text: str | None, key: str | None, full_page: bool, act_ms: float, nav_ms: float,
 ) -> ToolResult:
     if action == "tab_open":
-        target = _check_url(ctx, url) if url else None
         page = await sess.context.new_page()
         sess.active = len(sess.pages) - 1
-        if target:
-            await page.goto(target, timeout=nav_ms, wait_until="domcontentloaded")
+        if url:  # checked by the caller
+            _refused(await page.goto(url, timeout=nav_ms, wait_until="domcontentloaded"))
         return ToolResult(f"Opened tab [{sess.active + 1}]: {await _summary(page)}\nTabs:\n{_tabs(sess)}")
     if action in ("tab_switch", "tab_close"):
         pages = sess.pages
@@ -209,8 +235,7 @@ async def _run(
 
     page = await sess.page()
     if action == "navigate":
-        target = _check_url(ctx, url)
-        response = await page.goto(target, timeout=nav_ms, wait_until="domcontentloaded")
+        response = _refused(await page.goto(str(url), timeout=nav_ms, wait_until="domcontentloaded"))
         status = f" (HTTP {response.status})" if response is not None else ""
         preview = (await _page_text(page))[:PREVIEW_CHARS]
         return ToolResult(f"Opened {await _summary(page)}{status}\n\n{preview}\n\n"
@@ -295,14 +320,12 @@ async def _scroll(page: Any, selector: str | None, index: int | None, text: str 
 async def _screenshot(page: Any, ctx: ToolContext, full_page: bool, act_ms: float) -> ToolResult:
     raw = await page.screenshot(full_page=full_page, type="png", timeout=act_ms)
     data, media_type, size = fit_image(raw)
-    folder = ctx.workspace / ".shou" / "screenshots"
-    folder.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{time.time_ns() % 1_000_000_000:09d}"
-    path = folder / f"shot-{stamp}.{'png' if media_type == 'image/png' else 'jpg'}"
-    path.write_bytes(data)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    rel = save_output(ctx.workspace, f"shot-{stamp}", data, folder="screenshots",
+                      suffix=".png" if media_type == "image/png" else ".jpg")  # never through a planted link
+    path = ctx.workspace / rel
     title = await page.title() or "(no title)"
     page_text = (await _page_text(page))[:PAGE_TEXT_CAP]
-    rel = path.relative_to(ctx.workspace).as_posix()
     content = (f"Screenshot of {title} ({page.url}), {'full page' if full_page else 'viewport'}, "
                f"{size[0]}x{size[1]} px, saved to {rel}")
     from ...messages import ImagePart

@@ -1,79 +1,40 @@
 """File tools confined to the workspace: `read_file`, `write_file`, `edit_file`, `list_files`.
 
-Every path goes through `resolve_in_workspace`, which resolves symlinks before checking, so neither
-`..` nor a symlink (even a dangling one) can lead a tool outside the workspace. The check and the
-later open are not atomic: a process racing to swap in a symlink between them is out of scope.
+Every path is opened through `shou.workspace`: one component at a time from the workspace's folder,
+never following a symlink, so neither `..`, an absolute path, a symlink nor a folder swapped for a symlink
+mid-call can lead a tool outside. Only regular files are read and written; files with other hard links and
+anything under `.shou/` are never written. `list_files` walks the tree itself (`globbing.py`: no symlink
+followed, the walk bounded, the pattern matched without a backtracking regex).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from pathlib import Path
 
 from ...errors import ToolError
+from ...workspace import Opened, open_beneath, open_file, relative_parts, write_bytes_beneath
 from ..base import ToolContext, ToolResult, tool
+from ..globbing import Glob, Walk
 from ..truncate import truncate
 
-__all__ = ["edit_file", "list_files", "read_file", "resolve_in_workspace", "write_file"]
+__all__ = ["edit_file", "list_files", "read_file", "write_file"]
 
 MAX_FILE_BYTES = 50 * 1024 * 1024  # read_file loads the whole file; past this it would hog memory
 MAX_LIST = 1000
+MAX_SCAN = 100_000  # entries list_files looks at before it stops and asks for a narrower pattern
+SCAN_SECONDS = 5.0
 SKIP_DIRS = frozenset({".git", ".shou"})
 _SNIFF_BYTES = 8192
 
 
-def resolve_in_workspace(workspace: Path, path: str) -> Path:
-    """The real path `path` names inside `workspace`; `ToolError` if it would lead outside.
-
-    Relative paths are taken from the workspace root; absolute paths are allowed when they are inside
-    it. Symlinks are followed (also dangling ones and ones in the middle of the path) and the target
-    must be inside the workspace too.
-    """
-    root = workspace.resolve()
-    if not path.strip():
-        raise ToolError("path is empty; give a path relative to the workspace, e.g. 'src/main.py'")
-    try:
-        # The literal spelling is checked against the root as given and as resolved, so an absolute
-        # path through a symlinked workspace (say /tmp -> /private/tmp) still counts as inside.
-        spelled = Path(os.path.normpath(os.path.join(os.path.abspath(workspace), path)))
-        if not (spelled.is_relative_to(root) or spelled.is_relative_to(os.path.abspath(workspace))):
-            raise ToolError(f"path {path!r} is outside the workspace {root}; use a path relative to it")
-        real = Path(os.path.realpath(os.path.join(root, path)))
-    except (OSError, ValueError, RuntimeError) as e:  # NUL bytes, symlink loops, over-long names
-        raise ToolError(f"path {path!r} cannot be used: {e}") from None
-    if not real.is_relative_to(root):
-        raise ToolError(
-            f"path {path!r} goes through a symlink that leads outside the workspace {root}; "
-            "only files inside the workspace can be used"
-        )
-    return real
-
-
-def _display(root: Path, real: Path) -> str:
-    return real.relative_to(root.resolve()).as_posix() or "."
-
-
-def _read_text(root: Path, path: str) -> tuple[Path, str]:
-    real = resolve_in_workspace(root, path)
-    if real.is_dir():
-        raise ToolError(f"{path!r} is a directory; call list_files with pattern '{path.rstrip('/')}/*'")
-    if not real.is_file():
-        raise ToolError(f"file {path!r} does not exist in the workspace; "
-                        "call list_files to see what is there")
-    size = real.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise ToolError(f"{path!r} is {size} bytes, too large for read_file (limit {MAX_FILE_BYTES})")
-    try:
-        data = real.read_bytes()
-    except OSError as e:
-        raise ToolError(f"cannot read {path!r}: {e.strerror or e}") from None
+def _decode(shown: str, data: bytes) -> str:
     if b"\0" in data[:_SNIFF_BYTES]:
-        raise ToolError(f"{path!r} looks like a binary file ({size} bytes); read_file only reads text")
+        raise ToolError(f"{shown!r} looks like a binary file ({len(data)} bytes); read_file only reads text")
     try:
-        return real, data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise ToolError(f"{path!r} is not UTF-8 text ({size} bytes); read_file only reads UTF-8") from None
+        raise ToolError(f"{shown!r} is not UTF-8 text ({len(data)} bytes); read_file only reads UTF-8") from None
 
 
 @tool
@@ -89,7 +50,8 @@ def read_file(path: str, ctx: ToolContext, offset: int = 1, limit: int | None = 
         raise ToolError(f"offset must be 1 or more (got {offset}); line numbers start at 1")
     if limit is not None and limit < 1:
         raise ToolError(f"limit must be 1 or more (got {limit}); omit it to read to the end")
-    _, text = _read_text(ctx.workspace, path)
+    with open_file(ctx.workspace, path) as f:
+        text = _decode(f.shown, f.read(MAX_FILE_BYTES))
     # splitlines is also what truncate() counts with, so the offsets we suggest line up with its cuts.
     lines = text.splitlines(keepends=True)
     if not lines:
@@ -119,18 +81,13 @@ def write_file(path: str, content: str, ctx: ToolContext) -> str:
         path: File path relative to the workspace root.
         content: The complete new text of the file.
     """
-    real = resolve_in_workspace(ctx.workspace, path)
-    if real.is_dir():
-        raise ToolError(f"{path!r} is a directory; give a file path")
-    existed = real.exists()
     data = content.encode("utf-8")
+    shown = "/".join(relative_parts(ctx.workspace, path))
     try:
-        real.parent.mkdir(parents=True, exist_ok=True)
-        real.write_bytes(data)
+        existed = write_bytes_beneath(ctx.workspace, path, data)
     except OSError as e:
-        raise ToolError(f"cannot write {path!r}: {e.strerror or e}") from None
-    verb = "overwrote" if existed else "created"
-    return f"{verb} {_display(ctx.workspace, real)} ({len(data)} bytes)"
+        raise ToolError(f"cannot write {shown!r}: {e.strerror or e}") from None
+    return f"{'overwrote' if existed else 'created'} {shown} ({len(data)} bytes)"
 
 
 @tool
@@ -146,7 +103,12 @@ def edit_file(path: str, old: str, new: str, ctx: ToolContext) -> ToolResult:
         raise ToolError("old is empty; give the exact text to replace (to create a file use write_file)")
     if old == new:
         raise ToolError("old and new are the same; nothing would change")
-    real, text = _read_text(ctx.workspace, path)
+    with open_file(ctx.workspace, path, write=True) as f:
+        return _edit(f, path, old, new)
+
+
+def _edit(f: Opened, path: str, old: str, new: str) -> ToolResult:
+    text = _decode(f.shown, f.read(MAX_FILE_BYTES))
     count = text.count(old)
     if count == 0 and "\r\n" in text and "\r\n" not in old:
         # The model writes "\n" even when the file uses Windows line endings; match those too.
@@ -164,10 +126,10 @@ def edit_file(path: str, old: str, new: str, ctx: ToolContext) -> ToolResult:
         )
     after = text.replace(old, new, 1)
     try:
-        real.write_bytes(after.encode("utf-8"))
+        f.replace(after.encode("utf-8"))
     except OSError as e:
         raise ToolError(f"cannot write {path!r}: {e.strerror or e}") from None
-    name = _display(ctx.workspace, real)
+    name = f.shown
     diff = "".join(difflib.unified_diff(
         text.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{name}", f"b/{name}", n=3,
     ))
@@ -177,36 +139,35 @@ def edit_file(path: str, old: str, new: str, ctx: ToolContext) -> ToolResult:
 
 @tool
 def list_files(ctx: ToolContext, pattern: str = "**/*") -> str:
-    """List files in the workspace matching a glob pattern, one relative path a line; folders end in '/'.
+    """List files in the workspace matching a glob pattern, one relative path a line; folders end in '/',
+    symlinks in '@' (the file tools do not follow them).
 
     Args:
         pattern: Glob relative to the workspace root: '*' within a folder, '**' across folders,
             e.g. 'src/**/*.py'. The default lists everything.
     """
-    parts = Path(pattern).parts
-    if not pattern.strip() or Path(pattern).is_absolute() or ".." in parts:
+    if not pattern.strip() or pattern.startswith("/") or ".." in pattern.split("/"):
         raise ToolError(
             f"pattern {pattern!r} must be relative to the workspace and must not contain '..'; e.g. '**/*.py'"
         )
-    root = ctx.workspace.resolve()
-    found: list[str] = []
     try:
-        for p in root.glob(pattern):
-            rel = p.relative_to(root)
-            if not rel.parts or SKIP_DIRS.intersection(rel.parts):
-                continue
-            real = Path(os.path.realpath(p))
-            if not real.is_relative_to(root):
-                continue  # a symlink leading out of the workspace
-            found.append(rel.as_posix() + ("/" if real.is_dir() else ""))
-    except (ValueError, NotImplementedError) as e:
+        glob = Glob.parse(pattern)
+    except ValueError as e:
         raise ToolError(f"pattern {pattern!r} is not a valid glob: {e}") from None
-    except OSError as e:
-        raise ToolError(f"cannot list {pattern!r}: {e.strerror or e}") from None
+    try:
+        start = open_beneath(ctx.workspace, glob.fixed, os.O_RDONLY | os.O_DIRECTORY) if glob.fixed else \
+            os.open(ctx.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except ToolError:
+        return f"no files match {pattern!r}"
+    walk = Walk(glob, limit=MAX_SCAN, seconds=SCAN_SECONDS, skip=SKIP_DIRS)
+    walk.run(start)
+    found = sorted(walk.found)
+    if walk.stopped:
+        found.append(f"[... stopped after looking at {walk.seen} entries ({walk.stopped}); use a narrower pattern, "
+                     "e.g. 'src/**/*.py']")
     if not found:
         return f"no files match {pattern!r}"
-    found.sort()
-    if len(found) > MAX_LIST:
-        note = f"[... showing {MAX_LIST} of {len(found)} matches; use a narrower pattern, e.g. 'src/**/*.py']"
+    if len(walk.found) > MAX_LIST:
+        note = f"[... showing {MAX_LIST} of {len(walk.found)} matches; use a narrower pattern, e.g. 'src/**/*.py']"
         return "\n".join([*found[:MAX_LIST], note])
     return "\n".join(found)

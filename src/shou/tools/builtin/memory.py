@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ...errors import ToolError
 from ...memory import Memory, MemoryStore
+from ...workspace import state_database
 from ..base import ToolContext, ToolResult, tool
 
 __all__ = ["memory_store_for", "save_memory", "search_memory"]
@@ -27,10 +28,11 @@ _stores_lock = threading.Lock()
 def memory_store_for(ctx: ToolContext) -> MemoryStore:
     """The (shared, open) store the tools use for this context's workspace and settings."""
     configured = getattr(ctx.settings, "memory_store", None)
-    path = Path(configured) if configured else Path(".shou") / "memory.db"
-    if not path.is_absolute():
-        path = ctx.workspace / path
-    path = path.resolve()
+    if configured:
+        path = Path(configured)
+        path = (path if path.is_absolute() else ctx.workspace / path).resolve()
+    else:
+        path = state_database(ctx.workspace, "memory.db")
     # `memory_embeddings = False` in the settings keeps the model out (keyword search only).
     embeddings = bool(getattr(ctx.settings, "memory_embeddings", True))
     with _stores_lock:

@@ -1,26 +1,28 @@
 """`web_fetch(url)` and `web_search(query)`: reading the web without a browser.
 
-web_fetch refuses private, loopback, link-local and other non-global addresses (SSRF): every hop's
-host is resolved and all of its addresses checked, and redirects are followed by hand so each hop is
-checked again. `web_allow_hosts` (hostnames, IPs or CIDRs) lets chosen ones through. HTML becomes
-markdown with trafilatura (it keeps the main text, drops navigation and boilerplate, and writes
-markdown itself, so one maintained library does the whole job). Other text comes back as is; binary
+web_fetch reaches public addresses only (SSRF), by the policy in `shou.net.address`: loopback, private,
+link-local and every other non-global address is refused, IPv4 hidden in IPv6 forms included, and
+`web_allow_hosts` (hostnames, IPs or CIDRs) lets chosen ones through. Redirects are followed by hand and
+each hop's host is checked first, for a clear error. The request itself goes through shou's egress proxy
+(`shou.net.egress`), which resolves the host once, checks every address and connects to a checked one:
+a DNS server that answers differently between the check and the connect (DNS rebinding) reaches
+nothing.
+
+HTML becomes markdown with trafilatura (it keeps the main text, drops navigation and boilerplate, and
+writes markdown itself, so one maintained library does the whole job). Other text comes back as is; binary
 content is refused. Bodies are streamed and reading stops at the size limit.
 
 web_search tries backends in order (`web_search_backends`), skipping those not configured and falling
 back when one fails: Tavily (`TAVILY_API_KEY`), DuckDuckGo through the `ddgs` package (no key) and
 SearXNG (`SEARXNG_URL`). Base URLs can be pointed elsewhere (`TAVILY_BASE_URL`, `DUCKDUCKGO_BASE_URL`).
-
-Known gap: the address check and httpx's own connect resolve the name separately, so a DNS server that
-answers differently within that moment (DNS rebinding) is not stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
+import functools
 import os
-import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +30,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from ...errors import ToolError
+from ...net.address import ALLOW_HINT, Allow, check_address
+from ...net.egress import egress_proxy
 from ..base import ToolContext, ToolResult, run_in_daemon_thread, tool
 from ..truncate import truncate
 
@@ -41,8 +45,6 @@ USER_AGENT = "Mozilla/5.0 (compatible; shou-agent/0.1; +https://pypi.org/project
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-yaml",
               "application/yaml", "application/toml", "application/x-sh", "application/sql")
-IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
-IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def _setting(ctx: ToolContext, attr: str, env: str | None = None, default: Any = None) -> Any:
@@ -54,41 +56,6 @@ def _setting(ctx: ToolContext, attr: str, env: str | None = None, default: Any =
         mapping = getattr(ctx.settings, "env", None) or {}
         value = mapping.get(env) or os.environ.get(env)
     return default if value in (None, "") else value
-
-
-def _allowlist(ctx: ToolContext) -> tuple[set[str], list[IPNet]]:
-    names: set[str] = set()
-    nets: list[IPNet] = []
-    for entry in _setting(ctx, "web_allow_hosts", default=()) or ():
-        try:
-            nets.append(ipaddress.ip_network(str(entry).strip(), strict=False))
-        except ValueError:
-            names.add(str(entry).strip().lower().rstrip("."))
-    return names, nets
-
-
-async def check_address(host: str, port: int, allow: tuple[set[str], list[IPNet]]) -> None:
-    """Refuse `host` if any address it resolves to is not a public one (and not allowed explicitly)."""
-    names, nets = allow
-    bare = host.strip("[]").lower().rstrip(".")
-    if bare in names:
-        return
-    try:
-        addrs: set[IPAddr] = {ipaddress.ip_address(bare)}
-    except ValueError:
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(bare, port, type=socket.SOCK_STREAM)
-        except OSError as e:
-            raise ToolError(f"cannot resolve host {host!r}: {e}") from None
-        addrs = {ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos}
-    for addr in sorted(addrs, key=str):
-        plain = getattr(addr, "ipv4_mapped", None) or addr  # ::ffff:127.0.0.1 is loopback too
-        if plain.is_global and not plain.is_multicast:
-            continue
-        if any(plain in net for net in nets):
-            continue
-        raise ToolError(f"refused: {host} resolves to {addr}, a private, loopback or link-local address; "
-                        "web_fetch only reads public addresses (a person can allow hosts with web_allow_hosts)")
 
 
 async def _read_capped(resp: httpx.Response, limit: int) -> tuple[bytes, bool]:
@@ -143,20 +110,31 @@ async def web_fetch(url: str, ctx: ToolContext) -> ToolResult:
     """
     limit = int(_setting(ctx, "web_max_bytes", default=DEFAULT_MAX_BYTES))
     seconds = float(_setting(ctx, "web_timeout", default=DEFAULT_TIMEOUT))
-    allow = _allowlist(ctx)
+    allow = Allow.from_settings(ctx.settings)
     try:
         async with asyncio.timeout(seconds):
             return await _fetch(url, limit, seconds, allow)
     except TimeoutError:
         raise ToolError(f"fetching {url} took longer than {seconds:g} s; try again later or another page") from None
+    except httpx.ProxyError as e:  # a tunnel (https) the egress proxy refused: its status line says why
+        if str(e).startswith("403 refused: "):
+            raise ToolError(f"{str(e)[4:]}; shou only connects to public addresses ({ALLOW_HINT})") from None
+        raise ToolError(f"could not fetch {url}: {e}") from None
     except httpx.HTTPError as e:
         raise ToolError(f"could not fetch {url}: {type(e).__name__}: {e}") from None
 
 
-async def _fetch(url: str, limit: int, seconds: float, allow: tuple[set[str], list[IPNet]]) -> ToolResult:
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    # Building one costs ~17 ms (loading the CA bundle), and a client with a proxy would build two per call.
+    return httpx.create_ssl_context(trust_env=False)
+
+
+async def _fetch(url: str, limit: int, seconds: float, allow: Allow) -> ToolResult:
     current, hops = url.strip(), []
-    # No proxies from the environment: the connection must go to the address that was checked.
+    # Only through the egress proxy, never a proxy from the environment: it connects to checked addresses only.
     async with httpx.AsyncClient(follow_redirects=False, trust_env=False, timeout=httpx.Timeout(seconds),
+                                 proxy=egress_proxy(allow).url, verify=_tls(),
                                  headers={"User-Agent": USER_AGENT}) as client:
         for _ in range(MAX_REDIRECTS + 1):
             parts = urlsplit(current)
@@ -164,6 +142,9 @@ async def _fetch(url: str, limit: int, seconds: float, allow: tuple[set[str], li
                 raise ToolError(f"{current!r} is not an http(s) URL; web_fetch reads http:// and https:// only")
             await check_address(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), allow)
             async with client.stream("GET", current) as resp:
+                refused = resp.headers.get("x-shou-refused") if resp.status_code == 403 else None
+                if refused:  # the proxy's own answer for plain http
+                    raise ToolError(f"refused: {refused}; shou only connects to public addresses ({ALLOW_HINT})")
                 if resp.is_redirect and "location" in resp.headers:
                     hops.append(current)
                     current = str(resp.url.join(resp.headers["location"]))

@@ -1,0 +1,195 @@
+"""Glob patterns matched in linear-ish time, and a bounded walk of the workspace that follows no symlink.
+
+The pattern comes from the model, so it must not be able to stall shou: instead of translating it to a
+backtracking regular expression (`*a*a*a*a*b` against a long name takes exponential time, holding the
+GIL so no timeout fires), each path component is matched with the two-pointer wildcard algorithm
+(O(pattern x name)) and `**` with a table over components (O(pattern x depth)). The walk holds at most
+`MAX_DEPTH` open folders, looks at most at `limit` entries and stops at a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["MAX_DEPTH", "Glob", "Walk"]
+
+MAX_DEPTH = 64
+_STAR = ("*",)
+_ANY = ("?",)
+Token = tuple  # ("*",) | ("?",) | ("=", char) | ("[", negate, frozenset of chars, ((lo, hi), ...))
+
+
+def _tokens(part: str) -> list[Token]:
+    out: list[Token] = []
+    i = 0
+    while i < len(part):
+        c = part[i]
+        if c == "*":
+            if not out or out[-1] is not _STAR:  # "**" inside a component is one star
+                out.append(_STAR)
+        elif c == "?":
+            out.append(_ANY)
+        elif c == "[" and (end := part.find("]", i + 2 if part[i + 1: i + 2] in ("!", "]") else i + 1)) > 0:
+            body = part[i + 1: end]
+            negate = body.startswith("!")
+            body = body[1:] if negate else body
+            chars, ranges, j = set(), [], 0
+            while j < len(body):
+                if j + 2 < len(body) and body[j + 1] == "-":
+                    ranges.append((body[j], body[j + 2]))
+                    j += 3
+                else:
+                    chars.add(body[j])
+                    j += 1
+            out.append(("[", negate, frozenset(chars), tuple(ranges)))
+            i = end
+        else:
+            out.append(("=", c))
+        i += 1
+    return out
+
+
+def _one(token: Token, c: str) -> bool:
+    if token is _ANY:
+        return True
+    if token[0] == "=":
+        return token[1] == c
+    _, negate, chars, ranges = token
+    hit = c in chars or any(lo <= c <= hi for lo, hi in ranges)
+    return hit != negate
+
+
+def match_name(tokens: list[Token], name: str) -> bool:
+    """Whether `name` matches one component's tokens; greedy stars, backing up to the last star only."""
+    p = n = 0
+    star, mark = -1, 0
+    while n < len(name):
+        if p < len(tokens) and tokens[p] is not _STAR and _one(tokens[p], name[n]):
+            p += 1
+            n += 1
+        elif p < len(tokens) and tokens[p] is _STAR:
+            star, mark = p, n
+            p += 1
+        elif star >= 0:
+            p, mark = star + 1, mark + 1
+            n = mark
+        else:
+            return False
+    while p < len(tokens) and tokens[p] is _STAR:
+        p += 1
+    return p == len(tokens)
+
+
+@dataclass(frozen=True)
+class Glob:
+    """A pattern split into components: literal folders to start from, then what is matched."""
+
+    fixed: tuple[str, ...]
+    parts: tuple[str, ...]
+    compiled: tuple[list[Token] | None, ...] = field(repr=False, default=())
+
+    @classmethod
+    def parse(cls, pattern: str) -> Glob:
+        """`ValueError` with the reason for a pattern that cannot be used."""
+        parts = [p for p in pattern.split("/") if p not in ("", ".")]
+        if not parts:
+            raise ValueError("it names no file")
+        if any("**" in p and p != "**" for p in parts):
+            raise ValueError("'**' can only be a whole path component, e.g. 'src/**/*.py'")
+        fixed = []
+        while len(parts) > 1 and not any(c in parts[0] for c in "*?["):
+            fixed.append(parts.pop(0))  # 'src/**/*.py' never reads docs/
+        return cls(tuple(fixed), tuple(parts), tuple(None if p == "**" else _tokens(p) for p in parts))
+
+    @property
+    def depth(self) -> int | None:
+        """How deep below the start a match can be (None: any depth)."""
+        return None if "**" in self.parts else len(self.parts)
+
+    def match(self, rel: tuple[str, ...]) -> bool:
+        """Whether the path components below the start (`rel`) match."""
+        pats = self.compiled
+        # reach[i]: the first i pattern components can match the path components consumed so far.
+        reach = [True] + [False] * len(pats)
+        for i, tok in enumerate(pats):
+            if tok is None and reach[i]:
+                reach[i + 1] = True  # ** may match no component
+        for name in rel:
+            nxt = [False] * (len(pats) + 1)
+            for i, tok in enumerate(pats):
+                if not reach[i]:
+                    continue
+                if tok is None:
+                    nxt[i] = True  # ** takes this component and may take more
+                    nxt[i + 1] = True
+                elif match_name(tok, name):
+                    nxt[i + 1] = True
+            for i, tok in enumerate(pats):  # a ** reached now may also match nothing more
+                if tok is None and nxt[i]:
+                    nxt[i + 1] = True
+            reach = nxt
+            if not any(reach):
+                return False
+        return reach[-1]
+
+
+class Walk:
+    """A bounded walk from an open folder: no symlink followed, `skip` folders left out, matches collected."""
+
+    def __init__(self, glob: Glob, *, limit: int, seconds: float, skip: frozenset[str]) -> None:
+        self.glob = glob
+        self.limit = limit
+        self.skip = skip
+        self.deadline = time.monotonic() + seconds
+        self.seconds = seconds
+        self.found: list[str] = []
+        self.seen = 0
+        self.stopped = ""
+
+    def run(self, fd: int) -> None:
+        """Walk the folder `fd` (closed when done)."""
+        prefix = "/".join(self.glob.fixed)
+        stack: list[tuple[int, os.ScandirIterator[str], tuple[str, ...]]] = [(fd, os.scandir(fd), ())]
+        depth = self.glob.depth
+        try:
+            while stack and not self.stopped:
+                dir_fd, entries, rel = stack[-1]
+                entry = next(entries, None)
+                if entry is None:
+                    stack.pop()
+                    entries.close()
+                    os.close(dir_fd)
+                    continue
+                self.seen += 1
+                if self.seen > self.limit:
+                    self.stopped = f"the limit is {self.limit}"
+                elif self.seen % 1024 == 0 and time.monotonic() > self.deadline:
+                    self.stopped = f"the time limit is {self.seconds:g} s"
+                if self.stopped or entry.name in self.skip:
+                    continue
+                try:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                except OSError:
+                    continue
+                here = (*rel, entry.name)
+                is_dir = stat.S_ISDIR(mode)
+                if self.glob.match(here):
+                    shown = "/".join((prefix, *here) if prefix else here)
+                    self.found.append(shown + ("/" if is_dir else "@" if stat.S_ISLNK(mode) else ""))
+                if is_dir and (depth is None or len(here) < depth):
+                    if len(stack) >= MAX_DEPTH:
+                        self.stopped = f"folders nest deeper than {MAX_DEPTH} levels"
+                        continue
+                    try:
+                        child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                        dir_fd=dir_fd)
+                    except OSError:
+                        continue
+                    stack.append((child, os.scandir(child), here))
+        finally:
+            for dir_fd, entries, _ in stack:
+                entries.close()
+                os.close(dir_fd)

@@ -1,0 +1,357 @@
+"""Files under a workspace root, opened without ever following a symlink.
+
+The model, the programs it runs in the sandbox and the repository it works in all control what is in the
+workspace, while shou itself runs with the person's rights (often root). So shou never checks a path and
+then opens it by name again: it walks the path one component at a time from an open directory, each step
+`openat(..., O_NOFOLLOW)`, so a symlink anywhere on the way is refused and a process swapping a folder for
+a symlink at the same moment cannot redirect the open. `..` is resolved on the spelling before the walk
+(nothing is followed, so the spelling is the truth). Only regular files are read or written (a FIFO would
+block, a device would never end), and a file with more than one hard link is never written.
+
+`.shou/` holds shou's own state (session log, memory, spilled outputs, the rules a person writes). The
+model's file tools may read it but never write it; shou's own writes there go through `state_dir` and
+`open_state`, which refuse symlinks the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from .errors import ToolError, UserError
+
+__all__ = [
+    "STATE_DIR", "NotFound", "Opened", "check_state_file", "config_parts", "is_state_path", "open_beneath", "open_file",
+    "open_state", "read_bytes_beneath", "read_state_text", "relative_parts", "save_output", "state_database",
+    "state_dir",
+    "write_bytes_beneath",
+]
+
+STATE_DIR = ".shou"
+
+
+class NotFound(ToolError):
+    """The path (or a folder on the way) does not exist."""
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket",
+          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFLNK: "a symlink"}
+
+
+def relative_parts(root: Path, path: str) -> tuple[str, ...]:
+    """The components of `path` below `root`, with `.` and `..` resolved on the spelling.
+
+    Relative paths start at the root; absolute ones must lie inside it (spelled through the root as
+    given or as resolved). `ToolError` when the path is empty, malformed or leads outside.
+    """
+    if not path.strip():
+        raise ToolError("path is empty; give a path relative to the workspace, e.g. 'src/main.py'")
+    if "\0" in path:
+        raise ToolError(f"path {path!r} cannot be used: it contains a NUL byte")
+    if os.path.isabs(path):
+        spelled = os.path.normpath(path)
+        for base in (os.path.abspath(root), os.path.realpath(root)):
+            rel = os.path.relpath(spelled, base)
+            if rel != ".." and not rel.startswith("../"):
+                break
+        else:
+            raise ToolError(f"path {path!r} is outside the workspace {root}; use a path relative to it")
+    else:
+        rel = os.path.normpath(path)
+        if rel == ".." or rel.startswith("../"):
+            raise ToolError(f"path {path!r} is outside the workspace {root}; use a path relative to it")
+    parts = tuple(p for p in rel.split("/") if p not in ("", "."))
+    if any(len(p.encode("utf-8", "surrogateescape")) > 255 for p in parts):
+        raise ToolError(f"path {path!r} cannot be used: a name in it is longer than 255 bytes")
+    return parts
+
+
+def is_state_path(parts: tuple[str, ...]) -> bool:
+    """Whether the path lies in a `.shou/` folder, at any depth (any letter case: some file systems fold it):
+    a subfolder's `.shou/` is the state of whoever runs shou there later."""
+    return any(p.casefold() == STATE_DIR for p in parts)
+
+
+def config_parts(workspace: Path) -> list[tuple[str, ...]]:
+    """Where the user's shou config folder (trusted settings, trust approvals) lies inside `workspace`, as
+    spelled and as resolved: [] when it is outside, `()` when it is the workspace itself."""
+    from .config import user_config_dir
+
+    found: list[tuple[str, ...]] = []
+    config = user_config_dir()
+    for candidate in (os.path.abspath(config), os.path.realpath(config)):
+        for base in (os.path.abspath(workspace), os.path.realpath(workspace)):
+            rel = os.path.relpath(candidate, base)
+            parts = tuple(p for p in rel.split("/") if p not in ("", "."))
+            if rel != ".." and not rel.startswith("../") and parts not in found:
+                found.append(parts)
+    return found
+
+
+def _open_root(root: Path) -> int:
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ToolError(f"the workspace {root} cannot be opened: {e.strerror or e}") from None
+
+
+def _step(dir_fd: int, name: str, shown: str, *, create: bool) -> int:
+    """Open the folder `name` in `dir_fd` without following a symlink (making it first if asked)."""
+    for attempt in (0, 1):
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            if not create or attempt:
+                raise NotFound(f"folder {shown!r} does not exist in the workspace; call list_files to see "
+                               "what is there") from None
+            with contextlib.suppress(FileExistsError):  # made meanwhile: the next open checks what it is
+                os.mkdir(name, 0o777, dir_fd=dir_fd)
+        except OSError as e:
+            raise _refusal(dir_fd, name, shown, e) from None
+    raise AssertionError("unreachable")
+
+
+def _refusal(dir_fd: int, name: str, shown: str, e: OSError) -> ToolError:
+    """Why opening `name` failed, in words the model can act on."""
+    try:
+        mode = os.lstat(name, dir_fd=dir_fd).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISLNK(mode) or e.errno == errno.ELOOP:
+        return ToolError(f"{shown!r} is a symlink; the file tools do not follow symlinks (they could lead "
+                         "outside the workspace). Use the path of the file it points to")
+    if e.errno == errno.ENOTDIR:
+        return ToolError(f"{shown!r} is not a folder")
+    if e.errno == errno.ENXIO or (mode and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)):
+        return ToolError(f"{shown!r} is {_KINDS.get(stat.S_IFMT(mode), 'not a regular file')}; the file tools "
+                         "only read and write regular files")
+    return ToolError(f"cannot open {shown!r}: {e.strerror or e}")
+
+
+def open_beneath(root: Path, parts: tuple[str, ...], flags: int, *, make_parents: bool = False,
+                 mode: int = 0o666) -> int:
+    """Open `root/parts...` with `flags`, following no symlink at any component; returns the fd.
+
+    The final open adds O_NOFOLLOW, O_NONBLOCK (a FIFO must not block) and O_CLOEXEC, then checks that
+    the result is a regular file (or a folder, when `flags` has O_DIRECTORY).
+    """
+    if not parts:
+        raise ToolError("the path names the workspace itself; give a file inside it")
+    dir_fd = _open_root(root)
+    try:
+        for i, name in enumerate(parts[:-1]):
+            next_fd = _step(dir_fd, name, "/".join(parts[: i + 1]), create=make_parents)
+            os.close(dir_fd)
+            dir_fd = next_fd
+        shown = "/".join(parts)
+        try:
+            fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        except FileNotFoundError:
+            raise NotFound(f"file {shown!r} does not exist in the workspace; call list_files to see what is "
+                           "there") from None
+        except IsADirectoryError:
+            raise ToolError(f"{shown!r} is a directory; give a file path, or call list_files with pattern "
+                            f"'{shown}/*'") from None
+        except OSError as e:
+            raise _refusal(dir_fd, parts[-1], shown, e) from None
+    finally:
+        os.close(dir_fd)
+    st = os.fstat(fd)
+    if not (stat.S_ISDIR(st.st_mode) if flags & os.O_DIRECTORY else stat.S_ISREG(st.st_mode)):
+        os.close(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"{shown!r} is a directory; give a file path, or call list_files with pattern "
+                            f"'{shown}/*'")
+        raise ToolError(f"{shown!r} is {_KINDS.get(stat.S_IFMT(st.st_mode), 'not a regular file')}; the file "
+                        "tools only read and write regular files")
+    os.set_blocking(fd, True)
+    return fd
+
+
+class Opened:
+    """A regular file opened beneath the workspace: its fd and size, closed on exit."""
+
+    def __init__(self, fd: int, shown: str) -> None:
+        self.fd = fd
+        self.shown = shown
+        self.stat = os.fstat(fd)
+
+    def __enter__(self) -> Opened:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+    def read(self, limit: int) -> bytes:
+        """The whole file from the start; `ToolError` when it is larger than `limit` bytes."""
+        if self.stat.st_size > limit:
+            raise ToolError(f"{self.shown!r} is {self.stat.st_size} bytes, too large (limit {limit})")
+        chunks, total = [], 0
+        while chunk := os.pread(self.fd, 1 << 20, total):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # it grew while we read
+                raise ToolError(f"{self.shown!r} is over {limit} bytes, too large")
+        return b"".join(chunks)
+
+    def replace(self, data: bytes) -> None:
+        """Make `data` the whole content of the file (same inode: owner, mode and links stay)."""
+        if self.stat.st_nlink > 1:
+            raise ToolError(f"{self.shown!r} has {self.stat.st_nlink} hard links; the file tools do not write "
+                            "files that are also reachable under another name")
+        os.ftruncate(self.fd, 0)
+        view = memoryview(data)
+        offset = 0
+        while offset < len(view):
+            offset += os.pwrite(self.fd, view[offset:], offset)
+
+
+def open_file(root: Path, path: str, *, write: bool = False, create: bool = False) -> Opened:
+    """Open the regular file `path` of the workspace for reading (or also writing), confined.
+
+    Writing refuses `.shou/` and files with other hard links; `create` makes the file and its folders.
+    """
+    parts = relative_parts(root, path)
+    shown = "/".join(parts) or "."
+    if write and is_state_path(parts):
+        raise ToolError(f"{shown!r} is inside .shou/, where shou keeps its own state (session log, memory, the "
+                        "rules a person writes); the file tools cannot write there")
+    if write and any(parts[: len(c)] == c for c in config_parts(root)):
+        raise ToolError(f"{shown!r} is inside shou's user configuration folder (the person's trusted settings); "
+                        "the file tools cannot write there")
+    flags = os.O_RDWR if write else os.O_RDONLY
+    try:
+        fd = open_beneath(root, parts, flags | (os.O_CREAT if create else 0), make_parents=create)
+    except OSError as e:
+        raise ToolError(f"cannot open {shown!r}: {e.strerror or e}") from None
+    opened = Opened(fd, shown)
+    if write and opened.stat.st_nlink > 1:
+        opened.__exit__()
+        raise ToolError(f"{shown!r} has {opened.stat.st_nlink} hard links; the file tools do not write files "
+                        "that are also reachable under another name")
+    return opened
+
+
+def read_bytes_beneath(root: Path, rel: str, max_bytes: int) -> bytes:
+    """The content of the regular file `rel` in the workspace, confined (`ToolError` otherwise)."""
+    with open_file(root, rel) as f:
+        return f.read(max_bytes)
+
+
+def write_bytes_beneath(root: Path, rel: str, data: bytes) -> bool:
+    """Create or overwrite the file `rel` (and its folders) with `data`; True when it existed before."""
+    try:
+        f = open_file(root, rel, write=True)
+        existed = True
+    except NotFound:
+        f = open_file(root, rel, write=True, create=True)
+        existed = False
+    with f:
+        f.replace(data)
+    return existed
+
+
+# ---------------------------------------------------------------- shou's own state under .shou/
+
+
+def state_dir(workspace: Path) -> Path:
+    """`<workspace>/.shou`, made if missing; `UserError` if it is a symlink or not a folder.
+
+    A cloned repository (or anything else) may have put a symlink there; shou never writes through one.
+    """
+    path = Path(workspace) / STATE_DIR
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise UserError(f"cannot create {path}: {e.strerror or e}") from None
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise UserError(f"{path} is a symlink; shou keeps its state there and never follows a link for it. "
+                        "Remove the link (rm .shou) and run again")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{path} is not a folder; shou keeps its state there. Move it away and run again")
+    return path
+
+
+def _state_parts(workspace: Path, parts: tuple[str, ...]) -> tuple[str, ...]:
+    for part in parts:
+        if not part or "/" in part or part in (".", ".."):
+            raise UserError(f"bad name under .shou: {part!r}")
+    return (STATE_DIR, *parts)
+
+
+def open_state(workspace: Path, *parts: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """Open `.shou/<parts...>` with `flags`, making folders as needed, following no symlink.
+
+    Raises `UserError` (not `ToolError`: this is shou's own state, and the message is for the person).
+    """
+    state_dir(workspace)
+    try:
+        return open_beneath(Path(workspace), _state_parts(workspace, parts), flags,
+                            make_parents=bool(flags & os.O_CREAT), mode=mode)
+    except ToolError as e:
+        why = str(e).split(";")[0]  # the part that says what is in the way, without the model's advice
+        raise UserError(f"cannot use {Path(workspace, STATE_DIR, *parts)}: {why}; shou never follows links "
+                        "or writes odd files for its own state (remove what is in the way)") from None
+
+
+def check_state_file(workspace: Path, *parts: str) -> Path:
+    """The path of `.shou/<parts...>` after checking that no component is a symlink (for SQLite, which
+    opens files by name itself); the folder is made when missing."""
+    path = state_dir(workspace)
+    for i, part in enumerate(_state_parts(workspace, parts)[1:]):
+        path = path / part
+        last = i == len(parts) - 1
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            if last:
+                return path
+            os.mkdir(path, 0o755)
+            continue
+        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISREG(st.st_mode) if last else stat.S_ISDIR(st.st_mode)):
+            raise UserError(f"{path} is {_KINDS.get(stat.S_IFMT(st.st_mode), 'not a regular file')}; shou "
+                            "keeps its state there and never follows links for it. Remove it and run again")
+    return path
+
+
+def state_database(workspace: Path, name: str) -> Path:
+    """The path of the SQLite file `.shou/<name>`, after checking that neither it nor the files SQLite
+    keeps beside it (`-wal`, `-shm`, `-journal`) is a symlink: SQLite opens them by name itself."""
+    for suffix in ("-wal", "-shm", "-journal"):
+        check_state_file(workspace, name + suffix)
+    return check_state_file(workspace, name)
+
+
+def read_state_text(workspace: Path, name: str, limit: int = 20_000) -> str:
+    """`.shou/<name>` as text, capped at `limit` characters, or "" when absent, unreadable or a link."""
+    try:
+        with Opened(open_beneath(Path(workspace), (STATE_DIR, name), os.O_RDONLY), name) as f:
+            return f.read(4 * limit + 4).decode("utf-8", "replace")[:limit]
+    except (ToolError, OSError):
+        return ""
+
+
+def save_output(workspace: Path, label: str, data: bytes, *, folder: str = "outputs", suffix: str = ".txt") -> str:
+    """Write `data` to a new file under `.shou/<folder>/` and return its workspace-relative path.
+
+    The name is made here, never taken from the model or a provider: `label` keeps only letters, digits,
+    `_` and `-` (and 40 of them), and a random suffix makes it new (`O_EXCL`: nothing is overwritten).
+    """
+    safe = "".join(c for c in label if c.isascii() and (c.isalnum() or c in "_-"))[:40] or "output"
+    name = f"{safe}-{secrets.token_hex(6)}{suffix}"
+    fd = open_state(workspace, folder, name, flags=os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode=0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    return f"{STATE_DIR}/{folder}/{name}"
