@@ -127,6 +127,18 @@ LIMITS = Limits(timeout=20, memory_mb=256, cpu_seconds=7, processes=32, file_siz
 
 # --- the container settings ---------------------------------------------------------------------------------
 
+async def test_settings_files_are_read_only_and_links_never_bound(ws: Path, tmp_path: Path) -> None:
+    (ws / "shou.toml").write_text("max_steps = 3\n")
+    (tmp_path / "shadow").write_text("secret")
+    (ws / ".env").symlink_to(tmp_path / "shadow")  # the engine would follow it: never bind it
+    engine = FakeEngine()
+    await DockerSandbox(ws, LIMITS, client=engine).run(["true"])
+    (cfg,) = engine.created
+    binds = {spec["bind"]: (host, spec["mode"]) for host, spec in cfg["volumes"].items()}
+    assert binds["/workspace/shou.toml"] == (str(ws.resolve() / "shou.toml"), "ro")
+    assert "/workspace/.env" not in binds and (ws / ".shou").is_dir() and not (ws / ".shou").is_symlink()
+
+
 @pytest.mark.parametrize(("language", "image", "runtime", "file"), [
     ("python", "python:3.12-slim", "python3", "main.py"),
     ("bash", "python:3.12-slim", "bash", "main.sh"),
@@ -148,7 +160,8 @@ async def test_each_language_gets_its_image_and_every_limit(ws: Path, language: 
     assert cfg["init"] is True
     assert cfg["network_disabled"] is True and cfg["network_mode"] == "none"
     assert cfg["read_only"] is True
-    assert cfg["tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=10m,mode=1777"}
+    assert cfg["tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=10m,mode=1777",
+                            "/workspace/.shou": "ro,nosuid,nodev,size=64k"}  # shou's state hidden
     assert cfg["cap_drop"] == ["ALL"] and cfg["security_opt"] == ["no-new-privileges"]
     assert cfg["user"] == "65534:65534"
     assert cfg["working_dir"] == "/workspace"
@@ -213,7 +226,8 @@ def test_config_is_accepted_by_the_sdk(ws: Path, tmp_path: Path) -> None:
     assert {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]} == {
         "fsize": (10 * MiB, 10 * MiB), "core": (0, 0), "cpu": (7, 8)}
     assert host["LogConfig"] == {"Type": "json-file", "Config": {"max-size": "32m", "max-file": "2"}}
-    assert host["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=10m,mode=1777"} and host["Init"] is True
+    assert host["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=10m,mode=1777",
+                             "/workspace/.shou": "ro,nosuid,nodev,size=64k"} and host["Init"] is True
 
 
 def test_empty_argv_is_refused(ws: Path, tmp_path: Path) -> None:

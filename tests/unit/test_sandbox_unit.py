@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from shou.errors import ToolError
-from shou.sandbox.base import ExecResult, Limits, OutputCapture
-from shou.sandbox.bubblewrap import BubblewrapSandbox
+from shou.sandbox.base import ExecResult, Limits, OutputCapture, new_output_path
+from shou.sandbox.bubblewrap import SANDBOX_UID, BubblewrapSandbox
 from shou.sandbox.languages import looks_out_of_memory, program
 
 
@@ -17,11 +18,20 @@ def flags(cmd: list[str]) -> list[str]:
 
 
 def test_bubblewrap_command_isolates_by_default(tmp_path: Path) -> None:
-    sb = BubblewrapSandbox(tmp_path, uid=65534)
+    sb = BubblewrapSandbox(tmp_path)
     cmd = sb.command(["python3", "-c", "pass"], Limits(memory_mb=256, timeout=10), workspace_fd=7,
-                     files={"main.py": 9})
+                     masks=((8, "shou.toml"),), files={"main.py": 9})
     f = flags(cmd)
     assert cmd[0] == "prlimit" and f"--data={256 * 1024 * 1024}" in cmd and "--core=0" in cmd
+    if os.geteuid() == 0:  # root never runs sandboxed code as root, and never touches modes or ACLs
+        assert cmd[cmd.index("setpriv"):][:4] == ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}",
+                                                 "--clear-groups"]
+    assert not any("setfacl" in a or "chmod" in a for a in cmd)
+    assert f[f.index("--ro-bind-fd"):][:3] == ["--ro-bind-fd", "8", "/workspace/shou.toml"]
+    shou_dir = f.index("/workspace/.shou") - 1
+    assert f[shou_dir: shou_dir + 4] == ["--tmpfs", "/workspace/.shou", "--remount-ro", "/workspace/.shou"]
+    assert f[f.index("/dev/shm") - 3: f.index("/dev/shm") + 1] == ["--size", str(256 * 1024 * 1024), "--tmpfs",
+                                                                    "/dev/shm"]
     assert "--cpu=11:12" in cmd and any(a.startswith("--nproc=") for a in cmd)
     for needed in ("--unshare-all", "--die-with-parent", "--new-session", "--clearenv"):
         assert needed in f
@@ -29,13 +39,23 @@ def test_bubblewrap_command_isolates_by_default(tmp_path: Path) -> None:
     assert "--share-net" not in f
     assert f[f.index("--bind-fd"):][:2] == ["--bind-fd", "7"] and "/workspace" in f
     assert f[f.index("--perms"): f.index("--perms") + 5] == ["--perms", "0444", "--file", "9", "/code/main.py"]
-    assert f[f.index("--remount-ro"): f.index("--remount-ro") + 2] == ["--remount-ro", "/"]
+    assert ["--remount-ro", "/"] in [f[i: i + 2] for i in range(len(f))]
     assert "/root" not in f and "/home" not in f
     assert cmd[-3:] == ["python3", "-c", "pass"] and "--as-pid-1" in f
 
 
+def test_cgroup_is_joined_before_anything_else_runs(tmp_path: Path) -> None:
+    class FakeCgroup:
+        def procs_files(self) -> list[str]:
+            return ["/sys/fs/cgroup/memory/x/cgroup.procs", "/sys/fs/cgroup/pids/x/cgroup.procs"]
+
+    cmd = BubblewrapSandbox(tmp_path).command(["true"], Limits(), workspace_fd=None, cgroup=FakeCgroup())  # type: ignore[arg-type]
+    assert cmd[:2] == ["/bin/sh", "-c"] and cmd[4:7] == [*FakeCgroup().procs_files(), "--"]
+    assert cmd[7] == "prlimit"  # the joining shell execs the rest: every later process starts inside
+
+
 def test_network_only_when_asked(tmp_path: Path) -> None:
-    sb = BubblewrapSandbox(tmp_path, uid=65534)
+    sb = BubblewrapSandbox(tmp_path)
     f = flags(sb.command(["true"], Limits(network=True), workspace_fd=None, files={}))
     assert "--share-net" in f
 
@@ -51,7 +71,7 @@ def test_limits_are_clamped_to_the_ceiling() -> None:
 
 
 def test_output_capture_keeps_head_and_tail_and_spills(tmp_path: Path) -> None:
-    spill = tmp_path / "out.txt"
+    spill = new_output_path(tmp_path, "stdout")
     cap = OutputCapture(keep=100, spill_path=spill, spill_limit=10_000)
     for i in range(1000):
         cap.feed(f"{i:05d}\n".encode())
@@ -60,17 +80,31 @@ def test_output_capture_keeps_head_and_tail_and_spills(tmp_path: Path) -> None:
     text = cap.text()
     assert text.startswith("00000\n") and text.endswith("00999\n") and "5800 bytes omitted" in text
     assert spill.read_bytes() == b"".join(f"{i:05d}\n".encode() for i in range(1000))
-    capped = OutputCapture(keep=10, spill_path=tmp_path / "big.txt", spill_limit=50)
+    big = new_output_path(tmp_path, "stderr")
+    capped = OutputCapture(keep=10, spill_path=big, spill_limit=50)
     capped.feed(b"x" * 1000)
     capped.close()
-    assert (tmp_path / "big.txt").stat().st_size == 50
+    assert big.stat().st_size == 50
 
 
 def test_small_output_never_touches_the_disk(tmp_path: Path) -> None:
-    cap = OutputCapture(keep=100, spill_path=tmp_path / "never.txt")
+    never = new_output_path(tmp_path, "stdout")
+    cap = OutputCapture(keep=100, spill_path=never)
     cap.feed(b"hello\n")
     cap.close()
-    assert cap.text() == "hello\n" and not (tmp_path / "never.txt").exists()
+    assert cap.text() == "hello\n" and not never.exists()
+
+
+def test_spilling_never_follows_a_link_in_shou(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / ".shou").mkdir()
+    (tmp_path / ".shou" / "outputs").symlink_to(victim, target_is_directory=True)
+    cap = OutputCapture(keep=10, spill_path=new_output_path(tmp_path, "stdout"))
+    cap.feed(b"x" * 100)  # the output is still kept in memory (head and tail), just not saved
+    cap.close()
+    assert "symlink" in cap.spill_error and cap.spill_path is None and cap.total == 100
+    assert list(victim.iterdir()) == []
 
 
 def test_languages_pass_heap_limits() -> None:

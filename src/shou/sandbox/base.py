@@ -10,12 +10,16 @@ Sandbox (protocol)
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import BinaryIO, Literal, Protocol, runtime_checkable
 
-ExitReason = Literal["exit", "timeout", "memory", "cpu", "killed", "error"]
+from ..errors import ShouError
+from ..workspace import STATE_DIR, open_state
+
+ExitReason = Literal["exit", "timeout", "memory", "cpu", "disk", "killed", "error"]
 LANGUAGES = ("python", "bash", "node", "java")
 
 
@@ -25,7 +29,8 @@ class Limits:
 
     `memory_mb` caps the data segment (RLIMIT_DATA; RLIMIT_AS would stop node and java from starting)
     and a cgroup where one is writable; `cpu_seconds` defaults to the wall-clock `timeout`;
-    `processes` is how many processes the run may add; `network` is off unless asked for.
+    `processes` is how many processes the run may add; `disk_mb` and `inodes` bound how much the
+    workspace's file system may grow during the run; `network` is off unless asked for.
     """
 
     timeout: float = 300.0
@@ -33,6 +38,8 @@ class Limits:
     cpu_seconds: int | None = None
     processes: int = 64
     file_size_mb: int = 512
+    disk_mb: int = 1024
+    inodes: int = 100_000
     network: bool = False
 
     def within(self, ceiling: Limits) -> Limits:
@@ -41,7 +48,8 @@ class Limits:
         return Limits(
             timeout=min(self.timeout, ceiling.timeout), memory_mb=min(self.memory_mb, ceiling.memory_mb),
             cpu_seconds=cpu, processes=min(self.processes, ceiling.processes),
-            file_size_mb=min(self.file_size_mb, ceiling.file_size_mb), network=self.network and ceiling.network,
+            file_size_mb=min(self.file_size_mb, ceiling.file_size_mb), disk_mb=min(self.disk_mb, ceiling.disk_mb),
+            inodes=min(self.inodes, ceiling.inodes), network=self.network and ceiling.network,
         )
 
     def with_(self, **changes: object) -> Limits:
@@ -88,6 +96,8 @@ class ExecResult:
             head = "stopped: out of memory"
         elif self.reason == "cpu":
             head = "stopped: it used up its CPU-time limit"
+        elif self.reason == "disk":
+            head = "stopped: it wrote too much to the disk"
         else:
             head = f"ended: {self.reason}"
         lines = [f"{head} ({self.duration:.2f} s)"]
@@ -133,7 +143,7 @@ class OutputCapture:
     once the output outgrows memory) stops at `spill_limit` bytes.
     """
 
-    __slots__ = ("_spill", "head", "keep", "spill_limit", "spill_path", "spilled", "tail", "total")
+    __slots__ = ("_spill", "head", "keep", "spill_error", "spill_limit", "spill_path", "spilled", "tail", "total")
 
     def __init__(self, keep: int = 32_000, spill_path: Path | None = None, spill_limit: int = 50_000_000) -> None:
         self.keep = keep
@@ -143,16 +153,20 @@ class OutputCapture:
         self.spill_path = spill_path
         self.spill_limit = spill_limit
         self.spilled = 0
+        self.spill_error = ""
         self._spill: BinaryIO | None = None
 
     def feed(self, data: bytes) -> None:
         """Take the next chunk of output."""
         if self.spill_path is not None and self.spilled < self.spill_limit:
             if self._spill is None and self.total + len(data) > 2 * self.keep:
-                self.spill_path.parent.mkdir(parents=True, exist_ok=True)
-                self._spill = self.spill_path.open("wb")
-                self._spill.write(self.head + self.tail)  # everything so far is still in memory
-                self.spilled = len(self.head) + len(self.tail)
+                try:
+                    self._spill = open_output(self.spill_path)
+                except (OSError, ShouError) as e:  # the output still comes back, head and tail, without a file
+                    self.spill_error, self.spill_path = str(e), None
+                else:
+                    self._spill.write(self.head + self.tail)  # everything so far is still in memory
+                    self.spilled = len(self.head) + len(self.tail)
             if self._spill is not None:
                 part = data[: self.spill_limit - self.spilled]
                 self._spill.write(part)
@@ -188,5 +202,12 @@ class OutputCapture:
 
 
 def new_output_path(workspace: Path, label: str) -> Path:
-    """A fresh file under `<workspace>/.shou/outputs/` for a run's full output."""
-    return workspace / ".shou" / "outputs" / f"{label}-{secrets.token_hex(4)}.txt"
+    """A fresh file under `<workspace>/.shou/outputs/` for a run's full output (made when first written)."""
+    return workspace / STATE_DIR / "outputs" / f"{label}-{secrets.token_hex(4)}.txt"
+
+
+def open_output(path: Path) -> BinaryIO:
+    """Create a file `new_output_path` named, following no symlink on the way and overwriting nothing."""
+    workspace = path.parent.parent.parent
+    fd = open_state(workspace, "outputs", path.name, flags=os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    return os.fdopen(fd, "wb")

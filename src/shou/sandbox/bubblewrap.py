@@ -1,10 +1,18 @@
-"""The default sandbox on Linux: bubblewrap namespaces, rlimits, an optional cgroup, no network.
+"""The default sandbox on Linux: bubblewrap namespaces, rlimits, a cgroup, no network.
 
-Inside: the system directories read-only, the workspace read-write at `/workspace`, a private `/tmp`,
-new user/pid/net/ipc/uts/cgroup namespaces, no capabilities, a cleared environment. The run is an
-unprivileged uid (as root, RLIMIT_NPROC would not apply, so root runs it as `nobody` and grants that
-uid access to the workspace with a POSIX ACL). When the sandbox's first process ends, the kernel kills
-everything left in its pid namespace, so `setsid`, `nohup ... &` and double forks cannot outlive it.
+Inside: the system directories read-only, the workspace read-write at `/workspace` (its `shou.toml` and
+`.env` read-only, its `.shou/` hidden), private `/tmp` and `/dev/shm`, new user/pid/net/ipc/uts/cgroup
+namespaces, no capabilities, a cleared environment. Nothing else of the host is mounted.
+
+Who the code runs as: a normal user's sandbox runs as that user (it sees nothing of theirs but the
+workspace). As root it runs as `SANDBOX_UID`, a dedicated unprivileged uid, and sees the workspace through
+an idmapped mount (`idmap.py`) in which the owner's files are its own; no mode or ACL is ever changed.
+
+Before the program's first instruction the process tree is in the run's cgroup (a small `sh` joins it and
+then execs the rest), so memory (including /tmp and /dev/shm, which are memory) and process limits hold for
+every child. A watcher stops the run when the workspace's file system grows past the disk or inode
+allowance. When the sandbox's first process ends, the kernel kills everything left in its pid namespace,
+so `setsid`, `nohup ... &` and double forks cannot outlive it.
 """
 
 from __future__ import annotations
@@ -18,69 +26,90 @@ import shutil
 import stat
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
+from ..workspace import config_parts, state_dir
 from .base import ExecResult, Limits, new_output_path
 from .cgroup import RunCgroup
 from .languages import program
 from .process import exec_result, kill_group, spawn_and_wait
+from .quota import DiskWatch
+from .seccomp import filter_fd
 
-NOBODY = 65534
+if TYPE_CHECKING:
+    from .idmap import IdmappedWorkspace
+
+SANDBOX_UID = 1_999_000_000  # used by nothing else, so nothing else can enter the idmapped workspace
 SYSTEM_DIRS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime", "/etc/ssl/certs")
 NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf")
+READ_ONLY_FILES = ("shou.toml", ".env")  # the workspace's settings: the program must not rewrite them
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
        "PYTHONDONTWRITEBYTECODE": "1"}
 _HOST_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # for finding prlimit and bwrap only
+# Joins the cgroups named before "--", then becomes the rest of the command line.
+_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 
 
 class BubblewrapSandbox:
-    """Runs commands under bubblewrap. `uid` defaults to `nobody` as root, else the caller's own uid."""
+    """Runs commands under bubblewrap, as `SANDBOX_UID` when shou is root, else as the caller."""
 
     name = "bubblewrap"
 
-    def __init__(self, workspace: str | Path, limits: Limits | None = None, *, uid: int | None = None,
-                 use_cgroup: bool = True) -> None:
+    def __init__(self, workspace: str | Path, limits: Limits | None = None, *, use_cgroup: bool = True) -> None:
         self.workspace = Path(workspace).resolve()
         self.limits = limits or Limits()
         self.use_cgroup = use_cgroup
-        if uid is None:
-            uid = NOBODY if os.geteuid() == 0 else os.geteuid()
-        self.uid = uid
-        self._switch_user = os.geteuid() == 0 and uid != 0
-        self._acl_done = False
+        self.as_root = os.geteuid() == 0
+        self.uid = SANDBOX_UID if self.as_root else os.geteuid()
+        self._mount: IdmappedWorkspace | None = None  # as root
 
     @staticmethod
     @functools.cache
     def available() -> tuple[bool, str]:
         """Whether bubblewrap works here, and if not, why."""
-        for tool in ("bwrap", "prlimit"):
+        for tool in ("bwrap", "prlimit", "setpriv"):
             if shutil.which(tool) is None:
                 pkg = "bubblewrap" if tool == "bwrap" else "util-linux"
                 return False, f"{tool} is not installed (Debian/Ubuntu: apt-get install {pkg})"
         probe = BubblewrapSandbox("/tmp", use_cgroup=False)
-        argv = probe.command(["true"], probe.limits, workspace_fd=None, files={})
-        kw = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if probe._switch_user else {}
+        argv = probe.command(["true"], probe.limits, workspace_fd=None)
         try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=20, **kw)  # type: ignore[call-overload]
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=20, env=_HOST_ENV)
         except (OSError, subprocess.SubprocessError) as e:
             return False, f"bwrap could not start: {e}"
         if r.returncode != 0:
             return False, f"bwrap fails here: {r.stderr.strip() or r.returncode} (are user namespaces enabled?)"
+        if probe.as_root:
+            from .idmap import idmap_supported
+
+            ok, why = idmap_supported()
+            if not ok:
+                return False, why
         return True, "bubblewrap works (user, pid, net, ipc namespaces; rlimits" + (
-            "; cgroup limits)" if _cgroup_works() else "; no writable cgroup, rlimits only)")
+            "; cgroup limits)" if _cgroup_works() else "; no writable cgroup, rlimits only)") + (
+            f"; as root: runs as uid {SANDBOX_UID} on an idmapped workspace" if probe.as_root else "")
 
     def command(self, argv: list[str], limits: Limits, *, workspace_fd: int | None,
-                files: dict[str, int]) -> list[str]:
-        """The full command line: prlimit (rlimits) wrapping bwrap (namespaces and mounts) wrapping argv.
+                masks: tuple[tuple[int, str], ...] = (), files: dict[str, int] | None = None,
+                cgroup: RunCgroup | None = None, seccomp_fd: int | None = None) -> list[str]:
+        """The full command line: [join the cgroup] prlimit [setpriv] bwrap ... sh-init argv.
 
         `workspace_fd` is an open directory fd bound at /workspace (None binds nothing: used by the
-        probe); `files` maps names under /code to open fds whose content is copied in.
+        probe); `masks` are (fd, name) files bound read-only over the workspace's own; `files` maps
+        names under /code to open fds whose content is copied in; `seccomp_fd` holds the filter of
+        `seccomp.py`.
         """
         mb = 1024 * 1024
-        nproc = limits.processes + (0 if self._switch_user else _processes_of(self.uid))
+        nproc = limits.processes + _processes_of(self.uid)
         # A soft CPU limit below the hard one: SIGXCPU says "CPU time" where a bare SIGKILL says nothing.
         cmd = ["prlimit", f"--data={limits.memory_mb * mb}", f"--cpu={limits.cpu}:{limits.cpu + 1}", f"--nproc={nproc}",
-               f"--fsize={limits.file_size_mb * mb}", "--core=0", "--", "bwrap"]
+               f"--fsize={limits.file_size_mb * mb}", "--core=0", "--"]
+        if cgroup is not None:
+            cmd = ["/bin/sh", "-c", _JOIN, "shou-join-cgroup", *cgroup.procs_files(), "--", *cmd]
+        if self.as_root:
+            cmd += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
+        cmd.append("bwrap")
         for path in (*SYSTEM_DIRS, *sorted(glob.glob("/etc/java-*")),
                      *(NETWORK_FILES if limits.network else ())):
             if os.path.exists(path):
@@ -90,12 +119,15 @@ class BubblewrapSandbox:
                 cmd += ["--symlink", os.readlink(link), link]
             elif os.path.isdir(link):
                 cmd += ["--ro-bind", link, link]
-        cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.memory_mb * mb), "--tmpfs", "/tmp"]
+        size = str(limits.memory_mb * mb)  # both are memory, counted by the cgroup too
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--size", size,
+                "--tmpfs", "/tmp"]
         if workspace_fd is not None:
             cmd += ["--bind-fd", str(workspace_fd), "/workspace", "--chdir", "/workspace"]
-            if (self.workspace / ".shou").is_dir():
-                # shou's own state (the session log, spilled outputs) is not the program's to read or rewrite.
-                cmd += ["--tmpfs", "/workspace/.shou", "--remount-ro", "/workspace/.shou"]
+            # shou's own state (the session log, spilled outputs) is not the program's to read or rewrite.
+            cmd += ["--tmpfs", "/workspace/.shou", "--remount-ro", "/workspace/.shou"]
+            for fd, name in masks:
+                cmd += ["--ro-bind-fd", str(fd), f"/workspace/{name}"]
         if files:
             cmd += ["--dir", "/code"]
             for name, fd in files.items():
@@ -103,51 +135,83 @@ class BubblewrapSandbox:
         cmd += ["--remount-ro", "/"]  # the sandbox's own root too: only /workspace and /tmp take writes
         # --as-pid-1: without it bwrap's own init is orphaned at exit, and where PID 1 of the host is slow
         # to reap (containers, VMs with a minimal init) the zombies pile up against RLIMIT_NPROC.
-        cmd += ["--unshare-all", *(["--share-net"] if limits.network else []), "--die-with-parent",
-                "--new-session", "--as-pid-1", "--cap-drop", "ALL", "--clearenv"]
+        # No user namespaces inside: capabilities there could set file capabilities on workspace files.
+        cmd += ["--unshare-all", "--unshare-user", "--disable-userns", *(["--share-net"] if limits.network else []),
+                "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL", "--clearenv"]
+        if seccomp_fd is not None:
+            cmd += ["--seccomp", str(seccomp_fd)]
         for key, value in ENV.items():
             cmd += ["--setenv", key, value]
         # sh is the namespace's PID 1 and reaps orphans; the program runs as its child, because the kernel
         # shields PID 1 from signals it has no handler for (SIGXCPU would never arrive).
         return [*cmd, "--", "/bin/sh", "-c", '"$@"; exit $?', "shou-init", *argv]
 
-    def _grant_workspace(self) -> None:
-        """As root, let the sandbox uid read and write the workspace (default ACLs cover new files).
+    def _source(self) -> Path:
+        """The folder the sandbox binds at /workspace: the idmapped view as root, else the workspace."""
+        if not self.as_root:
+            return self.workspace
+        if self._mount is None:
+            from .idmap import IdmappedWorkspace
 
-        Folders above the workspace that others cannot enter get a traverse-only (`x`) entry for that
-        uid: it can pass through them, not list or read them.
+            self._mount = IdmappedWorkspace.create(self.workspace, self.uid)
+        return self._mount.path
+
+    def close(self) -> None:
+        """Release the idmapped mount (made again on the next run)."""
+        if self._mount is not None:
+            mount, self._mount = self._mount, None
+            mount.close()
+
+    def _config_masks(self, ws_fd: int, fds: list[int]) -> list[tuple[int, str]]:
+        """Read-only binds over the top folder of the workspace holding the user's shou config, if any.
+
+        Binding the whole top folder (not just the config folder) leaves the program no way to rename a
+        parent away and put a config of its own in its place.
         """
-        if self._acl_done or not self._switch_user:
-            return
-        if shutil.which("setfacl") is None:
-            raise UserError("running as root, the sandbox needs setfacl to share the workspace with uid "
-                            f"{self.uid} (Debian/Ubuntu: apt-get install acl)")
-        check = subprocess.run(["getfacl", "-pc", str(self.workspace)], capture_output=True, text=True)
-        if f"default:user:{self.uid}:rwx" not in check.stdout and "default:user:nobody:rwx" not in check.stdout:
-            r = subprocess.run(["setfacl", "-R", "-m", f"u:{self.uid}:rwX", "-m", f"d:u:{self.uid}:rwX",
-                                str(self.workspace)], capture_output=True, text=True)
-            if r.returncode != 0:
-                raise UserError(f"cannot give the sandbox uid {self.uid} access to {self.workspace}: "
-                                f"{r.stderr.strip()}")
-        # bwrap, already running as that uid, must also be able to walk down to the workspace.
-        for parent in self.workspace.parents:
-            if parent != Path("/") and not parent.stat().st_mode & stat.S_IXOTH:
-                subprocess.run(["setfacl", "-m", f"u:{self.uid}:x", str(parent)], capture_output=True)
-        self._acl_done = True
+        masks = []
+        for parts in config_parts(self.workspace):
+            if not parts:
+                raise UserError(f"the workspace {self.workspace} is shou's own configuration folder; sandboxed "
+                                "code would be able to change trusted settings. Run shou in another folder")
+            with contextlib.suppress(FileExistsError):  # on the real path: root cannot create through the idmap
+                os.mkdir(self.workspace / parts[0], 0o755)
+            fd = os.open(parts[0], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=ws_fd)
+            fds.append(fd)
+            if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise UserError(f"{self.workspace / parts[0]} leads to shou's configuration folder but is not a "
+                                "plain folder (a symlink?): sandboxed code could redirect it. Run shou in "
+                                "another folder")
+            masks.append((fd, parts[0]))
+        return masks
 
     def _prepare(self, argv: list[str], limits: Limits, files: dict[str, bytes] | None
                  ) -> tuple[list[str], tuple[int, ...], RunCgroup | None]:
         """The command, the fds it inherits (the caller closes them after spawning) and the cgroup."""
-        self._grant_workspace()
-        fds: dict[str, int] = {}
-        ws_fd = os.open(self.workspace, os.O_PATH | os.O_DIRECTORY)
+        state_dir(self.workspace)  # a real folder, made by shou, before the program could make a link there
+        source = self._source()
+        ws_fd = os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        fds: list[int] = [ws_fd]
+        masks = []
+        for name in READ_ONLY_FILES:
+            with contextlib.suppress(OSError):
+                fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=ws_fd)
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    masks.append((fd, name))
+                fds.append(fd)
+        masks += self._config_masks(ws_fd, fds)
+        code: dict[str, int] = {}
         for name, data in (files or {}).items():
             fd = os.memfd_create(name)  # code goes in as file content, never through a shell
             os.write(fd, data)
             os.lseek(fd, 0, os.SEEK_SET)
-            fds[name] = fd
+            code[name] = fd
+            fds.append(fd)
+        seccomp_fd = filter_fd()
+        fds.append(seccomp_fd)
         cgroup = RunCgroup.create(limits.memory_mb * 1024 * 1024, limits.processes) if self.use_cgroup else None
-        return self.command(argv, limits, workspace_fd=ws_fd, files=fds), (ws_fd, *fds.values()), cgroup
+        cmd = self.command(argv, limits, workspace_fd=ws_fd, masks=tuple(masks), files=code, cgroup=cgroup,
+                           seccomp_fd=seccomp_fd)
+        return cmd, tuple(fds), cgroup
 
     async def run(self, argv: list[str], *, stdin: bytes | None = None, limits: Limits | None = None,
                   files: dict[str, bytes] | None = None) -> ExecResult:
@@ -156,10 +220,9 @@ class BubblewrapSandbox:
         cmd, fds, cgroup = self._prepare(argv, limits, files)
         try:
             done = await spawn_and_wait(
-                cmd, cwd=None, env=_HOST_ENV, stdin=stdin, timeout=limits.timeout,
-                user=self.uid if self._switch_user else None, pass_fds=fds,
+                cmd, cwd="/", env=_HOST_ENV, stdin=stdin, timeout=limits.timeout, pass_fds=fds,
                 spill=(new_output_path(self.workspace, "stdout"), new_output_path(self.workspace, "stderr")),
-                on_spawn=cgroup.add if cgroup else None,
+                disk=DiskWatch(self.workspace, limits.disk_mb * 1024 * 1024, limits.inodes),
             )
             oom = cgroup.oom_killed() if cgroup else False
         finally:
@@ -173,12 +236,11 @@ class BubblewrapSandbox:
         """Start a long-lived process in the sandbox with stdin/stdout pipes (the stateful interpreter)."""
         limits = (limits or self.limits).within(self.limits)
         cmd, fds, cgroup = self._prepare(argv, limits, files)
-        ids = {"user": self.uid, "group": self.uid, "extra_groups": []} if self._switch_user else {}
         try:
             proc = await asyncio.create_subprocess_exec(
                 *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL, env=_HOST_ENV, start_new_session=True, pass_fds=fds,
-                limit=2**24, **ids,
+                limit=2**24, cwd="/",
             )
         except BaseException:
             if cgroup:
@@ -186,9 +248,9 @@ class BubblewrapSandbox:
             raise
         finally:
             _close(fds)
-        if cgroup:
-            cgroup.add(proc.pid)
-        return Started(proc, cgroup)
+        # A long-lived process can write long after its call returned: the allowance covers its whole life.
+        disk = DiskWatch(self.workspace, limits.disk_mb * 1024 * 1024, limits.inodes)
+        return Started(proc, cgroup, asyncio.ensure_future(disk.guard(lambda: kill_group(proc.pid))))
 
     async def run_code(self, language: str, code: str, *, limits: Limits | None = None) -> ExecResult:
         """Run a program in python, bash, node or java."""
@@ -200,12 +262,16 @@ class BubblewrapSandbox:
 class Started:
     """A long-lived sandboxed process; `stop()` kills all of it."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, cgroup: RunCgroup | None) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, cgroup: RunCgroup | None,
+                 watcher: asyncio.Future[None] | None = None) -> None:
         self.proc = proc
         self.cgroup = cgroup
+        self.watcher = watcher
 
     async def stop(self) -> None:
         """Kill the process group and the cgroup's processes, and reap."""
+        if self.watcher is not None:
+            self.watcher.cancel()
         kill_group(self.proc.pid)
         with contextlib.suppress(TimeoutError, ProcessLookupError):
             async with asyncio.timeout(5):

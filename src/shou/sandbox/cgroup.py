@@ -1,8 +1,10 @@
 """A per-run cgroup for memory and process limits, where this process may create one.
 
-rlimits are per process (RLIMIT_DATA) or per user (RLIMIT_NPROC); a cgroup bounds the whole tree and
-tells an OOM kill apart from other deaths. It is a bonus: where no cgroup is writable (most laptops
-without delegation), the rlimits still hold. Both cgroup v1 (memory, pids controllers) and v2 work.
+rlimits are per process (RLIMIT_DATA) or per user (RLIMIT_NPROC); a cgroup bounds the whole tree, tmpfs
+pages it writes (/tmp, /dev/shm) included, and tells an OOM kill apart from other deaths. The sandbox joins
+it before its first instruction (`BubblewrapSandbox.command`), so no child starts outside it. Where no
+cgroup is writable (most laptops without delegation), the rlimits still hold. Both cgroup v1 (memory, pids
+controllers) and v2 work.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
+_swept = False
 
 
 def _own_path(controller: str) -> str | None:
@@ -40,6 +45,10 @@ class RunCgroup:
     @classmethod
     def create(cls, memory_bytes: int, max_pids: int) -> RunCgroup | None:
         """A new cgroup with these limits, or None when no cgroup can be made here."""
+        global _swept
+        if not _swept:
+            _swept = True
+            sweep_stale()
         name = f"shou-{os.getpid()}-{secrets.token_hex(4)}"
         made: dict[str, Path] = {}
         try:
@@ -70,11 +79,9 @@ class RunCgroup:
         except OSError:
             return _cleanup(made)
 
-    def add(self, pid: int) -> None:
-        """Move `pid` in (its later children follow it)."""
-        for d in self.dirs.values():
-            with contextlib.suppress(OSError):
-                (d / "cgroup.procs").write_text(str(pid))
+    def procs_files(self) -> list[str]:
+        """The `cgroup.procs` files a process writes its pid to, to join (its children follow it)."""
+        return [str(d / "cgroup.procs") for d in self.dirs.values()]
 
     def oom_killed(self) -> bool:
         """Whether the kernel killed something in here for lack of memory."""
@@ -106,19 +113,46 @@ class RunCgroup:
                 os.kill(pid, 9)
 
     def remove(self) -> None:
-        """Kill what is left and delete the cgroup."""
+        """Kill what is left and delete the cgroup (in the background while killed processes still exit)."""
         self.kill_all()
-        for d in self.dirs.values():
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # processes still exiting
-                    import time
+        left = [d for d in self.dirs.values() if not _rmdir(d)]
+        if left:  # never block the caller's event loop waiting for the kernel to finish exits
+            threading.Thread(target=_remove_later, args=(left,), daemon=True, name="shou-cgroup-rm").start()
 
-                    time.sleep(0.01)
+
+def _rmdir(d: Path) -> bool:
+    try:
+        d.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:  # EBUSY: processes still exiting
+        return False
+    return True
+
+
+def _remove_later(dirs: list[Path], seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while dirs and time.monotonic() < deadline:
+        time.sleep(0.05)
+        dirs = [d for d in dirs if not _rmdir(d)]
+
+
+def sweep_stale() -> None:
+    """Remove empty run cgroups left by shou processes that died (kill -9) before removing them."""
+    for parent in _parents():
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(parent):
+                bits = entry.name.split("-")
+                if len(bits) == 3 and bits[0] == "shou" and bits[1].isdigit() and int(bits[1]) != os.getpid() \
+                        and not os.path.exists(f"/proc/{bits[1]}"):
+                    _rmdir(Path(entry.path))
+
+
+def _parents() -> list[Path]:
+    if (ROOT / "memory").is_dir():
+        return [ROOT / c / p.lstrip("/") for c in ("memory", "pids") if (p := _own_path(c)) is not None]
+    own = _own_path("")
+    return [ROOT / own.lstrip("/")] if own is not None else []
 
 
 def _cleanup(made: dict[str, Path]) -> None:

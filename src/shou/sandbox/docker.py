@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -23,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import UserError
+from ..workspace import STATE_DIR, state_dir
 from .base import ExecResult, ExitReason, Limits, OutputCapture, new_output_path
 from .languages import looks_out_of_memory, program
 
@@ -34,6 +36,7 @@ DEFAULT_IMAGES: dict[str, str] = {
 }
 WORKSPACE_DIR = "/workspace"
 CODE_DIR = "/code"
+READ_ONLY_FILES = ("shou.toml", ".env")
 STDIN_FILE = ".shou-stdin"
 INSTALL_HINT = "pip install 'shou[docker]'"
 # `program()` names the runtime first; that picks the image.
@@ -111,10 +114,13 @@ class DockerSandbox:
             "labels": {"shou": "1"},
             "volumes": {
                 str(self.workspace): {"bind": WORKSPACE_DIR, "mode": "rw"},
+                **self._read_only_files(),
                 str(code_dir_host): {"bind": CODE_DIR, "mode": "ro"},
             },
             "read_only": True,
-            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={tmp_mb}m,mode=1777"},
+            # shou's own state is hidden, as in the bubblewrap sandbox.
+            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={tmp_mb}m,mode=1777",
+                      f"{WORKSPACE_DIR}/{STATE_DIR}": "ro,nosuid,nodev,size=64k"},
             "mem_limit": limits.memory_mb * MiB,
             "memswap_limit": limits.memory_mb * MiB,  # equal to mem_limit: no swap
             "nano_cpus": 1_000_000_000,
@@ -139,6 +145,17 @@ class DockerSandbox:
             "log_config": {"type": "json-file", "config": {"max-size": "32m", "max-file": "2"}},
         }
 
+    def _read_only_files(self) -> dict[str, dict[str, str]]:
+        """The workspace's settings files, bound read-only over themselves when they are regular files (the
+        engine would follow a symlink; no container runs between calls that could swap one in meanwhile)."""
+        binds = {}
+        for name in READ_ONLY_FILES:
+            path = self.workspace / name
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    binds[str(path)] = {"bind": f"{WORKSPACE_DIR}/{name}", "mode": "ro"}
+        return binds
+
     async def run(self, argv: list[str], *, stdin: bytes | None = None, limits: Limits | None = None,
                   files: dict[str, bytes] | None = None) -> ExecResult:
         """Run `argv` in a container of the bash image, in /workspace, with `files` read-only under /code."""
@@ -155,6 +172,7 @@ class DockerSandbox:
                    image: str) -> ExecResult:
         client = await self._docker_client()
         self.workspace.mkdir(parents=True, exist_ok=True)  # else the engine creates it, owned by root
+        state_dir(self.workspace)  # a real folder for the tmpfs to cover, made before any container runs
         if stdin is not None:
             # Attaching to a container's stdin is fragile across engines; a file and a redirect are not.
             argv = ["/bin/sh", "-c", f'exec "$@" < {CODE_DIR}/{STDIN_FILE}', "sh", *argv]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .base import ExecResult, ExitReason, Limits, OutputCapture
 from .languages import looks_out_of_memory
+from .quota import DiskWatch
 
 CHUNK = 65536
 
@@ -30,15 +31,17 @@ class Finished:
     stderr: OutputCapture
     timed_out: bool
     duration: float
+    over_disk: str = ""
 
 
 async def spawn_and_wait(
     argv: list[str], *, cwd: str | Path | None, env: dict[str, str] | None, stdin: bytes | None,
     timeout: float,  # noqa: ASYNC109 - the sandbox's wall-clock limit, enforced with the kill below
     user: int | None = None, pass_fds: tuple[int, ...] = (), spill: tuple[Path | None, Path | None] = (None, None),
-    keep: int = 32_000, on_spawn: Callable[[int], None] | None = None,
+    keep: int = 32_000, on_spawn: Callable[[int], None] | None = None, disk: DiskWatch | None = None,
 ) -> Finished:
-    """Run `argv`, feed `stdin`, capture stdout/stderr, and kill the process group after `timeout` s."""
+    """Run `argv`, feed `stdin`, capture stdout/stderr, and kill the process group after `timeout` s
+    (or as soon as `disk` says the run wrote too much)."""
     start = time.perf_counter()
     ids = {"user": user, "group": user, "extra_groups": []} if user is not None else {}
     proc = await asyncio.create_subprocess_exec(
@@ -56,6 +59,8 @@ async def spawn_and_wait(
             return
         while chunk := await stream.read(CHUNK):
             sink.feed(chunk)
+            if disk is not None:
+                disk.discount = out.spilled + err.spilled  # shou's own spill files are not the program's
 
     async def feed() -> None:
         if proc.stdin is None:
@@ -67,6 +72,7 @@ async def spawn_and_wait(
             proc.stdin.close()
 
     timed_out = False
+    watcher = asyncio.ensure_future(disk.guard(lambda: kill_group(proc.pid))) if disk is not None else None
     try:
         async with asyncio.timeout(timeout):
             await asyncio.gather(pump(proc.stdout, out), pump(proc.stderr, err), feed())
@@ -74,6 +80,8 @@ async def spawn_and_wait(
     except TimeoutError:
         timed_out = True
     finally:
+        if watcher is not None:
+            watcher.cancel()
         kill_group(proc.pid)
         # Whatever still holds the pipes is dead now; reap without waiting forever on a stuck D-state child.
         with contextlib.suppress(TimeoutError, ProcessLookupError):
@@ -81,7 +89,8 @@ async def spawn_and_wait(
                 await proc.wait()
         out.close()
         err.close()
-    return Finished(None if timed_out else proc.returncode, out, err, timed_out, time.perf_counter() - start)
+    return Finished(None if timed_out else proc.returncode, out, err, timed_out, time.perf_counter() - start,
+                    disk.check() if disk is not None else "")
 
 
 def kill_group(pid: int) -> None:
@@ -102,6 +111,8 @@ def exec_result(done: Finished, workspace: Path, limits: Limits, oom: bool = Fal
     note = ""
     if done.timed_out:
         reason, note = "timeout", f"the time limit is {limits.timeout:g} s"
+    elif done.over_disk:
+        reason, note = "disk", done.over_disk
     elif oom:
         reason, note = "memory", f"the memory limit is {limits.memory_mb} MB"
     elif code in (SIGXCPU + 128, -SIGXCPU):
@@ -115,5 +126,8 @@ def exec_result(done: Finished, workspace: Path, limits: Limits, oom: bool = Fal
         if not capture.omitted and capture.spill_path and capture.spill_path.exists():
             capture.spill_path.unlink()  # everything fit in memory: no file needed
     output_path = " and ".join(str(p.relative_to(workspace)) for p in paths) or None
+    unsaved = next((c.spill_error for c in (done.stdout, done.stderr) if c.spill_error), "")
+    if unsaved:
+        note = "; ".join(x for x in (note, f"the full output could not be saved ({unsaved})") if x)
     return ExecResult(done.stdout.text(), stderr, code, done.duration, reason, done.stdout.omitted,
                       done.stderr.omitted, output_path, note)
