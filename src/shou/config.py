@@ -3,18 +3,27 @@
 Precedence, highest first: command-line flags, the process environment, the workspace's `.env`,
 the workspace's `shou.toml`, the user's `shou.toml` (`$SHOU_CONFIG_DIR`, else `$XDG_CONFIG_HOME/shou`,
 else `~/.config/shou`), then defaults. `Settings.sources` remembers where each value came from.
+
+The workspace's two files are untrusted until a person trusts their exact content (`shou trust`, see
+`shou.trust`). Until then only the settings in `SAFE_SETTINGS` apply from them, the ones in `NARROWING`
+may only tighten what the trusted sources allow, and everything else (provider, base URLs, keys, the
+sandbox backend, allow-lists, and any setting added later unless it is declared here) is ignored and
+listed in `Settings.ignored`, so the command line can say so.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .trust import TrustStore, read_config_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +84,10 @@ class Settings:
     offline_fallback: bool = True
     local_threads: int = 1
     local_ctx: int = 4096
+    web_allow_hosts: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     env: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    ignored: tuple[Ignored, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def sandbox_limits(self) -> Any:
@@ -89,6 +100,49 @@ class Settings:
     def state_dir(self) -> Path:
         """The workspace's `.shou/` folder (session store, outputs)."""
         return self.workspace / ".shou"
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """Settings an untrusted workspace file asked for and did not get (names only, never values)."""
+
+    path: Path
+    names: tuple[str, ...]
+    reason: str = "untrusted"
+
+    def message(self) -> str:
+        """One line for the person: what was ignored and how to change that."""
+        if self.reason != "untrusted":
+            return f"ignored {self.path}: {self.reason}"
+        # Names come from the file: one with control characters could rewrite the person's terminal.
+        names = ", ".join(n if n.isprintable() else repr(n) for n in self.names)
+        return (f"{self.path} is not trusted, so its settings {names} were ignored (harmless "
+                f"ones such as max_steps still apply). Review the file, then run `shou trust` in "
+                f"{self.path.parent} to use them.")
+
+
+# What an untrusted workspace file may set. Safe: cannot run code, move a secret or weaken isolation.
+SAFE_SETTINGS = frozenset({
+    "max_steps", "run_timeout", "tool_timeout", "stream", "temperature", "vision", "offline_fallback",
+})
+
+
+def _fewer_tools(trusted: tuple[str, ...] | None, asked: tuple[str, ...]) -> tuple[str, ...]:
+    return asked if trusted is None else tuple(t for t in trusted if t in asked)
+
+
+# Narrowing: an untrusted value only counts as far as it tightens the trusted one.
+NARROWING: dict[str, Callable[[Any, Any], Any]] = {
+    "tools": _fewer_tools,
+    "sandbox_timeout": min,
+    "sandbox_memory_mb": min,
+    "sandbox_network": lambda trusted, asked: trusted and asked,
+    # How much of the machine one run takes at once (parallel sandboxes, the local model's threads and memory).
+    "max_parallel_tools": min,
+    "local_threads": min,
+    "local_ctx": min,
+}
+_MODEL_PREFIXES = ("local", "scripted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +164,7 @@ _ENV = {
     "sandbox_timeout": "SHOU_SANDBOX_TIMEOUT", "sandbox_memory_mb": "SHOU_SANDBOX_MEMORY_MB",
     "sandbox_network": "SHOU_SANDBOX_NETWORK", "vision": "SHOU_VISION",
     "offline_fallback": "SHOU_OFFLINE_FALLBACK", "local_threads": "SHOU_LOCAL_THREADS",
-    "local_ctx": "SHOU_LOCAL_CTX",
+    "local_ctx": "SHOU_LOCAL_CTX", "web_allow_hosts": "SHOU_WEB_ALLOW_HOSTS",
 }
 SECRET_FIELDS = frozenset({"api_key"})
 SANDBOX_BACKENDS = ("auto", "bubblewrap", "docker", "local")
@@ -131,44 +185,103 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
     flags = {k: v for k, v in (overrides or {}).items() if v is not None}
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    ignored: list[Ignored] = []
+    defaults = Settings()
 
-    def take(layer: Mapping[str, Any], source: str) -> None:
+    def take(layer: Mapping[str, Any], source: str, trusted: bool = True) -> None:
+        refused = []
         for key, raw in layer.items():
-            values[key] = _convert(key, raw, source)
+            value = _convert(key, raw, source)
+            if not trusted and not _harmless(key, value):
+                if key not in NARROWING:
+                    refused.append(key)
+                    continue
+                value = NARROWING[key](values.get(key, getattr(defaults, key)), value)
+            values[key] = value
             sources[key] = source
+        if refused:
+            ignored.append(Ignored(Path(source), tuple(refused)))
 
     workspace = Path(flags.get("workspace") or real_env.get("SHOU_WORKSPACE") or Path.cwd()).expanduser().resolve()
-    user_toml = user_config_dir(real_env) / "shou.toml"
-    take(_read_toml(user_toml), str(user_toml))
+    config_dir = user_config_dir(real_env)
+    user_toml = config_dir / "shou.toml"
+    take(_read_toml(user_toml, _read_user_file(user_toml)), str(user_toml))
+    trust = TrustStore(config_dir)
     ws_toml = workspace / "shou.toml"
-    take(_read_toml(ws_toml), str(ws_toml))
+    data, trusted = _workspace_file(ws_toml, trust, ignored)
+    take(_read_toml(ws_toml, data), str(ws_toml), trusted)
     dotenv: dict[str, str] = {}
     dotenv_path = workspace / ".env"
-    if dotenv_path.is_file():
+    data, trusted = _workspace_file(dotenv_path, trust, ignored)
+    if data is not None:
         from dotenv import dotenv_values
 
-        dotenv = {k: v for k, v in dotenv_values(dotenv_path).items() if v is not None and k not in real_env}
-        take({k: dotenv[e] for k, e in _ENV.items() if e in dotenv}, str(dotenv_path))
+        # ${VAR} expansion would let an untrusted file copy a secret of the environment into a harmless setting.
+        parsed = dotenv_values(stream=io.StringIO(data.decode("utf-8", "replace")), interpolate=trusted)
+        dotenv = {k: v for k, v in parsed.items() if v is not None and k not in real_env}
+        take({k: dotenv[e] for k, e in _ENV.items() if e in dotenv}, str(dotenv_path), trusted)
+        if not trusted:
+            # Its other variables are provider keys, base URLs and the like: none of them is harmless.
+            others = sorted(k for k in dotenv if k not in _ENV.values())
+            if others:
+                _merge_ignored(ignored, Path(dotenv_path), others)
+            dotenv = {}
     take({k: real_env[e] for k, e in _ENV.items() if e in real_env and k != "workspace"}, "environment")
     take({k: v for k, v in flags.items() if k != "workspace"}, "flag")
     values["workspace"] = workspace
     if "workspace" in flags or "SHOU_WORKSPACE" in real_env:
         sources["workspace"] = "flag" if "workspace" in flags else "environment"
-    return Settings(**values, sources=sources, env={**dotenv, **real_env})
+    return Settings(**values, sources=sources, env={**dotenv, **real_env}, ignored=tuple(ignored))
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+def _harmless(key: str, value: Any) -> bool:
+    if key == "model":  # a bare model name is harmless; a provider prefix or a local file is not
+        return value is None or value.split(":", 1)[0] not in (*PROVIDERS, *_MODEL_PREFIXES)
+    return key in SAFE_SETTINGS
+
+
+def _merge_ignored(ignored: list[Ignored], path: Path, names: list[str]) -> None:
+    for i, entry in enumerate(ignored):
+        if entry.path == path:
+            ignored[i] = Ignored(path, (*entry.names, *names))
+            return
+    ignored.append(Ignored(path, tuple(names)))
+
+
+def _workspace_file(path: Path, trust: TrustStore, ignored: list[Ignored]) -> tuple[bytes | None, bool]:
+    """A workspace config file's bytes and whether a person trusted exactly them."""
+    try:
+        data = read_config_file(path)
+    except ConfigError as e:  # a link or a FIFO where a settings file should be: leave it out, say so
+        ignored.append(Ignored(path, (), str(e)))
+        return None, False
+    if data is None:
+        return None, False
+    return data, trust.is_trusted(path, data)
+
+
+def _read_user_file(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ConfigError(f"{path} cannot be read: {e.strerror or e}") from None
+
+
+def _read_toml(path: Path, data: bytes | None) -> dict[str, Any]:
+    if data is None:
         return {}
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        parsed = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is not valid TOML: {e}") from None
-    known = {f.name for f in fields(Settings)} - {"sources", "env", "workspace"}
-    unknown = sorted(set(data) - known)
+    known = {f.name for f in fields(Settings)} - {"sources", "env", "workspace", "ignored"}
+    unknown = sorted(set(parsed) - known)
     if unknown:
-        raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    return data
+        shown = ", ".join(k if k.isprintable() else repr(k) for k in unknown)  # names from the file: no escapes
+        raise ConfigError(f"{path}: unknown setting(s) {shown}; known: {', '.join(sorted(known))}")
+    return parsed
 
 
 def _convert(key: str, raw: Any, source: str) -> Any:
@@ -187,7 +300,7 @@ def _convert(key: str, raw: Any, source: str) -> Any:
             if isinstance(raw, bool):
                 return raw
             return str(raw).strip().lower() not in ("0", "false", "no", "off")
-        if key == "tools":
+        if key in ("tools", "web_allow_hosts"):
             items = raw.split(",") if isinstance(raw, str) else list(raw)
             return tuple(s.strip() for s in items if s.strip())
         if key == "workspace":
@@ -247,14 +360,24 @@ def mask(secret: str | None) -> str:
     return f"{secret[:3]}…{secret[-4:]}"
 
 
+# The userinfo runs to the last "@" before the path ("user:p@ss@host"); key-like query values go too.
+_URL_SECRETS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@|([?&][^=&#\s]*(?:key|token|secret|sig|password)"
+                          r"[^=&#\s]*=)[^&#\s]+")
+
+
+def redact_urls(text: str) -> str:
+    """`text` with the credentials URLs may carry (`user:key@host`, `?api-key=...`) masked."""
+    return _URL_SECRETS.sub(lambda m: f"{m.group(1)}***@" if m.group(1) else f"{m.group(2)}***", text)
+
+
 def describe(settings: Settings) -> list[tuple[str, str, str]]:
     """Rows of (setting, shown value, source) for `shou config`; secrets masked."""
     rows = []
     for f in fields(settings):
-        if f.name in ("sources", "env"):
+        if f.name in ("sources", "env", "ignored"):
             continue
         value = getattr(settings, f.name)
-        shown = mask(value) if f.name in SECRET_FIELDS else ("" if value is None else str(value))
+        shown = mask(value) if f.name in SECRET_FIELDS else ("" if value is None else redact_urls(str(value)))
         if isinstance(value, tuple):
             shown = ",".join(value)
         rows.append((f.name, shown, settings.sources.get(f.name, "default")))

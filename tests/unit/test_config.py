@@ -8,6 +8,7 @@ import pytest
 
 from shou.config import describe, load_settings, mask, resolve_model
 from shou.errors import ConfigError
+from shou.trust import TrustStore
 
 
 @pytest.fixture
@@ -23,6 +24,8 @@ def test_precedence_of_every_source(dirs: tuple[Path, Path]) -> None:
     (cfg / "shou.toml").write_text('model = "user-model"\nmax_steps = 7\ntool_timeout = 9\nrun_timeout = 11\n')
     (ws / "shou.toml").write_text('model = "ws-model"\nmax_steps = 8\ntool_timeout = 10\n')
     (ws / ".env").write_text("SHOU_MAX_STEPS=9\nSHOU_BASE_URL=http://dotenv/v1\nDEEPSEEK_API_KEY=from-dotenv-123456\n")
+    for name in ("shou.toml", ".env"):  # trusted: the precedence of sensitive settings is what is tested here
+        TrustStore(cfg).trust(ws / name, (ws / name).read_bytes())
     env = {"SHOU_CONFIG_DIR": str(cfg), "SHOU_BASE_URL": "http://env/v1"}
     s = load_settings({"workspace": ws, "model": "flag-model"}, env=env)
     assert s.model == "flag-model" and s.sources["model"] == "flag"

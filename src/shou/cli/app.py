@@ -28,8 +28,10 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def _mount_subcommands() -> None:
     from .memory import memory_app
+    from .trust import trust
 
     app.add_typer(memory_app, name="memory")
+    app.command(name="trust")(trust)
 
 
 _mount_subcommands()
@@ -88,6 +90,8 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         "workspace": opts.workspace, "tools": opts.tools, "stream": opts.stream, "sandbox": opts.sandbox,
         "vision": opts.vision,
     })
+    for ignored in settings.ignored:
+        err.print(f"[yellow]warning:[/] {escape(ignored.message())}")
     if settings.sandbox == "local":
         from ..sandbox.local import warn_once
 
@@ -199,7 +203,7 @@ def config(
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Show the effective settings, where each came from, and the model they select (secrets masked)."""
-    from ..config import describe, load_settings, mask, resolve_model
+    from ..config import describe, load_settings, mask, redact_urls, resolve_model
 
     try:
         settings = load_settings({"model": model, "base_url": base_url, "provider": provider, "workspace": workspace})
@@ -210,6 +214,8 @@ def config(
     for name, value, source in describe(settings):
         table.add_row(name, escape(value), escape(source))
     out.print(table)
+    for ignored in settings.ignored:
+        out.print(f"\n[yellow]{escape(ignored.message())}[/]")
     if settings.model and settings.model.startswith("scripted:"):
         out.print(f"\nmodel: scripted model replaying {escape(settings.model[9:])}")
         return
@@ -218,7 +224,7 @@ def config(
     except ShouError as e:
         out.print(f"\n[yellow]{escape(str(e))}[/]")
         return
-    out.print(f"\nmodel: {escape(cfg.provider)}:{escape(cfg.model)} at {escape(cfg.base_url)}, "
+    out.print(f"\nmodel: {escape(cfg.provider)}:{escape(cfg.model)} at {escape(redact_urls(cfg.base_url))}, "
               f"key {mask(cfg.api_key)} (from {cfg.key_setting})")
 
 
@@ -228,12 +234,16 @@ def sessions(workspace: WorkspaceOpt = None) -> None:
     import time
 
     from ..store.sqlite import SQLiteStore
+    from ..workspace import state_database
 
     root = (workspace or Path.cwd()).resolve()
-    db = root / ".shou" / "shou.db"
-    if not db.exists():
+    if not (root / ".shou" / "shou.db").exists():
         err.print(f"no sessions yet in {root}")
         return
+    try:
+        db = state_database(root, "shou.db")
+    except ShouError as e:
+        raise fail(str(e)) from None
     with SQLiteStore(db) as store:
         table = Table("session", "runs", "updated", "first task", box=None)
         for info in store.sessions():

@@ -7,6 +7,7 @@ The answer text goes to stdout; tool calls, notices and the summary go to stderr
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import TextIO
 
@@ -15,13 +16,24 @@ from rich.markup import escape
 
 from ..events import Compacted, Event, Notice, RunFinished, TextDelta, ToolCallFinished, ToolCallStarted
 
+# C0 controls but tab and newline, DEL, and C1 controls: what a terminal acts on (escape sequences can move
+# the cursor, rewrite what was printed, set the title or the clipboard). Model text, tool output and file
+# names are untrusted, so they are shown with these replaced.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with every terminal control character (but tab and newline) shown as U+FFFD."""
+    return _CONTROLS.sub("\ufffd", text)
+
+
 STATUS_STYLE = {"completed": "green", "cancelled": "yellow", "max_steps": "yellow", "loop": "yellow",
                 "timeout": "yellow", "budget": "yellow", "error": "red"}
 
 
 def short(text: str, limit: int = 160) -> str:
-    """One line of at most `limit` characters."""
-    flat = " ".join(text.split())
+    """One line of at most `limit` characters (control characters replaced)."""
+    flat = " ".join(printable(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
@@ -51,7 +63,7 @@ class Renderer:
             self.out.flush()
             return
         if isinstance(event, TextDelta):
-            self.out.write(event.text)
+            self.out.write(printable(event.text))
             self.out.flush()
             self._midline = not event.text.endswith("\n")
         elif isinstance(event, ToolCallStarted):
@@ -65,7 +77,7 @@ class Renderer:
             self.err.print(f"[dim]context compacted: {event.tokens_before} → {event.tokens_after} tokens[/]")
         elif isinstance(event, Notice):
             self._newline()
-            self.err.print(f"[yellow]! {escape(event.text)}[/]")
+            self.err.print(f"[yellow]! {escape(printable(event.text))}[/]")
         elif isinstance(event, RunFinished):
             self._newline()
             self.summary(event)
@@ -79,7 +91,7 @@ class Renderer:
     def summary(self, done: RunFinished) -> None:
         """The closing line: status, steps, tokens, seconds (and the error, if any)."""
         if done.error and done.status != "completed":
-            self.err.print(f"[{STATUS_STYLE.get(done.status, 'red')}]{escape(done.error)}[/]")
+            self.err.print(f"[{STATUS_STYLE.get(done.status, 'red')}]{escape(printable(done.error))}[/]")
         style = STATUS_STYLE.get(done.status, "red")
         self.err.print(
             f"[{style}]{done.status}[/] · {done.steps} step{'s' * (done.steps != 1)} · "

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from ..config import redact_urls
 from ..errors import (
     ModelAuthError,
     ModelError,
@@ -53,6 +54,7 @@ class OpenAICompatible:
         self.key_setting = key_setting
         self.model_setting = model_setting
         self._url = self.base_url + "/chat/completions"
+        self._where = redact_urls(self.base_url)  # how errors name it: never with credentials in it
         self._headers = {"Content-Type": "application/json", **(headers or {})}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -61,7 +63,7 @@ class OpenAICompatible:
         self._own_client = client is None
 
     def __repr__(self) -> str:  # never show the key
-        return f"OpenAICompatible({self.name!r}, base_url={self.base_url!r})"
+        return f"OpenAICompatible({self.name!r}, base_url={self._where!r})"
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -126,12 +128,12 @@ class OpenAICompatible:
                 error: ModelError = e
             except httpx.TimeoutException as e:
                 error = ModelUnavailableError(
-                    f"no answer from {self.base_url} in time ({type(e).__name__}); the server may be overloaded"
+                    f"no answer from {self._where} in time ({type(e).__name__}); the server may be overloaded"
                 )
             except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as e:
                 error = ModelUnavailableError(
-                    f"cannot reach {self.base_url} ({type(e).__name__}: {e}); is the server running and the "
-                    "base URL right (--base-url / SHOU_BASE_URL)?"
+                    f"cannot reach {self._where} ({type(e).__name__}: {redact_urls(str(e))}); is the server running "
+                    "and the base URL right (--base-url / SHOU_BASE_URL)?"
                 )
             # Retrying after output began would duplicate text the user already saw.
             if started or not error.retryable or retry >= self.retry.max_retries:
@@ -145,8 +147,8 @@ class OpenAICompatible:
 
     def _http_error(self, resp: httpx.Response) -> ModelError:
         status = resp.status_code
-        detail = _error_detail(resp)
-        where = f"{self.base_url} answered HTTP {status}: {detail}"
+        detail = redact_urls(_error_detail(resp))
+        where = f"{self._where} answered HTTP {status}: {detail}"
         if status in (401, 403):
             return ModelAuthError(
                 f"the provider refused the API key ({where}). Set {self.key_setting} (or SHOU_API_KEY) "
@@ -170,7 +172,7 @@ class OpenAICompatible:
             choice = data["choices"][0]
             wire = dict(choice["message"])
         except (ValueError, KeyError, IndexError, TypeError) as e:
-            raise ModelResponseError(f"{self.base_url} sent a response that is not a chat completion: {e}") from None
+            raise ModelResponseError(f"{self._where} sent a response that is not a chat completion: {e}") from None
         wire.setdefault("role", "assistant")
         wire["tool_calls"] = [_normalise_call(c, i) for i, c in enumerate(wire.get("tool_calls") or ())]
         message = Message.from_wire(wire)
@@ -195,10 +197,10 @@ class OpenAICompatible:
                 chunk = json.loads(payload)
             except ValueError:
                 raise ModelResponseError(
-                    f"{self.base_url} sent a stream chunk that is not JSON: {payload[:200]}"
+                    f"{self._where} sent a stream chunk that is not JSON: {payload[:200]}"
                 ) from None
             if "error" in chunk:
-                raise ModelUnavailableError(f"{self.base_url} reported an error mid-stream: {_message_of(chunk)}")
+                raise ModelUnavailableError(f"{self._where} reported an error mid-stream: {_message_of(chunk)}")
             if chunk.get("usage"):
                 usage_wire = chunk["usage"]
             model_name = chunk.get("model") or model_name

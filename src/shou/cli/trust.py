@@ -1,0 +1,115 @@
+"""`shou trust`: approve (or revoke) the exact content of a workspace's `shou.toml` and `.env`."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ..errors import ShouError
+
+if TYPE_CHECKING:
+    from ..trust import TrustStore
+
+WORKSPACE_FILES = ("shou.toml", ".env")
+SECRET_NAME = re.compile(r"(?i)key|token|secret|password|passwd|credential")
+
+
+def trust(
+    workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="The workspace (default: here).")] = None,
+    revoke: Annotated[bool, typer.Option("--revoke", help="Forget the approval of this workspace's files.")] = False,
+    show: Annotated[bool, typer.Option("--list", help="List every trusted file and whether it changed.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Trust without asking (after showing what they set).")]
+    = False,
+) -> None:
+    """Trust this workspace's shou.toml and .env as they are now, so all their settings apply.
+
+    Until then, settings that could run code, move a secret or weaken isolation (provider, base URLs,
+    keys, the sandbox backend, allow-lists) are ignored in them. Any later change needs trust again.
+    """
+    from ..config import user_config_dir
+    from ..trust import TrustStore, digest, read_config_file
+
+    out = Console(highlight=False, soft_wrap=True)
+    store = TrustStore(user_config_dir())
+    root = (workspace or Path.cwd()).expanduser().resolve()
+    try:
+        if show:
+            _list(out, store)
+            return
+        if revoke:
+            gone = [root / name for name in WORKSPACE_FILES if store.revoke(root / name)]
+            for path in gone:
+                out.print(f"no longer trusted: {escape(str(path))}")
+            if not gone:
+                out.print(f"nothing was trusted in {escape(str(root))}")
+            return
+        found = {root / name: data for name in WORKSPACE_FILES if (data := read_config_file(root / name)) is not None}
+    except ShouError as e:
+        Console(stderr=True, highlight=False).print(f"[red]error:[/] {escape(str(e))}")
+        raise typer.Exit(2) from None
+    if not found:
+        out.print(f"nothing to trust: no shou.toml or .env in {escape(str(root))}")
+        return
+    for path, data in found.items():  # what the person agrees to, before they agree
+        out.print(f"{escape(str(path))} ({digest(data)[:19]}…) sets:")
+        for line in _what_it_sets(path.name, data) or ["(nothing)"]:
+            out.print(f"  {escape(line)}")
+    if not yes:
+        if not sys.stdin.isatty():
+            Console(stderr=True, highlight=False).print(
+                "[red]error:[/] not a terminal: run `shou trust --yes` to trust these files without a prompt")
+            raise typer.Exit(2)
+        if not typer.confirm("Trust these files as they are now?", default=False):
+            out.print("nothing trusted")
+            raise typer.Exit(1)
+    for path, data in found.items():
+        store.trust(path, data)
+        out.print(f"trusted {escape(str(path))}")
+
+
+def _list(out: Console, store: TrustStore) -> None:
+    from ..trust import digest, read_config_file
+
+    entries = store.entries()
+    if not entries:
+        out.print("nothing is trusted yet")
+    for path, hashed in entries.items():
+        try:
+            data = read_config_file(Path(path))
+        except ShouError as e:
+            state = f"[red]{escape(str(e))}[/]"
+        else:
+            state = ("[yellow]missing[/]" if data is None else "[green]unchanged[/]"
+                     if digest(data) == hashed else "[red]changed since trusted: not applied[/]")
+        out.print(f"{escape(path)}  {state}")
+
+
+def _what_it_sets(name: str, data: bytes) -> list[str]:
+    """The settings a file now applies, so the person sees what they agreed to (secrets masked)."""
+    import io
+    import tomllib
+
+    from ..config import SECRET_FIELDS, mask
+
+    if name == ".env":
+        from dotenv import dotenv_values
+
+        values = dotenv_values(stream=io.StringIO(data.decode("utf-8", "replace")), interpolate=False)
+        return [f"{_name(k)}={mask(v) if SECRET_NAME.search(k) else repr(v)}" for k, v in sorted(values.items())
+                if v is not None]
+    try:
+        parsed = tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        return [f"(not valid TOML: {e})"]
+    return [f"{_name(key)} = {mask(str(value)) if key in SECRET_FIELDS else repr(value)}"
+            for key, value in parsed.items()]
+
+
+def _name(key: str) -> str:
+    return key if key.isprintable() else repr(key)  # names come from the file: no terminal escapes
