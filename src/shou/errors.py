@@ -9,6 +9,8 @@ ShouError                      base of everything below
 │   ├── ModelNotFoundError     404: names the model setting (terminal)
 │   ├── ModelRateLimitError    429 after every retry
 │   ├── ModelUnavailableError  5xx, connect or read timeout after every retry
+│   │   ├── ModelCutOffError   the reply ended before it was complete (stream cut, connection broken mid-reply)
+│   │   └── ModelUnreachableError  no connection at all (refused, no such host): retried only briefly
 │   └── ModelResponseError     a response that could not be understood (terminal)
 └── ToolError                  raised by a tool to hand the model a clean error message
 ```
@@ -60,6 +62,18 @@ class ModelUnavailableError(ModelError):
     """The provider is down, overloaded or unreachable (5xx, timeouts, connection errors)."""
 
     retryable = True
+
+
+class ModelCutOffError(ModelUnavailableError):
+    """The reply stopped before its end: no `finish_reason` arrived (stream closed early, connection broken).
+
+    Retryable: tool calls are acted on only after a complete reply, so nothing of the cut one has run.
+    """
+
+
+class ModelUnreachableError(ModelUnavailableError):
+    """No connection could be made (refused, unknown host). Retried a couple of times only: a server that
+    is not running or a mistyped base URL does not heal in a minute, and the person should hear so soon."""
 
 
 class ModelResponseError(ModelError):

@@ -124,3 +124,20 @@ def test_retry_after_parsing_and_backoff_bounds() -> None:
 
 def test_repr_never_shows_the_key() -> None:
     assert "secret" not in repr(OpenAICompatible("m", base_url="http://x/v1", api_key="secret-key"))
+
+
+async def test_no_connection_at_all_is_retried_briefly_while_failures_mid_reply_get_the_full_budget() -> None:
+    from shou.errors import ModelUnreachableError
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    policy = RetryPolicy(max_retries=8, base=0.01, max_delay=0.02, max_unreachable_retries=2)
+    model = OpenAICompatible("m", base_url=f"http://127.0.0.1:{port}/v1", retry=policy)
+    events = []
+    with pytest.raises(ModelUnreachableError, match=r"cannot reach .* \(gave up after 3 attempts\)"):
+        async for e in model.stream([Message.user("hi")], []):
+            events.append(e)
+    await model.aclose()
+    assert [type(e) for e in events] == [Retrying, Retrying]
+    assert RetryPolicy().max_retries == 8 and RetryPolicy().max_unreachable_retries == 2

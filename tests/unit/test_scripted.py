@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -25,7 +27,7 @@ from shou.errors import (
 )
 from shou.messages import Message, ToolCall
 from shou.models.base import Completion, Model, ModelEvent, ModelSettings, TextChunk, ToolCallChunk
-from shou.models.scripted import ScriptedModel, ScriptedServer, load_script
+from shou.models.scripted import FaultPlan, ScriptedModel, ScriptedServer, load_script
 
 BAD_JSON = "{'expression': '1+1'"
 TOOLS = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}]
@@ -425,3 +427,176 @@ def test_cli_serves_on_port_zero(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# wire faults -------------------------------------------------------------------------------------
+
+
+def stream_raw(srv: ScriptedServer, **body: Any) -> bytes:
+    body = {"model": "gpt-test", "messages": [], "stream": True, **body}
+    with httpx.Client(timeout=10) as client:
+        return client.post(f"{srv.base_url}/chat/completions", json=body).content
+
+
+@pytest.mark.parametrize(
+    ("turn", "needle"),
+    [
+        ({"cut_after": -1}, "'cut_after' must not be negative"),
+        ({"cut_after": 5, "reset_after": 5}, "exclude each other"),
+        ({"call_ids": "none"}, "'call_ids' must be one of ['omit', 'repeat']"),
+        ({"sse_style": "lf"}, "'sse_style' must be one of"),
+        ({"status": 200}, "go with 'raw_body'"),
+        ({"raw_body": "x", "status": 700}, "HTTP status (100-599)"),
+        ({"stall": "1"}, "'stall' must be int or float"),
+        ({"call_index": 0}, "'call_index' must be bool"),
+    ],
+)
+def test_load_script_checks_the_fault_keys(turn: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        load_script([turn])
+
+
+def test_in_process_model_refuses_wire_only_faults_and_plays_the_rest() -> None:
+    for key, value in (("cut_after", 10), ("reset_after", 10), ("raw_body", "<html>")):
+        with pytest.raises(ValueError, match=f"{key!r} acts only when the script is served over HTTP"):
+            ScriptedModel([{key: value}])
+    model = ScriptedModel([{"text": "abcdef", "chunk_size": 2, "stall": 0.2, "no_usage": True, "sse_style": "cr"}])
+    started = time.monotonic()
+    events = asyncio.run(collect(model))
+    assert time.monotonic() - started >= 0.2
+    assert [e.text for e in events if isinstance(e, TextChunk)] == ["ab", "cd", "ef"]
+    assert events[-1].usage.requests == 1 and events[-1].usage.total_tokens == 0
+
+
+def test_server_cut_after_sends_exactly_that_many_bytes_then_ends_cleanly() -> None:
+    turn = {"text": "hello there", "chunk_size": 3}
+    with ScriptedServer([{**turn, "cut_after": 500}]) as srv, httpx.Client(timeout=10) as client:
+        # a clean end: no protocol error on the client side
+        resp = client.post(f"{srv.base_url}/chat/completions", json={"model": "m", "messages": [], "stream": True})
+    assert resp.status_code == 200 and resp.headers["connection"] == "close"
+    assert len(resp.content) == 500 and resp.content.startswith(b'data: {"id": "chatcmpl-scripted-0"')
+    assert b"[DONE]" not in resp.content and b'"content": "hel"' in resp.content
+
+
+def test_server_reset_after_aborts_the_connection() -> None:
+    body = {"model": "m", "messages": [], "stream": True}
+    with (
+        ScriptedServer([{"text": "x" * 100, "reset_after": 250}]) as srv,
+        httpx.Client(timeout=10) as client,
+        pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)),
+    ):
+        client.post(f"{srv.base_url}/chat/completions", json=body)
+
+
+def test_server_raw_body_and_status() -> None:
+    turns = [{"raw_body": "<h1>hi</h1>", "content_type": "text/html"}, {"raw_body": "gone", "status": 410}]
+    with ScriptedServer(turns) as srv:
+        page, gone = chat(srv, stream=True), chat(srv)
+    assert (page.status_code, page.headers["content-type"], page.text) == (200, "text/html", "<h1>hi</h1>")
+    assert (gone.status_code, gone.headers["content-type"], gone.text) == (410, "text/plain; charset=utf-8", "gone")
+
+
+def test_server_no_usage_and_call_quirks() -> None:
+    calls = [{"name": "f", "arguments": {"x": 1}, "id": "A"}, {"name": "g", "arguments": {"y": 2}}]
+    turns = [{"tool_calls": calls, "no_usage": True, "call_ids": "omit", "call_index": False},
+             {"tool_calls": calls, "call_ids": "repeat"}, {"tool_calls": calls, "no_usage": True, "call_ids": "repeat"}]
+    with ScriptedServer(turns) as srv:
+        _, first = sse_events(srv, stream_options={"include_usage": True})
+        _, second = sse_events(srv)
+        third = chat(srv).json()
+    deltas = [tc for c in first[:-1] for tc in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert not any("id" in tc or "index" in tc for tc in deltas)
+    assert not any(c.get("usage") for c in first[:-1])
+    heads = [tc for c in second[:-1] for tc in c["choices"][0]["delta"].get("tool_calls", []) if "id" in tc]
+    assert [(h["index"], h["id"]) for h in heads] == [(0, "A"), (1, "A")]
+    assert [c["id"] for c in third["choices"][0]["message"]["tool_calls"]] == ["A", "A"] and "usage" not in third
+
+
+@pytest.mark.parametrize(
+    ("style", "marker"),
+    [("multiline", b'data: {\ndata: "id"'), ("crlf", b"\r\n\r\n"), ("cr", b"\r\r"), ("comments", b": keep-alive")],
+)
+def test_server_sse_styles(style: str, marker: bytes) -> None:
+    with ScriptedServer([{"text": "hi", "sse_style": style}]) as srv:
+        raw = stream_raw(srv)
+    assert marker in raw and raw.count(b"data:") > 3
+    if style == "crlf":
+        assert raw.count(b"\n") == raw.count(b"\r\n")
+    elif style == "cr":
+        assert b"\n" not in raw
+
+
+def test_server_stall_pauses_mid_reply() -> None:
+    with ScriptedServer([{"text": "abcdefgh", "chunk_size": 2, "stall": 0.5}]) as srv:
+        body = {"model": "m", "messages": [], "stream": True}
+        with httpx.Client(timeout=10) as client, client.stream("POST", f"{srv.base_url}/chat/completions",
+                                                                json=body) as resp:
+            arrivals = [(time.monotonic(), chunk) for chunk in resp.iter_raw()]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(arrivals)]
+    assert max(gaps) >= 0.45 and b"[DONE]" in b"".join(c for _, c in arrivals)
+
+
+def test_fault_plan_answers_instead_of_the_turn_which_stays_for_the_retry() -> None:
+    turns = [{"text": "one"}, {"text": "two"}]
+    with ScriptedServer(turns, faults=FaultPlan(rate=0.5, kinds=("503", "429"), seed=1)) as srv:
+        got = []
+        while len(got) < 2:
+            resp = chat(srv)
+            if resp.status_code == 200:
+                got.append(resp.json()["choices"][0]["message"]["content"])
+            else:
+                assert resp.status_code in (503, 429) and "scripted fault" in resp.json()["error"]["message"]
+        assert got == ["one", "two"]
+        assert srv.faults_injected and len(srv.requests) == 2 + len(srv.faults_injected)
+        assert all(srv.requests[f["request"]] is not None for f in srv.faults_injected)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_fault_plan_cut_reset_and_stall_break_the_reply(stream: bool) -> None:
+    turn = {"tool_calls": [{"name": "addlog", "arguments": {"a": 12, "b": 345}}]}
+    for kind in ("cut", "reset", "stall"):
+        plan = FaultPlan(rate=1.0, kinds=(kind,), stall_seconds=0.2)
+        with ScriptedServer([turn], faults=plan) as srv, httpx.Client(timeout=10) as client:
+            body = {"model": "m", "messages": [], "stream": stream}
+            try:
+                raw = client.post(f"{srv.base_url}/chat/completions", json=body).content
+            except (httpx.ReadError, httpx.RemoteProtocolError):
+                raw = None
+            assert srv.faults_injected == [{"request": 0, "kind": kind}]
+        if stream and kind in ("cut", "stall"):  # a clean end in the middle of the arguments
+            assert raw is not None and raw.endswith(b'\\"b\\": 3"}}]}, "logprobs": null, "finish_reason": null}]}\n\n')
+        else:  # the body breaks off (a reset, or a JSON body shorter than its Content-Length)
+            assert raw is None
+
+
+def test_fault_plan_cap_and_validation() -> None:
+    with ScriptedServer([{"text": "a"}], faults=FaultPlan(rate=1.0, kinds=("500",), max_in_a_row=2)) as srv:
+        assert [chat(srv).status_code for _ in range(3)] == [500, 500, 200]
+    for bad, needle in (({"rate": 2}, "between 0 and 1"), ({"kinds": ("teapot",)}, "unknown fault kind"),
+                        ({"kinds": ()}, "at least one kind"), ({"kinds": ("200",)}, "unknown fault kind")):
+        with pytest.raises(ValueError, match=needle):
+            FaultPlan(**bad)
+
+
+def test_cli_fault_flags(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "x"}]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shou.models.scripted", "--script", str(script), "--fault-rate", "1",
+         "--fault-kinds", "502", "--fault-max-in-a-row", "1", "--fault-seed", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 20)
+        assert ready, "no listening line within 20s"
+        base_url = proc.stdout.readline().removeprefix("listening on ").strip()
+        body = {"model": "m", "messages": []}
+        codes = [httpx.post(f"{base_url}/chat/completions", json=body, timeout=10).status_code for _ in range(2)]
+        assert codes == [502, 200]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    bad = subprocess.run([sys.executable, "-m", "shou.models.scripted", "--script", str(script), "--fault-rate",
+                          "0.5", "--fault-kinds", "boom"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "unknown fault kind 'boom'" in bad.stderr

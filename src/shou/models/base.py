@@ -2,8 +2,10 @@
 
 A model yields `TextChunk`s and `ToolCallChunk`s as they arrive and always ends with exactly one
 `Completion` holding the assembled assistant message, usage and finish reason. Non-streaming backends
-simply yield the `Completion` alone (optionally after one `TextChunk`). A backend that retries may
-yield `Retrying` notices before any output.
+simply yield the `Completion` alone (optionally after one `TextChunk`). A backend that retries yields a
+`Retrying` notice first; it may come after output (a reply cut off mid-stream is retried from scratch),
+and then the chunks before it are void: only the `Completion` is the reply, and only a complete reply
+(one the provider ended with a finish reason) yields one.
 """
 
 from __future__ import annotations
@@ -75,7 +77,10 @@ class Model(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Retrying:
-    """The model call failed with a retryable error and will be tried again after `delay` seconds."""
+    """The model call failed with a retryable error and will be tried again after `delay` seconds.
+
+    The attempt's text and call fragments streamed so far are void: the next attempt streams from scratch.
+    """
 
     attempt: int
     delay: float

@@ -1,35 +1,39 @@
 """Chat Completions over httpx: OpenAI, DeepSeek, Qwen, Ollama, vLLM, llama.cpp and any compatible server.
 
-Streaming reads the SSE body line by line, surfaces text as it comes, and assembles tool-call argument
-fragments by their `index` into complete calls. Failures become the `ModelError` tree with messages that
-name the setting to change; 429, 5xx and timeouts are retried with backoff first.
+Streaming parses the event stream to the spec (`sse.py`), surfaces text as it comes, and assembles tool
+calls from their fragments by stream position (`reply.py`). A reply is complete only when it carries a
+`finish_reason`: a stream that ends or breaks before one is a `ModelCutOffError`, retried from scratch like
+any transient failure. That is safe even after text or call fragments went out: tool calls are acted on
+only after the final `Completion`, so nothing of a cut reply has run (whoever showed its text drops it on
+`Retrying`). A 200 whose body is not a reply (an HTML page, a JSON error) is an error naming what arrived.
+Failures become the `ModelError` tree with messages that name the setting to change (`provider_errors.py`);
+429, 5xx, 408, timeouts and cut or broken replies are retried with backoff (`RetryPolicy`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import orjson
 
 from ..config import redact_urls
-from ..errors import (
-    ModelAuthError,
-    ModelError,
-    ModelNotFoundError,
-    ModelRateLimitError,
-    ModelResponseError,
-    ModelUnavailableError,
-)
-from ..messages import Message, ToolCall
+from ..errors import ModelCutOffError, ModelError, ModelResponseError, ModelUnreachableError
+from ..messages import Message
 from ..usage import Usage
-from .base import Completion, ModelEvent, ModelSettings, Retrying, TextChunk, ToolCallChunk
-from .runtime import RetryPolicy, parse_retry_after
+from .base import Completion, ModelEvent, ModelSettings, Retrying, TextChunk
+from .provider_errors import http_error, preview, provider_error, transport_error
+from .reply import Reply, json_message
+from .runtime import RetryPolicy
+from .sse import SSEDecoder
 
 DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
 POOL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+_SSE_START = (b"data:", b"event:", b":", b"id:", b"retry:")
 
 
 class OpenAICompatible:
@@ -105,156 +109,178 @@ class OpenAICompatible:
     async def stream(
         self, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None = None
     ) -> AsyncIterator[ModelEvent | Retrying]:
-        """One response, retried on 429/5xx/timeouts until output starts."""
-        body = self.request_body(messages, tools, settings)
-        retry = 0
+        """One complete response. 429/5xx/408, timeouts and cut or broken replies are retried from scratch:
+        after a `Retrying`, the text and call fragments of the failed attempt are void."""
+        body = _dumps(self.request_body(messages, tools, settings))  # once for every attempt
+        attempt = 1
         while True:
-            started = False
             try:
-                async with self.client.stream("POST", self._url, json=body, headers=self._headers) as resp:
-                    if resp.status_code >= 400:
-                        await resp.aread()
-                        raise self._http_error(resp)
-                    if self.streaming:
-                        async for event in self._read_sse(resp):
-                            started = True
-                            yield event
-                    else:
-                        for event in self._read_json(await resp.aread()):
-                            started = True
-                            yield event
+                async with contextlib.aclosing(self._attempt(body)) as events:
+                    async for event in events:
+                        yield event
                 return
             except ModelError as e:
-                error: ModelError = e
-            except httpx.TimeoutException as e:
-                error = ModelUnavailableError(
-                    f"no answer from {self._where} in time ({type(e).__name__}); the server may be overloaded"
-                )
-            except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as e:
-                error = ModelUnavailableError(
-                    f"cannot reach {self._where} ({type(e).__name__}: {redact_urls(str(e))}); is the server running "
-                    "and the base URL right (--base-url / SHOU_BASE_URL)?"
-                )
-            # Retrying after output began would duplicate text the user already saw.
-            if started or not error.retryable or retry >= self.retry.max_retries:
-                if error.retryable and retry:
-                    raise type(error)(f"{error} (gave up after {retry + 1} attempts)", status=error.status) from None
+                error = e
+            budget = (self.retry.max_unreachable_retries if isinstance(error, ModelUnreachableError)
+                      else self.retry.max_retries)
+            if not error.retryable or attempt > budget:
+                if error.retryable:
+                    tries = f"{attempt} attempts" if attempt > 1 else "1 attempt"
+                    raise type(error)(f"{error} (gave up after {tries})", status=error.status,
+                                      retry_after=error.retry_after) from None
                 raise error from None
-            delay = self.retry.delay(retry, error.retry_after)
-            yield Retrying(retry + 1, delay, str(error))
+            delay = self.retry.delay(attempt - 1, error.retry_after)
+            yield Retrying(attempt, delay, str(error))
             await asyncio.sleep(delay)
-            retry += 1
+            attempt += 1
 
-    def _http_error(self, resp: httpx.Response) -> ModelError:
-        status = resp.status_code
-        detail = redact_urls(_error_detail(resp))
-        where = f"{self._where} answered HTTP {status}: {detail}"
-        if status in (401, 403):
-            return ModelAuthError(
-                f"the provider refused the API key ({where}). Set {self.key_setting} (or SHOU_API_KEY) "
-                "to a valid key.", status=status,
-            )
-        if status == 404:
-            return ModelNotFoundError(
-                f"model {self.model!r} was not found ({where}). Set {self.model_setting} to a model this "
-                "provider serves, and check the base URL.", status=status,
-            )
-        retry_after = parse_retry_after(resp.headers.get("retry-after"))
-        if status == 429:
-            return ModelRateLimitError(f"rate limited ({where})", status=status, retry_after=retry_after)
-        if status >= 500 or status == 408:
-            return ModelUnavailableError(f"provider error ({where})", status=status, retry_after=retry_after)
-        return ModelResponseError(f"request rejected ({where})", status=status)
-
-    def _read_json(self, raw: bytes) -> list[ModelEvent]:
+    async def _attempt(self, body: bytes) -> AsyncIterator[ModelEvent]:
+        """One request: its text and call fragments, then the `Completion`, or a `ModelError`."""
+        reply = Reply(self.model)
         try:
-            data = json.loads(raw)
-            choice = data["choices"][0]
-            wire = dict(choice["message"])
-        except (ValueError, KeyError, IndexError, TypeError) as e:
-            raise ModelResponseError(f"{self._where} sent a response that is not a chat completion: {e}") from None
-        wire.setdefault("role", "assistant")
-        wire["tool_calls"] = [_normalise_call(c, i) for i, c in enumerate(wire.get("tool_calls") or ())]
-        message = Message.from_wire(wire)
-        done = Completion(message, Usage.from_wire(data.get("usage")), choice.get("finish_reason"),
-                          data.get("model") or self.model)
-        return [TextChunk(message.text), done] if message.text else [done]
+            async with self.client.stream("POST", self._url, content=body, headers=self._headers) as resp:
+                reply.response = resp
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    raise http_error(self._where, resp, model=self.model, key_setting=self.key_setting,
+                                     model_setting=self.model_setting)
+                chunks = resp.aiter_bytes()
+                is_stream, raw = await self._body_kind(resp, chunks)
+                if not is_stream:
+                    for event in self._json_reply(raw, resp):
+                        yield event
+                    return
+                decoder = SSEDecoder()
+                done = False
+                while True:
+                    if not reply.head:
+                        reply.head = raw[:300]
+                    for name, data in decoder.feed(raw):
+                        reply.events += 1
+                        if name == "error":
+                            raise provider_error(self._where, _json_or_text(data), "mid-stream")
+                        if data == "[DONE]":
+                            if reply.finish is None:
+                                raise ModelCutOffError(self._cut(reply, "the stream sent [DONE]"))
+                            done = True
+                            break
+                        if not data or data.isspace() or (name != "message" and not _is_json_object(data)):
+                            continue  # a keep-alive, or an event of another kind (a named ping)
+                        for event in self._apply(reply, data):
+                            yield event
+                    if done or (raw := await anext(chunks, None)) is None:
+                        break
+                async for _ in chunks:  # what follows [DONE]: read it, so the connection can be reused
+                    pass
+        except httpx.TransportError as e:
+            if reply.finish is None:
+                raise transport_error(self._where, e, reply) from None
+            # the reply was complete; only its usage or the closing [DONE] was lost
+        except httpx.DecodingError as e:
+            raise ModelResponseError(f"{self._where} sent a body that cannot be decoded ({e})") from None
+        if reply.finish is None:
+            raise ModelCutOffError(self._cut(reply, "the stream ended"))
+        yield reply.completion()
 
-    async def _read_sse(self, resp: httpx.Response) -> AsyncIterator[ModelEvent]:
-        text_parts: list[str] = []
-        # index -> [id, name, argument fragments]; a plain dict beats per-chunk objects on the hot path
-        calls: dict[int, list[Any]] = {}
-        finish_reason: str | None = None
-        usage_wire: dict[str, Any] | None = None
-        model_name = self.model
-        async for line in resp.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == "[DONE]":
-                break
+    async def _body_kind(self, resp: httpx.Response, chunks: AsyncIterator[bytes]) -> tuple[bool, bytes]:
+        """Whether the body is an event stream, and what of it was read to tell: all of it when it is not."""
+        mime = resp.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if self.streaming and mime == "text/event-stream":
+            return True, b""
+        if self.streaming and mime not in ("application/json", "text/html") and not mime.endswith("+json"):
+            head = b""  # unlabelled or mislabelled: look at how it starts
+            async for chunk in chunks:
+                head += chunk
+                if len(head) >= 64:
+                    break
+            if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(_SSE_START):
+                return True, head
+            return False, head + b"".join([c async for c in chunks])
+        return False, b"".join([c async for c in chunks])
+
+    def _apply(self, reply: Reply, data: str) -> list[ModelEvent]:
+        """Take in one `chat.completion.chunk`; return the text and call fragments it carries."""
+        try:
+            chunk = _loads(data)
+        except ValueError:
+            raise ModelResponseError(
+                f"{self._where} sent a stream chunk that is not JSON: {preview(data)!r}"
+            ) from None
+        if not isinstance(chunk, dict):
+            raise ModelResponseError(f"{self._where} sent a stream chunk that is not an object: {preview(data)!r}")
+        if "error" in chunk:
+            raise provider_error(self._where, chunk, "mid-stream")
+        try:
+            return reply.take(chunk)
+        except (AttributeError, TypeError, ValueError):
+            raise ModelResponseError(
+                f"{self._where} sent a stream chunk that is not a chat completion chunk: {preview(data)!r}"
+            ) from None
+
+    def _cut(self, reply: Reply, how: str) -> str:
+        message = f"the reply from {self._where} was cut off: {how} without a finish_reason after {reply.progress()}"
+        if not reply.events and reply.head:
+            message += f"; it began: {preview(reply.head)!r}"
+        return message
+
+    def _json_reply(self, raw: bytes, resp: httpx.Response) -> list[ModelEvent]:
+        """A whole (non-streamed) chat completion, or the error its body names."""
+        try:
+            data = _loads(raw)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and "choices" in data:
             try:
-                chunk = json.loads(payload)
-            except ValueError:
+                choice = data["choices"][0]
+                message = json_message(choice)
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
                 raise ModelResponseError(
-                    f"{self._where} sent a stream chunk that is not JSON: {payload[:200]}"
+                    f"{self._where} sent a response that is not a chat completion ({type(e).__name__}: {e}): "
+                    f"{preview(raw)!r}"
                 ) from None
-            if "error" in chunk:
-                raise ModelUnavailableError(f"{self._where} reported an error mid-stream: {_message_of(chunk)}")
-            if chunk.get("usage"):
-                usage_wire = chunk["usage"]
-            model_name = chunk.get("model") or model_name
-            for choice in chunk.get("choices") or ():
-                delta = choice.get("delta") or {}
-                content = delta.get("content")
-                if content:
-                    text_parts.append(content)
-                    yield TextChunk(content)
-                for pos, tc in enumerate(delta.get("tool_calls") or ()):
-                    index = tc.get("index", pos)
-                    entry = calls.get(index)
-                    if entry is None:
-                        entry = calls[index] = [None, None, []]
-                    if tc.get("id"):
-                        entry[0] = tc["id"]
-                    fn = tc.get("function") or {}
-                    new_name = None
-                    if fn.get("name") and not entry[1]:
-                        entry[1] = new_name = fn["name"]
-                    args = fn.get("arguments")
-                    if isinstance(args, dict):  # some servers send parsed arguments
-                        args = json.dumps(args)
-                    if args:
-                        entry[2].append(args)
-                    if new_name or args:
-                        yield ToolCallChunk(index, new_name, args or "")
-                if choice.get("finish_reason"):
-                    finish_reason = choice["finish_reason"]
-        tool_calls = [
-            ToolCall(e[0] or f"call_{i}", e[1] or "", "".join(e[2])) for i, e in sorted(calls.items())
-        ]
-        message = Message.assistant("".join(text_parts) or None, tool_calls)
-        yield Completion(message, Usage.from_wire(usage_wire), finish_reason, model_name)
+            usage = data.get("usage")
+            done = Completion(message, Usage.from_wire(usage if isinstance(usage, dict) else None),
+                              choice.get("finish_reason"), data.get("model") or self.model)
+            return [TextChunk(message.text), done] if message.text else [done]
+        if isinstance(data, dict) and "error" in data:
+            raise provider_error(self._where, data, f"in an HTTP {resp.status_code} response")
+        ctype = resp.headers.get("content-type") or "no Content-Type"
+        wanted = "an event stream" if self.streaming else "a chat completion"
+        body = f"{preview(raw)!r}" if raw else "an empty body"
+        hint = ""
+        if "html" in ctype.lower() or raw.lstrip()[:1] == b"<":
+            hint = ". Is the base URL (--base-url / SHOU_BASE_URL) the API's root, e.g. https://host/v1?"
+        raise ModelResponseError(
+            f"{self._where} answered HTTP {resp.status_code} with {ctype}, not {wanted}: {body}{hint}",
+            status=resp.status_code,
+        )
 
 
-def _normalise_call(call: dict[str, Any], index: int) -> dict[str, Any]:
-    fn = dict(call.get("function") or {})
-    if isinstance(fn.get("arguments"), dict):
-        fn["arguments"] = json.dumps(fn["arguments"])
-    return {"id": call.get("id") or f"call_{index}", "type": "function", "function": fn}
-
-
-def _message_of(data: Any) -> str:
-    if isinstance(data, dict):
-        err = data.get("error", data)
-        if isinstance(err, dict):
-            return str(err.get("message") or err)
-        return str(err)
-    return str(data)
-
-
-def _error_detail(resp: httpx.Response) -> str:
+def _dumps(body: dict[str, Any]) -> bytes:
+    """The request body as JSON: by orjson (~25x faster than json on a long conversation), else as httpx would."""
     try:
-        return _message_of(resp.json())[:300]
+        return orjson.dumps(body)
+    except TypeError:  # what orjson refuses (integers beyond 64 bits, non-string keys)
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _loads(data: str | bytes) -> Any:
+    """JSON by orjson, falling back to json for what only it takes (NaN, huge integers); `ValueError` if neither."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def _is_json_object(data: str) -> bool:
+    try:
+        return isinstance(_loads(data), dict)
     except ValueError:
-        return resp.text[:300] or resp.reason_phrase
+        return False
+
+
+def _json_or_text(data: str) -> Any:
+    try:
+        return _loads(data)
+    except ValueError:
+        return data

@@ -17,9 +17,12 @@ class RetryPolicy:
     (still capped, so a hostile header cannot park the agent for an hour).
     """
 
-    max_retries: int = 4
+    # Eight retries: a provider failing 30% of requests fails nine in a row once in 50,000 requests; the
+    # waits add up to about a minute and a half before shou gives up.
+    max_retries: int = 8
     base: float = 0.5
     max_delay: float = 30.0
+    max_unreachable_retries: int = 2  # no connection at all: a stopped server or a wrong URL, say so soon
 
     def delay(self, retry: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry number `retry` (0-based)."""

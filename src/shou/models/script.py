@@ -1,0 +1,214 @@
+"""The script a scripted model plays: its format, loading and validating it, and playing it turn by turn.
+
+A script is a list of turns (or `{"turns": [...]}`); each request consumes the next turn:
+
+```
+{"text": "hi", "tool_calls": [{"name": "f", "arguments": {...} or "raw text", "id": "opt"}],
+ "error": 429, "retry_after": 2, "message": "slow down", "delay": 0.5, "hang": true,
+ "chunk_size": 16, "finish_reason": "stop", "usage": {"prompt_tokens": 3, "completion_tokens": 4}}
+```
+Served over HTTP (`ScriptedServer`), a turn can also misbehave the ways real providers and networks do:
+```
+{"cut_after": N}      send N bytes of the body, then end it cleanly (no finish_reason, no [DONE])
+{"reset_after": N}    send N bytes of the body, then reset the connection (RST)
+{"stall": 2.5}        stop sending mid-reply (in a tool call's arguments when there is one) for that long
+{"raw_body": "<html>...", "content_type": "text/html", "status": 200}   send exactly this instead
+{"no_usage": true}    leave out the usage (chunk)
+{"call_ids": "omit" | "repeat", "call_index": false}   tool calls without ids / all with one id / no index
+{"sse_style": "multiline" | "crlf" | "cr" | "comments"}   data split over lines, other line ends, comments
+```
+`Playback` is the script being played (shared by `ScriptedModel` and the server's threads) and `render`
+turns a turn into the `Answer` both of them send.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..messages import ToolCall
+
+__all__ = ["Answer", "Playback", "Script", "error_message", "fragments", "load_script", "render"]
+
+Script = str | os.PathLike[str] | list[Any] | dict[str, Any]
+"""A script: a JSON file path, a list of turns or `{"turns": [...]}`."""
+
+_N, _S = (int, float), (str,)
+# fmt: off
+_TURN_KEYS: dict[str, tuple[type, ...]] = {
+    "text": _S, "tool_calls": (list,), "error": (int,), "retry_after": _N, "message": _S, "delay": _N,
+    "chunk_size": (int,), "finish_reason": _S, "usage": (dict,), "hang": (bool,), "summary": (bool,),
+    # wire faults (served over HTTP)
+    "cut_after": (int,), "reset_after": (int,), "raw_body": _S, "content_type": _S, "status": (int,),
+    "no_usage": (bool,), "stall": _N, "call_ids": _S, "call_index": (bool,), "sse_style": _S,
+}
+_CHOICES = {"call_ids": ("omit", "repeat"), "sse_style": ("multiline", "crlf", "cr", "comments")}
+# fmt: on
+_CALL_KEYS: dict[str, tuple[type, ...]] = {"name": _S, "arguments": (dict, str), "id": _S}
+_USAGE_KEYS: dict[str, tuple[type, ...]] = {"prompt_tokens": (int,), "completion_tokens": (int,)}
+
+
+def _check(where: str, obj: Any, spec: dict[str, tuple[type, ...]]) -> None:
+    """Raise `ValueError` unless `obj` is a dict whose keys are in `spec` with values of the listed types."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: must be an object, not {type(obj).__name__}")
+    for key, value in obj.items():
+        if key not in spec:
+            raise ValueError(f"{where}: unknown key {key!r}; expected one of {sorted(spec)}")
+        types = spec[key]
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            names = " or ".join(t.__name__ for t in types)
+            raise ValueError(f"{where}: {key!r} must be {names}, not {type(value).__name__} ({value!r})")
+
+
+def load_script(script: Script) -> list[dict[str, Any]]:
+    """Read and validate a script: a JSON file path, a list of turns or `{"turns": [...]}`.
+
+    Raises `ValueError` naming the turn and key on an unknown key or a value of the wrong type.
+    """
+    data: Any = script
+    if isinstance(script, str | os.PathLike):
+        data = json.loads(Path(script).read_text(encoding="utf-8"))
+    if isinstance(data, dict):
+        if set(data) != {"turns"}:
+            raise ValueError(f"script object must have exactly one key 'turns', got {sorted(data)}")
+        data = data["turns"]
+    if not isinstance(data, list):
+        raise ValueError(f"script must be a list of turns or {{'turns': [...]}}, not {type(data).__name__}")
+    for n, turn in enumerate(data):
+        _check(f"turn {n}", turn, _TURN_KEYS)
+        for i, call in enumerate(turn.get("tool_calls", [])):
+            _check(f"turn {n} tool_calls[{i}]", call, _CALL_KEYS)
+            if "name" not in call:
+                raise ValueError(f"turn {n} tool_calls[{i}]: missing 'name'")
+        _check(f"turn {n} usage", turn.get("usage", {}), _USAGE_KEYS)
+        if turn.get("chunk_size", 1) < 1:
+            raise ValueError(f"turn {n}: 'chunk_size' must be at least 1")
+        if not 400 <= turn.get("error", 400) <= 599:
+            raise ValueError(f"turn {n}: 'error' must be an HTTP error status (400-599), not {turn['error']}")
+        for key in ("cut_after", "reset_after", "stall"):
+            if turn.get(key, 0) < 0:
+                raise ValueError(f"turn {n}: {key!r} must not be negative")
+        if "cut_after" in turn and "reset_after" in turn:
+            raise ValueError(f"turn {n}: 'cut_after' and 'reset_after' exclude each other")
+        for key, allowed in _CHOICES.items():
+            if key in turn and turn[key] not in allowed:
+                raise ValueError(f"turn {n}: {key!r} must be one of {list(allowed)}, not {turn[key]!r}")
+        if ("content_type" in turn or "status" in turn) and "raw_body" not in turn:
+            raise ValueError(f"turn {n}: 'content_type' and 'status' go with 'raw_body'")
+        if not 100 <= turn.get("status", 200) <= 599:
+            raise ValueError(f"turn {n}: 'status' must be an HTTP status (100-599), not {turn['status']}")
+    return [dict(turn) for turn in data]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A rendered turn: what both the in-process model and the server send."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str
+    usage: dict[str, int]
+    chunk_size: int
+
+
+def render(n: int, turn: dict[str, Any], wire_messages: Any) -> Answer:
+    """Turn `n` as an `Answer`, with usage estimated from the request's wire messages unless the turn sets it."""
+    text = turn.get("text", "")
+    calls = tuple(
+        ToolCall(
+            c.get("id", f"call_{n}_{i}"),
+            c["name"],
+            a if isinstance(a := c.get("arguments", {}), str) else json.dumps(a),
+        )
+        for i, c in enumerate(turn.get("tool_calls", []))
+    )
+    out = len(text) + sum(len(c.name) + len(c.arguments) for c in calls)
+    usage = {"prompt_tokens": max(1, len(json.dumps(wire_messages)) // 4), "completion_tokens": max(1, out // 4)}
+    usage.update(turn.get("usage", {}))
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    finish = turn.get("finish_reason", "tool_calls" if calls else "stop")
+    return Answer(text, calls, finish, usage, turn.get("chunk_size", 16))
+
+
+def fragments(s: str, size: int) -> list[str]:
+    """`s` cut into `size`-character fragments; an empty string is one empty fragment."""
+    return [s[i : i + size] for i in range(0, len(s), size)] or [""]
+
+
+def error_message(turn: dict[str, Any]) -> str:
+    """The message an `error` turn fails with."""
+    return str(turn.get("message") or f"scripted error {turn['error']}")
+
+
+class Playback:
+    """The turns, a cursor and the recorded requests, shared safely across server threads."""
+
+    def __init__(self, turns: list[dict[str, Any]], record: str | os.PathLike[str] | None = None,
+                 turn_by: str = "order") -> None:
+        if turn_by not in ("order", "history"):
+            raise ValueError(f"turn_by must be 'order' or 'history', not {turn_by!r}")
+        self.turns = turns
+        self.turn_by = turn_by
+        self.used: set[int] = set()
+        self.requests: list[Any] = []
+        self._record = record
+        self._lock = threading.Lock()
+
+    def record(self, body: Any) -> int:
+        """Keep a request (and append it to the record file); return its number."""
+        with self._lock:
+            self.requests.append(body)
+            if self._record is not None:
+                with open(self._record, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(body) + "\n")
+            return len(self.requests) - 1
+
+    def take(self, body: Any = None) -> tuple[int, dict[str, Any]] | None:
+        """The next turn for this request and its index, or `None` when the script has none left.
+
+        Turns marked `"summary": true` answer only shou's compaction requests (recognised by the marker
+        in their system message) and the others only ordinary requests, so a script need not predict
+        exactly when compaction happens.
+        """
+        with self._lock:
+            taken = self._next(body)
+            if taken is not None:
+                self.used.add(taken[0])
+            return taken
+
+    def peek(self, body: Any = None) -> tuple[int, dict[str, Any]] | None:
+        """The turn `take` would give, left in place (a fault answers instead of it)."""
+        with self._lock:
+            return self._next(body)
+
+    def _next(self, body: Any) -> tuple[int, dict[str, Any]] | None:
+        if self.turn_by == "history":
+            # The conversation says where it is: as many assistant messages as turns already answered. A
+            # request repeated after a crash (or a resumed run) gets the same turn again.
+            n = sum(1 for m in (body or {}).get("messages") or () if m.get("role") == "assistant")
+            return (n, self.turns[n]) if n < len(self.turns) else None
+        want = _is_compaction(body)
+        for i in range(len(self.turns)):
+            if i not in self.used and bool(self.turns[i].get("summary")) == want:
+                return i, self.turns[i]
+        return None
+
+    def exhausted_message(self) -> str:
+        return f"scripted model: script exhausted after {len(self.turns)} turns"
+
+    def reset(self) -> None:
+        with self._lock:
+            self.used.clear()
+            self.requests.clear()
+
+
+def _is_compaction(body: Any) -> bool:
+    if not isinstance(body, dict):
+        return False
+    return any(m.get("role") == "system" and "[shou:compact]" in str(m.get("content") or "")
+               for m in body.get("messages") or ())
