@@ -1,9 +1,8 @@
 """The typed events a run is made of.
 
-`Agent.stream()` yields these; the CLI, the HTTP stream, the trace and the session store all read the
-same stream. Each event is a small frozen dataclass with a `type` tag and a JSON form
-(`event.to_dict()` / `event_from_dict()`), and a session's messages are a fold of its events
-(`shou.store.fold_messages`).
+`Agent.stream()` yields these; the CLI and the session store read the same stream. Each event is a small
+frozen dataclass with a `type` tag and a JSON form (`event.to_dict()` / `event_from_dict()`), and a
+session's messages are a fold of its events (`shou.session.MessageFold`).
 """
 
 from __future__ import annotations
@@ -18,7 +17,8 @@ from .usage import Usage
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _PLAIN = frozenset({str, int, float, bool})
-RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "error", "cancelled"]
+RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "truncated", "error", "cancelled",
+                    "interrupted"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,25 @@ class RunStarted(Event):
     model: str
     tools: tuple[str, ...] = ()
     started_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunResumed(Event):
+    """A run that stopped without finishing (its process was killed) goes on from step `step`."""
+
+    type: ClassVar[str] = "run_resumed"
+    session: str
+    step: int
+    resumed_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Feedback(Event):
+    """A note shou adds to the conversation for the model (as a user message), e.g. that its reply was cut."""
+
+    type: ClassVar[str] = "feedback"
+    step: int
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +194,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
         RunStarted,
+        RunResumed,
+        Feedback,
         ModelRequest,
         TextDelta,
         ToolCallDelta,
@@ -194,7 +215,10 @@ def _encode(value: Any) -> Any:
     if isinstance(value, (Message, ToolCall, ImagePart)):
         return value.to_wire()
     if isinstance(value, Usage):
-        return {"input_tokens": value.input_tokens, "output_tokens": value.output_tokens, "requests": value.requests}
+        out = {"input_tokens": value.input_tokens, "output_tokens": value.output_tokens, "requests": value.requests}
+        if value.estimated:
+            out["estimated"] = True
+        return out
     if isinstance(value, tuple):
         return list(value)
     return value

@@ -3,20 +3,42 @@
 The loop hands every event to `Session.record()`, which updates the messages and passes the event to
 the store. Loading a session replays its stored events through the same fold, so a conversation
 continued in another process sees exactly what the first one saw.
+
+The fold also knows whether the last run finished. A run whose process was killed leaves an `OpenRun`:
+its task, the last step, and the calls of its last model turn that have no result yet (`started` ones may
+have had effects). `shou resume` continues it; starting anything else on the session first closes it
+(`close_interrupted()`): every unanswered call gets an "interrupted" result, so no request built from
+the session can contain a call without its answer.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .events import Compacted, Event, HistoryCleared, ModelResponse, RunStarted, StepFinished, ToolCallFinished
-from .messages import Message, TextPart
+from .events import (
+    Compacted,
+    Event,
+    Feedback,
+    HistoryCleared,
+    ModelRequest,
+    ModelResponse,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from .messages import Message, TextPart, ToolCall
+from .usage import Usage
 
 if TYPE_CHECKING:
-    from .store.sqlite import SQLiteStore
+    from .store.sqlite import SessionLock, SQLiteStore
+
+INTERRUPTED = ("Error: interrupted: the process running this call stopped before it finished, so its outcome is "
+               "unknown (it may or may not have had its effect). Check before repeating it.")
 
 
 def new_session_name() -> str:
@@ -24,43 +46,91 @@ def new_session_name() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
+@dataclass
+class OpenRun:
+    """A run the log shows started and not finished: where it got to, and its unanswered calls."""
+
+    run_id: str
+    task: str
+    step: int = 0
+    usage: Usage = field(default_factory=Usage)
+    calls: tuple[ToolCall, ...] = ()
+    started: set[str] = field(default_factory=set)
+    finished: set[str] = field(default_factory=set)
+    answer: Message | None = None  # the last model turn, when it had no calls (a final answer not yet closed)
+    awaiting_response: bool = False  # a request was made and its answer never recorded
+    cut: bool = False  # the last model turn was cut at the output limit: its calls must never run
+
+    @property
+    def unanswered(self) -> list[ToolCall]:
+        """Calls of the last model turn with no result, in call order."""
+        return [c for c in self.calls if c.id not in self.finished]
+
+
 class MessageFold:
     """Folds events into the session's state: its messages (tool results in call order), the summary
-    that stands for compacted ones, and the working memory."""
+    that stands for compacted ones, the working memory, and the run that has not finished, if any."""
 
-    __slots__ = ("_pending", "_results", "messages", "summary", "summary_upto", "working_memory")
+    __slots__ = ("_pending", "_results", "messages", "open_run", "summary", "summary_upto", "working_memory")
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
         self.summary = ""
         self.summary_upto = 0
         self.working_memory = ""
+        self.open_run: OpenRun | None = None
         self._pending: list[str] = []
         self._results: dict[str, list[Message]] = {}
 
     def apply(self, event: Event) -> None:
         """Update the state with one event."""
+        run = self.open_run
         if isinstance(event, ToolCallFinished):
             if event.details and "working_memory" in event.details and not event.is_error:
                 self.working_memory = str(event.details["working_memory"])
             self._results[event.call_id] = tool_messages(event)
+            if run is not None:
+                run.finished.add(event.call_id)
             if len(self._results) >= len(self._pending):
                 self._flush()
+        elif isinstance(event, ToolCallStarted):
+            if run is not None:
+                run.started.add(event.call.id)
         elif isinstance(event, ModelResponse):
             self._flush()
             self.messages.append(event.message)
             self._pending = [c.id for c in event.message.tool_calls]
+            if run is not None:
+                run.step, run.calls, run.awaiting_response = event.step, event.message.tool_calls, False
+                run.started, run.finished = set(), set()
+                run.cut = event.finish_reason == "length"
+                run.answer = None if event.message.tool_calls or run.cut else event.message
+                run.usage = run.usage + event.usage
+        elif isinstance(event, ModelRequest):
+            if run is not None:
+                run.step, run.awaiting_response = event.step, True
+                run.calls, run.answer = (), None
         elif isinstance(event, RunStarted):
             self._flush()
             self.messages.append(Message.user(event.task))
+            self.open_run = OpenRun(event.run_id, event.task)
+        elif isinstance(event, RunFinished):
+            self._flush()
+            self.open_run = None
+        elif isinstance(event, Feedback):
+            self._flush()
+            self.messages.append(Message.user(event.text))
         elif isinstance(event, StepFinished):
             self._flush()
+            if run is not None:
+                run.usage = event.usage  # the run's running total, compaction included
         elif isinstance(event, Compacted):
             self.summary, self.summary_upto = event.summary, event.upto
         elif isinstance(event, HistoryCleared):
             self.messages.clear()
             self.summary, self.summary_upto, self.working_memory = "", 0, ""
             self._pending, self._results = [], {}
+            self.open_run = None
 
     def _flush(self) -> None:
         # All tool results first, in call order; the user messages carrying their images after them,
@@ -93,9 +163,11 @@ class Session:
         self.name = name or new_session_name()
         self.store = store
         self._fold = MessageFold()
-        if store is not None:
-            for event in store.events(self.name):
-                self._fold.apply(event)
+        self._seen = 0  # the id of the last stored event folded in
+        self._lock: SessionLock | None = None
+        self._token = secrets.token_hex(8)  # tells this object's rows apart from other writers'
+        if name:  # a name made up just now has nothing stored yet
+            self.refresh()
 
     @property
     def messages(self) -> list[Message]:
@@ -117,22 +189,67 @@ class Session:
         """The agent's scratchpad for this session."""
         return self._fold.working_memory
 
+    @property
+    def open_run(self) -> OpenRun | None:
+        """The run the log shows started and not finished (killed, or running in another process)."""
+        return self._fold.open_run
+
+    def refresh(self) -> None:
+        """Fold in what other processes stored since this session was loaded."""
+        if self.store is not None:
+            # Our own rows were folded in when they were recorded: only other writers' are new.
+            for row_id, event in self.store.rows(self.name, self._seen, self._token):
+                self._fold.apply(event)
+                self._seen = row_id
+
     def record(self, event: Event) -> None:
-        """Fold `event` into the messages and append it to the store."""
+        """Fold `event` into the messages and append it to the store (durable at the next `commit()`)."""
         self._fold.apply(event)
         if self.store is not None:
-            self.store.append(self.name, event)
+            self.store.append(self.name, event, self._token)
 
-    def record_all(self, events: Iterable[Event]) -> None:
-        """Record several events."""
-        for e in events:
-            self.record(e)
+    def commit(self) -> None:
+        """Make every recorded event durable."""
+        if self.store is not None:
+            self.store.commit()
+
+    flush = commit
 
     def clear(self) -> None:
         """Forget the messages from here on (the log keeps them)."""
         self.record(HistoryCleared(run_id=""))
+        self.commit()
 
-    def flush(self) -> None:
-        """Make every recorded event durable."""
-        if self.store is not None:
-            self.store.flush()
+    # ------------------------------------------------------------------ one process at a time
+
+    @property
+    def locked(self) -> bool:
+        """Whether this process holds the session."""
+        return self._lock is not None
+
+    def acquire(self) -> None:
+        """Take the session for this process (`SessionBusy` if another one has it), then catch up with
+        what was stored before we had it."""
+        if self.store is not None and self._lock is None:
+            self._lock = self.store.lock(self.name)
+            self.refresh()
+
+    def release(self) -> None:
+        """Let other processes run the session."""
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            lock.release()
+
+    def close_interrupted(self, why: str = INTERRUPTED) -> OpenRun | None:
+        """End a run that was killed: its unanswered calls get `why` as an error result, and the run a
+        `RunFinished` with status `interrupted`. Returns that run (None if there was none)."""
+        run = self.open_run
+        if run is None:
+            return None
+        for call in run.unanswered:
+            self.record(ToolCallFinished(run.run_id, run.step, call.id, call.name, why, is_error=True))
+        self.record(RunFinished(run.run_id, "interrupted", "", run.step, run.usage, 0.0,
+                                "the process running it stopped before it finished; `shou resume` continues such "
+                                "a run"))
+        self.commit()
+        return run

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Tokens a model call (or a sum of them) consumed; `requests` counts model calls."""
+    """Tokens a model call (or a sum of them) consumed; `requests` counts model calls. `estimated` is true
+    when some of the counts were not reported by the provider but counted by shou's tokenizer."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     requests: int = 0
+    estimated: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -23,11 +25,12 @@ class Usage:
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             self.requests + other.requests,
+            self.estimated or other.estimated,
         )
 
     @classmethod
     def from_wire(cls, data: dict | None) -> Usage:
         """Read the `usage` object of a Chat Completions response (one request)."""
         if not data:
-            return cls(requests=1)
+            return cls(requests=1)  # no counts: the loop estimates them
         return cls(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0), 1)

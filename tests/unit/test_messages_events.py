@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 from shou.events import (
     EVENT_TYPES,
     Compacted,
+    Feedback,
     HistoryCleared,
     ModelRequest,
     ModelResponse,
     Notice,
     RunFinished,
+    RunResumed,
     RunStarted,
     StepFinished,
     TextDelta,
@@ -86,6 +88,8 @@ def test_from_wire_rejects_unknown_roles_and_parts() -> None:
 
 SAMPLES = [
     RunStarted("r1", "s", "task ☃", "m", ("a", "b"), 12.5),
+    RunResumed("r1", "s", 2, 13.0),
+    Feedback("r1", 2, "your reply was cut off"),
     ModelRequest("r1", 1, 3, 2),
     TextDelta("r1", 1, "hel"),
     ToolCallDelta("r1", 1, 0, "calc", '{"a"'),
@@ -100,7 +104,9 @@ SAMPLES = [
     HistoryCleared(""),
     Compacted("r1", "the user is 一枫", 12, 9000, 1200),
     StepFinished("r1", 1, Usage(3, 4, 1)),
+    StepFinished("r1", 2, Usage(3, 4, 1, estimated=True)),
     RunFinished("r1", "loop", "", 3, Usage(9, 9, 3), 1.5, "repeated"),
+    RunFinished("r1", "interrupted", "", 3, Usage(9, 9, 3), 0.0, "killed"),
 ]
 
 

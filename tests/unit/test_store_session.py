@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 
 from shou.agent.guards import RepeatGuard
@@ -63,27 +62,83 @@ def test_clear_empties_the_context_but_keeps_the_log(tmp_path: Path) -> None:
         assert n_events == 8
 
 
-def test_unflushed_deltas_are_committed_at_step_boundaries(tmp_path: Path) -> None:
-    from shou.events import TextDelta
+def test_events_are_durable_at_commit_and_fragments_are_never_stored(tmp_path: Path) -> None:
+    from shou.events import TextDelta, ToolCallDelta
 
     store = SQLiteStore(tmp_path / "db")
     s = Session("d", store)
+    reader = sqlite3.connect(tmp_path / "db")  # another process's view of the file
+    count = lambda: reader.execute("SELECT COUNT(*) FROM events").fetchone()[0]  # noqa: E731
     s.record(RunStarted("r", "d", "t", "m"))
     s.record(TextDelta("r", 1, "he"))
-    reader = sqlite3.connect(tmp_path / "db")
-    count = lambda: reader.execute("SELECT COUNT(*) FROM events").fetchone()[0]  # noqa: E731
+    s.record(ToolCallDelta("r", 1, 0, "calc", "{"))
+    assert count() == 0 and store.pending  # appended, not yet written
+    s.commit()
+    assert count() == 1 and not store.pending  # written in the caller's thread: no waiting on a writer
     s.record(ModelResponse("r", 1, Message.assistant("hello"), Usage(), 0.0))
-    time.sleep(0.2)
-    assert count() == 0  # the step's events wait in the buffer ...
     s.record(StepFinished("r", 1))
-    deadline = time.monotonic() + 5
-    while count() < 4 and time.monotonic() < deadline:  # ... and go to the writer thread when it ends
-        time.sleep(0.01)
-    assert count() == 4
-    s.record(TextDelta("r", 2, "more"))
-    s.flush()  # flush() waits for everything appended
-    assert count() == 5
+    s.commit()
+    assert [r[0] for r in reader.execute("SELECT type FROM events ORDER BY id")] == [
+        "run_started", "model_response", "step_finished"]
+    assert reader.execute("SELECT status FROM sessions").fetchone()[0] == "running"
     store.close()
+
+
+def test_a_killed_run_is_open_and_closing_it_answers_every_call(tmp_path: Path) -> None:
+    from shou.events import ToolCallStarted
+
+    with SQLiteStore(tmp_path / "db") as store:
+        s = Session("k", store)
+        s.record(RunStarted("r", "k", "do two things", "m"))
+        s.record(ModelResponse("r", 1, Message.assistant(None, CALLS), Usage(2, 3, 1), 0.1))
+        s.record(ToolCallStarted("r", 1, CALLS[0]))
+        s.record(ToolCallStarted("r", 1, CALLS[1]))
+        s.record(ToolCallFinished("r", 1, "a", "calc", "1"))
+        s.commit()  # ... and the process dies here, with call b running
+    with SQLiteStore(tmp_path / "db") as store:
+        s = Session("k", store)
+        run = s.open_run
+        assert run is not None and run.run_id == "r" and run.step == 1 and run.task == "do two things"
+        assert [c.id for c in run.unanswered] == ["b"] and run.started == {"a", "b"}
+        assert store.unfinished() == ["k"] and store.sessions()[0].status == "running"
+        s.close_interrupted()
+        assert s.open_run is None and store.sessions()[0].status == "interrupted"
+        [result] = [m for m in s.messages if m.role == "tool" and m.tool_call_id == "b"]
+        assert "interrupted" in result.text and "outcome is unknown" in result.text
+    with SQLiteStore(tmp_path / "db") as store:  # the repair was stored: the next process sees it too
+        assert Session("k", store).open_run is None and store.unfinished() == []
+
+
+def test_one_process_at_a_time_per_session(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from shou.store.sqlite import SessionBusy
+
+    with SQLiteStore(tmp_path / "db") as store:
+        s = Session("busy", store)
+        s.acquire()
+        holder = subprocess.run([sys.executable, "-c", (
+            "import sys; from shou.store.sqlite import SQLiteStore, SessionBusy\n"
+            f"store = SQLiteStore({str(tmp_path / 'db')!r})\n"
+            "try:\n    store.lock('busy')\nexcept SessionBusy as e:\n    print('BUSY', e)\n"
+            "store.lock('other').release(); print('OTHER OK')")], capture_output=True, text=True, timeout=30)
+        assert "BUSY" in holder.stdout and "another shou process" in holder.stdout
+        assert "OTHER OK" in holder.stdout
+        assert store.is_locked("busy")
+        s.release()
+        assert not store.is_locked("busy")
+        store.lock("busy").release()
+        try:
+            s.acquire()
+            s2 = Session("busy", store)
+            try:
+                s2.acquire()
+                raise AssertionError("a second holder in one process must be refused too")
+            except SessionBusy:
+                pass
+        finally:
+            s.release()
 
 
 def test_repeat_guard_warns_at_three_and_stops_at_four() -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..context.builder import ContextPolicy, blocks_of
 from ..context.tokens import TokenCounter
 from ..errors import UserError
-from ..events import Compacted, Event, RunFinished, RunStatus
+from ..events import Compacted, Event, RunFinished, RunResumed, RunStarted, RunStatus
 from ..models.base import Model, ModelSettings
 from ..models.capabilities import supports_vision
 from ..session import Session
@@ -31,6 +31,7 @@ DEFAULT_INSTRUCTIONS = (
 
 
 DEFAULT_POLICY = ContextPolicy()
+MAX_TASK_CHARS = 400_000
 _RESOLVED: dict[str, Path] = {}
 
 
@@ -135,54 +136,72 @@ class Agent:
         """A session on this agent's store (continued when `name` already exists there)."""
         return Session(name, self.store)
 
-    async def stream(self, task: str, session: Session | str | None = None) -> AsyncIterator[Event]:
+    def stream(self, task: str, session: Session | str | None = None) -> AsyncIterator[Event]:
         """Run `task`, yielding every event as it happens; the last one is `RunFinished`.
 
-        Stopping the iteration early (or cancelling it) cancels the run, which is then recorded as
-        `cancelled` with its conversation left valid.
+        Every event but streaming fragments is in the session log before it is yielded. Stopping the
+        iteration early (or cancelling it) cancels the run, which is then recorded as `cancelled` with its
+        conversation left valid. A run of the session that a killed process left unfinished is closed
+        first (its unanswered calls reported as interrupted); `resume()` continues it instead.
         """
+        if len(task) > MAX_TASK_CHARS:
+            raise UserError(f"the task is {len(task)} characters; the limit is {MAX_TASK_CHARS} (about 100k tokens). "
+                            "Put the material in a file in the workspace and ask shou to read it")
+        # Returned, not iterated here: one generator, so breaking out of the loop closes the run at once.
+        return self._stream(task, session, resume=False)
+
+    def stream_resume(self, session: Session | str) -> AsyncIterator[Event]:
+        """Continue the run a killed process left unfinished in `session`, from its first unfinished step.
+
+        Finished tool calls are never run again. A call that started and never finished is reported to the
+        model as interrupted with its outcome unknown, unless its tool is idempotent, which is run again.
+        `UserError` when the session has no unfinished run.
+        """
+        return self._stream("", session, resume=True)
+
+    async def _stream(self, task: str, session: Session | str | None, *, resume: bool) -> AsyncIterator[Event]:
         if not isinstance(session, Session):
             session = self.session(session)
-        queue: asyncio.Queue[Event | None] = asyncio.Queue()
-        run = Run(self, task, session, queue.put_nowait)
-
-        async def drive() -> None:
-            try:
-                await run.execute()
-            finally:
-                try:
-                    if session.store is not None:  # durable before the stream ends, without blocking the loop
-                        await asyncio.to_thread(session.flush)
-                except asyncio.CancelledError:
-                    session.flush()
-                finally:
-                    queue.put_nowait(None)
-
-        task_ = asyncio.ensure_future(drive())
+        owned = not session.locked
+        if owned:
+            session.acquire()  # one process at a time: SessionBusy if another has it
         try:
-            while True:
-                event = await queue.get()
-                if event is None:
-                    break
-                yield event
-            await task_  # surfaces a bug in the loop as an exception instead of hiding it
+            queue: asyncio.Queue[Event | None] = asyncio.Queue()
+            if resume:
+                open_run = session.open_run
+                if open_run is None:
+                    raise UserError(f"session {session.name!r} has no unfinished run to resume")
+                run = Run(self, open_run.task, session, queue.put_nowait, resume=open_run)
+            else:
+                session.close_interrupted()
+                run = Run(self, task, session, queue.put_nowait)
+            task_ = asyncio.ensure_future(_execute(run, queue))
+            store = session.store
+            try:
+                while True:
+                    event = await queue.get()
+                    if event is None:
+                        break
+                    if store is not None and store.pending:
+                        store.commit()  # what the consumer shows is already in the log
+                    yield event
+                await task_  # surfaces a bug in the loop as an exception instead of hiding it
+            finally:
+                if not task_.done():
+                    task_.cancel()
+                    await asyncio.gather(task_, return_exceptions=True)
+                session.commit()
         finally:
-            if not task_.done():
-                task_.cancel()
-                await asyncio.gather(task_, return_exceptions=True)
+            if owned:
+                session.release()
 
     async def arun(self, task: str, session: Session | str | None = None) -> RunResult:
         """Run `task` to the end and return how it went."""
-        last: RunFinished | None = None
-        session_name = ""
-        async for event in self.stream(task, session):
-            if isinstance(event, RunFinished):
-                last = event
-            elif event.type == "run_started":
-                session_name = event.session  # type: ignore[attr-defined]
-        assert last is not None  # Run.execute always ends with RunFinished
-        return RunResult(last.status, last.answer, last.steps, last.usage, last.wall_time, last.error,
-                         session_name, last.run_id)
+        return await _result(self.stream(task, session))
+
+    async def aresume(self, session: Session | str) -> RunResult:
+        """`stream_resume()` to the end: continue a killed run and return how it went."""
+        return await _result(self.stream_resume(session))
 
     def run(self, task: str, session: Session | str | None = None) -> RunResult:
         """`arun()` for code that has no event loop running.
@@ -190,13 +209,22 @@ class Agent:
         The agent keeps one private event loop for its sync runs, so connections are reused from one
         call to the next; `close()` ends it.
         """
+        return self._sync(self.arun(task, session))
+
+    def resume(self, session: Session | str) -> RunResult:
+        """`aresume()` for code that has no event loop running."""
+        return self._sync(self.aresume(session))
+
+    def _sync(self, coro: Any) -> RunResult:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             if self._runner is None:
                 self._runner = asyncio.Runner()
-            return self._runner.run(self.arun(task, session))
-        raise UserError("Agent.run() was called inside a running event loop; use `await agent.arun(...)`")
+            return self._runner.run(coro)
+        coro.close()
+        raise UserError("a sync Agent method was called inside a running event loop; await its async form "
+                        "(arun, aresume) instead")
 
     def close(self) -> None:
         """Release what sync runs kept open: the model's connections and the private event loop."""
@@ -206,3 +234,23 @@ class Agent:
                 runner.run(self.model.aclose())
             finally:
                 runner.close()
+
+
+async def _execute(run: Run, queue: asyncio.Queue[Event | None]) -> None:
+    try:
+        await run.execute()
+    finally:
+        queue.put_nowait(None)
+
+
+async def _result(events: AsyncIterator[Event]) -> RunResult:
+    last: RunFinished | None = None
+    session_name = ""
+    async for event in events:
+        if isinstance(event, RunFinished):
+            last = event
+        elif isinstance(event, (RunStarted, RunResumed)):
+            session_name = event.session
+    assert last is not None  # Run.execute always ends with RunFinished
+    return RunResult(last.status, last.answer, last.steps, last.usage, last.wall_time, last.error, session_name,
+                     last.run_id)

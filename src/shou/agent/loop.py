@@ -2,11 +2,22 @@
 
 The run executes in its own task and hands events to a queue, so its deadline applies to its own
 awaits only, and a consumer that stops listening cancels it cleanly.
+
+Write-ahead: what the run decides is durable before it acts. The task is committed before the first
+request, the model's message and its calls before any tool runs, and each tool's result as soon as it
+has one. A run killed at any moment can therefore be resumed (`resume=`): calls that finished are never
+run again, a call that started and never finished is reported to the model as interrupted (or run again
+if its tool is idempotent), and a model turn that never arrived is simply asked for again.
+
+A reply is acted on only when the model finished it: calls from a turn cut at the output limit
+(`finish_reason: length`) never run; the model is told and asked to do less per step, and a run whose
+replies keep being cut ends `truncated`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import time
 from collections.abc import Callable
@@ -15,10 +26,12 @@ from typing import TYPE_CHECKING
 from ..errors import ModelError
 from ..events import (
     Event,
+    Feedback,
     ModelRequest,
     ModelResponse,
     Notice,
     RunFinished,
+    RunResumed,
     RunStarted,
     RunStatus,
     StepFinished,
@@ -27,8 +40,9 @@ from ..events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from ..messages import ToolCall
+from ..messages import Message, ToolCall
 from ..models.base import Completion, Retrying, TextChunk, ToolCallChunk
+from ..session import INTERRUPTED
 from ..tools.base import ToolContext
 from ..tools.executor import ToolExecutor
 from ..usage import Usage
@@ -36,8 +50,15 @@ from .context import RunContext
 from .guards import RepeatGuard
 
 if TYPE_CHECKING:
-    from ..session import Session
+    from ..session import OpenRun, Session
     from .agent import Agent
+
+MAX_ARGUMENT_CHARS = 1_000_000  # one tool call's arguments; past this the call is refused, not stored
+TRUNCATION_LIMIT = 3  # consecutive replies cut at the output limit before the run ends `truncated`
+CUT_CALL = ("Error: not run: your reply was cut off at the output limit before this call was complete "
+            "(finish_reason: length). Do less per step: fewer or smaller calls, and write long content in parts.")
+CUT_TEXT = ("[shou] Your last reply was cut off at the output limit (finish_reason: length) and is incomplete. "
+            "Continue with less per step: a shorter answer, or the next part only.")
 
 
 def without_image(content: str, details: dict | None) -> tuple[str, None]:
@@ -53,29 +74,45 @@ def new_run_id() -> str:
 
 
 class Run:
-    """The state of one run; `execute()` drives it to a `RunFinished` event."""
+    """The state of one run; `execute()` drives it to a `RunFinished` event.
 
-    def __init__(self, agent: Agent, task: str, session: Session, emit: Callable[[Event], None]) -> None:
+    `resume` is a run of the session that was killed before it finished: the run continues it (same
+    run id, steps and usage) instead of starting a new one.
+    """
+
+    def __init__(self, agent: Agent, task: str, session: Session, emit: Callable[[Event], None], *,
+                 resume: OpenRun | None = None) -> None:
         self.agent = agent
         self.task = task
         self.session = session
-        self.run_id = new_run_id()
+        self.resume = resume
+        self.run_id = resume.run_id if resume is not None else new_run_id()
         self._emit = emit
-        self.step = 0
-        self.usage = Usage()
+        self.step = resume.step if resume is not None else 0
+        self.usage = resume.usage if resume is not None else Usage()
         self.unfinished: dict[str, ToolCall] = {}
+        self.truncated = 0
 
     def emit(self, event: Event) -> None:
-        """Record the event in the session, then hand it to the consumer."""
+        """Record the event in the session, then hand it to the consumer (who commits before showing it)."""
         self.session.record(event)
         self._emit(event)
+
+    def commit(self) -> None:
+        """Make everything emitted so far durable: called before every side effect."""
+        self.session.commit()
 
     async def execute(self) -> RunFinished:
         """Run to the end; always emits and returns exactly one `RunFinished`."""
         agent = self.agent
         started = time.perf_counter()
-        self.emit(RunStarted(self.run_id, self.session.name, self.task, agent.model.name,
-                             tuple(agent.tools.names), time.time()))
+        if self.resume is None:
+            self.emit(RunStarted(self.run_id, self.session.name, self.task, agent.model.name,
+                                 tuple(agent.tools.names), time.time()))
+        else:
+            self.emit(RunResumed(self.run_id, self.session.name, self.step, time.time()))
+        # No commit here: the first model request commits the task with itself, and the consumer commits
+        # anything it is shown before that.
         status: RunStatus = "error"
         answer = ""
         error: str | None = None
@@ -92,10 +129,12 @@ class Run:
             self._finish_unfinished("the run was cancelled before this call finished")
             done = self._finished("cancelled", "", "the run was cancelled", started)
             self.emit(done)
+            self.commit()
             raise
         self._finish_unfinished(f"not finished: the run ended ({status})")
         done = self._finished(status, answer, error, started)
         self.emit(done)
+        self.commit()
         return done
 
     def _finished(self, status: RunStatus, answer: str, error: str | None, started: float) -> RunFinished:
@@ -114,7 +153,12 @@ class Run:
                                 spill_chars=agent.context.spill_chars)
         ctx = ToolContext(agent.workspace, self.session.name, self.run_id, agent.settings)
         context = RunContext(agent, self.session, self.run_id, self.emit)
-        context.recall(self.task)
+        if self.resume is None:
+            context.recall(self.task)
+        else:
+            ended = await self._pick_up(executor, ctx)
+            if ended is not None:
+                return ended
         run_id = self.run_id
         while True:
             if self.step >= agent.max_steps:
@@ -126,23 +170,22 @@ class Run:
             context.usage = Usage()
             ctx.state["working_memory"] = self.session.working_memory
             self.emit(ModelRequest(run_id, step, len(messages), len(specs), tokens))
+            self.commit()  # every tool result and the request itself are durable before the model sees them
             t0 = time.perf_counter()
-            completion: Completion | None = None
-            async for ev in agent.model.stream(messages, specs, agent.model_settings):
-                if isinstance(ev, TextChunk):
-                    self.emit(TextDelta(run_id, step, ev.text))
-                elif isinstance(ev, ToolCallChunk):
-                    self.emit(ToolCallDelta(run_id, step, ev.index, ev.name, ev.arguments))
-                elif isinstance(ev, Completion):
-                    completion = ev
-                elif isinstance(ev, Retrying):
-                    self.emit(Notice(run_id, step, "retry", f"{ev.reason}; retry {ev.attempt} in {ev.delay:.1f} s"))
-            if completion is None:
-                raise ModelError("the model stream ended without a response")
-            message = completion.message
-            self.usage = self.usage + completion.usage
-            self.emit(ModelResponse(run_id, step, message, completion.usage, time.perf_counter() - t0,
+            completion = await self._ask(messages, specs, step)
+            message, oversized = self._bounded(completion.message)
+            usage = completion.usage
+            if not usage.input_tokens and not usage.output_tokens:  # the provider sent no counts
+                usage = Usage(tokens, self._output_tokens(message), usage.requests or 1, estimated=True)
+            self.usage = self.usage + usage
+            self.emit(ModelResponse(run_id, step, message, usage, time.perf_counter() - t0,
                                     completion.finish_reason, completion.model))
+            if completion.finish_reason == "length":
+                ended = self._cut(message)
+                if ended is not None:
+                    return ended
+                continue
+            self.truncated = 0
             if not message.tool_calls:
                 self.emit(StepFinished(run_id, step, self.usage))
                 return "completed", message.text, None
@@ -155,21 +198,121 @@ class Run:
                 self._finish_unfinished("not run: the same call was repeated, the run was stopped")
                 self.emit(StepFinished(run_id, step, self.usage))
                 return "loop", "", why
-            for call in message.tool_calls:
-                self.emit(ToolCallStarted(run_id, step, call))
-            async for done in executor.run_all(list(message.tool_calls), ctx):
-                result = done.result
-                content = result.content
-                if verdicts[done.index] == "warn":
-                    content += guard.note(done.call)
-                    self.emit(Notice(run_id, step, "repeat", f"{done.call.name} repeated {guard.limit} times"))
-                image = result.image
-                if image is not None and not agent.vision:
-                    content, image = without_image(content, result.details)
-                self.unfinished.pop(done.call.id, None)
-                self.emit(ToolCallFinished(run_id, step, done.call.id, done.call.name, content, result.is_error,
-                                           done.latency, image, result.details))
+            runnable = [c for c in message.tool_calls if c.id not in oversized or not self._refuse_oversized(c)]
+            notes = {c.id: guard.note(c) for c, v in zip(message.tool_calls, verdicts, strict=True) if v == "warn"}
+            await self._run_calls(executor, ctx, runnable, notes)
             self.emit(StepFinished(run_id, step, self.usage))
             if agent.max_total_tokens is not None and self.usage.total_tokens > agent.max_total_tokens:
                 spent = self.usage.total_tokens
                 return "budget", "", f"used {spent} tokens, over the budget of {agent.max_total_tokens}"
+
+    async def _ask(self, messages: list[Message], specs: list[dict], step: int) -> Completion:
+        """One model turn, streamed to the consumer as it comes."""
+        run_id = self.run_id
+        completion: Completion | None = None
+        async for ev in self.agent.model.stream(messages, specs, self.agent.model_settings):
+            if isinstance(ev, TextChunk):
+                self.emit(TextDelta(run_id, step, ev.text))
+            elif isinstance(ev, ToolCallChunk):
+                self.emit(ToolCallDelta(run_id, step, ev.index, ev.name, ev.arguments))
+            elif isinstance(ev, Completion):
+                completion = ev
+            elif isinstance(ev, Retrying):
+                self.emit(Notice(run_id, step, "retry", f"{ev.reason}; retry {ev.attempt} in {ev.delay:.1f} s"))
+        if completion is None:
+            raise ModelError("the model stream ended without a response")
+        return completion
+
+    async def _run_calls(self, executor: ToolExecutor, ctx: ToolContext, calls: list[ToolCall],
+                         notes: dict[str, str] | None = None) -> None:
+        """Announce `calls`, make that durable, run them, and record each result as soon as it is there."""
+        if not calls:
+            return
+        for call in calls:
+            self.unfinished[call.id] = call
+            self.emit(ToolCallStarted(self.run_id, self.step, call))
+        self.commit()  # the message and its calls are in the log before any of them can have an effect
+        remaining = len(calls)
+        async for done in executor.run_all(list(calls), ctx):
+            remaining -= 1
+            result = done.result
+            content = result.content + (notes or {}).get(done.call.id, "")
+            if notes and done.call.id in notes:
+                self.emit(Notice(self.run_id, self.step, "repeat",
+                                 f"{done.call.name} repeated {self.agent.repeat_limit} times"))
+            image = result.image
+            if image is not None and not self.agent.vision:
+                content, image = without_image(content, result.details)
+            self.unfinished.pop(done.call.id, None)
+            self.emit(ToolCallFinished(self.run_id, self.step, done.call.id, done.call.name, content, result.is_error,
+                                       done.latency, image, result.details))
+            if remaining:  # others still run: this one must not look unfinished if the process dies meanwhile
+                self.commit()
+        # The last result is committed with the next request (or the run's end), before either happens.
+
+    def _cut(self, message: Message) -> tuple[RunStatus, str, str | None] | None:
+        """A reply cut at the output limit: nothing in it runs; the model is told. Ends the run when it
+        keeps happening."""
+        self.truncated += 1
+        if message.tool_calls:
+            for call in message.tool_calls:
+                self.emit(ToolCallFinished(self.run_id, self.step, call.id, call.name, CUT_CALL, is_error=True))
+        else:
+            self.emit(Feedback(self.run_id, self.step, CUT_TEXT))
+        self.emit(StepFinished(self.run_id, self.step, self.usage))
+        if self.truncated >= TRUNCATION_LIMIT:
+            return ("truncated", message.text if not message.tool_calls else "",
+                    f"the model's replies were cut at the output limit {self.truncated} times in a row")
+        self.emit(Notice(self.run_id, self.step, "truncated", "the reply was cut at the output limit; the model "
+                                                                "was asked to do less per step"))
+        return None
+
+    def _bounded(self, message: Message) -> tuple[Message, set[str]]:
+        """The message with over-long call arguments replaced by a short note (they are never run or stored),
+        and the ids of those calls."""
+        big = {c.id for c in message.tool_calls if len(c.arguments) > MAX_ARGUMENT_CHARS}
+        if not big:
+            return message, big
+        calls = tuple(
+            ToolCall(c.id, c.name, json.dumps({"_omitted": f"{len(c.arguments)} characters of arguments, over the "
+                                                           f"{MAX_ARGUMENT_CHARS} limit"}))
+            if c.id in big else c for c in message.tool_calls)
+        return Message(message.role, message.content, calls, message.tool_call_id, message.name), big
+
+    def _refuse_oversized(self, call: ToolCall) -> bool:
+        self.unfinished.pop(call.id, None)
+        self.emit(ToolCallFinished(self.run_id, self.step, call.id, call.name,
+                                   f"Error: not run: the arguments were over {MAX_ARGUMENT_CHARS} characters. Send "
+                                   "large content in several smaller calls (e.g. write a file in parts).",
+                                   is_error=True))
+        return True
+
+    def _output_tokens(self, message: Message) -> int:
+        counter = self.agent.token_counter
+        return counter.text(message.text) + sum(counter.text(c.name + c.arguments) for c in message.tool_calls)
+
+    async def _pick_up(self, executor: ToolExecutor, ctx: ToolContext) -> tuple[RunStatus, str, str | None] | None:
+        """Continue where the killed run stopped. Returns how the run ended if there is nothing left to do."""
+        run = self.resume
+        assert run is not None
+        if run.answer is not None:  # the final answer was recorded; only the ending was not
+            self.emit(StepFinished(self.run_id, self.step, self.usage))
+            return "completed", run.answer.text, None
+        pending = run.unanswered
+        if not pending:
+            if run.awaiting_response:
+                self.step -= 1  # that turn never arrived: ask for it again, under the same step number
+            return None
+        again = []
+        for call in pending:
+            tool = self.agent.tools.get(call.name)
+            if run.cut:
+                self.emit(ToolCallFinished(self.run_id, self.step, call.id, call.name, CUT_CALL, is_error=True))
+            elif call.id in run.started and not (tool is not None and tool.idempotent):
+                self.emit(ToolCallFinished(self.run_id, self.step, call.id, call.name, INTERRUPTED, is_error=True))
+            else:  # never started, or harmless to run twice
+                again.append(call)
+        self.commit()
+        await self._run_calls(executor, ctx, again)
+        self.emit(StepFinished(self.run_id, self.step, self.usage))
+        return None

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from ..errors import ShouError
 from ..memory import Memory, MemoryStore, NewMemory
+from ..memory.store import validate
 from ..workspace import state_database
 
 memory_app = typer.Typer(
@@ -55,6 +56,8 @@ def _parse_time(value: Any, where: str) -> float | None:
     if value is None or value == "":
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if _when(float(value)).startswith("?"):
+            raise _fail(f"{where}: time {value!r} is out of range (seconds since 1970, years 1-9999)")
         return float(value)
     if isinstance(value, str):
         try:
@@ -65,28 +68,43 @@ def _parse_time(value: Any, where: str) -> float | None:
 
 
 def _jsonl(file: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where, object) for every non-blank line of a JSON-lines file."""
+    """(where, object) for every non-blank line of a JSON-lines file; bad lines are named, not tracebacks."""
     try:
-        lines = file.read_text(encoding="utf-8").splitlines()
+        raw_lines = file.read_bytes().splitlines()
     except OSError as e:
         raise _fail(f"cannot read {file}: {e.strerror or e}") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for number, raw in enumerate(raw_lines, start=1):
         where = f"{file}:{number}"
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise _fail(f"{where}: not JSON ({e.msg})") from None
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _fail(f"{where}: not valid UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1})") from None
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line, parse_constant=_no_constant)
+        except (json.JSONDecodeError, ValueError) as e:
+            raise _fail(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
         if not isinstance(obj, dict):
             raise _fail(f"{where}: expected a JSON object")
         yield where, obj
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _when(seconds: float) -> str:
+    try:
+        return datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M")
+    except (OverflowError, OSError, ValueError):  # a bad time stored by an older shou: show it, do not fail
+        return f"? ({seconds!r})"
+
+
 def _table(memories: list[Memory], scored: bool) -> None:
     table = Table("id", *(["score"] if scored else []), "time", "tags", "text", box=None)
     for m in memories:
-        when = datetime.fromtimestamp(m.time).strftime("%Y-%m-%d %H:%M")
+        when = _when(m.time)
         score = [f"{m.score:.3f}"] if scored else []
         table.add_row(escape(m.id), *score, when, escape(", ".join(m.tags)), escape(m.text))
     Console(highlight=False).print(table)
@@ -198,11 +216,19 @@ def import_memories(
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise _fail(f'{where}: "tags" must be a list of strings')
         mem_id = obj.get("id")
-        items.append(NewMemory(
+        item = NewMemory(
             text, id=None if mem_id is None else str(mem_id), time=_parse_time(obj.get("time"), where),
             session=str(obj.get("session") or ""), source=source if source is not None else file.name, tags=tags,
-        ))
+        )
+        try:
+            validate(item, where)
+        except ShouError as e:
+            raise _fail(str(e)) from None
+        items.append(item)
     with _open(store, workspace, bm25_only) as db:
-        results = db.add_many(items)
+        try:
+            results = db.add_many(items)
+        except ShouError as e:
+            raise _fail(str(e)) from None
     added = sum(1 for _, ok in results if ok)
     typer.echo(f"imported {added} memories ({len(results) - added} already stored)")

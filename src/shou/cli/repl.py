@@ -35,6 +35,7 @@ async def run_repl(agent: Agent, settings: Settings, session_name: str | None) -
 
     console = Console(highlight=False)
     session = agent.session(session_name)
+    session.acquire()  # the whole chat: another process must not interleave turns (SessionBusy if one runs it)
     history_file = user_config_dir(settings.env) / "history"
     try:
         history_file.parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +64,6 @@ async def run_repl(agent: Agent, settings: Settings, session_name: str | None) -
                 console.print(HELP)
             elif line == "/clear":
                 session.clear()
-                session.flush()
                 console.print("[dim]conversation cleared[/]")
             elif line == "/compact":
                 try:
@@ -83,8 +83,9 @@ async def run_repl(agent: Agent, settings: Settings, session_name: str | None) -
             else:
                 await _turn(agent, text, session, render)
     finally:
-        from .app import close_resources
+        from .build import close_resources
 
+        session.release()
         await close_resources(agent)
     console.print("[dim]bye[/]")
 

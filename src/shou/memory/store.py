@@ -150,9 +150,8 @@ class MemoryStore:
     def add_many(self, items: Iterable[NewMemory]) -> list[tuple[Memory, bool]]:
         """Store many memories in one transaction, embedding them in batches; see `add`."""
         items = list(items)
-        for item in items:
-            if not item.text.strip():
-                raise UserError("a memory needs some text")
+        for n, item in enumerate(items, start=1):
+            validate(item, f"memory {n}" if len(items) > 1 else "the memory")
         vectors = self.embedder.encode([i.text for i in items]) if self.embedder is not None and items else None
         results: list[tuple[Memory, bool]] = []
         with self._lock:
@@ -367,3 +366,26 @@ def recall(store: MemoryStore, query: str, k: int = 5) -> list[Memory]:
 def _memory(row: tuple[Any, ...]) -> Memory:
     _row, mem_id, text, when, session, source, tags = row
     return Memory(mem_id, text, when, session, source, tuple(json.loads(tags)))
+
+
+def validate(item: NewMemory, where: str) -> None:
+    """Refuse what the store could not hold or later show: no text, text that is not valid Unicode (lone
+    surrogates), a time that is not a finite moment between the years 1 and 9999."""
+    if not item.text.strip():
+        raise UserError(f"{where}: a memory needs some text")
+    for label, value in (("text", item.text), ("id", item.id or ""), ("session", item.session),
+                         ("source", item.source), *(("tag", t) for t in item.tags)):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"{where}: its {label} is not valid Unicode (a lone surrogate)") from None
+    if item.time is not None:
+        import datetime
+        import math
+
+        try:
+            ok = math.isfinite(item.time) and datetime.datetime.fromtimestamp(item.time).year >= 1
+        except (OverflowError, OSError, ValueError):
+            ok = False
+        if not ok:
+            raise UserError(f"{where}: time {item.time!r} is not a moment a calendar can show")

@@ -1,34 +1,39 @@
-"""The session store: every event of every run, appended to a SQLite file in WAL mode.
+"""The session store: every event of every run, appended to a SQLite file in WAL mode, written ahead.
 
-Writes are buffered and handed, at the end of each step and run, to a writer thread with its own
-connection, so the event loop never waits on a commit and many sessions share one writer without a lock
-on the hot path. `flush()` waits until everything appended is committed (a run does it when it ends), so
-a crash loses at most the step in flight. The schema grows through named migrations recorded in
-`PRAGMA user_version`.
+A run's events are durable before anything they announce becomes visible or happens: `append()` buffers,
+and `commit()` writes the buffer in one transaction on the caller's thread. The loop commits before each
+model request and before any tool runs, and `Agent.stream()` commits before it hands an event on, so what
+a consumer printed is in the file, and a process killed at any moment leaves a log that `shou resume`
+can continue. A commit in WAL mode with `synchronous=NORMAL` is a write to the OS, not a disk flush:
+it survives the process (kill -9), and costs tens of microseconds. Streaming fragments (text and argument
+deltas) are never stored; the complete message is.
+
+Sessions are locked while a run uses them (`lock()`: a byte-range lock on a file beside the store, which
+the kernel drops when the process dies), so two processes never interleave one conversation.
+The schema grows through named migrations recorded in `PRAGMA user_version`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import hashlib
 import json
-import queue
+import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
+
+from ..errors import UserError
 from ..events import Event, event_from_dict
 from .migrate import Migration, migrate
-
-try:  # orjson is several times faster than json on the hot path; the stored text is the same JSON
-    import orjson
-
-    def _dumps(data: dict) -> str:
-        return orjson.dumps(data).decode()
-except ImportError:  # pragma: no cover - orjson is a dependency; this keeps a broken install working
-    def _dumps(data: dict) -> str:
-        return json.dumps(data, ensure_ascii=False)
 
 MIGRATIONS: list[Migration] = [
     (
@@ -51,22 +56,61 @@ MIGRATIONS: list[Migration] = [
             "CREATE INDEX events_by_session ON events(session, id)",
         ],
     ),
+    (
+        "002_session_status",
+        [
+            # The last run's status ("running" while one is under way), so listing needs no scan.
+            "ALTER TABLE sessions ADD COLUMN status TEXT NOT NULL DEFAULT ''",
+            """UPDATE sessions SET status = COALESCE((
+                SELECT CASE e.type WHEN 'run_finished' THEN json_extract(e.data, '$.status') ELSE 'running' END
+                FROM events e WHERE e.session = sessions.name AND e.type IN ('run_started', 'run_finished')
+                ORDER BY e.id DESC LIMIT 1), '')""",
+        ],
+    ),
+    (
+        "003_event_writer",
+        [
+            # Which Session object appended the row, so one that catches up skips its own rows.
+            "ALTER TABLE events ADD COLUMN writer TEXT NOT NULL DEFAULT ''",
+            # The sessions table follows the events inside the same statement, so a commit is one INSERT:
+            # atomic, and one call into SQLite.
+            """CREATE TRIGGER events_keep_sessions AFTER INSERT ON events
+            WHEN NEW.type IN ('run_started', 'run_resumed', 'run_finished', 'history_cleared') BEGIN
+                INSERT INTO sessions(name, created, updated, title, status)
+                VALUES (NEW.session, NEW.ts, NEW.ts,
+                        CASE NEW.type WHEN 'run_started' THEN substr(json_extract(NEW.data, '$.task'), 1, 200)
+                                      ELSE '' END,
+                        CASE NEW.type WHEN 'run_started' THEN 'running' WHEN 'run_resumed' THEN 'running'
+                                      WHEN 'run_finished' THEN json_extract(NEW.data, '$.status') ELSE '' END)
+                ON CONFLICT(name) DO UPDATE SET updated = excluded.updated,
+                    title = CASE WHEN sessions.title = '' THEN excluded.title ELSE sessions.title END,
+                    status = CASE WHEN excluded.status = '' THEN sessions.status ELSE excluded.status END;
+            END""",
+        ],
+    ),
 ]
+_INSERT = "INSERT INTO events(session, run_id, type, ts, data, writer) VALUES "
+_ROW = "(?, ?, ?, ?, ?, ?)"
+_MOST_ROWS = 5000  # SQLite takes 32766 parameters in one statement
 
-# Event types after which the buffer is committed: the end of each step and run, so a crash loses at most
-# the step in flight (whose calls a resumed session reports as interrupted), never a finished one.
-_COMMIT_AFTER = frozenset({"step_finished", "run_finished", "history_cleared", "compacted"})
+NOT_STORED = frozenset({"text_delta", "tool_call_delta"})  # the complete message is stored instead
+Row = tuple[str, str, str, float, str, str]
 
 
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
-    """A row of `shou sessions`."""
+    """A row of `shou sessions`: `status` is the last run's (`running` while one is under way)."""
 
     name: str
     created: float
     updated: float
     title: str
     runs: int
+    status: str = ""
+
+
+class SessionBusy(UserError):
+    """Another process is running the session."""
 
 
 class SQLiteStore:
@@ -75,127 +119,236 @@ class SQLiteStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = self._connect()  # reads and migrations, on the caller's thread
-        migrate(self._db, MIGRATIONS)
-        self._buffer: list[tuple[str, str, str, float, str]] = []
-        self._known: set[str] = set()
-        self._titles: dict[str, str] = {}
-        self._jobs: queue.Queue[list[tuple[str, str, str, float, str]] | None] = queue.Queue()
-        self._writer: threading.Thread | None = None
-        self._error: BaseException | None = None
+        try:
+            self._db = self._connect()
+            migrate(self._db, MIGRATIONS)
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+                raise UserError(f"{self.path} is locked by another process for too long ({e}); try again") from None
+            raise StoreDamaged(self.path, e) from None
+        self._buffer: list[Row] = []
+        self._lock = threading.Lock()
+        self.notice = ""  # something the person should be told about the file (it was replaced, ...)
+        self._locks: LockFile | None = None
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=10000")
+        db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # reads the header: a damaged file fails here
         return db
 
     @classmethod
     def for_workspace(cls, workspace: str | Path) -> SQLiteStore:
-        """The store at `<workspace>/.shou/shou.db` (never through a symlink)."""
+        """The store at `<workspace>/.shou/shou.db` (never through a symlink). A damaged file is moved
+        aside (kept, renamed) and a fresh one started; `notice` then says so, for the person."""
         from ..workspace import state_database
 
-        return cls(state_database(Path(workspace), "shou.db"))
+        path = state_database(Path(workspace), "shou.db")
+        try:
+            return cls(path)
+        except StoreDamaged as e:
+            kept = e.move_aside()
+            store = cls(path)
+            store.notice = (f"{path} was damaged ({e.cause}); it is kept as {kept.name}, and a fresh session log "
+                            "was started")
+            return store
 
-    def append(self, session: str, event: Event) -> None:
-        """Add an event to `session`'s log (committed at the next step boundary)."""
+    # ------------------------------------------------------------------ writing
+
+    @property
+    def pending(self) -> bool:
+        """Whether appended events wait for `commit()`."""
+        return bool(self._buffer)
+
+    def append(self, session: str, event: Event, writer: str = "") -> None:
+        """Add an event to `session`'s log; durable at the next `commit()` (streaming fragments are skipped).
+
+        `writer` (a `Session`'s token) can later read only the rows others wrote (`rows(..., other_than=)`).
+        """
+        if event.type in NOT_STORED:
+            return
         data = event.to_dict()
-        if event.type == "run_started" and session not in self._titles:
-            self._titles[session] = data["task"][:200]
-        self._buffer.append((session, event.run_id, event.type, time.time(), _dumps(data)))
-        if event.type in _COMMIT_AFTER or len(self._buffer) >= 512:
-            self._submit()
+        self._buffer.append((session, event.run_id, event.type, time.time(), orjson.dumps(data).decode(), writer))
 
-    def _submit(self) -> None:
-        """Hand the buffer to the writer thread (started on first use); never blocks."""
+    def commit(self) -> None:
+        """Write everything appended so far in one transaction, on this thread (a few tens of µs)."""
         if not self._buffer:
             return
-        rows, self._buffer = self._buffer, []
-        if self._writer is None:
-            self._writer = threading.Thread(target=self._write_loop, daemon=True, name="shou-store-writer")
-            self._writer.start()
-        self._jobs.put(rows)
+        with self._lock:
+            rows, self._buffer = self._buffer, []
+            if rows:
+                self._write(rows)
 
-    def flush(self) -> None:
-        """Wait until every appended event is committed; re-raises a write error."""
-        self._submit()
-        if self._writer is not None:
-            self._jobs.join()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
+    flush = commit  # the name callers used when writes went through a writer thread
 
-    def _write_loop(self) -> None:
-        db = self._connect()
-        while True:
-            rows = self._jobs.get()
-            try:
-                if rows is None:
-                    db.close()
-                    return
-                self._write(db, rows)
-            except BaseException as e:  # reported by the next flush(), on the caller's thread
-                self._error = e
-            finally:
-                self._jobs.task_done()
-
-    def _write(self, db: sqlite3.Connection, rows: list[tuple[str, str, str, float, str]]) -> None:
-        now = rows[-1][3]
-        db.execute("BEGIN IMMEDIATE")
+    def _write(self, rows: list[Row]) -> None:
         try:
-            # The sessions row is written when a session first appears and touched when a run ends;
-            # every other batch is one executemany.
-            for name in {r[0] for r in rows if r[0] not in self._known or r[2] == "run_finished"}:
-                title = self._titles.get(name, "")
-                db.execute(
-                    "INSERT INTO sessions(name, created, updated, title) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT(name) DO UPDATE SET updated = excluded.updated, "
-                    "title = CASE WHEN sessions.title = '' THEN excluded.title ELSE sessions.title END",
-                    (name, now, now, title),
-                )
-                self._known.add(name)
-            db.executemany("INSERT INTO events(session, run_id, type, ts, data) VALUES (?, ?, ?, ?, ?)", rows)
-            db.execute("COMMIT")
+            if len(rows) <= _MOST_ROWS:  # one statement: its own transaction, one call into SQLite
+                self._db.execute(_INSERT + ",".join([_ROW] * len(rows)), [v for row in rows for v in row])
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for i in range(0, len(rows), _MOST_ROWS):
+                    part = rows[i: i + _MOST_ROWS]
+                    self._db.execute(_INSERT + ",".join([_ROW] * len(part)), [v for row in part for v in row])
+                self._db.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                raise
         except BaseException:
-            db.execute("ROLLBACK")
+            self._buffer[:0] = rows  # not lost: the next commit tries again
             raise
+
+    # ------------------------------------------------------------------ reading
 
     def events(self, session: str) -> Iterator[Event]:
         """Every stored event of `session`, oldest first."""
-        self.flush()
-        cur = self._db.execute("SELECT data FROM events WHERE session = ? ORDER BY id", (session,))
-        for (data,) in cur:
-            yield event_from_dict(json.loads(data))
+        for _, event in self.rows(session):
+            yield event
+
+    def rows(self, session: str, after: int = 0, other_than: str = "\0") -> list[tuple[int, Event]]:
+        """`(id, event)` for the stored events of `session` after id `after` (leaving out those appended by
+        writer `other_than`), oldest first. A row that cannot be decoded (a newer shou's, damage) is skipped.
+        """
+        self.commit()
+        cur = self._db.execute("SELECT id, data FROM events WHERE session = ? AND id > ? AND writer != ? ORDER BY id",
+                               (session, after, other_than))
+        out = []
+        for row_id, data in cur.fetchall():
+            try:
+                out.append((row_id, event_from_dict(json.loads(data))))
+            except (ValueError, TypeError, KeyError):
+                continue
+        return out
 
     def sessions(self) -> list[SessionInfo]:
         """All sessions, most recently updated first."""
-        self.flush()
+        self.commit()
         rows = self._db.execute(
             "SELECT s.name, s.created, s.updated, s.title, "
-            "(SELECT COUNT(*) FROM events e WHERE e.session = s.name AND e.type = 'run_started') "
+            "(SELECT COUNT(*) FROM events e WHERE e.session = s.name AND e.type = 'run_started'), s.status "
             "FROM sessions s ORDER BY s.updated DESC"
         ).fetchall()
         return [SessionInfo(*r) for r in rows]
 
+    def unfinished(self) -> list[str]:
+        """Sessions whose last run never finished (killed, or running now), most recent first."""
+        self.commit()
+        rows = self._db.execute("SELECT name FROM sessions WHERE status = 'running' ORDER BY updated DESC")
+        return [name for (name,) in rows]
+
     def exists(self, session: str) -> bool:
         """Whether `session` has any stored event."""
-        self.flush()
+        self.commit()
         return self._db.execute("SELECT 1 FROM sessions WHERE name = ?", (session,)).fetchone() is not None
 
-    def close(self) -> None:
-        """Flush, stop the writer and close the connections."""
+    # ------------------------------------------------------------------ locks
+
+    def lock(self, session: str) -> SessionLock:
+        """Take the session for this process; `SessionBusy` when another process (or another holder in this
+        one) has it."""
+        if self._locks is None:
+            self._locks = LockFile(self.path.with_name(self.path.name + ".locks"))
+        return self._locks.take(session)
+
+    def is_locked(self, session: str) -> bool:
+        """Whether some process holds `session` now."""
         try:
-            self.flush()
+            self.lock(session).release()
+        except SessionBusy:
+            return True
+        return False
+
+    def close(self) -> None:
+        """Commit and close the connection."""
+        try:
+            self.commit()
         finally:
-            if self._writer is not None:
-                self._jobs.put(None)
-                self._writer.join(timeout=10)
-                self._writer = None
             self._db.close()
+            if self._locks is not None:
+                self._locks.close()
 
     def __enter__(self) -> SQLiteStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class LockFile:
+    """Session locks as byte-range locks on one file beside the store (Linux open-file-description locks).
+
+    Session `s` is the byte at offset hash(s); a lock belongs to the open file description, so two holders
+    in one process exclude each other too, and the kernel drops it when the process dies. Taking and
+    dropping one is a single `fcntl` each: no file is created per session.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        self.held: set[int] = set()  # one description: holders in this process are told apart here
+
+    @staticmethod
+    def _offset(session: str) -> int:
+        return int.from_bytes(hashlib.sha256(session.encode("utf-8", "surrogatepass")).digest()[:7], "big")
+
+    def _fcntl(self, op: int, kind: int, offset: int) -> None:
+        fcntl.fcntl(self.fd, op, struct.pack("@hhqqi4x", kind, os.SEEK_SET, offset, 1, 0))
+
+    def take(self, session: str) -> SessionLock:
+        """Lock `session`'s byte; `SessionBusy` when someone holds it."""
+        offset = self._offset(session)
+        busy = SessionBusy(f"session {session!r} is being run by another shou process or run; wait for it to "
+                           "finish, or use another session (--session NAME)")
+        if offset in self.held:
+            raise busy
+        try:
+            self._fcntl(fcntl.F_OFD_SETLK, fcntl.F_WRLCK, offset)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            raise busy from None
+        self.held.add(offset)
+        return SessionLock(self, offset, session)
+
+    def close(self) -> None:
+        """Drop every lock this file holds."""
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+
+class SessionLock:
+    """A session taken by this process; `release()` gives it back."""
+
+    def __init__(self, file: LockFile, offset: int, session: str) -> None:
+        self.file = file
+        self.offset = offset
+        self.session = session
+
+    def release(self) -> None:
+        """Let other processes have the session."""
+        if self.offset >= 0 and self.file.fd >= 0:
+            self.file._fcntl(fcntl.F_OFD_SETLK, fcntl.F_UNLCK, self.offset)
+            self.file.held.discard(self.offset)
+        self.offset = -1
+
+
+class StoreDamaged(UserError):
+    """The file is not a readable SQLite store."""
+
+    def __init__(self, path: Path, cause: Exception) -> None:
+        super().__init__(f"{path} is not a readable session store ({cause})")
+        self.path = path
+        self.cause = cause
+
+    def move_aside(self) -> Path:
+        """Rename the file (and SQLite's files beside it) out of the way, keeping it; returns its new path."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        kept = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(f"{self.path}{suffix}", f"{kept}{suffix}")
+        return kept

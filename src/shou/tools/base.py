@@ -106,17 +106,20 @@ class Tool:
 
     Build one directly for tools made at run time (`parameters` is a JSON schema object), or with
     `@tool` from a typed function. `timeout` (seconds) overrides the run's default; `requires_approval`
-    marks tools a person must allow first.
+    marks tools a person must allow first; `idempotent` says that running a call twice does no harm, so a
+    call interrupted by a crash is simply run again on resume (otherwise the model is told its outcome is
+    unknown).
     """
 
     __slots__ = (
-        "_model", "_spec", "_validator", "context_param", "description", "handler", "is_async", "name",
-        "parameters", "requires_approval", "timeout",
+        "_model", "_spec", "_validator", "context_param", "description", "handler", "idempotent", "is_async",
+        "name", "parameters", "requires_approval", "timeout",
     )
 
     def __init__(
         self, name: str, description: str, parameters: dict[str, Any] | None, handler: Handler, *,
         timeout: float | None = None, requires_approval: bool = False, context_param: str | None = None,
+        idempotent: bool = False,
     ) -> None:
         if not NAME_RE.match(name):
             raise UserError(f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'")
@@ -131,6 +134,7 @@ class Tool:
         self.is_async = inspect.iscoroutinefunction(handler)
         self.timeout = timeout
         self.requires_approval = requires_approval
+        self.idempotent = idempotent
         self.context_param = context_param
         self._model: Any = None
         self._validator: Any = None
@@ -271,16 +275,18 @@ def _pydantic_message(err: Any) -> str:
 
 def tool(
     func: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None,
-    timeout: float | None = None, requires_approval: bool = False,
+    timeout: float | None = None, requires_approval: bool = False, idempotent: bool = False,
 ) -> Any:
-    """Make a `Tool` from a typed function: `@tool` or `@tool(name=..., timeout=...)`.
+    """Make a `Tool` from a typed function: `@tool` or `@tool(name=..., timeout=..., idempotent=True)`.
 
     Every parameter needs a type hint; a parameter annotated `ToolContext` is filled in by shou and
     is not part of the schema. All declaration problems are reported together in one `UserError`.
     """
 
     def wrap(fn: Callable[..., Any]) -> Tool:
-        return _tool_from_function(fn, name, description, timeout, requires_approval)
+        made = _tool_from_function(fn, name, description, timeout, requires_approval)
+        made.idempotent = idempotent
+        return made
 
     return wrap(func) if func is not None else wrap
 

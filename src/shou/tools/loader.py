@@ -24,8 +24,14 @@ def load_tools_from_file(path: str | Path) -> list[Tool]:
     try:
         spec.loader.exec_module(module)
     except UserError:
+        sys.modules.pop(name, None)
         raise
+    except SystemExit as e:  # the file's own command-line code ran at import
+        sys.modules.pop(name, None)
+        raise UserError(f"importing {str(path)!r} called sys.exit({e.code!r}); a functions file must only define "
+                        "tools (put script code under `if __name__ == \"__main__\":`)") from None
     except Exception as e:
+        sys.modules.pop(name, None)
         raise UserError(f"importing {str(path)!r} failed: {type(e).__name__}: {e}") from e
     tools = [v for v in vars(module).values() if isinstance(v, Tool)]
     if not tools:

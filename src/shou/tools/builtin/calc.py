@@ -180,7 +180,7 @@ def evaluate(expression: str) -> Number:
         raise ToolError(f"cannot calculate that: {e}") from None
 
 
-@tool
+@tool(idempotent=True)
 def calculator(expression: str) -> str:
     """Calculate an arithmetic expression, e.g. '123 * 45' or 'sqrt(2) * log(100, 10)'.
 

@@ -71,7 +71,7 @@ def _describe(now: datetime, timezone: str | None) -> str:
     return f"{local.isoformat(timespec='seconds')}, {local:%A} (time zone {name}{suffix})"
 
 
-@tool
+@tool(idempotent=True)
 def current_time(timezone: str | None = None) -> str:
     """Get the current date and time (ISO 8601 with UTC offset) and the weekday.
 

@@ -37,7 +37,7 @@ def _decode(shown: str, data: bytes) -> str:
         raise ToolError(f"{shown!r} is not UTF-8 text ({len(data)} bytes); read_file only reads UTF-8") from None
 
 
-@tool
+@tool(idempotent=True)
 def read_file(path: str, ctx: ToolContext, offset: int = 1, limit: int | None = None) -> str:
     """Read a text file in the workspace. Long files are cut; the note at the end says how to read on.
 
@@ -137,7 +137,7 @@ def _edit(f: Opened, path: str, old: str, new: str) -> ToolResult:
     return ToolResult(f"edited {name}: replaced {old_n} line(s) with {new_n}", details={"diff": diff})
 
 
-@tool
+@tool(idempotent=True)
 def list_files(ctx: ToolContext, pattern: str = "**/*") -> str:
     """List files in the workspace matching a glob pattern, one relative path a line; folders end in '/',
     symlinks in '@' (the file tools do not follow them).

@@ -73,7 +73,7 @@ def save_memory(content: str, ctx: ToolContext, tags: list[str] | None = None) -
     return ToolResult(f"Already remembered as memory {mem.id}: {mem.text}", details=details)
 
 
-@tool
+@tool(idempotent=True)
 def search_memory(query: str, ctx: ToolContext, top_k: int = 5, tags: list[str] | None = None) -> ToolResult:
     """Search long-term memory (facts saved in earlier runs and sessions), best matches first.
 

@@ -1,0 +1,152 @@
+"""`shou run TASK` and `shou resume [SESSION]`: one run, its events shown as they happen, a summary.
+
+SIGINT, SIGTERM and SIGHUP all stop a run the same way: it is cancelled, its unfinished calls get an
+answer, and it is recorded as `cancelled` before the process exits with 128 + the signal's number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from ..errors import ShouError
+from .build import (
+    BaseUrlOpt,
+    FunctionsOpt,
+    ModelOpt,
+    Options,
+    ProviderOpt,
+    SandboxOpt,
+    SessionOpt,
+    StepsOpt,
+    StreamOpt,
+    ToolsOpt,
+    VisionOpt,
+    WorkspaceOpt,
+    build_agent,
+    close_resources,
+    err,
+    fail,
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print every event as a JSON line.")]
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def run(
+    task: Annotated[str, typer.Argument(help="What to do. Use - to read it from stdin.")],
+    model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
+    workspace: WorkspaceOpt = None, tools: ToolsOpt = None, session: SessionOpt = None,
+    functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
+    json_lines: JsonOpt = False,
+) -> None:
+    """Carry out TASK with the model and tools, streaming what happens, then print a summary."""
+    task = _read_task(task)
+    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision)
+    _execute(opts, json_lines, lambda agent: agent.stream(task, session))
+
+
+def resume(
+    session: Annotated[str | None, typer.Argument(
+        help="The session whose run to continue (default: the workspace's most recent unfinished run).")] = None,
+    model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
+    workspace: WorkspaceOpt = None, tools: ToolsOpt = None, functions: FunctionsOpt = None,
+    stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None, json_lines: JsonOpt = False,
+) -> None:
+    """Continue a run whose process was killed, from its first unfinished step.
+
+    Finished tool calls never run again; a call that was running when the process died is reported to the
+    model as interrupted (its outcome unknown), unless its tool is idempotent, which runs again.
+    """
+    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision)
+
+    def start(agent: Any) -> Any:
+        name = session
+        if name is None:
+            unfinished = [s for s in agent.store.unfinished() if not agent.store.is_locked(s)]
+            if not unfinished:
+                raise ShouError(f"no unfinished run to resume in {agent.workspace} (`shou sessions` lists them)")
+            name = unfinished[0]
+            err.print(f"[dim]resuming session {escape(name)}[/]")
+        return agent.stream_resume(name)
+
+    _execute(opts, json_lines, start)
+
+
+def _read_task(task: str) -> str:
+    if task == "-":
+        raw = sys.stdin.buffer.read()
+        try:
+            task = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise fail(f"the task on stdin is not valid UTF-8 (byte {raw[e.start]:#04x} at offset {e.start}); "
+                       "convert it first, e.g. with iconv") from None
+    try:
+        task.encode("utf-8")
+    except UnicodeEncodeError as e:  # argv bytes that were not UTF-8 arrive as lone surrogates
+        raise fail(f"the task is not valid UTF-8 (at character {e.start}); pass it as UTF-8 text") from None
+    if not task.strip():
+        raise fail("the task is empty")
+    return task
+
+
+def _execute(opts: Options, json_lines: bool, start: Any) -> None:
+    from .render import Renderer
+
+    try:
+        agent, _ = build_agent(opts)
+    except ShouError as e:
+        raise fail(str(e)) from None
+    render = Renderer(json_lines=json_lines)
+    stopped: list[int] = []
+    try:
+        status = asyncio.run(_consume(agent, start, render, stopped))
+    except ShouError as e:
+        raise fail(str(e)) from None
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        stopped = stopped or [signal.SIGINT]
+        status = "cancelled"
+    finally:
+        if agent.store is not None:
+            agent.store.close()
+    if stopped:
+        err.print(f"[yellow]stopped by {signal.Signals(stopped[0]).name}[/]")
+        raise typer.Exit(128 + stopped[0])
+    raise typer.Exit(0 if status == "completed" else 1)
+
+
+async def _consume(agent: Any, start: Any, render: Any, stopped: list[int]) -> str:
+    """Show the run's events; a stopping signal cancels it (the run records itself `cancelled`)."""
+    status = "error"
+    main = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+
+    def stop(signum: int) -> None:
+        stopped.append(signum)
+        if main is not None:
+            main.cancel()
+
+    for signum in STOPPING:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop, signum)
+    try:
+        async for event in start(agent):
+            render(event)
+            if event.type == "run_finished":
+                status = event.status
+    except asyncio.CancelledError:
+        if not stopped:
+            raise
+        return "cancelled"
+    finally:
+        for signum in STOPPING:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signum)
+        await close_resources(agent)
+    return status
