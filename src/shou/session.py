@@ -166,7 +166,8 @@ class Session:
         self._seen = 0  # the id of the last stored event folded in
         self._lock: SessionLock | None = None
         self._token = secrets.token_hex(8)  # tells this object's rows apart from other writers'
-        if name:  # a name made up just now has nothing stored yet
+        self._fresh = not name  # a name made up just now: nothing can be stored under it yet
+        if name:
             self.refresh()
 
     @property
@@ -232,7 +233,9 @@ class Session:
         what was stored before we had it."""
         if self.store is not None and self._lock is None:
             self._lock = self.store.lock(self.name)
-            self.refresh()
+            if not self._fresh:
+                self.refresh()
+            self._fresh = False
 
     def release(self) -> None:
         """Let other processes run the session."""

@@ -1,4 +1,4 @@
-"""Chat Completions over httpx: OpenAI, DeepSeek, Qwen, Ollama, vLLM, llama.cpp and any compatible server.
+"""Chat Completions over httpx2: OpenAI, DeepSeek, Qwen, Ollama, vLLM, llama.cpp and any compatible server.
 
 Streaming parses the event stream to the spec (`sse.py`), surfaces text as it comes, and assembles tool
 calls from their fragments by stream position (`reply.py`). A reply is complete only when it carries a
@@ -18,7 +18,9 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+# httpx's successor, as the openai SDK uses it: httpx 1's connection pool does O(connections²) work per
+# request, which at 50 concurrent runs cost more CPU than all of shou (bench/README).
+import httpx2
 import orjson
 
 from ..config import redact_urls
@@ -31,8 +33,11 @@ from .reply import Reply, json_message
 from .runtime import RetryPolicy
 from .sse import SSEDecoder
 
-DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
-POOL_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+DEFAULT_TIMEOUT = httpx2.Timeout(120.0, connect=10.0)
+# As many connections as concurrent runs need (a 101st session must not wait for a free one), but at most
+# 20 kept idle, httpx's own default: every request probes each idle connection, so a pool left with 100
+# idle ones after a burst made each later request ~0.4 ms slower.
+POOL_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=20)
 _SSE_START = (b"data:", b"event:", b":", b"id:", b"retry:")
 
 
@@ -45,9 +50,9 @@ class OpenAICompatible:
 
     def __init__(
         self, model: str, *, base_url: str, api_key: str | None = None, provider: str = "openai",
-        stream: bool = True, retry: RetryPolicy | None = None, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        stream: bool = True, retry: RetryPolicy | None = None, timeout: httpx2.Timeout | float = DEFAULT_TIMEOUT,
         headers: dict[str, str] | None = None, key_setting: str = "SHOU_API_KEY",
-        model_setting: str = "--model / SHOU_MODEL", client: httpx.AsyncClient | None = None,
+        model_setting: str = "--model / SHOU_MODEL", client: httpx2.AsyncClient | None = None,
     ) -> None:
         self.model = model
         self.provider = provider
@@ -70,12 +75,10 @@ class OpenAICompatible:
         return f"OpenAICompatible({self.name!r}, base_url={self._where!r})"
 
     @property
-    def client(self) -> httpx.AsyncClient:
-        """The httpx client, made on first use (so building a model does no I/O)."""
+    def client(self) -> httpx2.AsyncClient:
+        """The HTTP client, made on first use (so building a model does no I/O)."""
         if self._client is None:
-            # httpx's default pool (100 connections) would park the 101st concurrent session; these are the
-            # openai SDK's limits.
-            self._client = httpx.AsyncClient(timeout=self._timeout, limits=POOL_LIMITS)
+            self._client = httpx2.AsyncClient(timeout=self._timeout, limits=POOL_LIMITS)
         return self._client
 
     async def aclose(self) -> None:
@@ -172,17 +175,17 @@ class OpenAICompatible:
                         break
                 async for _ in chunks:  # what follows [DONE]: read it, so the connection can be reused
                     pass
-        except httpx.TransportError as e:
+        except httpx2.TransportError as e:
             if reply.finish is None:
                 raise transport_error(self._where, e, reply) from None
             # the reply was complete; only its usage or the closing [DONE] was lost
-        except httpx.DecodingError as e:
+        except httpx2.DecodingError as e:
             raise ModelResponseError(f"{self._where} sent a body that cannot be decoded ({e})") from None
         if reply.finish is None:
             raise ModelCutOffError(self._cut(reply, "the stream ended"))
         yield reply.completion()
 
-    async def _body_kind(self, resp: httpx.Response, chunks: AsyncIterator[bytes]) -> tuple[bool, bytes]:
+    async def _body_kind(self, resp: httpx2.Response, chunks: AsyncIterator[bytes]) -> tuple[bool, bytes]:
         """Whether the body is an event stream, and what of it was read to tell: all of it when it is not."""
         mime = resp.headers.get("content-type", "").partition(";")[0].strip().lower()
         if self.streaming and mime == "text/event-stream":
@@ -223,7 +226,7 @@ class OpenAICompatible:
             message += f"; it began: {preview(reply.head)!r}"
         return message
 
-    def _json_reply(self, raw: bytes, resp: httpx.Response) -> list[ModelEvent]:
+    def _json_reply(self, raw: bytes, resp: httpx2.Response) -> list[ModelEvent]:
         """A whole (non-streamed) chat completion, or the error its body names."""
         try:
             data = _loads(raw)
@@ -257,7 +260,7 @@ class OpenAICompatible:
 
 
 def _dumps(body: dict[str, Any]) -> bytes:
-    """The request body as JSON: by orjson (~25x faster than json on a long conversation), else as httpx would."""
+    """The request body as JSON: by orjson (~25x faster than json on a long conversation), else as httpx2 would."""
     try:
         return orjson.dumps(body)
     except TypeError:  # what orjson refuses (integers beyond 64 bits, non-string keys)

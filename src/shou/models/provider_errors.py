@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import httpx2
 
 from ..config import redact_urls
 from ..errors import (
@@ -33,28 +33,28 @@ _TERMINAL_KINDS = ("invalid_request", "context_length", "content_filter", "conte
                    "authentication", "permission", "not_found", "unsupported")
 
 
-def transport_error(where: str, e: httpx.TransportError, reply: Reply) -> ModelError:
+def transport_error(where: str, e: httpx2.TransportError, reply: Reply) -> ModelError:
     """A failure to connect, or a connection that broke or timed out before or during the reply."""
     what = _describe(e)
-    if isinstance(e, httpx.ConnectError | httpx.ConnectTimeout | httpx.ProxyError):
+    if isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout | httpx2.ProxyError):
         return ModelUnreachableError(
             f"cannot reach {where} ({what}); is the server running and the base URL right (--base-url / "
             "SHOU_BASE_URL)?"
         )
-    if isinstance(e, httpx.UnsupportedProtocol):
+    if isinstance(e, httpx2.UnsupportedProtocol):
         return ModelError(f"cannot reach {where} ({what}); the base URL (--base-url / SHOU_BASE_URL) must "
                           "start with http:// or https://")
-    if isinstance(e, httpx.PoolTimeout):
+    if isinstance(e, httpx2.PoolTimeout):
         return ModelUnavailableError(f"no connection to {where} came free in time ({what}); too many "
                                      "requests at once")
     if reply.response is None:  # connected, but no response began
-        if isinstance(e, httpx.TimeoutException):
+        if isinstance(e, httpx2.TimeoutException):
             return ModelUnavailableError(f"no answer from {where} in time ({what}); the server may be overloaded")
         return ModelUnavailableError(
             f"the connection to {where} closed before any reply ({what}); if this repeats, check the base URL "
             "(--base-url / SHOU_BASE_URL)"
         )
-    if isinstance(e, httpx.TimeoutException):
+    if isinstance(e, httpx2.TimeoutException):
         return ModelCutOffError(
             f"no answer from {where} in time: the reply stalled after {reply.progress()} ({what})"
         )
@@ -63,7 +63,7 @@ def transport_error(where: str, e: httpx.TransportError, reply: Reply) -> ModelE
     )
 
 
-def http_error(where: str, resp: httpx.Response, *, model: str, key_setting: str, model_setting: str) -> ModelError:
+def http_error(where: str, resp: httpx2.Response, *, model: str, key_setting: str, model_setting: str) -> ModelError:
     """An HTTP error status, with what the body says. `key_setting` and `model_setting` name where the user
     configures the key and the model."""
     status = resp.status_code
@@ -129,7 +129,7 @@ def _message_of(data: Any) -> str:
     return str(data)
 
 
-def _error_detail(resp: httpx.Response) -> str:
+def _error_detail(resp: httpx2.Response) -> str:
     try:
         return _message_of(resp.json())[:300]
     except ValueError:

@@ -13,7 +13,7 @@ import json
 import secrets
 from typing import Any
 
-import httpx
+import httpx2
 
 from ..messages import Message, ToolCall
 from ..usage import Usage
@@ -35,7 +35,7 @@ class Reply:
         self.usage: dict[str, Any] | None = None
         self.events = 0
         self.head = b""
-        self.response: httpx.Response | None = None
+        self.response: httpx2.Response | None = None
 
     def take(self, chunk: dict[str, Any]) -> list[ModelEvent]:
         """Take in one chunk; return its text and call fragments."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -72,26 +73,24 @@ MIGRATIONS: list[Migration] = [
         [
             # Which Session object appended the row, so one that catches up skips its own rows.
             "ALTER TABLE events ADD COLUMN writer TEXT NOT NULL DEFAULT ''",
-            # The sessions table follows the events inside the same statement, so a commit is one INSERT:
-            # atomic, and one call into SQLite.
-            """CREATE TRIGGER events_keep_sessions AFTER INSERT ON events
-            WHEN NEW.type IN ('run_started', 'run_resumed', 'run_finished', 'history_cleared') BEGIN
-                INSERT INTO sessions(name, created, updated, title, status)
-                VALUES (NEW.session, NEW.ts, NEW.ts,
-                        CASE NEW.type WHEN 'run_started' THEN substr(json_extract(NEW.data, '$.task'), 1, 200)
-                                      ELSE '' END,
-                        CASE NEW.type WHEN 'run_started' THEN 'running' WHEN 'run_resumed' THEN 'running'
-                                      WHEN 'run_finished' THEN json_extract(NEW.data, '$.status') ELSE '' END)
-                ON CONFLICT(name) DO UPDATE SET updated = excluded.updated,
-                    title = CASE WHEN sessions.title = '' THEN excluded.title ELSE sessions.title END,
-                    status = CASE WHEN excluded.status = '' THEN sessions.status ELSE excluded.status END;
-            END""",
         ],
     ),
 ]
-_INSERT = "INSERT INTO events(session, run_id, type, ts, data, writer) VALUES "
-_ROW = "(?, ?, ?, ?, ?, ?)"
 _MOST_ROWS = 5000  # SQLite takes 32766 parameters in one statement
+_SESSION_EVENTS = frozenset({"run_started", "run_resumed", "run_finished", "history_cleared"})
+_UPSERT_SESSION = (
+    "INSERT INTO sessions(name, created, updated, title, status) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT(name) DO UPDATE SET updated = excluded.updated, "
+    "title = CASE WHEN sessions.title = '' THEN excluded.title ELSE sessions.title END, "
+    "status = CASE WHEN excluded.status = '' THEN sessions.status ELSE excluded.status END"
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _insert(n: int) -> str:
+    """One INSERT of `n` event rows."""
+    return "INSERT INTO events(session, run_id, type, ts, data, writer) VALUES " + ",".join(
+        ["(?, ?, ?, ?, ?, ?)"] * n)
 
 NOT_STORED = frozenset({"text_delta", "tool_call_delta"})  # the complete message is stored instead
 Row = tuple[str, str, str, float, str, str]
@@ -130,6 +129,7 @@ class SQLiteStore:
         self._lock = threading.Lock()
         self.notice = ""  # something the person should be told about the file (it was replaced, ...)
         self._locks: LockFile | None = None
+
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
@@ -184,16 +184,24 @@ class SQLiteStore:
     flush = commit  # the name callers used when writes went through a writer thread
 
     def _write(self, rows: list[Row]) -> None:
+        db = self._db
+        sessions = [r for r in rows if r[2] in _SESSION_EVENTS]
         try:
-            if len(rows) <= _MOST_ROWS:  # one statement: its own transaction, one call into SQLite
-                self._db.execute(_INSERT + ",".join([_ROW] * len(rows)), [v for row in rows for v in row])
+            if len(rows) <= _MOST_ROWS and not sessions:  # the usual batch: one statement, its own transaction
+                db.execute(_insert(len(rows)), [v for row in rows for v in row])
                 return
-            self._db.execute("BEGIN IMMEDIATE")
+            db.execute("BEGIN IMMEDIATE")
             try:
                 for i in range(0, len(rows), _MOST_ROWS):
                     part = rows[i: i + _MOST_ROWS]
-                    self._db.execute(_INSERT + ",".join([_ROW] * len(part)), [v for row in part for v in row])
-                self._db.execute("COMMIT")
+                    db.execute(_insert(len(part)), [v for row in part for v in row])
+                for session, _, kind, ts, data, _ in sessions:  # the list of sessions follows, atomically
+                    event = orjson.loads(data)
+                    title = str(event.get("task", ""))[:200] if kind == "run_started" else ""
+                    status = {"run_started": "running", "run_resumed": "running"}.get(kind) or (
+                        str(event.get("status", "")) if kind == "run_finished" else "")
+                    db.execute(_UPSERT_SESSION, (session, ts, ts, title, status))
+                db.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     self._db.execute("ROLLBACK")
