@@ -168,3 +168,25 @@ def test_sigterm_and_sighup_stop_a_run_like_ctrl_c(tmp_path: Path, workspace: Pa
         listing = subprocess.run([sys.executable, "-m", "shou", "sessions"], cwd=workspace, env=env,
                                  capture_output=True, text=True).stdout
         assert f"{session}" in listing and "cancelled" in listing.split(session)[1].splitlines()[0]
+
+
+def test_a_second_process_on_a_running_session_is_told_it_is_busy(tmp_path: Path, workspace: Path) -> None:
+    (workspace / "tools.py").write_text(TOOLS.replace("random.uniform(0.02, 0.25)", "3"))
+    with ScriptedServer(script("busy"), turn_by="history") as srv:
+        env = shou_env(tmp_path, srv, EFFECTS=str(tmp_path / "effects.log"))
+        first = subprocess.Popen([sys.executable, "-m", "shou", "run", "add", "--json", "-s", "shared", "--functions",
+                                  "tools.py"], cwd=workspace, env=env, stdout=subprocess.PIPE, text=True)
+        assert first.stdout is not None
+        for line in first.stdout:  # the first run is inside a tool call now
+            if '"tool_call_started"' in line:
+                break
+        second = subprocess.run([sys.executable, "-m", "shou", "run", "something else", "-s", "shared"],
+                                cwd=workspace, env=env, capture_output=True, text=True, timeout=60)
+        resumed = subprocess.run([sys.executable, "-m", "shou", "resume"], cwd=workspace, env=env,
+                                 capture_output=True, text=True, timeout=60)
+        first.communicate(timeout=60)
+    assert second.returncode == 2 and "being run by another" in second.stderr and "Traceback" not in second.stderr
+    assert resumed.returncode == 2 and "no unfinished run" in resumed.stderr  # a running session is not "killed"
+    assert first.returncode == 0
+    events = stored(workspace / ".shou" / "shou.db", "shared")
+    assert [e["task"] for e in events if e["type"] == "run_started"] == ["add"]  # nothing interleaved

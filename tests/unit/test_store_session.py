@@ -148,3 +148,10 @@ def test_repeat_guard_warns_at_three_and_stops_at_four() -> None:
     assert [g.check(same), g.check(reordered), g.check(same), g.check(same)] == ["ok", "ok", "warn", "stop"]
     g2 = RepeatGuard(3)
     assert [g2.check(same), g2.check(same), g2.check(ToolCall("3", "calc", "{}")), g2.check(same)] == ["ok"] * 4
+
+
+def test_session_names_made_in_one_second_do_not_collide() -> None:
+    from shou.session import new_session_name
+
+    names = [new_session_name() for _ in range(20_000)]
+    assert len(set(names)) == len(names)

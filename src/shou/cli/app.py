@@ -71,6 +71,8 @@ def chat(
         raise fail(str(e)) from None
     try:
         asyncio.run(run_repl(agent, settings, session))
+    except ShouError as e:  # the session is busy, say
+        raise fail(str(e)) from None
     finally:
         if agent.store is not None:
             agent.store.close()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 
+from ..errors import ShouError
 from .render import Renderer
 
 if TYPE_CHECKING:
@@ -105,6 +106,8 @@ async def _turn(agent: Agent, text: str, session, render: Renderer) -> None:
         await task
     except asyncio.CancelledError:
         render.err.print("[yellow]turn cancelled[/]")
+    except ShouError as e:  # a task too long, say: tell the person, keep the chat going
+        render.err.print(f"[red]error:[/] {escape(str(e))}")
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
