@@ -447,3 +447,17 @@ async def test_errors_never_show_credentials_in_the_base_url() -> None:
         await model.aclose()
     assert "s3cret-key" not in str(info.value) and "hunter2" not in str(info.value)
     assert "http://***@127.0.0.1" in str(info.value) and "text/html" in str(info.value)
+
+
+async def test_a_server_that_never_stops_sending_is_cut_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shou.models.openai_compat as oc
+
+    monkeypatch.setattr(oc, "MAX_REPLY_BYTES", 200_000)
+    endless_text = {"text": "la " * 400_000, "chunk_size": 5000}  # 1.2 MB of an answer, never finished
+    for streaming in (True, False):
+        with ScriptedServer([endless_text]) as srv:
+            model = OpenAICompatible("m", base_url=srv.base_url, api_key="k", stream=streaming, retry=FAST)
+            with pytest.raises(ModelResponseError, match="stopped reading"):
+                async for _ in model.stream([Message.user("talk")], []):
+                    pass
+            await model.aclose()

@@ -34,6 +34,7 @@ from .runtime import RetryPolicy
 from .sse import SSEDecoder
 
 DEFAULT_TIMEOUT = httpx2.Timeout(120.0, connect=10.0)
+MAX_REPLY_BYTES = 64_000_000  # no reply is this big; a server that keeps sending is not giving one
 # As many connections as concurrent runs need (a 101st session must not wait for a free one), but at most
 # 20 kept idle, httpx's own default: every request probes each idle connection, so a pool left with 100
 # idle ones after a burst made each later request ~0.4 ms slower.
@@ -173,6 +174,8 @@ class OpenAICompatible:
                             yield event
                     if done or (raw := await anext(chunks, None)) is None:
                         break
+                    if resp.num_bytes_downloaded > MAX_REPLY_BYTES:
+                        raise self._too_big()
                 async for _ in chunks:  # what follows [DONE]: read it, so the connection can be reused
                     pass
         except httpx2.TransportError as e:
@@ -198,8 +201,21 @@ class OpenAICompatible:
                     break
             if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(_SSE_START):
                 return True, head
-            return False, head + b"".join([c async for c in chunks])
-        return False, b"".join([c async for c in chunks])
+            return False, head + await self._read_capped(resp, chunks)
+        return False, await self._read_capped(resp, chunks)
+
+    async def _read_capped(self, resp: httpx2.Response, chunks: AsyncIterator[bytes]) -> bytes:
+        """The rest of a body, refusing one larger than any reply (a broken or hostile server)."""
+        parts = []
+        async for chunk in chunks:
+            parts.append(chunk)
+            if resp.num_bytes_downloaded > MAX_REPLY_BYTES:
+                raise self._too_big()
+        return b"".join(parts)
+
+    def _too_big(self) -> ModelResponseError:
+        return ModelResponseError(f"{self._where} sent more than {MAX_REPLY_BYTES // 1_000_000} MB for one reply; "
+                                  "shou stopped reading it")
 
     def _apply(self, reply: Reply, data: str) -> list[ModelEvent]:
         """Take in one `chat.completion.chunk`; return the text and call fragments it carries."""
