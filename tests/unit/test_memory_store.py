@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from shou.memory import Memory, MemoryStore, NewMemory, RankParams, memory_status, recall
-from shou.memory.ranking import fts_query, query_terms
+from shou.ranking import fts_query, query_terms
 from shou.tools.base import ToolContext
 from shou.tools.builtin.memory import save_memory, search_memory
 
@@ -197,11 +197,12 @@ def test_neighbour_turns_lift_the_answer(tmp_path: Path) -> None:
         assert "D1:1" not in ids(s.search(q, k=2))  # its own words barely match
     with MemoryStore(tmp_path / "b.db", embeddings=False, params=RankParams(neighbour_weight=0.5)) as s:
         s.add_many(items)
-        assert ids(s.search(q, k=2)) == ["D1:0", "D1:1"]
+        # The answer comes first: the question's own turn only asks (memory/ranking.py, step 1).
+        assert ids(s.search(q, k=2)) == ["D1:1", "D1:0"]
 
 
 def test_query_analysis() -> None:
-    assert query_terms("What did Caroline's friend research, and why?") == ["caroline", "friend", "research"]
+    assert query_terms("What did Caroline's friend research, and why?") == ["carolin", "friend", "research"]  # stemmed
     assert query_terms("didn't it, won’t you\u2019ll") == []
     assert fts_query(['a"b', "c"]) == '"a""b" OR "c"'
 
@@ -303,5 +304,5 @@ async def test_tool_errors_say_what_to_do(tmp_path: Path) -> None:
         await search_memory.call({"query": "x", "top_k": 0}, ctx)
     with pytest.raises(ToolArgumentsError):
         search_memory.validate({"q": "x"})
-    assert set(save_memory.parameters["properties"]) == {"content", "tags"}
+    assert set(save_memory.parameters["properties"]) == {"content", "tags", "facts"}
     assert search_memory.parameters["required"] == ["query"]

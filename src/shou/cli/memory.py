@@ -1,4 +1,4 @@
-"""`shou memory`: add, search, list, forget and import long-term memories.
+"""`shou memory`: add, search, list, forget and import long-term memories; show what links to an entity.
 
 Every command works on `--store PATH`, by default `.shou/memory.db` in the workspace (`--workspace`,
 else the current folder). Mounted on the main app with `app.add_typer(memory_app, name="memory")`.
@@ -18,8 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ShouError
-from ..memory import Memory, MemoryStore, NewMemory
-from ..memory.store import validate
+from ..memory import Fact, Memory, MemoryStore, NewMemory
+from ..memory.records import validate
 from ..workspace import state_database
 
 memory_app = typer.Typer(
@@ -203,7 +203,9 @@ def forget(
 
 @memory_app.command(name="import")
 def import_memories(
-    file: Annotated[Path, typer.Argument(help='JSON lines: {"text": ..., "id": ..., "time": ..., "tags": [...]}.')],
+    file: Annotated[Path, typer.Argument(
+        help='JSON lines: {"text": ..., "id": ..., "time": ..., "session": ..., "tags": [...], '
+             '"facts": [[subject, relation, object], ...]}.')],
     source: Annotated[str | None, typer.Option("--source", help="Source to record (default: the file name).")] = None,
     store: StoreOpt = None, workspace: WorkspaceOpt = None, bm25_only: BM25Opt = False,
 ) -> None:
@@ -215,10 +217,16 @@ def import_memories(
             raise _fail(f'{where}: needs a non-empty "text" string')
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise _fail(f'{where}: "tags" must be a list of strings')
+        facts = obj.get("facts") or []
+        if not isinstance(facts, list) or not all(
+            isinstance(f, list) and len(f) == 3 and all(isinstance(x, str) for x in f) for f in facts
+        ):
+            raise _fail(f'{where}: "facts" must be a list of [subject, relation, object] strings')
         mem_id = obj.get("id")
         item = NewMemory(
             text, id=None if mem_id is None else str(mem_id), time=_parse_time(obj.get("time"), where),
             session=str(obj.get("session") or ""), source=source if source is not None else file.name, tags=tags,
+            facts=[Fact(*f) for f in facts],
         )
         try:
             validate(item, where)
@@ -232,3 +240,40 @@ def import_memories(
             raise _fail(str(e)) from None
     added = sum(1 for _, ok in results if ok)
     typer.echo(f"imported {added} memories ({len(results) - added} already stored)")
+
+
+@memory_app.command()
+def graph(
+    entity: Annotated[str, typer.Argument(help='A name memories mention, e.g. "Alice" or "Quillon Labs" (any case).')],
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many of each kind.")] = 20,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    store: StoreOpt = None, workspace: WorkspaceOpt = None,
+) -> None:
+    """Show what is linked to ENTITY: its relations, the entities named with it, the memories naming it."""
+    with _open(store, workspace, bm25_only=True) as db:
+        view = db.graph(entity, limit)
+    if view is None:
+        raise _fail(f"no memory names {entity!r}")
+    if json_out:
+        typer.echo(json.dumps({
+            "entity": view.name, "memories": [{"id": i, "text": t} for i, t in view.memories],
+            "relations": [{"subject": r.subject, "relation": r.predicate, "object": r.object, "memory": r.memory,
+                           "stated": r.stated} for r in view.relations],
+            "alongside": [{"entity": n, "memories": c} for n, c in view.alongside],
+        }, ensure_ascii=False))
+        return
+    out = Console(highlight=False)
+    out.print(f"[bold]{escape(view.name)}[/]: named in {len(view.memories)} memories")
+    if view.relations:
+        out.print("\n[bold]relations[/]")
+        for r in view.relations:
+            mark = "" if r.stated else " [dim](read from text)[/]"
+            out.print(f"  {escape(r.subject)} --{escape(r.predicate)}--> {escape(r.object)}  "
+                      f"[dim]\\[{escape(r.memory)}][/]{mark}")
+    if view.alongside:
+        out.print("\n[bold]named alongside[/]")
+        for name, count in view.alongside:
+            out.print(f"  {escape(name)} ({count})")
+    out.print("\n[bold]memories[/]")
+    for mem_id, text in view.memories:
+        out.print(f"  [dim]\\[{escape(mem_id)}][/] {escape(text)}")

@@ -13,10 +13,13 @@ with MemoryStore.for_workspace(".") as store:
 from __future__ import annotations
 
 from .embeddings import MODEL_NAME, Embedder, MiniLMEmbedder, default_embedder, memory_status
+from .entities import Fact
+from .graph import EntityView, Link
 from .ranking import RankParams
-from .store import Memory, MemoryStore, NewMemory, recall
+from .records import Memory, NewMemory
+from .store import MemoryStore, recall
 
 __all__ = [
-    "MODEL_NAME", "Embedder", "Memory", "MemoryStore", "MiniLMEmbedder", "NewMemory", "RankParams",
-    "default_embedder", "memory_status", "recall",
+    "MODEL_NAME", "Embedder", "EntityView", "Fact", "Link", "Memory", "MemoryStore", "MiniLMEmbedder", "NewMemory",
+    "RankParams", "default_embedder", "memory_status", "recall",
 ]

@@ -1,111 +1,150 @@
-"""How memories are ranked: query analysis for BM25, weighted score fusion and neighbour propagation.
+"""How memories are ranked for a query: pure functions over scores by memory row and the store's `Index`.
 
-Pure functions over plain dicts, so the store's SQL stays separate from the method and the benchmark
-can measure exactly what every user gets.
+1. **Own score**: BM25 and cosine similarity fused (`shou.ranking.fuse`), times (1 - q·share of the memory
+   that is questions): a turn that only asks ("What inspired you?") holds no answer.
+2. **Neighbours**: plus a share of the best own score at each distance in the memory's chain (its
+   session, or its episode when it has none): in a conversation the words of a question often sit in the
+   turns around the answer ("what did you research?" / "adoption agencies"). An episode (memories without
+   a session, chained by time) only lifts memories that match the query themselves.
+3. **Time**: when the query asks when (how long, what year), memories that state a time ("yesterday",
+   "last May", "two years ago") count more; when it names a period ("in June", "2022", "last week"),
+   memories from that period do.
+4. **Token matching** (with embeddings): the best candidates are reordered in part by how well each word
+   of the query finds a close word in the memory (late interaction over MiniLM's token vectors), which
+   finds "novels" for "books" where one vector per sentence blurs them.
+5. **Linked facts**: when the query names a specific entity (one few memories name), the best matches
+   that name it lift the memories of the other rare entities they name to just below themselves: "Alice
+   started at Quillon Labs" lifts "Quillon Labs has its only office in Lyon" for "Which city does Alice
+   work in?", which shares no word with it.
 
-The score of a memory is
-
-    own(m)   = w_bm25 * bm25(m) / max bm25  +  w_dense * clip((cos(m) - floor) / (max cos - floor), 0, 1)
-    score(m) = own(m) + neighbour_weight * sum over d = 1..window of decay^(d-1) * max own(n at distance d)
-
-where the memories at distance 1 are those just before and after m in the same session (in time
-order), at distance 2 the ones beyond those, and so on. In a conversation the words of a question often
-sit in the turns around the answer ("what did you research?" / "adoption agencies"), so a turn whose
-neighbours match is more likely the one wanted. Scores are
-normalised per query (divided by the best) because raw BM25 and cosine live on different scales, and
-weighted sums of normalised scores kept more of the strong BM25 signal than reciprocal-rank fusion did.
+Each step is there for a reason that holds beyond one benchmark; the weights are round numbers, and
+bench/README.md shows each step's effect on LoCoMo's development conversations.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass, field
 
-__all__ = ["STOP_WORDS", "RankParams", "fts_query", "fuse", "query_terms"]
+from ..ranking import DENSE_FLOOR, DENSE_WEIGHT, Signal, fuse, query_terms
+from .cues import Period, asks_when, named_periods
+from .index import Index
 
-# Function words and question words: a question asks "what did X do", and matching "what" or "did"
-# only adds noise to an OR query. Kept short on purpose: content words are never dropped.
-_STOP_TEXT = """
-a about above after again against all am an and any are as at be because been before being below between
-both but by can could did do does doing down during each few for from further had has have having he her
-here hers herself him himself his how i if in into is it its itself just let like ll me might more most
-much my myself no nor not now of off on once only or other our ours ourselves out over own re s same
-shall she should so some such t than that the their theirs them themselves then there these they this
-those through to too under until up upon us ve very was we were what when where which while who whom
-whose why will with would yet you your yours yourself yourselves kind sort type ever also
-"""
-STOP_WORDS = frozenset(_STOP_TEXT.split())
-
-_WORD_RE = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
+__all__ = ["Query", "RankParams", "rerank_by_tokens", "score"]
 
 
 @dataclass(frozen=True, slots=True)
 class RankParams:
-    """The weights of the ranking; the defaults were chosen on the LoCoMo development split."""
+    """The ranking's weights (see the module docstring for what each step does)."""
 
     w_bm25: float = 1.0
-    w_dense: float = 0.6
-    dense_floor: float = 0.2
+    w_dense: float = DENSE_WEIGHT
+    dense_floor: float = DENSE_FLOOR
+    question_weight: float = 0.5
     neighbour_weight: float = 0.4
     neighbour_window: int = 2
     neighbour_decay: float = 0.5
+    time_weight: float = 0.3
+    period_weight: float = 0.3
+    hop_weight: float = 0.9
+    hop_seeds: int = 5
+    anchor_share: float = 0.1  # a query entity anchors a hop when at most this share of memories name it
+    link_share: float = 0.02  # a hop follows entities at most this share of memories name
+    token_weight: float = 0.3
+    token_candidates: int = 100
     candidates: int = 200
 
 
-def query_terms(query: str) -> list[str]:
-    """The distinct content words of `query`, lowercased, in order (stop words and possessives dropped)."""
-    seen: dict[str, None] = {}
-    for word in _WORD_RE.findall(query.lower().replace("\u2019", "'")):
-        if word.endswith("n't"):
-            continue  # didn't, won't, can't: negated auxiliaries, all function words
-        word = word.removesuffix("'s")
-        if "'" in word:  # I'll, you're, we've: the part before the apostrophe
-            word = word.split("'", 1)[0]
-        if word and word not in STOP_WORDS:
-            seen.setdefault(word, None)
-    return list(seen)
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A query, analysed once: its terms, whether it asks when, the periods and stored entities it names."""
+
+    text: str
+    terms: list[str]
+    asks_when: bool
+    periods: list[Period]
+    entities: frozenset[int] = field(default_factory=frozenset)
+
+    @classmethod
+    def analyse(cls, text: str, entities: Iterable[int] = (), now: float | None = None) -> Query:
+        """Read `text`; `entities` are the ids of the stored entities it names (graph.named_in)."""
+        return cls(text, query_terms(text), asks_when(text), named_periods(text, now), frozenset(entities))
 
 
-def fts_query(terms: list[str]) -> str:
-    """An FTS5 MATCH expression that ORs the terms; each is quoted, so no term is read as syntax."""
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-
-
-def fuse(
-    bm25: Mapping[int, float], dense: Mapping[int, float], neighbours: Mapping[int, tuple[int, ...]],
-    params: RankParams,
+def score(
+    query: Query, bm25: Mapping[int, float], dense: Mapping[int, float], index: Index, params: RankParams,
+    allowed: Container[int] | None = None, token_matches: Callable[[list[int]], Mapping[int, float]] | None = None,
 ) -> dict[int, float]:
-    """Combine BM25 scores (higher is better) and cosines by memory row into final scores.
-
-    `neighbours` gives, for every row in `bm25` or `dense`, the rows next to it in its session; a row
-    only reached through a neighbour gets a score too.
-    """
-    own: dict[int, float] = {}
-    top_bm25 = max(bm25.values(), default=0.0)
-    if top_bm25 > 0:
-        for row, s in bm25.items():
-            own[row] = params.w_bm25 * s / top_bm25
-    top_cos = max(dense.values(), default=0.0)
-    if dense and top_cos > params.dense_floor:
-        span = top_cos - params.dense_floor
-        for row, c in dense.items():
-            part = (c - params.dense_floor) / span
-            if part > 0:
-                own[row] = own.get(row, 0.0) + params.w_dense * part
-    if params.neighbour_weight <= 0 or params.neighbour_window < 1:
-        return own
-    # Only the best own scores (and the rows around them) are worth propagating: a row outside them
-    # cannot climb into the results, and walking every weak match would cost most of a query.
+    """Final scores by memory row; rows with no signal, or not `allowed`, are absent. `token_matches` gives
+    the token-match scores of the rows it is asked about (step 5; without it, no token step)."""
+    own = fuse(Signal(bm25, params.w_bm25), Signal(dense, params.w_dense, params.dense_floor))
+    # Only the best own scores (and the rows around them) can climb into the results.
     pool = sorted(own, key=own.__getitem__, reverse=True)[: params.candidates]
-    final = dict(own)
-    for row in _within(pool, neighbours, params.neighbour_window):
+    rows = _within(pool, index.neighbours, params.neighbour_window) if params.neighbour_weight > 0 else set(pool)
+    final: dict[int, float] = {}
+    for row in rows:
+        if row in index.episodic and row not in own:
+            # Notes saved close together may or may not belong together: an episode lifts a memory that
+            # matches in its own right, but does not bring in one that does not match at all.
+            continue
         near, weight = 0.0, params.neighbour_weight
-        for ring in _rings(row, neighbours, params.neighbour_window):
-            near += weight * max((own.get(n, 0.0) for n in ring), default=0.0)
-            weight *= params.neighbour_decay
-        final[row] = own.get(row, 0.0) + near
+        if weight > 0:
+            for ring in _rings(row, index.neighbours, params.neighbour_window):
+                near += weight * max((own.get(n, 0.0) for n in ring), default=0.0)
+                weight *= params.neighbour_decay
+        value = own.get(row, 0.0) * (1 - params.question_weight * index.asks.get(row, 0.0)) + near
+        if query.asks_when and row in index.timed:
+            value *= 1 + params.time_weight
+        if query.periods and any(index.times[row] in p for p in query.periods):
+            value *= 1 + params.period_weight
+        if value > 0 and (allowed is None or row in allowed):
+            final[row] = value
+    if token_matches is not None and params.token_weight > 0:
+        best = sorted(final, key=final.__getitem__, reverse=True)[: params.token_candidates]
+        rerank_by_tokens(final, token_matches(best), params)
+    # Last, so that a linked fact ends just below the memory that links it, whatever the steps before did.
+    _hop(query, final, index, params, allowed)
     return final
+
+
+def _hop(query: Query, final: dict[int, float], index: Index, params: RankParams,
+         allowed: Container[int] | None) -> None:
+    """Step 5, in place."""
+    if params.hop_weight <= 0 or not query.entities:
+        return
+    anchor_cap = max(5, params.anchor_share * index.size)
+    anchors = {e for e in query.entities if 0 < index.mentions(e) <= anchor_cap}
+    if not anchors:
+        return
+    link_cap = max(3, params.link_share * index.size)
+    lifted: dict[int, float] = {}
+    seeds = [r for r in sorted(final, key=final.__getitem__, reverse=True)[: 4 * params.hop_seeds]
+             if anchors & set(index.entities_of.get(r, ()))][: params.hop_seeds]
+    for seed in seeds:
+        share = params.hop_weight * final[seed]
+        for entity in index.entities_of.get(seed, ()):
+            if entity in query.entities or index.mentions(entity) > link_cap:
+                continue
+            for row in index.rows_of[entity]:
+                if row != seed and share > lifted.get(row, 0.0) and (allowed is None or row in allowed):
+                    lifted[row] = share
+    for row, share in lifted.items():
+        # At least, not plus: a linked fact ranks just below the memory that links it, never above it.
+        final[row] = max(final.get(row, 0.0), share)
+
+
+def rerank_by_tokens(final: dict[int, float], matches: Mapping[int, float], params: RankParams) -> None:
+    """Step 4, in place: `matches` are the token-match scores (mean over query words of the best cosine with
+    a word of the memory) of the best `token_candidates` rows, rescaled over them and added with weight
+    `token_weight` relative to the best score."""
+    if not matches or params.token_weight <= 0:
+        return
+    low, high = min(matches.values()), max(matches.values())
+    if high <= low:
+        return
+    top = max(final[r] for r in matches)
+    for row, value in matches.items():
+        final[row] += params.token_weight * top * (value - low) / (high - low)
 
 
 def _within(rows: list[int], neighbours: Mapping[int, tuple[int, ...]], steps: int) -> set[int]:
@@ -119,7 +158,7 @@ def _within(rows: list[int], neighbours: Mapping[int, tuple[int, ...]], steps: i
 
 
 def _rings(row: int, neighbours: Mapping[int, tuple[int, ...]], steps: int) -> list[set[int]]:
-    """The rows exactly 1, 2, ... `steps` links from `row` (both sides of it in a conversation)."""
+    """The rows exactly 1, 2, ... `steps` links from `row` (both sides of it in a chain)."""
     seen = {row}
     ring = {row}
     rings: list[set[int]] = []

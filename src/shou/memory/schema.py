@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .ranking import STOP_WORDS
+from ..ranking import terms
 
 __all__ = ["COLUMNS", "MIGRATIONS", "filters", "normalise", "same_words", "where_clause"]
 
@@ -43,11 +43,49 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             "INSERT INTO memories_fts(memories_fts, rowid, text) VALUES ('delete', old.row, old.text); END",
         ],
     ),
+    (
+        # BM25 over shou's own terms (shou.ranking.terms, shared with the context window) instead of FTS5's
+        # porter tokenizer; per-memory cues and token vectors for ranking; entities and relations.
+        # Existing rows get their terms, cues and entities when the store opens (`terms IS NULL`).
+        "002_terms_cues_entities",
+        [
+            "DROP TRIGGER memories_ai",
+            "DROP TRIGGER memories_ad",
+            "DROP TABLE memories_fts",
+            "ALTER TABLE memories ADD COLUMN terms TEXT",
+            "ALTER TABLE memories ADD COLUMN asks REAL NOT NULL DEFAULT 0",
+            "ALTER TABLE memories ADD COLUMN timed INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE memories ADD COLUMN tokens BLOB",
+            "CREATE INDEX memories_unread ON memories(row) WHERE terms IS NULL",
+            "CREATE VIRTUAL TABLE memory_terms USING fts5(terms, content='memories', content_rowid='row', "
+            "tokenize='unicode61 remove_diacritics 0')",
+            "CREATE TRIGGER memory_terms_ai AFTER INSERT ON memories WHEN new.terms IS NOT NULL BEGIN "
+            "INSERT INTO memory_terms(rowid, terms) VALUES (new.row, new.terms); END",
+            "CREATE TRIGGER memory_terms_ad AFTER DELETE ON memories WHEN old.terms IS NOT NULL BEGIN "
+            "INSERT INTO memory_terms(memory_terms, rowid, terms) VALUES ('delete', old.row, old.terms); END",
+            "CREATE TRIGGER memory_terms_au AFTER UPDATE OF terms ON memories BEGIN "
+            "INSERT INTO memory_terms(memory_terms, rowid, terms) SELECT 'delete', old.row, old.terms "
+            "WHERE old.terms IS NOT NULL; "
+            "INSERT INTO memory_terms(rowid, terms) SELECT new.row, new.terms WHERE new.terms IS NOT NULL; END",
+            "CREATE TABLE entities (id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, name TEXT NOT NULL)",
+            "CREATE TABLE mentions (entity INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE, "
+            "row INTEGER NOT NULL REFERENCES memories(row) ON DELETE CASCADE, PRIMARY KEY (entity, row)) WITHOUT ROWID",
+            "CREATE INDEX mentions_by_row ON mentions(row)",
+            # `stated`: given with the memory (save_memory's facts) rather than read from its text.
+            "CREATE TABLE relations (id INTEGER PRIMARY KEY, "
+            "subject INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE, predicate TEXT NOT NULL, "
+            "object INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE, "
+            "row INTEGER NOT NULL REFERENCES memories(row) ON DELETE CASCADE, stated INTEGER NOT NULL DEFAULT 0)",
+            "CREATE UNIQUE INDEX relations_once ON relations(subject, predicate, object, row)",
+            "CREATE INDEX relations_by_object ON relations(object)",
+            "CREATE INDEX relations_by_row ON relations(row)",
+        ],
+    ),
 ]
 
 COLUMNS = "row, id, text, time, session, source, tags"
 NORM_RE = re.compile(r"[\W_]+", re.UNICODE)
-_IGNORED = (STOP_WORDS - {"no", "nor", "not"}) | {""}
+_NEGATION = re.compile(r"\b(?:no|not|nor|never|none|nothing|nobody|without)\b|n[\'\u2019]t\b", re.IGNORECASE)
 
 
 def normalise(text: str) -> str:
@@ -60,11 +98,12 @@ def same_words(a: str, b: str) -> bool:
 
     Negations count as content: "likes tea" and "does not like tea" differ.
     """
-    return bool(_content(a)) and _content(a) == _content(b)
+    return bool(terms(a)) and _content(a) == _content(b)
 
 
 def _content(text: str) -> frozenset[str]:
-    return frozenset(NORM_RE.split(text.lower())) - _IGNORED
+    # The search terms, plus how many negations: terms() drops "not" and "doesn't" as function words.
+    return frozenset(terms(text)) | {f"\0not{len(_NEGATION.findall(text))}"}
 
 
 def filters(

@@ -1,10 +1,12 @@
-"""The memory store: one SQLite file with FTS5 (BM25) over the text and an embedding per memory.
+"""The memory store: one SQLite file holding the memories, their BM25 index, vectors and linked entities.
 
 Memories carry a time, a session, a source and tags. Adding a memory whose normalised text is already
 stored (or, with embeddings, one nearly identical to a stored one) returns the stored memory instead.
-Search ranks with `ranking.fuse`: BM25 and cosine similarity, weighted, plus a share of the score of
-the neighbouring memories of the same session. Vectors are float32 blobs; a search takes one matrix
-product over all of them, kept in memory and reloaded when the file changes (other processes included).
+On the way in each memory gets its search terms (`shou.ranking.terms`, indexed by FTS5), its cues (how
+much of it asks, whether it tells a time), its entities and relations (memory/graph.py) and, with the
+`memory` extra, its sentence vector and word-piece vectors. Search ranks with memory/ranking.py over an
+in-memory `Index`, reloaded when the file changes (other processes included). Memories stored by older
+versions, or without embeddings, get what they lack when a store opens them.
 """
 
 from __future__ import annotations
@@ -17,73 +19,26 @@ import threading
 import time as _time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..errors import UserError
+from ..ranking import fts_query, terms
 from ..store.migrate import migrate
+from . import graph, tokens
+from .cues import question_share, states_time
 from .embeddings import Embedder, default_embedder
-from .ranking import RankParams, fts_query, fuse, query_terms
+from .entities import Fact
+from .graph import EntityView
+from .index import Index
+from .ranking import Query, RankParams, score
+from .records import Memory, NewMemory, from_row, validate
 from .schema import COLUMNS, MIGRATIONS, filters, normalise, same_words, where_clause
 
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
+__all__ = ["Fact", "Memory", "MemoryStore", "NewMemory", "recall", "validate"]
 
-__all__ = ["Memory", "MemoryStore", "NewMemory", "recall"]
-
-
-@dataclass(frozen=True, slots=True)
-class Memory:
-    """One stored memory; `score` is set on search results (higher is better) and 0 elsewhere."""
-
-    id: str
-    text: str
-    time: float
-    session: str = ""
-    source: str = ""
-    tags: tuple[str, ...] = ()
-    score: float = 0.0
-
-
-@dataclass(slots=True)
-class NewMemory:
-    """A memory to add: only `text` is required; `id` defaults to a new random one, `time` to now."""
-
-    text: str
-    id: str | None = None
-    time: float | None = None
-    session: str = ""
-    source: str = ""
-    tags: Sequence[str] = field(default_factory=tuple)
-
-
-class _Index:
-    """What a search needs in memory: session neighbours of every row and the matrix of vectors."""
-
-    def __init__(self, db: sqlite3.Connection, with_vectors: bool) -> None:
-        self.neighbours: dict[int, tuple[int, ...]] = {}
-        rows: list[int] = []
-        blobs: list[bytes] = []
-        prev_row, prev_session = -1, ""
-        query = "SELECT row, session, embedding FROM memories ORDER BY session, time, row"
-        for row, session, blob in db.execute(query):
-            if session and session == prev_session:
-                # Memories of one session, in time order, form a chain: conversation turns.
-                self.neighbours[row] = (prev_row,)
-                self.neighbours[prev_row] = (*self.neighbours.get(prev_row, ()), row)
-            prev_row, prev_session = row, session
-            if with_vectors and blob is not None:
-                rows.append(row)
-                blobs.append(blob)
-        self.rows = rows
-        self.matrix: npt.NDArray[np.float32] | None = None
-        if with_vectors:
-            import numpy as np
-
-            self.matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(rows), -1) if rows else None
+_CHUNK = 256
 
 
 class MemoryStore:
@@ -111,7 +66,7 @@ class MemoryStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._lock = threading.RLock()
-        self._index: _Index | None = None
+        self._index: Index | None = None
         self._index_version: tuple[int, int] = (-1, -1)
         self._writes = 0
         migrate(self._db, MIGRATIONS)
@@ -142,17 +97,18 @@ class MemoryStore:
 
     def add(
         self, text: str, *, id: str | None = None, time: float | None = None, session: str = "", source: str = "",
-        tags: Sequence[str] = (),
+        tags: Sequence[str] = (), facts: Sequence[Fact] = (),
     ) -> tuple[Memory, bool]:
-        """Store one memory; returns it and True, or the stored copy and False when it is a duplicate."""
-        return self.add_many([NewMemory(text, id, time, session, source, tags)])[0]
+        """Store one memory; returns it and True, or the stored copy and False when it is a duplicate (the
+        `facts` given are then linked to the copy)."""
+        return self.add_many([NewMemory(text, id, time, session, source, tags, facts)])[0]
 
     def add_many(self, items: Iterable[NewMemory]) -> list[tuple[Memory, bool]]:
         """Store many memories in one transaction, embedding them in batches; see `add`."""
         items = list(items)
         for n, item in enumerate(items, start=1):
             validate(item, f"memory {n}" if len(items) > 1 else "the memory")
-        vectors = self.embedder.encode([i.text for i in items]) if self.embedder is not None and items else None
+        vectors, pieces = self._encode([i.text for i in items]) if items else (None, None)
         results: list[tuple[Memory, bool]] = []
         with self._lock:
             index = self._current_index() if vectors is not None and self.near_duplicate is not None else None
@@ -162,9 +118,11 @@ class MemoryStore:
                     vec = vectors[pos] if vectors is not None else None
                     copy = self._find_copy(item, vec, index, vectors, accepted)
                     if copy is not None:
+                        if item.facts:
+                            graph.link(self._db, self._row_of(copy.id), "", item.facts)
                         results.append((copy, False))
                         continue
-                    mem = self._insert(item, vec)
+                    mem = self._insert(item, vec, pieces[pos] if pieces is not None else None)
                     results.append((mem, True))
                     accepted.append((pos, mem))
         return results
@@ -182,16 +140,32 @@ class MemoryStore:
             finally:
                 self._writes += 1  # the in-memory index must be rebuilt
 
+    def _encode(self, texts: list[str]) -> tuple[Any, list[bytes] | None]:
+        """Sentence vectors and packed piece vectors of `texts` (None for what this store does not keep)."""
+        if self.embedder is None:
+            return None, None
+        if not self._pieces:
+            return self.embedder.encode(texts), None
+        vectors, pieces = self.embedder.encode_tokens(texts)  # type: ignore[attr-defined]
+        return vectors, [tokens.pack(p) for p in pieces]
+
+    @property
+    def _pieces(self) -> bool:
+        return self.embedder is not None and hasattr(self.embedder, "encode_tokens")
+
+    def _row_of(self, mem_id: str) -> int:
+        return int(self._db.execute("SELECT row FROM memories WHERE id = ?", (mem_id,)).fetchone()[0])
+
     def _find_copy(
-        self, item: NewMemory, vec: Any, index: _Index | None, batch: Any, accepted: list[tuple[int, Memory]]
+        self, item: NewMemory, vec: Any, index: Index | None, batch: Any, accepted: list[tuple[int, Memory]]
     ) -> Memory | None:
         if item.id is not None:
             row = self._db.execute(f"SELECT {COLUMNS} FROM memories WHERE id = ?", (item.id,)).fetchone()
             if row is not None:
-                return _memory(row)
+                return from_row(row)
         row = self._db.execute(f"SELECT {COLUMNS} FROM memories WHERE norm = ?", (normalise(item.text),)).fetchone()
         if row is not None or vec is None or self.near_duplicate is None:
-            return _memory(row) if row is not None else None
+            return from_row(row) if row is not None else None
         # A close vector alone is not enough: "prefers dark mode" and "prefers light mode" embed almost
         # alike, and dropping the second would lose an update. The words must be nearly the same too.
         if index is not None and index.matrix is not None:
@@ -207,18 +181,21 @@ class MemoryStore:
                 return mem
         return None
 
-    def _insert(self, item: NewMemory, vec: Any) -> Memory:
+    def _insert(self, item: NewMemory, vec: Any, pieces: bytes | None) -> Memory:
         mem_id = item.id or uuid.uuid4().hex[:12]
         now = _time.time()
         when = item.time if item.time is not None else now
         tags = tuple(dict.fromkeys(t.strip() for t in item.tags if t.strip()))
         cur = self._db.execute(
-            "INSERT INTO memories(id, text, norm, time, session, source, tags, created, embedding, model) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO memories(id, text, norm, time, session, source, tags, created, embedding, model, terms, "
+            "asks, timed, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (mem_id, item.text, normalise(item.text), when, item.session, item.source, json.dumps(tags), now,
-             vec.tobytes() if vec is not None else None, self.embedder.name if vec is not None else None),
+             vec.tobytes() if vec is not None else None, self.embedder.name if vec is not None else None,
+             *_read(item.text), pieces),
         )
-        self._db.executemany("INSERT INTO memory_tags(tag, row) VALUES (?, ?)", [(t, cur.lastrowid) for t in tags])
+        row = int(cur.lastrowid or 0)
+        self._db.executemany("INSERT INTO memory_tags(tag, row) VALUES (?, ?)", [(t, row) for t in tags])
+        graph.link(self._db, row, item.text, item.facts)
         return Memory(mem_id, item.text, when, item.session, item.source, tags)
 
     def forget(
@@ -239,9 +216,9 @@ class MemoryStore:
             args.extend(ids)
         if not where and not everything:
             return 0
-        with self._lock:
+        with self._transaction():
             cur = self._db.execute(f"DELETE FROM memories {where_clause(where)}", args)
-            self._writes += 1
+            graph.prune(self._db)
         return cur.rowcount
 
     # ------------------------------------------------------------------ reading
@@ -249,12 +226,12 @@ class MemoryStore:
     def get(self, id: str) -> Memory | None:
         """The memory with this id, if stored."""
         row = self._db.execute(f"SELECT {COLUMNS} FROM memories WHERE id = ?", (id,)).fetchone()
-        return _memory(row) if row else None
+        return from_row(row) if row else None
 
     def get_row(self, row: int) -> Memory | None:
         """The memory in this internal row."""
         found = self._db.execute(f"SELECT {COLUMNS} FROM memories WHERE row = ?", (row,)).fetchone()
-        return _memory(found) if found else None
+        return from_row(found) if found else None
 
     def count(self) -> int:
         """How many memories are stored."""
@@ -267,7 +244,7 @@ class MemoryStore:
         """Memories newest first, optionally filtered (tags: any of them)."""
         where, args = filters(session=session, source=source, tags=tags, since=since, until=until)
         sql = f"SELECT {COLUMNS} FROM memories {where_clause(where)} ORDER BY time DESC, row DESC LIMIT ? OFFSET ?"
-        return [_memory(r) for r in self._db.execute(sql, [*args, limit, offset])]
+        return [from_row(r) for r in self._db.execute(sql, [*args, limit, offset])]
 
     def search(
         self, query: str, k: int = 10, *, session: str | None = None, source: str | None = None,
@@ -281,19 +258,25 @@ class MemoryStore:
         with self._lock:
             index = self._current_index()
         # The query is embedded in another thread while SQLite runs BM25 here: both release the GIL.
-        vector = None
+        encoded: Future[tuple[Any, list[bytes] | None]] | None = None
         if self.embedder is not None and index.matrix is not None and query.strip():
-            vector = _encoder_pool().submit(self.embedder.encode, [query])
-        bm25 = self._bm25(query, allowed)
-        dense = self._dense(vector.result()[0], index, allowed) if vector is not None else {}
-        scores = fuse(bm25, dense, index.neighbours, self.params)
-        ranked = sorted(
-            ((s, r) for r, s in scores.items() if allowed is None or r in allowed), key=lambda x: (-x[0], x[1])
-        )[:k]
+            encoded = _encoder_pool().submit(self._encode_query, query)
+        analysed = Query.analyse(query, graph.named_in(self._db, query))
+        bm25 = self._bm25(analysed.terms, allowed)
+        vector, pieces = encoded.result() if encoded is not None else (None, None)
+        dense = self._dense(vector, index, allowed) if vector is not None else {}
+        matches = functools.partial(self._token_matches, pieces) if pieces is not None else None
+        final = score(analysed, bm25, dense, index, self.params, allowed, matches)
+        ranked = sorted(((v, r) for r, v in final.items()), key=lambda x: (-x[0], x[1]))[:k]
         marks = ",".join("?" * len(ranked))
         rows = {r[0]: r for r in self._db.execute(f"SELECT {COLUMNS} FROM memories WHERE row IN ({marks})",
                                                    [r for _, r in ranked])}
-        return [replace(_memory(rows[r]), score=round(s, 6)) for s, r in ranked if r in rows]
+        return [replace(from_row(rows[r]), score=round(v, 6)) for v, r in ranked if r in rows]
+
+    def graph(self, name: str, limit: int = 50) -> EntityView | None:
+        """What is linked to the entity called `name` (any case): the memories naming it, its relations and
+        the entities named alongside it; None when no memory names it."""
+        return graph.describe(self._db, name, limit)
 
     def touch(self, ids: Sequence[str]) -> None:
         """Note that these memories were recalled now (`forget(unused_since=...)` spares them)."""
@@ -303,18 +286,24 @@ class MemoryStore:
                 self._db.execute(f"UPDATE memories SET last_used = ?, hits = hits + 1 WHERE id IN "
                                  f"({','.join('?' * len(ids))})", [_time.time(), *ids])
 
-    def _bm25(self, query: str, allowed: set[int] | None) -> dict[int, float]:
-        terms = query_terms(query)
-        if not terms:
+    def _encode_query(self, query: str) -> tuple[Any, Any]:
+        assert self.embedder is not None
+        if not self._pieces:
+            return self.embedder.encode([query])[0], None
+        vectors, pieces = self.embedder.encode_tokens([query])  # type: ignore[attr-defined]
+        return vectors[0], pieces[0]
+
+    def _bm25(self, words: list[str], allowed: set[int] | None) -> dict[int, float]:
+        if not words:
             return {}
         # bm25() is lower-is-better (negative); negate it so every score is higher-is-better.
         rows = self._db.execute(
-            "SELECT rowid, -bm25(memories_fts) FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
-            (fts_query(terms), self.params.candidates if allowed is None else 10 * self.params.candidates),
+            "SELECT rowid, -bm25(memory_terms) FROM memory_terms WHERE memory_terms MATCH ? ORDER BY rank LIMIT ?",
+            (fts_query(words), self.params.candidates if allowed is None else 10 * self.params.candidates),
         ).fetchall()
         return {r: s for r, s in rows if allowed is None or r in allowed}
 
-    def _dense(self, vector: Any, index: _Index, allowed: set[int] | None) -> dict[int, float]:
+    def _dense(self, vector: Any, index: Index, allowed: set[int] | None) -> dict[int, float]:
         import numpy as np
 
         if index.matrix is None:
@@ -327,28 +316,62 @@ class MemoryStore:
         top = np.argpartition(-sims, n - 1)[:n]
         return {index.rows[i]: float(sims[i]) for i in top if sims[i] > -1.0}
 
-    def _backfill(self, embedder: Embedder) -> None:
-        """Embed memories stored without a vector (BM25-only mode) or with another model's vector."""
-        missing = self._db.execute(
-            "SELECT row, text FROM memories WHERE embedding IS NULL OR model IS NOT ?", (embedder.name,)
-        ).fetchall()
-        for start in range(0, len(missing), 256):
-            chunk = missing[start:start + 256]
-            vectors = embedder.encode([text for _, text in chunk])
-            updates = [(v.tobytes(), embedder.name, row) for v, (row, _) in zip(vectors, chunk, strict=True)]
-            with self._transaction():
-                self._db.executemany("UPDATE memories SET embedding = ?, model = ? WHERE row = ?", updates)
+    def _token_matches(self, query: Any, best: list[int]) -> dict[int, float]:
+        """Token-match scores of these rows (those that have piece vectors)."""
+        assert self.embedder is not None
+        if not best or len(query) == 0:
+            return {}
+        marks = ",".join("?" * len(best))
+        found = self._db.execute(f"SELECT row, tokens FROM memories WHERE row IN ({marks}) AND tokens IS NOT NULL",
+                                 best).fetchall()
+        values = tokens.match(query, [blob for _, blob in found], self.embedder.dim)
+        return {row: value for (row, _), value in zip(found, values, strict=True)}
 
-    def _current_index(self) -> _Index:
+    def _backfill(self) -> None:
+        """Give memories what they lack: terms, cues and links (stored by an older version), vectors (stored
+        without embeddings or by another model), piece vectors. Each chunk is read inside its own write
+        transaction, so two processes opening one old store do not both fill the same rows."""
+        while True:
+            with self._transaction():
+                unread = self._db.execute("SELECT row, text FROM memories WHERE terms IS NULL LIMIT 1000").fetchall()
+                self._db.executemany("UPDATE memories SET terms = ?, asks = ?, timed = ? WHERE row = ?",
+                                     [(*_read(text), row) for row, text in unread])
+                if unread:
+                    graph.unlink(self._db, [row for row, _ in unread])
+                for row, text in unread:
+                    graph.link(self._db, row, text)
+            if not unread:
+                break
+        if self.embedder is None:
+            return
+        lacking = "embedding IS NULL OR model IS NOT ?" + (" OR tokens IS NULL" if self._pieces else "")
+        while True:
+            chunk = self._db.execute(f"SELECT row, text FROM memories WHERE {lacking} LIMIT ?",
+                                     (self.embedder.name, _CHUNK)).fetchall()
+            if not chunk:
+                return
+            vectors, pieces = self._encode([text for _, text in chunk])
+            blobs = pieces if pieces is not None else [None] * len(chunk)
+            updates = [(v.tobytes(), self.embedder.name, p, row)
+                       for v, p, (row, _) in zip(vectors, blobs, chunk, strict=True)]
+            with self._transaction():
+                self._db.executemany("UPDATE memories SET embedding = ?, model = ?, tokens = ? WHERE row = ?", updates)
+
+    def _current_index(self) -> Index:
         # data_version changes when another connection commits; _writes when this one does.
         version = (self._db.execute("PRAGMA data_version").fetchone()[0], self._writes)
         if self._index is None or version != self._index_version:
-            if self.embedder is not None:
-                self._backfill(self.embedder)
-                version = (self._db.execute("PRAGMA data_version").fetchone()[0], self._writes)
-            self._index = _Index(self._db, with_vectors=self.embedder is not None)
+            self._backfill()
+            version = (self._db.execute("PRAGMA data_version").fetchone()[0], self._writes)
+            self._index = Index(self._db, with_vectors=self.embedder is not None)
             self._index_version = version
         return self._index
+
+
+def _read(text: str) -> tuple[str, float, int]:
+    """What the store derives from a memory's text for search: its terms, question share, whether it tells a
+    time."""
+    return " ".join(terms(text)), question_share(text), int(states_time(text))
 
 
 @functools.cache
@@ -361,31 +384,3 @@ def recall(store: MemoryStore, query: str, k: int = 5) -> list[Memory]:
     found = store.search(query, k)
     store.touch([m.id for m in found])
     return found
-
-
-def _memory(row: tuple[Any, ...]) -> Memory:
-    _row, mem_id, text, when, session, source, tags = row
-    return Memory(mem_id, text, when, session, source, tuple(json.loads(tags)))
-
-
-def validate(item: NewMemory, where: str) -> None:
-    """Refuse what the store could not hold or later show: no text, text that is not valid Unicode (lone
-    surrogates), a time that is not a finite moment between the years 1 and 9999."""
-    if not item.text.strip():
-        raise UserError(f"{where}: a memory needs some text")
-    for label, value in (("text", item.text), ("id", item.id or ""), ("session", item.session),
-                         ("source", item.source), *(("tag", t) for t in item.tags)):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise UserError(f"{where}: its {label} is not valid Unicode (a lone surrogate)") from None
-    if item.time is not None:
-        import datetime
-        import math
-
-        try:
-            ok = math.isfinite(item.time) and datetime.datetime.fromtimestamp(item.time).year >= 1
-        except (OverflowError, OSError, ValueError):
-            ok = False
-        if not ok:
-            raise UserError(f"{where}: time {item.time!r} is not a moment a calendar can show")

@@ -11,8 +11,10 @@ import threading
 import time
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from ...errors import ToolError
-from ...memory import Memory, MemoryStore
+from ...memory import Fact, Memory, MemoryStore
 from ...workspace import state_database
 from ..base import ToolContext, ToolResult, tool
 
@@ -20,6 +22,7 @@ __all__ = ["memory_store_for", "save_memory", "search_memory"]
 
 MAX_MEMORY_CHARS = 4000
 MAX_TOP_K = 50
+MAX_FACTS = 20
 
 _stores: dict[Path, MemoryStore] = {}
 _stores_lock = threading.Lock()
@@ -48,8 +51,20 @@ def _line(m: Memory) -> str:
     return f"[{m.id}] ({when}){tags} {m.text}"
 
 
+class FactIn(BaseModel):
+    """A relation between two named things, e.g. Alice / works at / Quillon Labs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subject: str = Field(min_length=1, max_length=200)
+    relation: str = Field(min_length=1, max_length=200)
+    object: str = Field(min_length=1, max_length=200)
+
+
 @tool
-def save_memory(content: str, ctx: ToolContext, tags: list[str] | None = None) -> ToolResult:
+def save_memory(
+    content: str, ctx: ToolContext, tags: list[str] | None = None, facts: list[FactIn] | None = None
+) -> ToolResult:
     """Remember a fact for later runs and sessions: a user preference, a decision, something learned.
 
     Write one self-contained fact per call (who/what/when), since it will be read without this
@@ -58,6 +73,8 @@ def save_memory(content: str, ctx: ToolContext, tags: list[str] | None = None) -
     Args:
         content: The fact to remember, as a complete sentence.
         tags: Optional labels to group memories, e.g. ["preference"] or ["project-x"].
+        facts: Optional relations the sentence states between named things, e.g. [{"subject": "Alice",
+            "relation": "works at", "object": "Quillon Labs"}]; a later search for one finds the other.
     """
     text = content.strip()
     if not text:
@@ -66,7 +83,10 @@ def save_memory(content: str, ctx: ToolContext, tags: list[str] | None = None) -
         raise ToolError(f"content is {len(text)} characters; keep a memory under {MAX_MEMORY_CHARS} "
                         "(split it into separate facts)")
     store = memory_store_for(ctx)
-    mem, added = store.add(text, session=ctx.session, source="agent", tags=tags or ())
+    stated = [Fact(f.subject.strip(), f.relation.strip(), f.object.strip()) for f in facts or ()]
+    if len(stated) > MAX_FACTS:
+        raise ToolError(f"{len(stated)} facts; give at most {MAX_FACTS} per memory")
+    mem, added = store.add(text, session=ctx.session, source="agent", tags=tags or (), facts=stated)
     details = {"id": mem.id, "added": added, "store": str(store.path)}
     if added:
         return ToolResult(f"Saved as memory {mem.id}.", details=details)
