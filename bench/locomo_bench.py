@@ -2,6 +2,10 @@
 
     python bench/locomo_bench.py                      # BM25-only and hybrid, the five dev conversations
     python bench/locomo_bench.py --mode hybrid --set w_dense=0.5,neighbour_weight=0.2
+    python bench/locomo_bench.py --layout bare        # turns as bare texts: no session, no time, no date
+
+With `--layout bare` the turns are stored as a user importing plain notes would: the speaker and text only,
+no session, all at the moment of import (memory/index.py then chains them as one episode per source).
 
 Every turn of a conversation becomes a memory "(<session date>) <speaker>: <text>" (with the image
 caption, when the turn shared one), its id the turn's dia_id and its session the conversation's session,
@@ -44,19 +48,23 @@ def session_time(text: str) -> float:
     return 0.0
 
 
-def turns(conv: dict[str, Any], name: str) -> list[NewMemory]:
-    """The conversation's turns as memories, in order."""
+def turns(conv: dict[str, Any], name: str, layout: str = "sessions") -> list[NewMemory]:
+    """The conversation's turns as memories, in order (see the module docstring for `layout`)."""
     out: list[NewMemory] = []
     n = 1
     while f"session_{n}" in conv:
         date = conv.get(f"session_{n}_date_time", "")
         start = session_time(date)
         for i, turn in enumerate(conv[f"session_{n}"]):
-            text = f"({date}) {turn['speaker']}: {turn['text']}"
+            text = f"{turn['speaker']}: {turn['text']}"
             if turn.get("blip_caption"):
                 text += f" [shares an image: {turn['blip_caption']}]"
+            if layout == "bare":
+                out.append(NewMemory(text, id=turn["dia_id"], source="locomo"))
+                continue
             # One second apart keeps the turns of a session in order.
-            out.append(NewMemory(text, id=turn["dia_id"], time=start + i, session=f"{name}:{n}", source="locomo"))
+            out.append(NewMemory(f"({date}) {text}", id=turn["dia_id"], time=start + i, session=f"{name}:{n}",
+                                 source="locomo"))
         n += 1
     return out
 
@@ -72,7 +80,7 @@ def evidence(raw: list[str], known: set[str]) -> list[str]:
     return ids
 
 
-def run(mode: str, params: RankParams, files: list[Path]) -> dict[str, Any]:
+def run(mode: str, params: RankParams, files: list[Path], layout: str = "sessions") -> dict[str, Any]:
     """Index and query every conversation; per-category recall sums, counts, timings."""
     hits: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(KS))
     counts: dict[str, int] = defaultdict(int)
@@ -84,7 +92,7 @@ def run(mode: str, params: RankParams, files: list[Path]) -> dict[str, Any]:
             conv_all = json.loads(file.read_text())
             conv = conv_all.get("conversation", conv_all)
             qa = conv_all.get("qa", conv.get("qa", []))
-            items = turns(conv, file.stem)
+            items = turns(conv, file.stem, layout)
             store = MemoryStore(Path(tmp) / f"{mode}-{file.stem}.db", embeddings=(mode == "hybrid"), params=params)
             t0 = time.perf_counter()
             store.add_many(items)
@@ -131,20 +139,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=DATA, help="folder of LoCoMo conversation JSON files")
     ap.add_argument("--mode", choices=["bm25", "hybrid", "both"], default="both")
+    ap.add_argument("--layout", choices=["sessions", "bare"], default="sessions",
+                    help="turns with their session and time, or as bare texts")
     ap.add_argument("--set", default="", help="ranking weights to try, e.g. w_dense=0.5,neighbour_weight=0.2")
     args = ap.parse_args()
     files = sorted(args.data.glob("*.json"))
     if not files:
         sys.exit(f"no conversations in {args.data} (set --data or LOCOMO_DIR)")
     pairs = (kv.split("=") for kv in args.set.split(",") if kv)
-    ints = ("candidates", "neighbour_window")
+    ints = ("candidates", "neighbour_window", "hop_seeds", "token_candidates")
     params = dataclasses.replace(RankParams(), **{k: int(v) if k in ints else float(v) for k, v in pairs})
     modes = ["bm25", "hybrid"] if args.mode == "both" else [args.mode]
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    results = {m: run(m, params, files) for m in modes}
+    results = {m: run(m, params, files, args.layout) for m in modes}
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
     stored = ", ".join(f"{r['stored']} stored ({m})" for m, r in results.items())
-    print(f"{len(files)} conversations, {next(iter(results.values()))['turns']} turns, {stored}; "
+    print(f"{len(files)} conversations ({args.layout}), {next(iter(results.values()))['turns']} turns, {stored}; "
           f"{os.cpu_count()} cores, load average {load_before} before, {load_after} after; {params}\n")
     print(table(results))
 

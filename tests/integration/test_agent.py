@@ -86,7 +86,9 @@ async def test_deadline_stops_a_run_and_leaves_the_conversation_valid(serve, wor
 
 
 async def test_stopping_the_stream_cancels_the_run_and_records_it(serve, workspace: Path) -> None:
-    srv = serve([{"text": "a long answer " * 50, "chunk_size": 5, "delay": 0.05}])
+    # The stream stalls halfway, so the run cannot finish on its own before the consumer stops it (a reply
+    # that arrives whole could be played to the end before the generator is closed, on a busy machine).
+    srv = serve([{"text": "a long answer " * 50, "chunk_size": 5, "stall": 5}])
     store = SQLiteStore.for_workspace(workspace)
     agent = Agent(model_for(srv), [], workspace=workspace, store=store)
     async for event in agent.stream("talk", "cancel-me"):
