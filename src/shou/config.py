@@ -18,12 +18,19 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .settings import SANDBOX_BACKENDS, SECRET_FIELDS, Settings, convert, env_names, setting_fields
 from .trust import TrustStore, read_config_file
+
+__all__ = [
+    "NARROWING", "NO_MODEL_HELP", "PROVIDERS", "SAFE_SETTINGS", "SANDBOX_BACKENDS", "SECRET_FIELDS", "ModelConfig",
+    "Provider", "Settings", "describe", "load_settings", "mask", "redact_urls", "resolve_model", "user_config_dir",
+    "with_overrides",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,48 +68,6 @@ NO_MODEL_HELP = (
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
-    """Everything a run can be configured with. Build it with `load_settings()`."""
-
-    model: str | None = None
-    provider: str | None = None
-    base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    workspace: Path = field(default_factory=Path.cwd)
-    max_steps: int = 20
-    run_timeout: float = 300.0
-    tool_timeout: float = 30.0
-    max_parallel_tools: int = 4
-    stream: bool = True
-    temperature: float | None = None
-    tools: tuple[str, ...] | None = None
-    sandbox: str = "auto"
-    sandbox_timeout: float = 300.0
-    sandbox_memory_mb: int = 512
-    sandbox_network: bool = False
-    vision: bool | None = None
-    offline_fallback: bool = True
-    local_threads: int = 1
-    local_ctx: int = 4096
-    web_allow_hosts: tuple[str, ...] = ()
-    sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
-    env: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
-    ignored: tuple[Ignored, ...] = field(default=(), compare=False, repr=False)
-
-    @property
-    def sandbox_limits(self) -> Any:
-        """The sandbox `Limits` these settings ask for."""
-        from .sandbox.base import Limits
-
-        return Limits(timeout=self.sandbox_timeout, memory_mb=self.sandbox_memory_mb, network=self.sandbox_network)
-
-    @property
-    def state_dir(self) -> Path:
-        """The workspace's `.shou/` folder (session store, outputs)."""
-        return self.workspace / ".shou"
-
-
-@dataclass(frozen=True, slots=True)
 class Ignored:
     """Settings an untrusted workspace file asked for and did not get (names only, never values)."""
 
@@ -121,10 +86,9 @@ class Ignored:
                 f"{self.path.parent} to use them.")
 
 
-# What an untrusted workspace file may set. Safe: cannot run code, move a secret or weaken isolation.
-SAFE_SETTINGS = frozenset({
-    "max_steps", "run_timeout", "tool_timeout", "stream", "temperature", "vision", "offline_fallback",
-})
+# What an untrusted workspace file may set (declared `safe` in settings.py): cannot run code, move a secret or
+# weaken isolation.
+SAFE_SETTINGS = frozenset(name for name, f in setting_fields().items() if f.metadata.get("safe"))
 
 
 def _fewer_tools(trusted: tuple[str, ...] | None, asked: tuple[str, ...]) -> tuple[str, ...]:
@@ -156,18 +120,7 @@ class ModelConfig:
     key_setting: str
 
 
-_ENV = {
-    "model": "SHOU_MODEL", "provider": "SHOU_PROVIDER", "base_url": "SHOU_BASE_URL", "api_key": "SHOU_API_KEY",
-    "workspace": "SHOU_WORKSPACE", "max_steps": "SHOU_MAX_STEPS", "run_timeout": "SHOU_RUN_TIMEOUT",
-    "tool_timeout": "SHOU_TOOL_TIMEOUT", "max_parallel_tools": "SHOU_MAX_PARALLEL_TOOLS", "stream": "SHOU_STREAM",
-    "temperature": "SHOU_TEMPERATURE", "tools": "SHOU_TOOLS", "sandbox": "SHOU_SANDBOX",
-    "sandbox_timeout": "SHOU_SANDBOX_TIMEOUT", "sandbox_memory_mb": "SHOU_SANDBOX_MEMORY_MB",
-    "sandbox_network": "SHOU_SANDBOX_NETWORK", "vision": "SHOU_VISION",
-    "offline_fallback": "SHOU_OFFLINE_FALLBACK", "local_threads": "SHOU_LOCAL_THREADS",
-    "local_ctx": "SHOU_LOCAL_CTX", "web_allow_hosts": "SHOU_WEB_ALLOW_HOSTS",
-}
-SECRET_FIELDS = frozenset({"api_key"})
-SANDBOX_BACKENDS = ("auto", "bubblewrap", "docker", "local")
+_ENV = env_names()
 
 
 def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -191,7 +144,7 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
     def take(layer: Mapping[str, Any], source: str, trusted: bool = True) -> None:
         refused = []
         for key, raw in layer.items():
-            value = _convert(key, raw, source)
+            value = convert(key, raw, source)
             if not trusted and not _harmless(key, value):
                 if key not in NARROWING:
                     refused.append(key)
@@ -276,40 +229,12 @@ def _read_toml(path: Path, data: bytes | None) -> dict[str, Any]:
         parsed = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is not valid TOML: {e}") from None
-    known = {f.name for f in fields(Settings)} - {"sources", "env", "workspace", "ignored"}
+    known = set(setting_fields()) - {"workspace"}
     unknown = sorted(set(parsed) - known)
     if unknown:
         shown = ", ".join(k if k.isprintable() else repr(k) for k in unknown)  # names from the file: no escapes
         raise ConfigError(f"{path}: unknown setting(s) {shown}; known: {', '.join(sorted(known))}")
     return parsed
-
-
-def _convert(key: str, raw: Any, source: str) -> Any:
-    try:
-        if key in ("max_steps", "max_parallel_tools", "sandbox_memory_mb", "local_threads", "local_ctx"):
-            value = int(raw)
-            if value < 1:
-                raise ValueError("must be at least 1")
-            return value
-        if key in ("run_timeout", "tool_timeout", "temperature", "sandbox_timeout"):
-            value = float(raw)
-            if key != "temperature" and value <= 0:
-                raise ValueError("must be positive")
-            return value
-        if key in ("stream", "sandbox_network", "vision", "offline_fallback"):
-            if isinstance(raw, bool):
-                return raw
-            return str(raw).strip().lower() not in ("0", "false", "no", "off")
-        if key in ("tools", "web_allow_hosts"):
-            items = raw.split(",") if isinstance(raw, str) else list(raw)
-            return tuple(s.strip() for s in items if s.strip())
-        if key == "workspace":
-            return Path(raw)
-        if key == "sandbox" and raw not in SANDBOX_BACKENDS:
-            raise ValueError(f"choose one of {', '.join(SANDBOX_BACKENDS)}")
-        return str(raw) if raw is not None else None
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"setting {key!r} from {source} is invalid ({raw!r}): {e}") from None
 
 
 def resolve_model(settings: Settings) -> ModelConfig:
@@ -373,9 +298,7 @@ def redact_urls(text: str) -> str:
 def describe(settings: Settings) -> list[tuple[str, str, str]]:
     """Rows of (setting, shown value, source) for `shou config`; secrets masked."""
     rows = []
-    for f in fields(settings):
-        if f.name in ("sources", "env", "ignored"):
-            continue
+    for f in setting_fields().values():
         value = getattr(settings, f.name)
         shown = mask(value) if f.name in SECRET_FIELDS else ("" if value is None else redact_urls(str(value)))
         if isinstance(value, tuple):

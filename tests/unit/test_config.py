@@ -114,3 +114,18 @@ def test_secrets_are_masked(tmp_path: Path) -> None:
     assert shown["api_key"] == "sk-…9876"
     assert "verysecret" not in repr(s)
     assert mask(None) == "(not set)" and mask("short") == "****"
+
+
+def test_no_model_and_no_offline_model_says_how_to_install_it(tmp_path, monkeypatch) -> None:
+    import pytest
+
+    import shou.models.local as local
+    from shou.errors import ConfigError
+    from shou.models import get_model
+
+    monkeypatch.setattr(local, "local_available", lambda: (False, "llama-cpp-python is not installed"))
+    env = {"SHOU_CONFIG_DIR": str(tmp_path / "cfg"), "HOME": str(tmp_path)}
+    settings = load_settings({"workspace": tmp_path}, env=env)
+    with pytest.raises(ConfigError, match=r"pip install 'shou\[local\]'") as caught:
+        get_model(settings=settings)
+    assert "No model is configured" in str(caught.value)

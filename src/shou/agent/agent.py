@@ -70,13 +70,15 @@ class Agent:
 
     `model` is a `Model` or a spec such as `"deepseek:deepseek-chat"` (resolved from settings and the
     environment). Guards: `max_steps` model calls, `run_timeout` seconds of wall time, `repeat_limit`
-    identical consecutive calls, and optionally `max_total_tokens`. `vision` says whether the model may be
+    identical consecutive calls, and optionally `max_total_tokens`. `tool_timeout` limits every tool call,
+    whatever the tool declares; left None, a tool gets its own `@tool(timeout=...)` or 30 s, and `shell` and
+    `run_code` the sandbox's limit (300 s by default). `vision` says whether the model may be
     sent images (default: known vision models only); a text-only model gets a page's text instead.
     """
 
     def __init__(
         self, model: Model | str, tools: Iterable[Tool] | ToolSet = (), instructions: str | None = None, *,
-        max_steps: int = 20, run_timeout: float = 300.0, tool_timeout: float = 30.0, max_parallel_tools: int = 4,
+        max_steps: int = 20, run_timeout: float = 300.0, tool_timeout: float | None = None, max_parallel_tools: int = 4,
         repeat_limit: int = 3, max_total_tokens: int | None = None, workspace: str | Path | None = None,
         model_settings: ModelSettings | None = None, store: SQLiteStore | None = None, settings: Any = None,
         context: ContextPolicy | None = None, memory: Any = None, vision: bool | None = None,
@@ -90,7 +92,8 @@ class Agent:
         self.model: Model = model
         self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
         self.instructions = DEFAULT_INSTRUCTIONS if instructions is None else instructions
-        if max_steps < 1 or run_timeout <= 0 or tool_timeout <= 0 or max_parallel_tools < 1 or repeat_limit < 1:
+        if max_steps < 1 or run_timeout <= 0 or (tool_timeout is not None and tool_timeout <= 0) \
+                or max_parallel_tools < 1 or repeat_limit < 1:
             raise UserError(
                 "max_steps, run_timeout, tool_timeout, max_parallel_tools and repeat_limit must be positive"
             )

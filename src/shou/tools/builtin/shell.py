@@ -26,7 +26,8 @@ def sandbox_of(ctx: ToolContext) -> Sandbox:
     settings = ctx.settings
     if settings is None or not hasattr(settings, "sandbox_limits"):
         return get_sandbox(ctx.workspace)
-    return get_sandbox(ctx.workspace, settings.sandbox, settings.sandbox_limits)
+    image = getattr(settings, "sandbox_image", None)
+    return get_sandbox(ctx.workspace, settings.sandbox, settings.sandbox_limits, image)
 
 
 def to_result(r: ExecResult) -> ToolResult:

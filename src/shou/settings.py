@@ -1,0 +1,178 @@
+"""Every setting shou reads, declared once: name, type, default, variable, help, and what it may do.
+
+A setting is a field of `Settings`. Its type annotation decides how a value from a flag, a variable
+(`SHOU_<NAME>` unless declared otherwise), `.env` or `shou.toml` is converted; its metadata says what it
+is for (`shou config` lists them all), whether it is a secret (masked), whether an untrusted workspace
+file may set it (`safe`), and its bounds. config.py merges the sources; nothing else keeps a list of names.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import Field, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import ConfigError
+
+__all__ = ["MODEL_OPTIONS", "SANDBOX_BACKENDS", "SECRET_FIELDS", "Settings", "convert", "env_names", "setting_fields"]
+
+SANDBOX_BACKENDS = ("auto", "bubblewrap", "docker", "local")
+# Settings a person may pass with `-o KEY VALUE` (per-request model options).
+MODEL_OPTIONS = ("temperature", "max_tokens", "top_p", "seed")
+
+
+def _s(default: Any, help: str, *, env: str | None = None, safe: bool = False, secret: bool = False,
+       minimum: float | None = None, positive: bool = False) -> Any:
+    return field(default=default, metadata={"help": help, "env": env, "safe": safe, "secret": secret,
+                                            "minimum": minimum, "positive": positive})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything a run can be configured with. Build it with `load_settings()`."""
+
+    model: str | None = _s(None, "model, as PROVIDER:MODEL, MODEL, local: or scripted:FILE")
+    provider: str | None = _s(None, "provider preset: openai, deepseek, qwen, ollama, vllm, llamacpp, custom")
+    base_url: str | None = _s(None, "any OpenAI-compatible endpoint")
+    api_key: str | None = field(default=None, repr=False, metadata={"help": "key for base_url", "secret": True})
+    workspace: Path = field(default_factory=Path.cwd, metadata={"help": "folder the file tools work in"})
+    max_steps: int = _s(20, "most model calls in one run", safe=True, minimum=1)
+    run_timeout: float = _s(300.0, "seconds a run may take", safe=True, positive=True)
+    tool_timeout: float = _s(30.0, "seconds any one tool call may take (shell and run_code included)", safe=True,
+                             positive=True)
+    max_parallel_tools: int = _s(4, "tool calls of one step run at once", minimum=1)
+    max_total_tokens: int | None = _s(None, "token budget of one run (input + output); none by default",
+                                      safe=True, minimum=1)
+    stream: bool = _s(True, "stream the model's output", safe=True)
+    temperature: float | None = _s(None, "sampling temperature sent to the model", safe=True, minimum=0)
+    max_tokens: int | None = _s(None, "most tokens in one model reply", safe=True, minimum=1)
+    top_p: float | None = _s(None, "nucleus sampling share sent to the model", safe=True, minimum=0)
+    seed: int | None = _s(None, "sampling seed sent to the model (where supported)", safe=True)
+    tools: tuple[str, ...] | None = _s(None, "offer only these tools (comma-separated)")
+    sandbox: Literal["auto", "bubblewrap", "docker", "local"] = _s("auto", "where shell and run_code run")
+    sandbox_timeout: float = _s(300.0, "longest one shell/run_code call may run, whatever tool_timeout says",
+                                positive=True)
+    sandbox_memory_mb: int = _s(512, "memory of one sandboxed run, MB", minimum=1)
+    sandbox_network: bool = _s(False, "let sandboxed code use the network")
+    sandbox_image: str | None = _s(None, "Docker image for every language (docker backend; default: official ones)")
+    vision: bool | None = _s(None, "send images to the model (default: known vision models)", safe=True)
+    offline_fallback: bool = _s(True, "use the offline model when no model is configured", safe=True)
+    local_threads: int = _s(1, "threads of the offline model", minimum=1)
+    local_ctx: int = _s(4096, "context window of the offline model, tokens", minimum=1)
+    memory_store: str | None = _s(None, "long-term memory file (default .shou/memory.db; relative to the workspace)")
+    memory_embeddings: bool = _s(True, "rank memories with embeddings too (when installed)", safe=True)
+    web_allow_hosts: tuple[str, ...] = _s((), "private hosts web_fetch/browser may reach (host, host:port, CIDR)")
+    web_timeout: float = _s(30.0, "seconds one web request may take", safe=True, positive=True)
+    web_max_bytes: int = _s(5_000_000, "most bytes read from one web response", minimum=1)
+    web_search_backends: tuple[str, ...] | None = _s(None, "web_search backends in order: tavily, duckduckgo, searxng")
+    tavily_api_key: str | None = _s(None, "Tavily key for web_search", env="TAVILY_API_KEY", secret=True)
+    searxng_url: str | None = _s(None, "SearXNG instance for web_search", env="SEARXNG_URL")
+    browser_timeout: float | None = _s(None, "seconds one browser action may take (default 30)", safe=True,
+                                       positive=True)
+    browser_executable: str | None = _s(None, "Chromium binary for the browser tool")
+    browser_headless: bool = _s(True, "run the browser without a window")
+    sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    env: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    ignored: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def sandbox_limits(self) -> Any:
+        """The sandbox `Limits` these settings ask for. A tool_timeout someone set governs shell and run_code
+        too; left at its default, those two get sandbox_timeout (builds and test suites outlast 30 s)."""
+        from .sandbox.base import Limits
+
+        timeout = self.sandbox_timeout
+        if "tool_timeout" in self.sources:
+            timeout = min(timeout, self.tool_timeout)
+        return Limits(timeout=timeout, memory_mb=self.sandbox_memory_mb, network=self.sandbox_network)
+
+    @property
+    def model_settings(self) -> Any:
+        """The per-request model options these settings ask for (`ModelSettings`), or None for none."""
+        from .models.base import ModelSettings
+
+        extra = {k: v for k in ("top_p", "seed") if (v := getattr(self, k)) is not None}
+        if self.temperature is None and self.max_tokens is None and not extra:
+            return None
+        return ModelSettings(temperature=self.temperature, max_tokens=self.max_tokens, extra=extra)
+
+
+_BOOKKEEPING = ("sources", "env", "ignored")
+
+
+@functools.cache
+def setting_fields() -> dict[str, Field[Any]]:
+    """The settings (bookkeeping fields aside), by name."""
+    return {f.name: f for f in fields(Settings) if f.name not in _BOOKKEEPING}
+
+
+SECRET_FIELDS = frozenset(name for name, f in setting_fields().items() if f.metadata.get("secret"))
+
+
+@functools.cache
+def env_names() -> dict[str, str]:
+    """Setting name -> the environment variable that sets it."""
+    return {name: f.metadata.get("env") or f"SHOU_{name.upper()}" for name, f in setting_fields().items()}
+
+
+@functools.cache
+def _types() -> dict[str, Any]:
+    return typing.get_type_hints(Settings)
+
+
+def _parts(annotation: Any) -> tuple[Any, bool]:
+    """The annotation without `| None`, and whether None is allowed."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0], len(args) < len(typing.get_args(annotation))
+    return annotation, False
+
+
+def convert(key: str, raw: Any, source: str) -> Any:
+    """The value of setting `key` from `raw` (a string from a variable or flag, or a TOML value), checked."""
+    spec = setting_fields()[key]
+    kind, optional = _parts(_types()[key])
+    try:
+        if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in ("", "none")):
+            return None
+        if kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true or false")
+        if kind in (int, float):
+            if isinstance(raw, bool):
+                raise ValueError("expected a number")
+            value = kind(raw) if kind is float or not isinstance(raw, str) else int(raw.strip())
+            if kind is int and isinstance(raw, float) and not raw.is_integer():
+                raise ValueError("expected a whole number")
+            if spec.metadata.get("positive") and value <= 0:
+                raise ValueError("must be positive")
+            minimum = spec.metadata.get("minimum")
+            if minimum is not None and value < minimum:
+                raise ValueError(f"must be at least {minimum}")
+            return value
+        if typing.get_origin(kind) is tuple:
+            items = raw.split(",") if isinstance(raw, str) else list(raw)
+            if not all(isinstance(s, str) for s in items):
+                raise ValueError("expected names separated by commas, or a list of strings")
+            return tuple(s.strip() for s in items if s.strip())
+        if typing.get_origin(kind) is Literal:
+            if raw not in typing.get_args(kind):
+                raise ValueError(f"choose one of {', '.join(typing.get_args(kind))}")
+            return raw
+        if kind is Path:
+            return Path(raw)
+        if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+            raise ValueError("expected text")
+        return str(raw)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"setting {key!r} from {source} is invalid ({raw!r}): {e}") from None
