@@ -48,13 +48,17 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "shou.errors",
     "ModelError": "shou.errors",
     "ToolError": "shou.errors",
+    "ContextPolicy": "shou.context.builder",
+    "MemoryStore": "shou.memory",
     "events": "shou.events",
 }
 
 __all__ = [
     "Agent",
     "ConfigError",
+    "ContextPolicy",
     "ImagePart",
+    "MemoryStore",
     "Message",
     "Model",
     "ModelError",
@@ -85,7 +89,9 @@ if TYPE_CHECKING:
     from . import events
     from .agent.agent import Agent, RunResult
     from .config import Settings, load_settings
+    from .context.builder import ContextPolicy
     from .errors import ConfigError, ModelError, ShouError, ToolError, UserError
+    from .memory import MemoryStore
     from .messages import ImagePart, Message, TextPart, ToolCall
     from .models import get_model
     from .models.base import Model, ModelSettings

@@ -24,7 +24,7 @@ def test_calculator_task(serve, shou) -> None:
     assert r.returncode == 0, r.stderr
     assert "5535" in r.stdout
     assert "→ calculator(expression=\"123 * 45\")" in r.stderr
-    assert "completed · 2 steps" in r.stderr
+    assert "completed · session " in r.stderr and " · 2 steps · " in r.stderr
     first, second = srv.requests
     assert first["model"] == "scripted-test" and first["stream"] is True
     assert first["stream_options"] == {"include_usage": True}

@@ -43,7 +43,10 @@ def test_run_code_stateful_across_turns_of_one_run(serve, shou) -> None:
 
 
 def test_unknown_backend_is_a_clear_error(shou, serve) -> None:
-    r = shou("run", "x", "--sandbox", "vm", server=serve([]))
+    r = shou("run", "x", "--sandbox", "vm", server=serve([]))  # the flag offers its choices
+    assert r.returncode == 2
+    assert "--sandbox" in r.stderr and "'auto', 'bubblewrap', 'docker', 'local'" in r.stderr
+    r = shou("run", "x", server=serve([]), SHOU_SANDBOX="vm")  # so does the setting
     assert r.returncode == 2
     assert "sandbox" in r.stderr and "choose one of auto, bubblewrap, docker, local" in r.stderr
 

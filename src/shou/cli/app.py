@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -18,8 +19,10 @@ from rich.table import Table
 from ..errors import ShouError
 from .build import (
     BaseUrlOpt,
+    ContinueOpt,
     FunctionsOpt,
     ModelOpt,
+    OptionOpt,
     Options,
     ProviderOpt,
     SandboxOpt,
@@ -30,24 +33,42 @@ from .build import (
     VisionOpt,
     WorkspaceOpt,
     build_agent,
-    err,
+    continued,
     fail,
 )
-from .render import printable
 
 app = typer.Typer(
     name="shou", help="shou (手): an agent that carries a task to the end with tools.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"shou {version('shou')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
+                                          help="Print shou's version and exit.")] = False,
+) -> None:
+    """shou (手): an agent that carries a task to the end with tools."""
 
 
 def _mount_subcommands() -> None:
     from .memory import memory_app
     from .runs import resume, run
+    from .sessions import sessions, show
     from .trust import trust
 
     app.command()(run)
     app.command()(resume)
+    app.command()(sessions)
+    app.command()(show)
     app.add_typer(memory_app, name="memory")
     app.command(name="trust")(trust)
 
@@ -60,11 +81,15 @@ def chat(
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, session: SessionOpt = None,
     functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
+    option: OptionOpt = None,
+    continue_: ContinueOpt = False,
 ) -> None:
     """Talk with the agent turn by turn (/help lists the commands)."""
     from .repl import run_repl
 
-    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision)
+    session = continued(session, continue_, workspace)
+    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
+                   option)
     try:
         agent, settings = build_agent(opts)
     except ShouError as e:
@@ -109,34 +134,6 @@ def config(
               f"key {mask(cfg.api_key)} (from {cfg.key_setting})")
 
 
-@app.command()
-def sessions(workspace: WorkspaceOpt = None) -> None:
-    """List the sessions stored in the workspace, newest first."""
-    import time
-
-    from ..store.sqlite import SQLiteStore
-    from ..workspace import state_database
-
-    root = (workspace or Path.cwd()).resolve()
-    if not (root / ".shou" / "shou.db").exists():
-        err.print(f"no sessions yet in {root}")
-        return
-    try:
-        db = state_database(root, "shou.db")
-    except ShouError as e:
-        raise fail(str(e)) from None
-    with SQLiteStore(db) as store:
-        table = Table("session", "status", "runs", "updated", "first task", box=None)
-        for info in store.sessions():
-            updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.updated))
-            status = info.status or "-"
-            if status == "running" and not store.is_locked(info.name):
-                status = "interrupted (shou resume)"  # its process died without finishing it
-            table.add_row(escape(info.name), escape(status), str(info.runs), updated,
-                          escape(printable(info.title[:60])))
-        Console(highlight=False).print(table)
-
-
 @app.command(name="tools")
 def list_tools(functions: FunctionsOpt = None) -> None:
     """List the tools a run can offer the model."""
@@ -149,9 +146,15 @@ def list_tools(functions: FunctionsOpt = None) -> None:
             found.extend(load_tools_from_file(file))
     except ShouError as e:
         raise fail(str(e)) from None
-    out = Console(highlight=False)
+    table = Table("tool", "what it does", box=None, show_lines=False)
     for t in found:
-        out.print(f"[cyan]{t.name}[/]  {escape(t.description.splitlines()[0] if t.description else '')}")
+        table.add_row(f"[cyan]{escape(t.name)}[/]", escape(_first_paragraph(t.description)))
+    Console(highlight=False).print(table)
+
+
+def _first_paragraph(text: str) -> str:
+    """A tool description's opening paragraph on one line: whole sentences, never cut mid-way."""
+    return " ".join((text or "").strip().split("\n\n", 1)[0].split())
 
 
 @app.command()
@@ -200,4 +203,8 @@ def doctor() -> None:
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    import sys
+
+    from .build import join_option_pairs
+
+    app(args=join_option_pairs(sys.argv[1:]), prog_name="shou")

@@ -24,7 +24,7 @@ from ..workspace import state_database
 
 memory_app = typer.Typer(
     name="memory", help="Long-term memory: add, search, list, forget and import memories.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
 )
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 

@@ -14,7 +14,17 @@ from typing import TextIO
 from rich.console import Console
 from rich.markup import escape
 
-from ..events import Compacted, Event, Notice, RunFinished, TextDelta, ToolCallFinished, ToolCallStarted
+from ..events import (
+    Compacted,
+    Event,
+    Notice,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+)
 
 # C0 controls but tab and newline, DEL, and C1 controls: what a terminal acts on (escape sequences can move
 # the cursor, rewrite what was printed, set the title or the clipboard). Model text, tool output and file
@@ -56,22 +66,33 @@ class Renderer:
         self.err = err or Console(stderr=True, highlight=False, soft_wrap=True)
         self.json_lines = json_lines
         self._midline = False
+        self.session = ""
+        # Calls of one step, numbered in the order the model made them: with several running at once the
+        # results arrive in completion order, and each says which call it answers.
+        self._calls: dict[str, tuple[int, int]] = {}  # call id -> (step, number within the step)
+        self._per_step: dict[int, int] = {}
 
     def __call__(self, event: Event) -> None:
         if self.json_lines:
             self.out.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
             self.out.flush()
             return
+        if isinstance(event, RunStarted | RunResumed):
+            self.session = getattr(event, "session", "") or self.session
         if isinstance(event, TextDelta):
             self.out.write(printable(event.text))
             self.out.flush()
             self._midline = not event.text.endswith("\n")
         elif isinstance(event, ToolCallStarted):
             self._newline()
-            self.err.print(f"[cyan]→ {escape(event.call.name)}[/]({escape(format_arguments(event.call.arguments))})")
+            n = self._per_step[event.step] = self._per_step.get(event.step, 0) + 1
+            self._calls[event.call.id] = (event.step, n)
+            self.err.print(f"[cyan]→ {escape(self._label(event.call.name, event.call.id))}[/]"
+                           f"({escape(format_arguments(event.call.arguments))})")
         elif isinstance(event, ToolCallFinished):
             style = "red" if event.is_error else "dim"
-            self.err.print(f"  [{style}]← {escape(short(event.content))}[/]")
+            self.err.print(f"  [{style}]← {escape(self._label(event.name, event.call_id))}: "
+                           f"{escape(short(event.content))}[/]")
         elif isinstance(event, Compacted):
             self._newline()
             self.err.print(f"[dim]context compacted: {event.tokens_before} → {event.tokens_after} tokens[/]")
@@ -82,6 +103,11 @@ class Renderer:
             self._newline()
             self.summary(event)
 
+    def _label(self, name: str, call_id: str) -> str:
+        """`name`, or `name #2` when its step made more than one call."""
+        step, n = self._calls.get(call_id, (0, 0))
+        return f"{name} #{n}" if self._per_step.get(step, 0) > 1 or n > 1 else name
+
     def _newline(self) -> None:
         if self._midline:
             self.out.write("\n")
@@ -89,12 +115,13 @@ class Renderer:
             self._midline = False
 
     def summary(self, done: RunFinished) -> None:
-        """The closing line: status, steps, tokens, seconds (and the error, if any)."""
+        """The closing line: status, session, steps, tokens, seconds (and the error, if any)."""
         if done.error and done.status != "completed":
             self.err.print(f"[{STATUS_STYLE.get(done.status, 'red')}]{escape(printable(done.error))}[/]")
         style = STATUS_STYLE.get(done.status, "red")
         self.err.print(
-            f"[{style}]{done.status}[/] · {done.steps} step{'s' * (done.steps != 1)} · "
+            f"[{style}]{done.status}[/] · session {escape(self.session or '?')} · "
+            f"{done.steps} step{'s' * (done.steps != 1)} · "
             f"{done.usage.total_tokens} tokens ({done.usage.input_tokens} in, {done.usage.output_tokens} out) · "
             f"{done.wall_time:.1f} s"
         )

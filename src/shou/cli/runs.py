@@ -18,8 +18,10 @@ from rich.markup import escape
 from ..errors import ShouError
 from .build import (
     BaseUrlOpt,
+    ContinueOpt,
     FunctionsOpt,
     ModelOpt,
+    OptionOpt,
     Options,
     ProviderOpt,
     SandboxOpt,
@@ -31,6 +33,7 @@ from .build import (
     WorkspaceOpt,
     build_agent,
     close_resources,
+    continued,
     err,
     fail,
 )
@@ -40,31 +43,37 @@ STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run(
-    task: Annotated[str, typer.Argument(help="What to do. Use - to read it from stdin.")],
+    task: Annotated[str, typer.Argument(metavar="TASK", help="What to do. Use - to read it from stdin.")],
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, session: SessionOpt = None,
     functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
-    json_lines: JsonOpt = False,
+    option: OptionOpt = None,
+    json_lines: JsonOpt = False, continue_: ContinueOpt = False,
 ) -> None:
     """Carry out TASK with the model and tools, streaming what happens, then print a summary."""
     task = _read_task(task)
-    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision)
+    session = continued(session, continue_, workspace)
+    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
+                   option)
     _execute(opts, json_lines, lambda agent: agent.stream(task, session))
 
 
 def resume(
     session: Annotated[str | None, typer.Argument(
+        metavar="SESSION",
         help="The session whose run to continue (default: the workspace's most recent unfinished run).")] = None,
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, functions: FunctionsOpt = None,
-    stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None, json_lines: JsonOpt = False,
+    stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
+    option: OptionOpt = None, json_lines: JsonOpt = False,
 ) -> None:
     """Continue a run whose process was killed, from its first unfinished step.
 
     Finished tool calls never run again; a call that was running when the process died is reported to the
     model as interrupted (its outcome unknown), unless its tool is idempotent, which runs again.
     """
-    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision)
+    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
+                   option)
 
     def start(agent: Any) -> Any:
         name = session

@@ -1,0 +1,109 @@
+"""A newcomer's walk in a real terminal (tmux): the README's quick-start commands in a fresh clone, then
+`shou chat` continuing the session they made, `/compact`, `/quit`, and `shou show` reading it back."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ..fixtures.needs import need
+from .conftest import shou_env
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Tmux:
+    """One detached tmux session running a shell, read through capture-pane."""
+
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+        self.name = f"shou-test-{uuid.uuid4().hex[:8]}"
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k.isidentifier())
+        self.env = env
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "200", "-y", "50", "-c", str(cwd),
+                        f"env -i {exports} bash --norc --noprofile"], check=True, env=env)
+
+    def type(self, text: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, "-l", text], check=True)
+        subprocess.run(["tmux", "send-keys", "-t", self.name, "Enter"], check=True)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-J", "-S", "-2000", "-t", self.name],
+                              capture_output=True, text=True, check=True).stdout
+
+    def wait_for(self, pattern: str, timeout: float = 60, after: int = 0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if re.search(pattern, screen[after:]):
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"{pattern!r} did not appear within {timeout} s; the screen:\n{self.screen()}")
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+def readme_commands() -> list[str]:
+    """The shell lines of the README's first code block (the quick start)."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text, re.S)
+    assert block, "the README has no bash block"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+@pytest.fixture
+def clone(tmp_path: Path) -> Path:
+    need(shutil.which("tmux") is not None, "tmux is installed (.ci/install)")
+    need((ROOT / ".git").exists(), "the tests run from a git checkout")
+    target = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(target)], check=True)
+    return target
+
+
+def test_quick_start_then_chat_in_a_terminal(serve, clone: Path, tmp_path: Path) -> None:
+    [quick] = readme_commands()
+    install, run = (part.strip() for part in quick.split("&&"))
+    assert install.startswith("pip install -e '.[local]'")  # CI installed that (and more) from this checkout
+    assert run.startswith("shou run ")
+    env = shou_env(tmp_path, None, TERM="xterm-256color", PROMPT_TOOLKIT_NO_CPR="1")
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    term = Tmux(clone, env)
+    try:
+        # 1. The README's command, as typed: the offline model answers (no key, no network).
+        term.type(run.replace("shou ", f"{shlex.quote(sys.executable)} -m shou ", 1))
+        screen = term.wait_for(r"(completed|max_steps|error) · session \S+ ·", timeout=300)
+        assert "5535" in screen, screen
+        session = re.search(r"· session (\S+) ·", screen).group(1)  # type: ignore[union-attr]
+        # 2. The same session in chat, against a scripted model this time.
+        srv = serve([{"text": "We computed 123 * 45 = 5535 before."},
+                     {"text": "Summary: the user asked for 123 * 45; it is 5535."}])
+        mark = len(term.screen())
+        term.type(f"SHOU_BASE_URL={srv.base_url} SHOU_MODEL=scripted-test SHOU_API_KEY=k "
+                  f"{shlex.quote(sys.executable)} -m shou chat -c")
+        term.wait_for(rf"session {re.escape(session)}", after=mark)
+        term.wait_for("›", after=mark)
+        term.type("What did we compute?")
+        term.wait_for(r"We computed 123 \* 45 = 5535 before\.", after=mark)
+        term.wait_for(r"completed · session", after=mark)
+        term.type("/compact")
+        term.wait_for(r"compacted: \d+ → \d+ tokens|nothing to compact yet", after=mark)
+        term.type("/quit")
+        term.type("echo walk-$((40 + 2))")
+        term.wait_for(r"walk-42", after=mark, timeout=20)
+        # 3. The whole conversation, read back.
+        mark = len(term.screen())
+        term.type(f"{shlex.quote(sys.executable)} -m shou show {session} | cat")
+        shown = term.wait_for(r"We computed 123 \* 45", after=mark)
+        assert "What is 123 * 45?" in shown[mark:] and "What did we compute?" in shown[mark:]
+    finally:
+        term.close()
+    history = [m["content"] for m in srv.requests[0]["messages"] if m["role"] == "user"]
+    assert history[0] == "What is 123 * 45?" and history[-1] == "What did we compute?"
