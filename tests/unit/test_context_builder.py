@@ -92,6 +92,18 @@ def test_validator_rejects_broken_requests() -> None:
         validate_messages([Message.user("x"), Message.assistant(None, [call])])
 
 
+def test_encodings_are_built_offline_from_shipped_files(tmp_path, monkeypatch) -> None:
+    from shou.context.tokens import load_encoding
+
+    # tiktoken would download into (or read from) its cache; shou's loader touches neither.
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # any download attempt would fail
+    assert load_encoding("cl100k_base").encode("hello world") == [15339, 1917]
+    assert load_encoding("o200k_base").encode("hello world") == [24912, 2375]
+    assert load_encoding("o200k_base").n_vocab == 200019
+    assert not (tmp_path / "cache").exists()
+
+
 def test_token_counts_are_real_encodings_and_cached() -> None:
     enc = get_encoder("cl100k_base")
     assert enc("hello world") == 2  # tiktoken's cl100k, loaded offline

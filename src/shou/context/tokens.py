@@ -1,19 +1,20 @@
 """Token counting (tiktoken encodings, cached per message) and context windows of known models.
 
-tiktoken downloads its encoding files on first use, which fails offline; the `bpe-openai` package ships
-the same files, so shou seeds tiktoken's cache from it. Without either, a length estimate is used.
+tiktoken downloads its encoding files on first use, which fails offline. shou ships the two it uses in
+`encodings/` (OpenAI's files, MIT licence, rewritten by scripts/make_encodings.py after checking them
+against tiktoken's published SHA-256, into a form that loads in a third of the time) and builds the
+encodings from them, writing nothing anywhere. Without tiktoken, a length estimate is used.
 """
 
 from __future__ import annotations
 
-import functools
 import gzip
 import hashlib
-import importlib.util
-import os
-import tempfile
+import itertools
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..messages import Message
 
@@ -49,39 +50,67 @@ def encoding_name(model: str) -> str:
     return "o200k_base" if name.startswith(("gpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4")) else "cl100k_base"
 
 
-@functools.cache
+# What tiktoken_ext.openai_public declares for each encoding besides its ranks (the split pattern, the
+# special tokens), and the SHA-256 of the shipped rank file.
+_ENCODINGS: dict[str, tuple[str, dict[str, int], str]] = {
+    "cl100k_base": (
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|"""
+        r"""\s+(?!\S)|\s""",
+        {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259, "<|fim_suffix|>": 100260,
+         "<|endofprompt|>": 100276},
+        "9ef8402c916638b4e5896df1b798958e6377ae5ee9ecce199388d117f2a44973",
+    ),
+    "o200k_base": (
+        "|".join([
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""\p{N}{1,3}""",
+            r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+            r"""\s*[\r\n]+""",
+            r"""\s+(?!\S)""",
+            r"""\s+""",
+        ]),
+        {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+        "2f451f31d7403017d0b0dc6319ded23a09f33f573b1635c001fc6b91a1c21302",
+    ),
+}
+
+
+_encoders: dict[str, Callable[[str], int]] = {}
+_encoders_lock = threading.Lock()
+
+
 def get_encoder(name: str = "cl100k_base") -> Callable[[str], int]:
-    """A function counting the tokens of a text in encoding `name`."""
-    try:
-        import tiktoken
-    except ImportError:
-        return _estimate
-    try:
-        _seed_tiktoken_cache(name)
-        enc = tiktoken.get_encoding(name)
-    except Exception:  # offline and not seedable: estimate rather than fail a run
-        return _estimate
-    return lambda text: len(enc.encode(text, disallowed_special=()))
+    """A function counting the tokens of a text in encoding `name` (built once per process)."""
+    with _encoders_lock:  # one build, even when a prefetch thread is already at it
+        found = _encoders.get(name)
+        if found is None:
+            try:
+                enc = load_encoding(name)
+                found = _encoders[name] = lambda text: len(enc.encode(text, disallowed_special=()))
+            except Exception:  # no tiktoken, or a damaged install: estimate rather than fail a run
+                found = _encoders[name] = _estimate
+        return found
 
 
-def _seed_tiktoken_cache(name: str) -> None:
-    """Put `bpe-openai`'s copy of the encoding where tiktoken looks for its download."""
-    url = f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
-    cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR") or os.path.join(
-        tempfile.gettempdir(), "data-gym-cache")
-    target = Path(cache) / hashlib.sha1(url.encode()).hexdigest()
-    if target.exists():
-        return
-    # find_spec locates the package without importing it (its import is slow and loads every encoding).
-    spec = importlib.util.find_spec("bpe_openai")
-    if spec is None or not spec.submodule_search_locations:
-        return
-    source = Path(next(iter(spec.submodule_search_locations))) / "data" / f"{name}.tiktoken.gz"
-    if source.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(gzip.decompress(source.read_bytes()))
-        tmp.replace(target)  # atomic: a concurrent reader never sees half a file
+def prefetch_encoder(model: str) -> None:
+    """Start building `model`'s encoder in a background thread, so the first count does not wait for it all."""
+    threading.Thread(target=get_encoder, args=(encoding_name(model),), name="shou-tokens", daemon=True).start()
+
+
+def load_encoding(name: str) -> Any:
+    """The tiktoken `Encoding` `name` built from the files shou ships (no download, no cache written)."""
+    import tiktoken
+
+    pattern, special, digest = _ENCODINGS[name]
+    blob = gzip.decompress((Path(__file__).parent / "encodings" / f"{name}.ranks.gz").read_bytes())
+    if hashlib.sha256(blob).hexdigest() != digest:
+        raise ValueError(f"the {name} encoding file is damaged (its SHA-256 does not match)")
+    # N (4 bytes), N one-byte lengths, then the N tokens' bytes, in rank order (scripts/make_encodings.py).
+    n = int.from_bytes(blob[:4], "big")
+    ends = list(itertools.accumulate(blob[4 : 4 + n], initial=4 + n))
+    ranks = dict(zip(map(blob.__getitem__, map(slice, ends, ends[1:])), range(n), strict=True))
+    return tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special)
 
 
 def _estimate(text: str) -> int:

@@ -86,5 +86,3 @@ class Retrying:
     delay: float
     reason: str
 
-
-ModelStreamEvent = ModelEvent | Retrying

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from ..errors import UserError
 from .base import Tool
 
 
 class ToolSet:
-    """An ordered, name-unique collection of tools; the wire specs are built once."""
+    """An ordered, name-unique collection of tools."""
 
-    __slots__ = ("_specs", "_tools")
+    __slots__ = ("_tools",)
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
-        self._specs: list[dict[str, Any]] | None = None
         for t in tools:
             self.add(t)
 
@@ -27,7 +25,6 @@ class ToolSet:
         if t.name in self._tools:
             raise UserError(f"two tools are named {t.name!r}; tool names must be unique")
         self._tools[t.name] = t
-        self._specs = None
 
     def get(self, name: str) -> Tool | None:
         """The tool called `name`, or None."""
@@ -37,12 +34,6 @@ class ToolSet:
     def names(self) -> list[str]:
         """Tool names in the order they were added."""
         return list(self._tools)
-
-    def specs(self) -> list[dict[str, Any]]:
-        """The `tools` list of a Chat Completions request."""
-        if self._specs is None:
-            self._specs = [t.spec() for t in self._tools.values()]
-        return self._specs
 
     def only(self, names: Iterable[str]) -> ToolSet:
         """A ToolSet with just `names`; an unknown name is an error that lists the valid ones."""

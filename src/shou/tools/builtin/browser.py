@@ -18,9 +18,6 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 # Imported here, not lazily, so that without Playwright the builtin registry leaves this tool out.
-from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import TimeoutError as PlaywrightTimeout
-
 from ...errors import ToolError
 from ...net.address import ALLOW_HINT, Allow, check_address
 from ...workspace import save_output
@@ -125,6 +122,8 @@ async def _locate(page: Any, selector: str | None, index: int | None, action: st
     if not selector:
         raise ToolError(f"{action} needs selector (CSS or Playwright, e.g. 'text=Sign in') or index "
                         "(a number from action='elements')")
+    from playwright.async_api import Error as PlaywrightError
+
     loc = page.locator(selector)
     try:
         count = await loc.count()
@@ -187,6 +186,10 @@ async def browser(
         key: The key to press, e.g. 'Enter', 'Tab', 'Control+a'.
         full_page: For screenshot: the whole page instead of the visible part.
     """
+    # Imported here, not with the module: a run that never opens a page should not pay 0.1-0.4 s for it.
+    from playwright.async_api import Error as PlaywrightError
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
     act_ms, nav_ms = _timeouts(ctx)
     if action == "navigate" or (action == "tab_open" and url):
         url = await _check_url(ctx, url)  # before starting a browser for a URL that will be refused

@@ -10,13 +10,16 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...errors import ToolError
-from ...memory import Fact, Memory, MemoryStore
 from ...workspace import state_database
 from ..base import ToolContext, ToolResult, tool
+
+if TYPE_CHECKING:  # the store is imported when a tool first runs: most runs never touch memory
+    from ...memory import Memory, MemoryStore
 
 __all__ = ["memory_store_for", "save_memory", "search_memory"]
 
@@ -41,6 +44,8 @@ def memory_store_for(ctx: ToolContext) -> MemoryStore:
     with _stores_lock:
         store = _stores.get(path)
         if store is None:
+            from ...memory import MemoryStore
+
             store = _stores[path] = MemoryStore(path, embeddings=embeddings)
         return store
 
@@ -83,6 +88,8 @@ def save_memory(
         raise ToolError(f"content is {len(text)} characters; keep a memory under {MAX_MEMORY_CHARS} "
                         "(split it into separate facts)")
     store = memory_store_for(ctx)
+    from ...memory import Fact
+
     stated = [Fact(f.subject.strip(), f.relation.strip(), f.object.strip()) for f in facts or ()]
     if len(stated) > MAX_FACTS:
         raise ToolError(f"{len(stated)} facts; give at most {MAX_FACTS} per memory")

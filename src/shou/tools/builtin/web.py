@@ -24,16 +24,17 @@ import functools
 import os
 import ssl
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import httpx
 
 from ...errors import ToolError
 from ...net.address import ALLOW_HINT, Allow, check_address
 from ...net.egress import egress_proxy
 from ..base import ToolContext, ToolResult, run_in_daemon_thread, tool
 from ..truncate import truncate
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["check_address", "web_fetch", "web_search"]
 
@@ -108,6 +109,8 @@ async def web_fetch(url: str, ctx: ToolContext) -> ToolResult:
     Args:
         url: The http:// or https:// URL to fetch.
     """
+    import httpx  # here, not with the module: most runs never fetch, and httpx takes ~60 ms to import
+
     limit = int(_setting(ctx, "web_max_bytes", default=DEFAULT_MAX_BYTES))
     seconds = float(_setting(ctx, "web_timeout", default=DEFAULT_TIMEOUT))
     allow = Allow.from_settings(ctx.settings)
@@ -126,11 +129,15 @@ async def web_fetch(url: str, ctx: ToolContext) -> ToolResult:
 
 @functools.cache
 def _tls() -> ssl.SSLContext:
+    import httpx
+
     # Building one costs ~17 ms (loading the CA bundle), and a client with a proxy would build two per call.
     return httpx.create_ssl_context(trust_env=False)
 
 
 async def _fetch(url: str, limit: int, seconds: float, allow: Allow) -> ToolResult:
+    import httpx
+
     current, hops = url.strip(), []
     # Only through the egress proxy, never a proxy from the environment: it connects to checked addresses only.
     async with httpx.AsyncClient(follow_redirects=False, trust_env=False, timeout=httpx.Timeout(seconds),
@@ -209,6 +216,8 @@ def _json(resp: httpx.Response) -> Any:
 
 
 async def _tavily(ctx: ToolContext, query: str, n: int, seconds: float) -> list[SearchHit]:
+    import httpx
+
     key = _setting(ctx, "tavily_api_key", "TAVILY_API_KEY")
     base = str(_setting(ctx, "tavily_base_url", "TAVILY_BASE_URL", "https://api.tavily.com")).rstrip("/")
     async with httpx.AsyncClient(timeout=seconds) as client:
@@ -219,6 +228,8 @@ async def _tavily(ctx: ToolContext, query: str, n: int, seconds: float) -> list[
 
 
 async def _searxng(ctx: ToolContext, query: str, n: int, seconds: float) -> list[SearchHit]:
+    import httpx
+
     base = str(_setting(ctx, "searxng_url", "SEARXNG_URL")).rstrip("/")
     async with httpx.AsyncClient(timeout=seconds) as client:
         resp = await client.get(f"{base}/search", params={"q": query, "format": "json"})
@@ -284,6 +295,8 @@ async def web_search(query: str, ctx: ToolContext, max_results: int = 5) -> Tool
         query: What to search for, e.g. 'httpx streaming response size limit'.
         max_results: How many results to return (1-20).
     """
+    import httpx
+
     if not query.strip():
         raise ToolError("query is empty; say what to search for")
     n = max(1, min(int(max_results), 20))
