@@ -1,4 +1,4 @@
-"""Cold start with a memory store: what 1,000 saved memories add to a fresh `shou` process.
+"""Cold start: what `import shou`, a one-step run, and 1,000 saved memories cost a fresh `shou` process.
 
     python bench/cold_start.py            # 1,000 memories, median of 5 runs of each command
     python bench/cold_start.py --memories 5000 --runs 7
@@ -7,9 +7,11 @@ In a temporary workspace holding `.shou/memory.db` with N memories (embedded, as
 leaves them), each command runs in a new process, alternating, so that every one pays Python's start, the
 imports and, for the last two, the model load and the index build:
 
-- `shou --help`: the floor;
-- `shou memory search QUERY`: opens the store, embeds the query, searches;
-- `shou run --model scripted:FILE TASK`: a one-step run, which recalls memories for the task first.
+- `import shou` (python -c): the library alone;
+- `shou --help`: the floor for the command line;
+- `shou run --model scripted:FILE TASK` in an empty workspace: a one-step run, nothing to recall;
+- `shou memory search QUERY` with the memories: opens the store, embeds the query, searches;
+- `shou run --model scripted:FILE TASK` with the memories: recalls memories for the task first.
 
 The time each adds over `shou --help` is the cost of memory on the hot path (the goal: under 1 s).
 """
@@ -69,17 +71,22 @@ def main() -> None:
         build = time.perf_counter() - t0
         script = work / "one-step.json"
         script.write_text(json.dumps({"turns": [{"text": "Dark mode, as noted."}]}))
+        empty = work / "empty"
+        empty.mkdir()
+        task = "Which editor theme does Ana like?"
         commands = {
-            "shou --help": [*SHOU, "--help"],
-            "shou memory search": [*SHOU, "memory", "search", "which editor theme does Ana like?"],
-            "shou run (one step)": [*SHOU, "run", "--model", f"scripted:{script}", "Which editor theme does Ana like?"],
+            "import shou": ([sys.executable, "-c", "import shou"], work),
+            "shou --help": ([*SHOU, "--help"], work),
+            "shou run (one step, no memories)": ([*SHOU, "run", "--model", f"scripted:{script}", task], empty),
+            "shou memory search": ([*SHOU, "memory", "search", "which editor theme does Ana like?"], work),
+            "shou run (one step, 1,000 memories)": ([*SHOU, "run", "--model", f"scripted:{script}", task], work),
         }
         times: dict[str, list[float]] = {name: [] for name in commands}
-        for cmd in commands.values():  # warm the file cache and bytecode once, untimed
-            timed(cmd, work)
+        for cmd, cwd in commands.values():  # warm the file cache and bytecode once, untimed
+            timed(cmd, cwd)
         for _ in range(args.runs):
-            for name, cmd in commands.items():
-                times[name].append(timed(cmd, work))
+            for name, (cmd, cwd) in commands.items():
+                times[name].append(timed(cmd, cwd))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     floor = statistics.median(times["shou --help"])
@@ -88,7 +95,8 @@ def main() -> None:
     print("| command | median (s) | added over `shou --help` (s) |\n|---|---|---|")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"| `{name}` | {median:.2f} | {'' if name == 'shou --help' else f'{median - floor:+.2f}'} |")
+        added = "" if name in ("shou --help", "import shou") else f"{median - floor:+.2f}"
+        print(f"| `{name}` | {median:.2f} | {added} |")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,13 @@
-"""Containment of the bubblewrap sandbox, each test asserting the specific failure it expects."""
+"""Containment of the sandboxes, each test asserting the specific failure it expects.
+
+The attacks run against bubblewrap and against Docker (a real engine, in the image `.ci/docker-image` builds
+from this machine's packages); the tests that depend on how one backend works name it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import resource
 import socket
 import subprocess
@@ -12,18 +17,52 @@ from pathlib import Path
 
 import pytest
 
-from shou.sandbox.base import Limits
+from shou.sandbox.base import Limits, Sandbox
 from shou.sandbox.bubblewrap import BubblewrapSandbox
 from shou.sandbox.stateful import StatefulPython
 
+from ..fixtures.needs import need
+
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux-only")
+DOCKER_IMAGE = os.environ.get("SHOU_DOCKER_IMAGE", "shou-sandbox:local")
 
 
 @pytest.fixture
-def sb(workspace: Path) -> BubblewrapSandbox:
+def bwrap(workspace: Path) -> BubblewrapSandbox:
     ok, why = BubblewrapSandbox.available()
     assert ok, f"bubblewrap must work here (.ci/install installs it): {why}"
     return BubblewrapSandbox(workspace, Limits(timeout=20))
+
+
+def docker_sandbox(workspace: Path, limits: Limits) -> Sandbox:
+    """A DockerSandbox in the locally built image (skipped, or failed under CI, without an engine)."""
+    from shou.sandbox.docker import DEFAULT_IMAGES, DockerSandbox
+
+    ok, why = DockerSandbox.available()
+    need(ok, f"a Docker engine (.ci/install starts one): {why}")
+    found = subprocess.run(["docker", "image", "inspect", DOCKER_IMAGE], capture_output=True)
+    need(found.returncode == 0, f"the image {DOCKER_IMAGE} (.ci/docker-image builds it)")
+    return DockerSandbox(workspace, limits, images=dict.fromkeys(DEFAULT_IMAGES, DOCKER_IMAGE))
+
+
+def containers() -> list[str]:
+    """shou's containers the engine still has, running or not."""
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", "label=shou"], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+@pytest.fixture(params=["bubblewrap", "docker"])
+def sb(request: pytest.FixtureRequest, workspace: Path) -> Sandbox:
+    if request.param == "docker":
+        return docker_sandbox(workspace, Limits(timeout=20))
+    return request.getfixturevalue("bwrap")
+
+
+async def nothing_left(sb: Sandbox) -> bool:
+    """No process of the sandbox's program (bubblewrap: its uid) and no container (Docker) remains."""
+    if isinstance(sb, BubblewrapSandbox):
+        return await no_processes_of(sb.uid)
+    return containers() == []
 
 
 async def no_processes_of(uid: int, within: float = 5.0) -> bool:
@@ -38,11 +77,11 @@ async def no_processes_of(uid: int, within: float = 5.0) -> bool:
         await asyncio.sleep(0.1)
 
 
-async def py(sb: BubblewrapSandbox, code: str, **limits: object):
+async def py(sb: Sandbox, code: str, **limits: object):
     return await sb.run_code("python", code, limits=sb.limits.with_(**limits) if limits else None)
 
 
-async def test_host_loopback_service_is_unreachable(sb: BubblewrapSandbox) -> None:
+async def test_host_loopback_service_is_unreachable(sb: Sandbox) -> None:
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
     try:
@@ -52,12 +91,12 @@ async def test_host_loopback_service_is_unreachable(sb: BubblewrapSandbox) -> No
     assert r.exit_code == 1 and "ConnectionRefusedError" in r.stderr
 
 
-async def test_dns_fails(sb: BubblewrapSandbox) -> None:
+async def test_dns_fails(sb: Sandbox) -> None:
     r = await py(sb, "import socket; socket.getaddrinfo('pypi.org', 443)")
     assert r.exit_code == 1 and "socket.gaierror" in r.stderr
 
 
-async def test_writing_outside_the_workspace_fails(sb: BubblewrapSandbox, workspace: Path) -> None:
+async def test_writing_outside_the_workspace_fails(sb: Sandbox, workspace: Path) -> None:
     r = await sb.run(["bash", "-c", "for p in /usr/shou-x /etc/shou-x /shou-x; do echo x > $p; done; "
                                     "echo inside > /workspace/ok.txt; echo tmp > /tmp/t && cat /tmp/t"])
     assert r.stderr.count("Read-only file system") + r.stderr.count("Permission denied") == 3, r.stderr
@@ -66,7 +105,7 @@ async def test_writing_outside_the_workspace_fails(sb: BubblewrapSandbox, worksp
     assert r.stdout == "tmp\n"  # and so is a private /tmp
 
 
-async def test_shou_state_is_hidden_from_the_program(sb: BubblewrapSandbox, workspace: Path) -> None:
+async def test_shou_state_is_hidden_from_the_program(sb: Sandbox, workspace: Path) -> None:
     (workspace / ".shou").mkdir()
     (workspace / ".shou" / "shou.db").write_text("session log")
     r = await sb.run(["bash", "-c", "ls -A /workspace/.shou; echo tamper > /workspace/.shou/shou.db"])
@@ -74,12 +113,12 @@ async def test_shou_state_is_hidden_from_the_program(sb: BubblewrapSandbox, work
     assert (workspace / ".shou" / "shou.db").read_text() == "session log"
 
 
-async def test_host_root_is_not_readable(sb: BubblewrapSandbox) -> None:
+async def test_host_root_is_not_readable(sb: Sandbox) -> None:
     r = await sb.run(["bash", "-c", "ls /root; cat /root/.bashrc; ls /home"])
     assert r.stderr.count("No such file or directory") == 3, r.stderr
 
 
-async def test_fork_bomb_is_contained_and_the_host_stays_responsive(sb: BubblewrapSandbox) -> None:
+async def test_fork_bomb_is_contained_and_the_host_stays_responsive(sb: Sandbox) -> None:
     bomb = asyncio.create_task(sb.run(["bash", "-c", "b() { b | b & }; b; sleep 5"], limits=sb.limits.with_(timeout=8)))
     await asyncio.sleep(1.5)
     t0 = time.monotonic()
@@ -88,28 +127,28 @@ async def test_fork_bomb_is_contained_and_the_host_stays_responsive(sb: Bubblewr
     r = await bomb
     assert r.reason in ("exit", "timeout", "killed")
     assert "fork: retry" in r.stderr or "Resource temporarily unavailable" in r.stderr or r.reason == "timeout"
-    assert await no_processes_of(sb.uid), "fork bomb processes outlived the sandbox"
+    assert await nothing_left(sb), "fork bomb processes outlived the sandbox"
 
 
-async def test_allocating_2gb_fails(sb: BubblewrapSandbox) -> None:
+async def test_allocating_2gb_fails(sb: Sandbox) -> None:
     r = await py(sb, "x = bytearray(2 * 1024**3); print('allocated')")
     assert "allocated" not in r.stdout
     assert r.reason == "memory" and "512 MB" in r.note
 
 
-async def test_infinite_loop_ends_at_the_timeout(sb: BubblewrapSandbox) -> None:
+async def test_infinite_loop_ends_at_the_timeout(sb: Sandbox) -> None:
     t0 = time.monotonic()
     r = await py(sb, "while True: pass", timeout=1.5)
     assert r.reason == "timeout" and r.exit_code is None
     assert time.monotonic() - t0 < 6
 
 
-async def test_cpu_limit_is_reported(sb: BubblewrapSandbox) -> None:
+async def test_cpu_limit_is_reported(sb: Sandbox) -> None:
     r = await py(sb, "while True: pass", cpu_seconds=1, timeout=15)
     assert r.reason == "cpu"
 
 
-async def test_escapes_leave_no_process_behind(sb: BubblewrapSandbox) -> None:
+async def test_escapes_leave_no_process_behind(sb: Sandbox) -> None:
     script = ("setsid sleep 1001 & nohup sleep 1002 >/dev/null 2>&1 & (sleep 1003 &) ; "
               "bash -c 'sleep 1004 & disown'; python3 -c \"import os\nif os.fork() == 0:\n"
               "    os.setsid()\n    if os.fork() == 0: os.execvp('sleep', ['sleep', '1005'])\"; echo launched")
@@ -117,15 +156,15 @@ async def test_escapes_leave_no_process_behind(sb: BubblewrapSandbox) -> None:
     assert r.stdout.strip() == "launched"
     await asyncio.sleep(0.3)
     found = subprocess.run(["pgrep", "-f", "sleep 100[1-5]"], capture_output=True, text=True).stdout.split()
-    assert found == [], f"escaped processes still running: {found}"
+    assert found == [] and await nothing_left(sb), f"escaped processes still running: {found}"
 
 
 async def test_a_gigabyte_of_output_is_truncated_and_memory_stays_bounded(
-    sb: BubblewrapSandbox, workspace: Path
+    bwrap: BubblewrapSandbox, workspace: Path
 ) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
-    r = await sb.run(["bash", "-c", "head -c 1073741824 /dev/zero | tr '\\0' x; echo; echo THE-END"],
-                     limits=sb.limits.with_(timeout=120))
+    r = await bwrap.run(["bash", "-c", "head -c 1073741824 /dev/zero | tr '\\0' x; echo; echo THE-END"],
+                     limits=bwrap.limits.with_(timeout=120))
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert r.exit_code == 0 and r.stdout_omitted > 1_000_000_000
     assert len(r.stdout) < 100_000 and r.stdout.rstrip().endswith("THE-END")
@@ -141,13 +180,13 @@ async def test_a_gigabyte_of_output_is_truncated_and_memory_stays_bounded(
     ("java", "public class Main { public static void main(String[] a) { int s = 0; "
              "for (int i = 0; i < 10; i++) s += i; System.out.println(s); } }"),
 ])
-async def test_languages_print_a_computed_result(sb: BubblewrapSandbox, language: str, code: str) -> None:
+async def test_languages_print_a_computed_result(sb: Sandbox, language: str, code: str) -> None:
     r = await sb.run_code(language, code)
     assert r.ok, r.for_model()
     assert r.stdout.strip() == {"python": "45", "bash": "45", "node": "90", "java": "45"}[language]
 
 
-async def test_java_that_needs_more_heap_fails_clearly(sb: BubblewrapSandbox) -> None:
+async def test_java_that_needs_more_heap_fails_clearly(sb: Sandbox) -> None:
     code = ("import java.util.*; public class Main { public static void main(String[] a) { "
             "List<long[]> keep = new ArrayList<>(); while (true) keep.add(new long[1 << 20]); } }")
     r = await sb.run_code("java", code, limits=sb.limits.with_(memory_mb=256))
@@ -155,16 +194,16 @@ async def test_java_that_needs_more_heap_fails_clearly(sb: BubblewrapSandbox) ->
     assert "stopped: out of memory" in r.for_model() and "256 MB" in r.for_model()
 
 
-async def test_network_can_be_allowed_per_call(sb: BubblewrapSandbox) -> None:
-    allowed = BubblewrapSandbox(sb.workspace, Limits(timeout=20, network=True))
+async def test_network_can_be_allowed_per_call(bwrap: BubblewrapSandbox) -> None:
+    allowed = BubblewrapSandbox(bwrap.workspace, Limits(timeout=20, network=True))
     r = await allowed.run(["cat", "/proc/net/dev"])
     assert r.stdout.count(":") > 1  # the host's interfaces are visible, not just lo
-    r = await sb.run(["cat", "/proc/net/dev"], limits=Limits(network=True))
+    r = await bwrap.run(["cat", "/proc/net/dev"], limits=Limits(network=True))
     assert r.stdout.count(":") == 1  # a call cannot widen what the sandbox allows
 
 
-async def test_stateful_python_keeps_state_and_restarts_after_a_timeout(sb: BubblewrapSandbox) -> None:
-    kernel = StatefulPython(sb, sb.limits.with_(timeout=2))
+async def test_stateful_python_keeps_state_and_restarts_after_a_timeout(bwrap: BubblewrapSandbox) -> None:
+    kernel = StatefulPython(bwrap, bwrap.limits.with_(timeout=2))
     try:
         assert (await kernel.execute("x = 41")).ok
         assert (await kernel.execute("print(x + 1)")).stdout == "42\n"

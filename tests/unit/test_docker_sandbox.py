@@ -20,6 +20,8 @@ from shou.errors import UserError
 from shou.sandbox.base import Limits
 from shou.sandbox.docker import DEFAULT_IMAGES, DockerSandbox
 
+from ..fixtures.needs import need
+
 MiB = 1024 * 1024
 
 
@@ -163,7 +165,8 @@ async def test_each_language_gets_its_image_and_every_limit(ws: Path, language: 
     assert cfg["tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=10m,mode=1777",
                             "/workspace/.shou": "ro,nosuid,nodev,size=64k"}  # shou's state hidden
     assert cfg["cap_drop"] == ["ALL"] and cfg["security_opt"] == ["no-new-privileges"]
-    assert cfg["user"] == "65534:65534"
+    owner = os.stat(ws)
+    assert cfg["user"] == f"{owner.st_uid}:{owner.st_gid}"  # writes in the workspace belong to its owner
     assert cfg["working_dir"] == "/workspace"
     binds = {spec["bind"]: (host, spec["mode"]) for host, spec in cfg["volumes"].items()}
     assert binds["/workspace"] == (str(ws.resolve()), "rw")
@@ -219,7 +222,8 @@ def test_config_is_accepted_by_the_sdk(ws: Path, tmp_path: Path) -> None:
     body = docker.APIClient(base_url="unix:///nonexistent.sock", version="1.43").create_container_config(**args)
     host = body["HostConfig"]
     assert body["Entrypoint"] == ["python3"] and body["Cmd"] == ["-u", "/code/main.py"]
-    assert body["User"] == "65534:65534" and body["WorkingDir"] == "/workspace" and body["NetworkDisabled"] is True
+    assert body["User"] == f"{os.stat(ws).st_uid}:{os.stat(ws).st_gid}" and body["WorkingDir"] == "/workspace"
+    assert body["NetworkDisabled"] is True
     assert host["Memory"] == host["MemorySwap"] == 256 * MiB and host["NanoCpus"] == 10**9 and host["PidsLimit"] == 33
     assert host["ReadonlyRootfs"] is True and host["CapDrop"] == ["ALL"] and host["NetworkMode"] == "none"
     assert sorted(host["Binds"]) == sorted([f"{ws.resolve()}:/workspace:rw", f"{tmp_path}:/code:ro"])
@@ -377,17 +381,18 @@ async def test_run_without_an_engine_says_so(monkeypatch: pytest.MonkeyPatch, ws
 
 # --- a real engine -------------------------------------------------------------------------------------------
 
+ENGINE_IMAGE = os.environ.get("SHOU_DOCKER_IMAGE", "shou-sandbox:local")  # built by .ci/docker-image
+
+
 @pytest.fixture
 def engine_sandbox(ws: Path) -> DockerSandbox:
     ok, why = DockerSandbox.available()
-    if not ok:
-        pytest.skip(f"no Docker engine: {why}")
-    # Run as ourselves so the program may write the workspace (nobody could only read it).
-    user = f"{os.getuid()}:{os.getgid()}" if hasattr(os, "getuid") else "65534:65534"
-    return DockerSandbox(ws, Limits(timeout=60, memory_mb=256), user=user)
+    need(ok, f"a Docker engine (.ci/install starts one): {why}")
+    # The default user: the workspace's owner, who may write it.
+    return DockerSandbox(ws, Limits(timeout=60, memory_mb=256), images=dict.fromkeys(DEFAULT_IMAGES, ENGINE_IMAGE))
 
 
-@pytest.mark.timeout(900)  # the first run may pull the image
+@pytest.mark.timeout(900)
 class TestWithEngine:
     async def test_python_prints_a_computed_result(self, engine_sandbox: DockerSandbox) -> None:
         result = await engine_sandbox.run_code("python", "print(sum(i * i for i in range(1000)))")

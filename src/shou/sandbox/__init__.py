@@ -11,7 +11,7 @@ from .base import LANGUAGES, ExecResult, Limits, Sandbox
 __all__ = ["BACKENDS", "LANGUAGES", "ExecResult", "Limits", "Sandbox", "diagnose", "get_sandbox"]
 
 BACKENDS = SANDBOX_BACKENDS
-_CACHE: dict[tuple[str, Path, Limits], Sandbox] = {}
+_CACHE: dict[tuple[str, Path, Limits, str | None], Sandbox] = {}
 
 
 def _availability(backend: str) -> tuple[bool, str]:
@@ -28,10 +28,12 @@ def _availability(backend: str) -> tuple[bool, str]:
     return LocalSandbox.available()
 
 
-def get_sandbox(workspace: str | Path, backend: str = "auto", limits: Limits | None = None) -> Sandbox:
+def get_sandbox(workspace: str | Path, backend: str = "auto", limits: Limits | None = None,
+                image: str | None = None) -> Sandbox:
     """The sandbox for `workspace` (one per backend, workspace and limits, so session state persists).
 
     `auto` takes bubblewrap, then Docker; `local` (no isolation) is used only when asked for by name.
+    `image` is the Docker image for every language (Docker only; default: one official image each).
     """
     if backend not in BACKENDS:
         raise UserError(f"unknown sandbox backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -48,13 +50,13 @@ def get_sandbox(workspace: str | Path, backend: str = "auto", limits: Limits | N
         else:
             raise UserError("no sandbox backend works here (" + "; ".join(reasons) + "). Fix one of them, "
                             "or run without isolation with --sandbox local (SHOU_SANDBOX=local)")
-    key = (backend, root, limits)
+    key = (backend, root, limits, image)
     if key not in _CACHE:
-        _CACHE[key] = _build(backend, root, limits)
+        _CACHE[key] = _build(backend, root, limits, image)
     return _CACHE[key]
 
 
-def _build(backend: str, root: Path, limits: Limits) -> Sandbox:
+def _build(backend: str, root: Path, limits: Limits, image: str | None = None) -> Sandbox:
     if backend == "bubblewrap":
         from .bubblewrap import BubblewrapSandbox
 
@@ -65,7 +67,8 @@ def _build(backend: str, root: Path, limits: Limits) -> Sandbox:
     if backend == "docker":
         from .docker import DockerSandbox
 
-        return DockerSandbox(root, limits)
+        return DockerSandbox(root, limits, images=dict.fromkeys(("python", "bash", "node", "java"), image)
+                             if image else None)
     from .local import LocalSandbox
 
     return LocalSandbox(root, limits)

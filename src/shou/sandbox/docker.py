@@ -48,6 +48,15 @@ WAIT_SLACK = 30.0  # the SDK's own wait timeout, past ours, so a silent engine c
 MiB = 1024 * 1024
 
 
+def _owner(workspace: Path) -> str:
+    """`uid:gid` of the workspace's owner (nobody's when it does not exist yet: it is made by us, then)."""
+    try:
+        st = os.stat(workspace)
+    except OSError:
+        return f"{os.getuid()}:{os.getgid()}"
+    return f"{st.st_uid}:{st.st_gid}"
+
+
 def _sdk() -> Any:
     """The `docker` module, or a UserError that says how to install it."""
     try:
@@ -61,19 +70,20 @@ class DockerSandbox:
     """Runs commands and code in throwaway Docker containers (one per call), under `limits`.
 
     `images` overrides the image per language (keys: python, bash, node, java; plain `run()` uses
-    bash's). `user` is who the program runs as: the default, nobody (65534), can read a 0755 workspace
-    but not write it; pass `f"{os.getuid()}:{os.getgid()}"` to write files as yourself. `client` is a
+    bash's). `user` is who the program runs as, by default the workspace's owner, so that what it writes
+    there belongs to whoever owns the rest (a root-owned workspace: uid 0 inside, with every capability
+    dropped, no new privileges, a read-only root and only the workspace bound writable). `client` is a
     `docker.DockerClient` (made with `docker.from_env()` on first use when not given).
     """
 
     name = "docker"
 
     def __init__(self, workspace: Path, limits: Limits = Limits(), *, images: dict[str, str] | None = None,
-                 user: str = "65534:65534", client: Any = None) -> None:
+                 user: str | None = None, client: Any = None) -> None:
         self.workspace = Path(workspace).resolve()  # the engine needs absolute bind sources
         self.limits = limits
         self.images = {**DEFAULT_IMAGES, **(images or {})}
-        self.user = user
+        self.user = user if user is not None else _owner(self.workspace)
         self._client = client
 
     @staticmethod
@@ -228,10 +238,13 @@ class DockerSandbox:
             elif exit_code == CPU_LIMIT_STATUS:
                 reason = "cpu"
         spilled = [str(c.spill_path.relative_to(self.workspace)) for c in (out, err) if c.spill_path and c.spilled]
+        notes = [f"it ran out of memory: the limit is {limits.memory_mb} MB"] if reason == "memory" else []
+        if len(spilled) > 1:
+            notes.append(f"[the full stderr is in {spilled[1]}]")
         return ExecResult(
             stdout=out.text(), stderr=stderr, exit_code=exit_code, duration=duration, reason=reason,
             stdout_omitted=out.omitted, stderr_omitted=err.omitted, output_path=spilled[0] if spilled else None,
-            note=f"[the full stderr is in {spilled[1]}]" if len(spilled) > 1 else "",
+            note="; ".join(notes),
         )
 
 
@@ -274,7 +287,12 @@ def _create_sync(client: Any, config: dict[str, Any]) -> Any:
         # 404 is the SDK's ImageNotFound: pull once and try again. (Checked by status so fakes need no SDK.)
         if getattr(exc, "status_code", None) != 404:
             raise
-    client.images.pull(config["image"])
+    try:
+        client.images.pull(config["image"])
+    except Exception as exc:  # no registry (offline, a private network): say what to do, not the engine's 500
+        first = str(exc).splitlines()[0][:300]
+        raise UserError(f"the Docker image {config['image']!r} is not on this engine and cannot be pulled ({first}); "
+                        "pull or build it, or set sandbox_image to an image the engine has") from None
     return client.containers.create(**config)
 
 
