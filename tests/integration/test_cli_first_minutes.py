@@ -97,6 +97,13 @@ def test_model_options_reach_the_wire(serve, shou, workspace: Path) -> None:
     assert bad.returncode == 2 and "not a model option" in bad.stderr
 
 
+def test_any_setting_can_be_given_for_one_run(serve, shou) -> None:
+    srv = serve([calc("1+1"), {"text": "2"}])
+    r = shou("run", "-o", "max_total_tokens", "5", "add", server=srv)  # a budget, from the command line
+    assert r.returncode == 1 and "budget" in r.stderr, r.stderr
+    assert len(srv.requests) == 1
+
+
 def test_every_setting_the_code_reads_can_be_set(shou, workspace: Path) -> None:
     (workspace / "shou.toml").write_text('max_total_tokens = 5000\nbrowser_timeout = 9\nmemory_embeddings = false\n')
     shou("trust", "--yes")

@@ -40,7 +40,8 @@ SandboxOpt = Annotated[Literal["auto", "bubblewrap", "docker", "local"] | None, 
     "--sandbox", help="Where shell and run_code run (local: no isolation).")]
 OptionOpt = Annotated[list[str] | None, typer.Option(
     "--option", "-o", metavar="KEY VALUE",
-    help="A model option: temperature, max_tokens, top_p or seed (repeatable), e.g. -o temperature 0.2.")]
+    help="A model option (temperature, max_tokens, top_p, seed) or any setting for this run (repeatable), "
+         "e.g. -o temperature 0.2 -o max_total_tokens 20000.")]
 ContinueOpt = Annotated[bool, typer.Option("--continue", "-c", help="Continue the workspace's latest session.")]
 
 
@@ -86,17 +87,19 @@ def join_option_pairs(argv: list[str]) -> list[str]:
 
 
 def model_options(items: Sequence[str]) -> dict[str, str]:
-    """`-o KEY=VALUE` items as setting overrides; only model options are accepted."""
-    from ..settings import MODEL_OPTIONS
+    """`-o KEY=VALUE` items as setting overrides: the model options, or any other setting by its name."""
+    from ..settings import MODEL_OPTIONS, setting_fields
 
+    known = set(setting_fields()) - {"workspace"}
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise UserError(f"-o {item}: give a key and a value, e.g. -o temperature 0.2")
         name = key.strip().lower().replace("-", "_")
-        if name not in MODEL_OPTIONS:
-            raise UserError(f"-o {key}: not a model option; choose from {', '.join(MODEL_OPTIONS)}")
+        if name not in known:
+            raise UserError(f"-o {key}: not a model option ({', '.join(MODEL_OPTIONS)}) nor a setting "
+                            "(`shou config` lists them)")
         out[name] = value
     return out
 
