@@ -96,8 +96,18 @@ def _fewer_tools(trusted: tuple[str, ...] | None, asked: tuple[str, ...]) -> tup
 
 
 # Narrowing: an untrusted value only counts as far as it tightens the trusted one.
+def _more_rules(trusted: tuple[str, ...], asked: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*trusted, *asked)))
+
+
+# Lists of permission rules add up across sources (the user's and a trusted workspace's), never replace.
+MERGED = frozenset({"permissions_allow", "permissions_ask", "permissions_deny"})
+
 NARROWING: dict[str, Callable[[Any, Any], Any]] = {
     "tools": _fewer_tools,
+    # More rules that ask or deny only ever take away: an untrusted workspace may add them.
+    "permissions_ask": _more_rules,
+    "permissions_deny": _more_rules,
     "sandbox_timeout": min,
     "sandbox_memory_mb": min,
     "sandbox_network": lambda trusted, asked: trusted and asked,
@@ -150,6 +160,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
                     refused.append(key)
                     continue
                 value = NARROWING[key](values.get(key, getattr(defaults, key)), value)
+            if key in MERGED and key in values:
+                value = _more_rules(values[key], value)
             values[key] = value
             sources[key] = source
         if refused:
@@ -229,6 +241,12 @@ def _read_toml(path: Path, data: bytes | None) -> dict[str, Any]:
         parsed = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    permissions = parsed.pop("permissions", None)
+    if permissions is not None:  # [permissions] allow/ask/deny are the settings permissions_allow/...
+        if not isinstance(permissions, dict) or set(permissions) - {"allow", "ask", "deny"}:
+            raise ConfigError(f"{path}: [permissions] takes allow, ask and deny, each a list of rules")
+        for outcome, rules in permissions.items():
+            parsed[f"permissions_{outcome}"] = rules
     known = set(setting_fields()) - {"workspace"}
     unknown = sorted(set(parsed) - known)
     if unknown:

@@ -18,7 +18,7 @@ from .usage import Usage
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _PLAIN = frozenset({str, int, float, bool})
 RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "truncated", "error", "cancelled",
-                    "interrupted"]
+                    "interrupted", "waiting_approval"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +178,37 @@ class StepFinished(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRequested(Event):
+    """A call waits for a person (`--approvals defer`): `why` says which rule asked; `rule` is the narrow
+    rule an "always" answer would add."""
+
+    type: ClassVar[str] = "approval_requested"
+    step: int
+    call: ToolCall
+    why: str
+    rule: str = ""
+    at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided(Event):
+    """Who decided a call that needed a decision, what, and when. `scope`: this call only (`once`), every
+    call the rule covers for the rest of the session (`session`), or from now on (`rule`, written to the
+    user's config). `by` is a person (`user:NAME`), `--yes`, or `policy` (nobody could be asked)."""
+
+    type: ClassVar[str] = "approval_decided"
+    step: int
+    call_id: str
+    name: str
+    allow: bool
+    by: str
+    scope: str = "once"
+    rule: str = ""
+    reason: str = ""
+    at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class RunFinished(Event):
     """The run ended with `status`; `answer` is the final text (empty unless completed)."""
 
@@ -206,6 +237,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         HistoryCleared,
         Compacted,
         StepFinished,
+        ApprovalRequested,
+        ApprovalDecided,
         RunFinished,
     )
 }

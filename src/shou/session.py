@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .events import (
+    ApprovalDecided,
+    ApprovalRequested,
     Compacted,
     Event,
     Feedback,
@@ -64,6 +66,7 @@ class OpenRun:
     answer: Message | None = None  # the last model turn, when it had no calls (a final answer not yet closed)
     awaiting_response: bool = False  # a request was made and its answer never recorded
     cut: bool = False  # the last model turn was cut at the output limit: its calls must never run
+    waiting: bool = False  # it stopped for approvals (`waiting_approval`), not because its process died
 
     @property
     def unanswered(self) -> list[ToolCall]:
@@ -75,7 +78,8 @@ class MessageFold:
     """Folds events into the session's state: its messages (tool results in call order), the summary
     that stands for compacted ones, the working memory, and the run that has not finished, if any."""
 
-    __slots__ = ("_pending", "_results", "messages", "open_run", "summary", "summary_upto", "working_memory")
+    __slots__ = ("_pending", "_results", "decisions", "granted", "messages", "open_run", "requested", "summary",
+                 "summary_upto", "working_memory")
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
@@ -85,6 +89,9 @@ class MessageFold:
         self.open_run: OpenRun | None = None
         self._pending: list[str] = []
         self._results: dict[str, list[Message]] = {}
+        self.requested: dict[str, ApprovalRequested] = {}  # call id -> the request, while it waits
+        self.decisions: dict[str, ApprovalDecided] = {}  # call id -> what was decided
+        self.granted: list[str] = []  # rules a person allowed for the rest of the session
 
     def apply(self, event: Event) -> None:
         """Update the state with one event."""
@@ -93,6 +100,7 @@ class MessageFold:
             if event.details and "working_memory" in event.details and not event.is_error:
                 self.working_memory = str(event.details["working_memory"])
             self._results[event.call_id] = tool_messages(event)
+            self.requested.pop(event.call_id, None)
             if run is not None:
                 run.finished.add(event.call_id)
             if len(self._results) >= len(self._pending):
@@ -119,13 +127,25 @@ class MessageFold:
             self.messages.append(Message.user(event.task))
             self.open_run = OpenRun(event.run_id, event.task)
         elif isinstance(event, RunFinished):
-            self._flush()
-            self.open_run = None
+            if event.status == "waiting_approval" and run is not None:
+                # Resumable once the calls are decided: their results are still to come, in call order.
+                run.waiting = True
+            else:
+                self._flush()
+                self.open_run = None
+        elif isinstance(event, ApprovalRequested):
+            self.requested[event.call.id] = event
+        elif isinstance(event, ApprovalDecided):
+            self.decisions[event.call_id] = event
+            self.requested.pop(event.call_id, None)
+            if event.allow and event.scope in ("session", "rule") and event.rule:
+                self.granted.append(event.rule)
         elif isinstance(event, Feedback):
             self._flush()
             self.messages.append(Message.user(event.text))
         elif isinstance(event, StepFinished):
-            self._flush()
+            if all(c in self._results for c in self._pending):  # else some wait for approval: keep their place
+                self._flush()
             if run is not None:
                 run.usage = event.usage  # the run's running total, compaction included
         elif isinstance(event, Compacted):
@@ -195,6 +215,21 @@ class Session:
         return self._fold.working_memory
 
     @property
+    def pending_approvals(self) -> dict[str, ApprovalRequested]:
+        """Calls waiting for a person's decision, by call id."""
+        return self._fold.requested
+
+    @property
+    def decisions(self) -> dict[str, ApprovalDecided]:
+        """Every approval decision of the session, by call id."""
+        return self._fold.decisions
+
+    @property
+    def granted(self) -> list[str]:
+        """Rules a person allowed for the rest of this session."""
+        return self._fold.granted
+
+    @property
     def open_run(self) -> OpenRun | None:
         """The run the log shows started and not finished (killed, or running in another process)."""
         return self._fold.open_run
@@ -253,10 +288,12 @@ class Session:
         run = self.open_run
         if run is None:
             return None
+        if run.waiting:
+            why = "Error: not run: it was waiting for a person's approval when a new task started."
         for call in run.unanswered:
             self.record(ToolCallFinished(run.run_id, run.step, call.id, call.name, why, is_error=True))
-        self.record(RunFinished(run.run_id, "interrupted", "", run.step, run.usage, 0.0,
-                                "the process running it stopped before it finished; `shou resume` continues such "
-                                "a run"))
+        why_end = ("it was waiting for approval when something else started on the session" if run.waiting else
+                   "the process running it stopped before it finished; `shou resume` continues such a run")
+        self.record(RunFinished(run.run_id, "interrupted", "", run.step, run.usage, 0.0, why_end))
         self.commit()
         return run

@@ -75,6 +75,12 @@ class Settings:
                                        positive=True)
     browser_executable: str | None = _s(None, "Chromium binary for the browser tool")
     browser_headless: bool = _s(True, "run the browser without a window")
+    permissions_allow: tuple[str, ...] = _s((), "rules TOOL or TOOL(PATTERN) run without asking ([permissions] allow)")
+    permissions_ask: tuple[str, ...] = _s((), "rules that ask a person first ([permissions] ask)")
+    permissions_deny: tuple[str, ...] = _s((), "rules never allowed ([permissions] deny)")
+    approvals: Literal["ask", "yes", "deny", "defer"] | None = _s(
+        None, "what an ask does: ask on the terminal, yes to all, deny, or defer (stop waiting_approval); "
+              "default: ask on a terminal, deny without one")
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     env: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     ignored: tuple[Any, ...] = field(default=(), compare=False, repr=False)

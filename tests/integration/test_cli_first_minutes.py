@@ -139,5 +139,5 @@ def test_a_tool_that_needs_approval_is_refused_not_run(serve, shou, workspace: P
     r = shou("run", "wipe", "--functions", "danger.py", server=srv)
     assert r.returncode == 0, r.stderr
     [result] = tool_messages(srv.requests[1])
-    assert "needs a person's approval" in result["content"]
+    assert "denied by policy" in result["content"] and "no one could be asked" in result["content"]
     assert not (workspace / "wiped").exists()

@@ -63,8 +63,14 @@ def test_doctor_reports_backends_and_runtimes(shou) -> None:
 
 
 def test_local_backend_warns_once_at_start(serve, shou) -> None:
-    srv = serve([{"tool_calls": [{"name": "shell", "arguments": {"command": "echo $((6*7))"}}]}, {"text": "42"}])
+    srv = serve([{"tool_calls": [{"name": "shell", "arguments": {"command": "echo $((6*7))"}}]}, {"text": "no"},
+                 {"tool_calls": [{"name": "shell", "arguments": {"command": "echo $((6*7))"}}]}, {"text": "42"}])
+    # Without isolation shell asks first; with no terminal and no --yes, that is a no.
     r = shou("run", "x", "--sandbox", "local", server=srv)
+    assert r.returncode == 0, r.stderr
+    assert "sandbox = local" in tool_messages(srv.requests[1])[0]["content"]
+    srv.requests.clear()
+    r = shou("run", "x", "--sandbox", "local", "--yes", server=srv)
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("does not isolate anything") == 1
     assert r.stderr.index("does not isolate") < r.stderr.index("→ shell")

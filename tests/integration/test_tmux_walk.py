@@ -107,3 +107,43 @@ def test_quick_start_then_chat_in_a_terminal(serve, clone: Path, tmp_path: Path)
         term.close()
     history = [m["content"] for m in srv.requests[0]["messages"] if m["role"] == "user"]
     assert history[0] == "What is 123 * 45?" and history[-1] == "What did we compute?"
+
+
+def test_the_approval_prompt_in_a_terminal(serve, tmp_path: Path, workspace: Path) -> None:
+    """`shell` under ask: answered `y` (runs once), then `a` (always: a rule in the user's shou.toml), after
+    which the same command runs without a question."""
+    need(shutil.which("tmux") is not None, "tmux is installed (.ci/install)")
+    cfg = tmp_path / "config"
+    cfg.mkdir()
+    (cfg / "shou.toml").write_text('# my settings\nmax_steps = 12\n\n[permissions]\nask = ["shell"]\n')
+    srv = serve([{"tool_calls": [{"name": "shell", "arguments": {"command": "echo one >> log.txt"}}]},
+                 {"text": "first done"},
+                 {"tool_calls": [{"name": "shell", "arguments": {"command": "echo two >> log.txt"}}]},
+                 {"text": "second done"},
+                 {"tool_calls": [{"name": "shell", "arguments": {"command": "echo two >> log.txt"}}]},
+                 {"text": "third done"}])
+    env = shou_env(tmp_path, srv, TERM="xterm-256color", SHOU_CONFIG_DIR=str(cfg))
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    term = Tmux(workspace, env)
+    run = f"{shlex.quote(sys.executable)} -m shou run"
+    try:
+        term.type(f"{run} 'log one'")
+        term.wait_for(r"shou wants to run shell")
+        assert "command: echo one >> log.txt" in term.screen()
+        term.wait_for(r"allow\? \[y/n/s/a\]")
+        term.type("y")
+        term.wait_for("first done")
+        mark = len(term.screen())
+        term.type(f"{run} 'log two'")
+        term.wait_for(r"allow\? \[y/n/s/a\]", after=mark)
+        term.type("a")
+        term.wait_for("second done", after=mark)
+        mark = len(term.screen())
+        term.type(f"{run} 'log two again'")
+        term.wait_for("third done", after=mark)
+        assert "shou wants to run" not in term.screen()[mark:]  # the rule now allows it
+    finally:
+        term.close()
+    assert (workspace / "log.txt").read_text() == "one\ntwo\ntwo\n"
+    config = (cfg / "shou.toml").read_text()
+    assert config.startswith("# my settings\nmax_steps = 12") and 'shell(echo two >> log.txt)' in config

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from shou.events import (
     EVENT_TYPES,
+    ApprovalDecided,
+    ApprovalRequested,
     Compacted,
     Feedback,
     HistoryCleared,
@@ -107,6 +109,10 @@ SAMPLES = [
     StepFinished("r1", 2, Usage(3, 4, 1, estimated=True)),
     RunFinished("r1", "loop", "", 3, Usage(9, 9, 3), 1.5, "repeated"),
     RunFinished("r1", "interrupted", "", 3, Usage(9, 9, 3), 0.0, "killed"),
+    ApprovalRequested("r1", 2, ToolCall("c", "shell", '{"command": "rm -rf x"}'), "rule ask = shell",
+                      "shell(rm -rf x)", 14.0),
+    ApprovalDecided("r1", 2, "c", "shell", False, "user:ada", "once", "shell(rm -rf x)", "no", 15.0),
+    RunFinished("r1", "waiting_approval", "", 2, Usage(9, 9, 3), 0.5, "1 call waits"),
 ]
 
 

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..context.builder import ContextPolicy, blocks_of
 from ..context.tokens import TokenCounter
@@ -14,6 +14,7 @@ from ..errors import UserError
 from ..events import Compacted, Event, RunFinished, RunResumed, RunStarted, RunStatus
 from ..models.base import Model, ModelSettings
 from ..models.capabilities import supports_vision
+from ..redact import Redactor, secrets_of
 from ..session import Session
 from ..tools.base import Tool
 from ..tools.registry import ToolSet
@@ -21,7 +22,9 @@ from ..usage import Usage
 from .loop import Run
 
 if TYPE_CHECKING:
+    from ..permissions import Policy
     from ..store.sqlite import SQLiteStore
+    from .approvals import Approver
 
 DEFAULT_INSTRUCTIONS = (
     "You are shou, an agent that completes the user's task by calling tools when they help, then "
@@ -74,6 +77,9 @@ class Agent:
     whatever the tool declares; left None, a tool gets its own `@tool(timeout=...)` or 30 s, and `shell` and
     `run_code` the sandbox's limit (300 s by default). `vision` says whether the model may be
     sent images (default: known vision models only); a text-only model gets a page's text instead.
+    `policy` decides which calls run, ask or are refused (default: the settings' `[permissions]`, see
+    shou.permissions); `approvals` answers the asks: an `Approver` (a person), "yes", "deny" (the default:
+    nobody to ask) or "defer" (the run stops `waiting_approval`; for servers).
     """
 
     def __init__(
@@ -82,6 +88,7 @@ class Agent:
         repeat_limit: int = 3, max_total_tokens: int | None = None, workspace: str | Path | None = None,
         model_settings: ModelSettings | None = None, store: SQLiteStore | None = None, settings: Any = None,
         context: ContextPolicy | None = None, memory: Any = None, vision: bool | None = None,
+        policy: Policy | None = None, approvals: Approver | Literal["yes", "deny", "defer"] = "deny",
     ) -> None:
         if isinstance(model, str):
             from ..models import get_model
@@ -100,6 +107,9 @@ class Agent:
         self.max_steps = max_steps
         self.run_timeout = run_timeout
         self.tool_timeout = tool_timeout
+        self.policy = policy
+        self.approvals = approvals
+        self.redactor = Redactor(secrets_of(settings))
         self.max_parallel_tools = max_parallel_tools
         self.repeat_limit = repeat_limit
         self.max_total_tokens = max_total_tokens

@@ -39,6 +39,7 @@ class RunContext:
         self.rules = read_state_text(agent.workspace, "AGENTS.md")
         self.memory_md = read_state_text(agent.workspace, "MEMORY.md")
         self.recalled: list[str] = []
+        self.untrusted = any(getattr(t, "untrusted_output", False) for t in agent.tools)
         self.pinned = max(0, len(session.messages) - 1)  # the task, recorded just before the first step
         self.usage = Usage()
         self._tool_tokens: dict[tuple[str, ...], tuple[list[dict[str, Any]], int]] = {}
@@ -94,7 +95,7 @@ class RunContext:
         def render(omitted: int) -> str:
             return system_text(self.agent.instructions, rules=self.rules, memory_md=self.memory_md,
                                working_memory=session.working_memory, summary=session.summary,
-                               recalled=self.recalled, omitted=omitted)
+                               recalled=self.recalled, omitted=omitted, untrusted=self.untrusted)
 
         built = self.builder.build(render, live, pinned=pinned, tool_tokens=tool_tokens, query=query)
         return built.messages, specs, built.tokens

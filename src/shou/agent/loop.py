@@ -46,6 +46,7 @@ from ..session import INTERRUPTED
 from ..tools.base import ToolContext
 from ..tools.executor import DEFAULT_TIMEOUT, ToolExecutor
 from ..usage import Usage
+from .approvals import Gate
 from .context import RunContext
 from .guards import RepeatGuard
 
@@ -94,7 +95,9 @@ class Run:
         self.truncated = 0
 
     def emit(self, event: Event) -> None:
-        """Record the event in the session, then hand it to the consumer (who commits before showing it)."""
+        """Record the event in the session, then hand it to the consumer (who commits before showing it).
+        Known secrets are replaced first (shou.redact): nothing stored or sent to the model holds them."""
+        event = self.agent.redactor.event(event)
         self.session.record(event)
         self._emit(event)
 
@@ -200,8 +203,10 @@ class Run:
                 return "loop", "", why
             runnable = [c for c in message.tool_calls if c.id not in oversized or not self._refuse_oversized(c)]
             notes = {c.id: guard.note(c) for c, v in zip(message.tool_calls, verdicts, strict=True) if v == "warn"}
-            await self._run_calls(executor, ctx, runnable, notes)
+            waiting = await self._run_calls(executor, ctx, runnable, notes)
             self.emit(StepFinished(run_id, step, self.usage))
+            if waiting:
+                return "waiting_approval", "", waiting
             if agent.max_total_tokens is not None and self.usage.total_tokens > agent.max_total_tokens:
                 spent = self.usage.total_tokens
                 return "budget", "", f"used {spent} tokens, over the budget of {agent.max_total_tokens}"
@@ -224,10 +229,20 @@ class Run:
         return completion
 
     async def _run_calls(self, executor: ToolExecutor, ctx: ToolContext, calls: list[ToolCall],
-                         notes: dict[str, str] | None = None) -> None:
-        """Announce `calls`, make that durable, run them, and record each result as soon as it is there."""
+                         notes: dict[str, str] | None = None) -> str | None:
+        """Screen `calls` (permissions, approvals), announce the allowed ones, make that durable, run them, and
+        record each result as soon as it is there. Returns why the run must wait, if some calls wait for a
+        person's decision (`--approvals defer`)."""
         if not calls:
-            return
+            return None
+        calls, waiting = await Gate(self).screen(calls)
+        for call in waiting:
+            self.unfinished.pop(call.id, None)  # it stays unanswered, to be decided and resumed
+        wait = (f"{len(waiting)} call(s) wait for approval: `shou approvals` lists them, `shou approve ID` or "
+                "`shou deny ID` decides, `shou resume` goes on") if waiting else None
+        if not calls:
+            self.commit()
+            return wait
         for call in calls:
             self.unfinished[call.id] = call
             self.emit(ToolCallStarted(self.run_id, self.step, call))
@@ -249,6 +264,7 @@ class Run:
             if remaining:  # others still run: this one must not look unfinished if the process dies meanwhile
                 self.commit()
         # The last result is committed with the next request (or the run's end), before either happens.
+        return wait
 
     def _cut(self, message: Message) -> tuple[RunStatus, str, str | None] | None:
         """A reply cut at the output limit: nothing in it runs; the model is told. Ends the run when it
@@ -313,6 +329,6 @@ class Run:
             else:  # never started, or harmless to run twice
                 again.append(call)
         self.commit()
-        await self._run_calls(executor, ctx, again)
+        waiting = await self._run_calls(executor, ctx, again)
         self.emit(StepFinished(self.run_id, self.step, self.usage))
-        return None
+        return ("waiting_approval", "", waiting) if waiting else None

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from ..errors import ShouError
 from .build import (
+    ApprovalsOpt,
     BaseUrlOpt,
     ContinueOpt,
     FunctionsOpt,
@@ -32,6 +33,7 @@ from .build import (
     ToolsOpt,
     VisionOpt,
     WorkspaceOpt,
+    YesOpt,
     build_agent,
     continued,
     fail,
@@ -60,6 +62,7 @@ def _main(
 
 
 def _mount_subcommands() -> None:
+    from .approve import approvals, approve, deny
     from .memory import memory_app
     from .runs import resume, run
     from .sessions import sessions, show
@@ -69,6 +72,9 @@ def _mount_subcommands() -> None:
     app.command()(resume)
     app.command()(sessions)
     app.command()(show)
+    app.command()(approvals)
+    app.command()(approve)
+    app.command()(deny)
     app.add_typer(memory_app, name="memory")
     app.command(name="trust")(trust)
 
@@ -81,7 +87,7 @@ def chat(
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, session: SessionOpt = None,
     functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
-    option: OptionOpt = None,
+    option: OptionOpt = None, yes: YesOpt = False, approvals: ApprovalsOpt = None,
     continue_: ContinueOpt = False,
 ) -> None:
     """Talk with the agent turn by turn (/help lists the commands)."""
@@ -89,7 +95,7 @@ def chat(
 
     session = continued(session, continue_, workspace)
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
-                   option)
+                   option, yes, approvals)
     try:
         agent, settings = build_agent(opts)
     except ShouError as e:

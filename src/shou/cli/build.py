@@ -42,6 +42,10 @@ OptionOpt = Annotated[list[str] | None, typer.Option(
     "--option", "-o", metavar="KEY VALUE",
     help="A model option (temperature, max_tokens, top_p, seed) or any setting for this run (repeatable), "
          "e.g. -o temperature 0.2 -o max_total_tokens 20000.")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Allow every call the permission policy would ask about.")]
+ApprovalsOpt = Annotated[Literal["ask", "yes", "deny", "defer"] | None, typer.Option(
+    "--approvals", help="What a call that needs approval does: ask on the terminal (default there), yes, deny "
+                        "(default without a terminal), or defer (stop waiting_approval; shou approve, shou resume).")]
 ContinueOpt = Annotated[bool, typer.Option("--continue", "-c", help="Continue the workspace's latest session.")]
 
 
@@ -60,6 +64,8 @@ class Options:
     sandbox: str | None = None
     vision: bool | None = None
     options: list[str] | None = None
+    yes: bool = False
+    approvals: str | None = None
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -128,11 +134,12 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     from ..tools.builtin import builtin_tools
     from ..tools.loader import load_tools_from_file
     from ..tools.registry import ToolSet
+    from .approve import choose_approvals
 
     settings = load_settings({
         "model": opts.model, "base_url": opts.base_url, "provider": opts.provider, "max_steps": opts.max_steps,
         "workspace": opts.workspace, "tools": opts.tools, "stream": opts.stream, "sandbox": opts.sandbox,
-        "vision": opts.vision, **model_options(opts.options or ()),
+        "vision": opts.vision, "approvals": opts.approvals, **model_options(opts.options or ()),
     })
     for ignored in settings.ignored:
         err.print(f"[yellow]warning:[/] {escape(ignored.message())}")
@@ -178,6 +185,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         max_parallel_tools=settings.max_parallel_tools,
         workspace=settings.workspace, store=store, settings=settings,
         vision=settings.vision, memory=memory, model_settings=settings.model_settings,
+        approvals=choose_approvals(settings.approvals, opts.yes),
         max_total_tokens=settings.max_total_tokens,
         context=ContextPolicy(embed=default_embed()),
     )

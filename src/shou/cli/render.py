@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..events import (
+    ApprovalDecided,
+    ApprovalRequested,
     Compacted,
     Event,
     Notice,
@@ -38,7 +40,7 @@ def printable(text: str) -> str:
 
 
 STATUS_STYLE = {"completed": "green", "cancelled": "yellow", "max_steps": "yellow", "loop": "yellow",
-                "timeout": "yellow", "budget": "yellow", "error": "red"}
+                "timeout": "yellow", "budget": "yellow", "error": "red", "waiting_approval": "yellow"}
 
 
 def short(text: str, limit: int = 160) -> str:
@@ -93,6 +95,16 @@ class Renderer:
             style = "red" if event.is_error else "dim"
             self.err.print(f"  [{style}]← {escape(self._label(event.name, event.call_id))}: "
                            f"{escape(short(event.content))}[/]")
+        elif isinstance(event, ApprovalRequested):
+            self._newline()
+            self.err.print(f"[yellow]⏸ {escape(event.call.name)}({escape(format_arguments(event.call.arguments))}) "
+                           f"waits for approval: call {escape(event.call.id)} ({escape(event.why)})[/]")
+        elif isinstance(event, ApprovalDecided):
+            self._newline()
+            verdict = "[green]allowed[/]" if event.allow else "[red]denied[/]"
+            scope = {"session": " for this session", "rule": " always (added to your shou.toml)"}.get(event.scope, "")
+            self.err.print(f"  {verdict}{scope}: {escape(event.name)} by {escape(event.by)} "
+                           f"[dim]({escape(printable(event.reason))})[/]")
         elif isinstance(event, Compacted):
             self._newline()
             self.err.print(f"[dim]context compacted: {event.tokens_before} → {event.tokens_after} tokens[/]")

@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from ..errors import ShouError
 from .build import (
+    ApprovalsOpt,
     BaseUrlOpt,
     ContinueOpt,
     FunctionsOpt,
@@ -31,6 +32,7 @@ from .build import (
     ToolsOpt,
     VisionOpt,
     WorkspaceOpt,
+    YesOpt,
     build_agent,
     close_resources,
     continued,
@@ -47,14 +49,14 @@ def run(
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, session: SessionOpt = None,
     functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
-    option: OptionOpt = None,
+    option: OptionOpt = None, yes: YesOpt = False, approvals: ApprovalsOpt = None,
     json_lines: JsonOpt = False, continue_: ContinueOpt = False,
 ) -> None:
     """Carry out TASK with the model and tools, streaming what happens, then print a summary."""
     task = _read_task(task)
     session = continued(session, continue_, workspace)
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
-                   option)
+                   option, yes, approvals)
     _execute(opts, json_lines, lambda agent: agent.stream(task, session))
 
 
@@ -65,7 +67,7 @@ def resume(
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, functions: FunctionsOpt = None,
     stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
-    option: OptionOpt = None, json_lines: JsonOpt = False,
+    option: OptionOpt = None, yes: YesOpt = False, approvals: ApprovalsOpt = None, json_lines: JsonOpt = False,
 ) -> None:
     """Continue a run whose process was killed, from its first unfinished step.
 
@@ -73,7 +75,7 @@ def resume(
     model as interrupted (its outcome unknown), unless its tool is idempotent, which runs again.
     """
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
-                   option)
+                   option, yes, approvals)
 
     def start(agent: Any) -> Any:
         name = session

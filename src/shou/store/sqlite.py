@@ -243,9 +243,10 @@ class SQLiteStore:
         return [SessionInfo(*r) for r in rows]
 
     def unfinished(self) -> list[str]:
-        """Sessions whose last run never finished (killed, or running now), most recent first."""
+        """Sessions whose last run never finished (killed, running now, or waiting for approvals), newest first."""
         self.commit()
-        rows = self._db.execute("SELECT name FROM sessions WHERE status = 'running' ORDER BY updated DESC")
+        rows = self._db.execute("SELECT name FROM sessions WHERE status IN ('running', 'waiting_approval') "
+                                "ORDER BY updated DESC")
         return [name for (name,) in rows]
 
     def exists(self, session: str) -> bool:

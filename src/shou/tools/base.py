@@ -105,21 +105,23 @@ class Tool:
     """A callable the model may use: name, description, JSON schema for the arguments, handler.
 
     Build one directly for tools made at run time (`parameters` is a JSON schema object), or with
-    `@tool` from a typed function. `timeout` (seconds) overrides the run's default; `requires_approval`
-    marks tools a person must allow first; `idempotent` says that running a call twice does no harm, so a
+    `@tool` from a typed function. `timeout` (seconds) overrides the run's default; `approval="ask"` (or
+    `requires_approval=True`) marks a dangerous tool: the permission policy asks a person before it runs
+    (shou.permissions); `untrusted_output` marks output from outside (web pages, search results) that the
+    model gets inside untrusted-content delimiters; `idempotent` says that running a call twice does no harm, so a
     call interrupted by a crash is simply run again on resume (otherwise the model is told its outcome is
     unknown).
     """
 
     __slots__ = (
-        "_model", "_spec", "_validator", "context_param", "description", "handler", "idempotent", "is_async",
-        "name", "parameters", "requires_approval", "timeout",
+        "_model", "_spec", "_validator", "approval", "context_param", "description", "handler", "idempotent",
+        "is_async", "name", "parameters", "requires_approval", "timeout", "untrusted_output",
     )
 
     def __init__(
         self, name: str, description: str, parameters: dict[str, Any] | None, handler: Handler, *,
         timeout: float | None = None, requires_approval: bool = False, context_param: str | None = None,
-        idempotent: bool = False,
+        idempotent: bool = False, approval: str | None = None, untrusted_output: bool = False,
     ) -> None:
         if not NAME_RE.match(name):
             raise UserError(f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'")
@@ -133,7 +135,11 @@ class Tool:
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
         self.timeout = timeout
-        self.requires_approval = requires_approval
+        if approval not in (None, "ask"):
+            raise UserError(f"tool {name!r}: approval must be 'ask' or None, not {approval!r}")
+        self.approval = "ask" if requires_approval else approval
+        self.requires_approval = self.approval == "ask"
+        self.untrusted_output = untrusted_output
         self.idempotent = idempotent
         self.context_param = context_param
         self._model: Any = None
@@ -276,16 +282,22 @@ def _pydantic_message(err: Any) -> str:
 def tool(
     func: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None,
     timeout: float | None = None, requires_approval: bool = False, idempotent: bool = False,
+    approval: str | None = None, untrusted_output: bool = False,
 ) -> Any:
-    """Make a `Tool` from a typed function: `@tool` or `@tool(name=..., timeout=..., idempotent=True)`.
+    """Make a `Tool` from a typed function: `@tool` or `@tool(name=..., timeout=..., idempotent=True,
+    approval="ask")`. Arguments are validated before the tool runs: pydantic types and validators
+    (`Annotated[str, AfterValidator(check)]`, `Field(pattern=...)`) refuse bad ones with their reason.
 
     Every parameter needs a type hint; a parameter annotated `ToolContext` is filled in by shou and
     is not part of the schema. All declaration problems are reported together in one `UserError`.
     """
 
     def wrap(fn: Callable[..., Any]) -> Tool:
-        made = _tool_from_function(fn, name, description, timeout, requires_approval)
+        made = _tool_from_function(fn, name, description, timeout, requires_approval or approval == "ask")
+        if approval not in (None, "ask"):
+            raise UserError(f"tool {made.name!r}: approval must be 'ask' or None, not {approval!r}")
         made.idempotent = idempotent
+        made.untrusted_output = untrusted_output
         return made
 
     return wrap(func) if func is not None else wrap

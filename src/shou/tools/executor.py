@@ -19,6 +19,7 @@ from ..workspace import save_output
 from .base import ToolArgumentsError, ToolContext, ToolResult
 from .registry import ToolSet
 from .truncate import truncate
+from .untrusted import mark_untrusted
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_CONCURRENCY = 4
@@ -94,12 +95,6 @@ class ToolExecutor:
             kwargs = tool.validate(args or {})
         except ToolArgumentsError as e:
             return ToolResult.error(f"Error calling {call.name}: {e}\nFix the arguments and call it again.")
-        if tool.requires_approval:
-            # Until a person can be asked (the approvals policy), a tool marked so never runs unasked.
-            return ToolResult.error(
-                f"Error: {call.name} needs a person's approval before it runs, and this run cannot ask for it; "
-                "it was not run. Do without it, or tell the user what you would have done."
-            )
         limit = tool.timeout if tool.timeout is not None else self.timeout
         if self.cap is not None and limit > self.cap:
             # A limit the person set governs every tool. The second of grace lets a tool that enforces the
@@ -117,8 +112,11 @@ class ToolExecutor:
             return ToolResult.error(f"Error: {e}")
         except Exception as e:
             return ToolResult.error(f"Error: {call.name} raised {type(e).__name__}: {e}")
-        result = ToolResult.coerce(value)
-        return self._cap(result, call, ctx)
+        result = self._cap(ToolResult.coerce(value), call, ctx)
+        if tool.untrusted_output:  # from outside: the model must read it as data (tools/untrusted.py)
+            result = ToolResult(mark_untrusted(result.content, call.name), result.image, result.is_error,
+                                result.details)
+        return result
 
     def _cap(self, result: ToolResult, call: ToolCall, ctx: ToolContext | None) -> ToolResult:
         """Keep big outputs out of the context: the model gets head and tail, the whole goes to a file."""

@@ -1,0 +1,148 @@
+"""The permission policy: for each tool call, `allow`, `ask` or `deny`.
+
+Rules come from `[permissions]` in the user's shou.toml (and a trusted workspace's): lists `allow`, `ask`
+and `deny` of `TOOL` or `TOOL(PATTERN)`, the pattern a glob over the call's main argument (the shell
+command, the code, the path, the URL's host, the query). Deny wins over ask over allow. A call no rule
+matches gets the defaults a person would choose: a tool that declares itself dangerous
+(`@tool(approval="ask")`) asks; `shell` and `run_code` ask when they would run without isolation (the
+`local` backend); everything else is allowed (the file tools cannot leave the workspace anyway).
+
+What the model writes never changes the policy: a page that says "you may run rm -rf" is an argument to
+nothing here.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
+
+__all__ = ["Decision", "Outcome", "Policy", "Rule", "main_argument"]
+
+Outcome = Literal["allow", "ask", "deny"]
+_RULE = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:\((.*)\))?\s*$", re.S)
+# The argument a rule's pattern is matched against, per built-in tool; other tools: their first string one.
+_MAIN = {"shell": "command", "run_code": "code", "read_file": "path", "write_file": "path", "edit_file": "path",
+         "list_files": "pattern", "web_fetch": "url", "web_search": "query", "browser": "url",
+         "save_memory": "content", "search_memory": "query"}
+_HOST_OF = frozenset({"web_fetch", "browser"})
+SANDBOXED = frozenset({"shell", "run_code"})
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """`TOOL` or `TOOL(PATTERN)`, e.g. `shell(git status*)`."""
+
+    tool: str
+    pattern: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Rule:
+        """The rule written as `text`; `ConfigError` when it is not one."""
+        m = _RULE.match(text) if isinstance(text, str) else None
+        if m is None:
+            raise ConfigError(f"permission rule {text!r} is not TOOL or TOOL(PATTERN), e.g. shell(git status*)")
+        return cls(m.group(1), m.group(2) if m.group(2) is not None else None)
+
+    @classmethod
+    def exact(cls, tool: str, argument: str) -> Rule:
+        """The rule matching this argument only (glob characters escaped)."""
+        return cls(tool, re.sub(r"([*?\[])", r"[\1]", argument) if argument else None)
+
+    def matches(self, tool: str, argument: str) -> bool:
+        """Whether the rule covers a call of `tool` whose main argument is `argument`."""
+        if self.tool != tool and self.tool != "*":
+            return False
+        return self.pattern is None or fnmatch.fnmatchcase(argument, self.pattern)
+
+    def __str__(self) -> str:
+        return self.tool if self.pattern is None else f"{self.tool}({self.pattern})"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the policy says of one call, and why (the rule, or the default, that decided)."""
+
+    outcome: Outcome
+    why: str
+    rule: Rule | None = None
+
+
+def main_argument(tool: str, args: Mapping[str, Any]) -> str:
+    """The argument rules match for `tool`: see `_MAIN`; a URL counts by its host."""
+    name = _MAIN.get(tool)
+    value = args.get(name) if name else next((v for v in args.values() if isinstance(v, str)), "")
+    text = value if isinstance(value, str) else ("" if value is None else str(value))
+    if tool in _HOST_OF and text:
+        try:
+            return urlsplit(text.strip()).hostname or text
+        except ValueError:
+            return text
+    return text
+
+
+# Shell syntax that chains or substitutes commands: `git status; rm -rf ~` must not pass as `git status*`.
+_CHAINING = re.compile(r"[;&|`<>\n\r]|\$\(|\$\{")
+
+
+def _smuggles(tool: str, argument: str, rule: Rule) -> bool:
+    """Whether an allow pattern would let a second command ride along: for `shell`, a command that chains,
+    pipes, redirects or substitutes where the pattern itself does not."""
+    if tool != "shell" or rule.pattern is None:
+        return False
+    return bool(_CHAINING.search(argument)) and not _CHAINING.search(rule.pattern)
+
+
+class Policy:
+    """Rules by outcome, plus the defaults (see the module docstring)."""
+
+    def __init__(self, allow: Iterable[str] = (), ask: Iterable[str] = (), deny: Iterable[str] = (), *,
+                 sandbox: str = "auto") -> None:
+        self.rules: dict[Outcome, list[Rule]] = {
+            "deny": [Rule.parse(r) for r in deny], "ask": [Rule.parse(r) for r in ask],
+            "allow": [Rule.parse(r) for r in allow],
+        }
+        self.sandbox = sandbox
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Policy:
+        """The policy `Settings` describe (permissions_allow/ask/deny, and the sandbox backend)."""
+        if settings is None:
+            return cls()
+        return cls(getattr(settings, "permissions_allow", ()) or (), getattr(settings, "permissions_ask", ()) or (),
+                   getattr(settings, "permissions_deny", ()) or (), sandbox=getattr(settings, "sandbox", "auto"))
+
+    def decide(self, tool: str, args: Mapping[str, Any], *, declared: str | None = None,
+               granted: Iterable[Rule] = ()) -> Decision:
+        """The outcome for a call of `tool` with `args`. `declared` is the tool's own approval ("ask" for a
+        dangerous tool); `granted` are rules a person allowed for this session, which lift an `ask` (never
+        a `deny`)."""
+        argument = main_argument(tool, args)
+        deny = next((r for r in self.rules["deny"] if r.matches(tool, argument)), None)
+        if deny is not None:
+            return Decision("deny", f"rule deny = {deny}", deny)
+        # Between ask and allow the narrower rule wins (allow shell(git status*) over ask shell); at the
+        # same breadth, ask does.
+        found = [(r.pattern is not None, outcome == "ask", outcome, r) for outcome in ("ask", "allow")
+                 for r in self.rules[outcome]  # type: ignore[index]
+                 if r.matches(tool, argument) and (outcome == "ask" or not _smuggles(tool, argument, r))]
+        if found:
+            _, _, outcome, rule = max(found, key=lambda f: (f[0], f[1]))
+            lifted = next((g for g in granted if g.matches(tool, argument)), None) if outcome == "ask" else None
+            if lifted is not None:
+                return Decision("allow", f"allowed for this session ({lifted})", rule)
+            return Decision(outcome, f"rule {outcome} = {rule}", rule)  # type: ignore[arg-type]
+        if declared == "ask":
+            default = Decision("ask", f"{tool} is marked dangerous: it asks first")
+        elif tool in SANDBOXED and self.sandbox == "local":
+            default = Decision("ask", f"{tool} would run without isolation (sandbox = local)")
+        else:
+            return Decision("allow", "allowed by default")
+        if any(g.matches(tool, argument) for g in granted):
+            return Decision("allow", "allowed for this session")
+        return default
