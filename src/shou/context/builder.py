@@ -70,9 +70,13 @@ def blocks_of(history: list[Message]) -> list[tuple[int, int]]:
 
 
 def system_text(instructions: str, *, rules: str = "", memory_md: str = "", working_memory: str = "",
-                summary: str = "", recalled: list[str] | None = None, omitted: int = 0) -> str:
-    """The one system message, in sections."""
+                summary: str = "", recalled: list[str] | None = None, omitted: int = 0, untrusted: bool = False) -> str:
+    """The one system message, in sections (`untrusted`: the tools can return outside content)."""
     parts = [instructions.strip()] if instructions.strip() else []
+    if untrusted:
+        from ..tools.untrusted import UNTRUSTED_RULE
+
+        parts.append(UNTRUSTED_RULE)
     if rules.strip():
         parts.append("## Project rules (.shou/AGENTS.md)\n" + rules.strip())
     if memory_md.strip():

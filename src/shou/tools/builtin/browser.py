@@ -162,7 +162,7 @@ def _tabs(sess: BrowserSession) -> str:
                      for i, p in enumerate(sess.pages))
 
 
-@tool(timeout=180)
+@tool(timeout=180, untrusted_output=True)
 async def browser(
     action: Action, ctx: ToolContext, url: str | None = None, selector: str | None = None,
     index: int | None = None, text: str | None = None, key: str | None = None, full_page: bool = False,

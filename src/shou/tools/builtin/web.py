@@ -100,7 +100,7 @@ def _html_to_markdown(raw: bytes, url: str) -> tuple[str, str]:
     return (meta.title if meta is not None and meta.title else ""), text or ""
 
 
-@tool(timeout=120, idempotent=True)
+@tool(timeout=120, idempotent=True, untrusted_output=True)
 async def web_fetch(url: str, ctx: ToolContext) -> ToolResult:
     """Fetch a web page and return its main content as markdown (other text as is).
 
@@ -287,7 +287,7 @@ def format_hits(query: str, backend: str, hits: list[SearchHit], failures: list[
     return "\n".join(lines)
 
 
-@tool(timeout=120, idempotent=True)
+@tool(timeout=120, idempotent=True, untrusted_output=True)
 async def web_search(query: str, ctx: ToolContext, max_results: int = 5) -> ToolResult:
     """Search the web; returns titles, URLs and snippets. Read a result with web_fetch.
 
