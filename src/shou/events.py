@@ -206,6 +206,7 @@ class ApprovalDecided(Event):
     rule: str = ""
     reason: str = ""
     at: float = 0.0
+    sig: str = ""  # an allow counts only when signed with the user's key (agent/approvals.py)
 
 
 @dataclass(frozen=True, slots=True)

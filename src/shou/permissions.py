@@ -13,8 +13,11 @@ nothing here.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import posixpath
 import re
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -52,7 +55,7 @@ class Rule:
     @classmethod
     def exact(cls, tool: str, argument: str) -> Rule:
         """The rule matching this argument only (glob characters escaped)."""
-        return cls(tool, re.sub(r"([*?\[])", r"[\1]", argument) if argument else None)
+        return cls(tool, re.sub(r"([*?\[])", r"[\1]", argument))  # `tool()`: only calls without one
 
     def matches(self, tool: str, argument: str) -> bool:
         """Whether the rule covers a call of `tool` whose main argument is `argument`."""
@@ -73,29 +76,78 @@ class Decision:
     rule: Rule | None = None
 
 
-def main_argument(tool: str, args: Mapping[str, Any]) -> str:
-    """The argument rules match for `tool`: see `_MAIN`; a URL counts by its host."""
+def main_argument(tool: str, args: Mapping[str, Any], order: Iterable[str] = (), workspace: str | None = None) -> str:
+    """The argument rules match for `tool` (see `_MAIN`; other tools: their first string parameter in the
+    tool's own order, `order`, never the model's), normalised: a path as the workspace sees it (`./a/../b`
+    is `b`), a URL by its host (lowercase, no trailing dot, numeric IPs in dotted form)."""
     name = _MAIN.get(tool)
-    value = args.get(name) if name else next((v for v in args.values() if isinstance(v, str)), "")
+    if name is None:
+        name = next((k for k in order if isinstance(args.get(k), str)), None)
+        if name is None:
+            name = next((k for k, v in args.items() if isinstance(v, str)), None)
+    value = args.get(name) if name else ""
     text = value if isinstance(value, str) else ("" if value is None else str(value))
     if tool in _HOST_OF and text:
-        try:
-            return urlsplit(text.strip()).hostname or text
-        except ValueError:
-            return text
+        return url_host(text)
+    if tool in _PATH_OF and text:
+        return workspace_path(text, workspace)
     return text
+
+
+_PATH_OF = frozenset({"read_file", "write_file", "edit_file"})
+
+
+def workspace_path(path: str, workspace: str | None = None) -> str:
+    """`path` as a normalised POSIX path relative to the workspace (`./a/../b` is `b`; an absolute path
+    inside the workspace loses the workspace's prefix; one outside keeps its form)."""
+    norm = posixpath.normpath(path)
+    if workspace and posixpath.isabs(norm):
+        root = posixpath.normpath(workspace)
+        if norm == root or norm.startswith(root.rstrip("/") + "/"):
+            norm = posixpath.relpath(norm, root)
+    return norm[2:] if norm.startswith("./") else norm
+
+
+def url_host(url: str) -> str:
+    """The host a browser or HTTP client would reach for `url`: backslashes read as slashes (as browsers do),
+    lowercase, no trailing dot, and numeric IPv4 spellings (`167772161`, `0x0a000001`, `10.1`) dotted."""
+    text = url.strip().replace("\\", "/")
+    try:
+        host = urlsplit(text).hostname or ""
+    except ValueError:
+        return text
+    host = host.rstrip(".").lower()
+    if host and re.fullmatch(r"(?:0x[0-9a-f]+|\d+)(?:\.(?:0x[0-9a-f]+|\d+)){0,3}", host):
+        with contextlib.suppress(OSError):  # inet_aton reads every form a resolver would
+            host = socket.inet_ntoa(socket.inet_aton(host))
+    return host or text
 
 
 # Shell syntax that chains or substitutes commands: `git status; rm -rf ~` must not pass as `git status*`.
 _CHAINING = re.compile(r"[;&|`<>\n\r]|\$\(|\$\{")
+_SPLIT = re.compile(r"\|\||&&|[;&|\n\r()`]|\$\(|<\(|>\(")
+# Words that run the rest of the line as a command.
+_WRAPPERS = re.compile(r"^(?:(?:env|command|exec|builtin|nohup|time|nice|sudo|doas|xargs|stdbuf|timeout\s+\S+)\s+|"
+                       r"[A-Za-z_][A-Za-z0-9_]*=\S*\s+|\\)+")
 
 
 def _smuggles(tool: str, argument: str, rule: Rule) -> bool:
-    """Whether an allow pattern would let a second command ride along: for `shell`, a command that chains,
-    pipes, redirects or substitutes where the pattern itself does not."""
+    """Whether an allow pattern would let a second command ride along: for `shell`, a command with more
+    chaining, piping, redirecting or substituting than the pattern itself has."""
     if tool != "shell" or rule.pattern is None:
         return False
-    return bool(_CHAINING.search(argument)) and not _CHAINING.search(rule.pattern)
+    return len(_CHAINING.findall(argument)) > len(_CHAINING.findall(rule.pattern))
+
+
+def commands_in(line: str) -> list[str]:
+    """The simple commands of a shell line, each without leading wrappers (`env X=1`, `command`, `exec`, ...):
+    what a deny or ask rule is matched against besides the whole line."""
+    out = []
+    for piece in _SPLIT.split(line):
+        piece = _WRAPPERS.sub("", piece.strip()).strip()
+        if piece:
+            out.append(piece)
+    return out
 
 
 class Policy:
@@ -118,19 +170,26 @@ class Policy:
                    getattr(settings, "permissions_deny", ()) or (), sandbox=getattr(settings, "sandbox", "auto"))
 
     def decide(self, tool: str, args: Mapping[str, Any], *, declared: str | None = None,
-               granted: Iterable[Rule] = ()) -> Decision:
+               granted: Iterable[Rule] = (), order: Iterable[str] = (), workspace: str | None = None) -> Decision:
         """The outcome for a call of `tool` with `args`. `declared` is the tool's own approval ("ask" for a
         dangerous tool); `granted` are rules a person allowed for this session, which lift an `ask` (never
         a `deny`)."""
-        argument = main_argument(tool, args)
-        deny = next((r for r in self.rules["deny"] if r.matches(tool, argument)), None)
+        argument = main_argument(tool, args, order, workspace)
+        # For a shell line, deny and ask rules see each of its commands too: `true; rm -r x` and ` rm -r x`
+        # are both an `rm -r x`.
+        views = [argument, *commands_in(argument)] if tool == "shell" else [argument]
+
+        def hit(rule: Rule) -> bool:
+            return any(rule.matches(tool, v) for v in views)
+
+        deny = next((r for r in self.rules["deny"] if hit(r)), None)
         if deny is not None:
             return Decision("deny", f"rule deny = {deny}", deny)
         # Between ask and allow the narrower rule wins (allow shell(git status*) over ask shell); at the
         # same breadth, ask does.
         found = [(r.pattern is not None, outcome == "ask", outcome, r) for outcome in ("ask", "allow")
                  for r in self.rules[outcome]  # type: ignore[index]
-                 if r.matches(tool, argument) and (outcome == "ask" or not _smuggles(tool, argument, r))]
+                 if (hit(r) if outcome == "ask" else r.matches(tool, argument) and not _smuggles(tool, argument, r))]
         if found:
             _, _, outcome, rule = max(found, key=lambda f: (f[0], f[1]))
             lifted = next((g for g in granted if g.matches(tool, argument)), None) if outcome == "ask" else None

@@ -91,7 +91,7 @@ class MessageFold:
         self._results: dict[str, list[Message]] = {}
         self.requested: dict[str, ApprovalRequested] = {}  # call id -> the request, while it waits
         self.decisions: dict[str, ApprovalDecided] = {}  # call id -> what was decided
-        self.granted: list[str] = []  # rules a person allowed for the rest of the session
+        self.granted: list[ApprovalDecided] = []  # rules a person allowed for the rest of the session
 
     def apply(self, event: Event) -> None:
         """Update the state with one event."""
@@ -139,7 +139,7 @@ class MessageFold:
             self.decisions[event.call_id] = event
             self.requested.pop(event.call_id, None)
             if event.allow and event.scope in ("session", "rule") and event.rule:
-                self.granted.append(event.rule)
+                self.granted.append(event)
         elif isinstance(event, Feedback):
             self._flush()
             self.messages.append(Message.user(event.text))
@@ -225,8 +225,8 @@ class Session:
         return self._fold.decisions
 
     @property
-    def granted(self) -> list[str]:
-        """Rules a person allowed for the rest of this session."""
+    def granted(self) -> list[ApprovalDecided]:
+        """The decisions that allowed a rule for the rest of this session."""
         return self._fold.granted
 
     @property

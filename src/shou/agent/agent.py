@@ -134,7 +134,7 @@ class Agent:
         """Summarise all of `session` but its newest block now (what `/compact` does in chat)."""
         from .context import RunContext
 
-        run = RunContext(self, session, "", session.record)
+        run = RunContext(self, session, "", lambda e: session.record(self.redactor.event(e)))
         upto = session.summary_upto
         history = session.messages
         blocks = blocks_of(history[upto:])

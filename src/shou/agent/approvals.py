@@ -8,13 +8,19 @@ How an `ask` is answered is the agent's `approvals`:
   `shou deny` decide it later, from any process; `shou resume` then runs or refuses it.
 
 Every decision is an event of the session (`ApprovalDecided`: who, what, when), recorded before the call
-runs, so a resumed run never asks twice and never runs a refused call.
+runs, so a resumed run never asks twice and never runs a refused call. An allow counts only when it
+carries an HMAC made with the user's own key (`approvals.key` in their config folder): the session log
+lives in the workspace, and a repository could ship one that "approves" its own calls.
 """
 
 from __future__ import annotations
 
 import getpass
+import hashlib
+import hmac
 import json
+import os
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -83,17 +89,23 @@ class Gate:
         args, problem = parse_arguments(call.arguments)
         if tool is None or problem is not None or not isinstance(args, dict):
             return "run"  # the executor answers unknown tools and broken arguments, as before
+        env = getattr(run.agent.settings, "env", None)
         decided = session.decisions.get(call.id)
         if decided is not None and (decided.run_id, decided.step) != (run.run_id, run.step):
             decided = None  # a decision on an older call that had the same id (some servers reuse ids)
+        if decided is not None and decided.allow and not verify(decided, session.name, call.arguments, env):
+            decided = None  # not made by this user (a planted session log): decide again
         if decided is not None:  # decided earlier (another process, or before a restart)
             return "run" if decided.allow else self._refuse(call, f"{decided.by} said no ({decided.reason})"
                                                             if decided.by.startswith("user:") else decided.reason)
-        granted = [Rule.parse(g) for g in session.granted]
-        decision = self.policy.decide(call.name, args, declared=getattr(tool, "approval", None), granted=granted)
+        granted = [Rule.parse(g.rule) for g in session.granted if verify(g, session.name, "", env)]
+        order = list((tool.parameters.get("properties") or {}).keys())
+        workspace = str(run.agent.workspace)
+        decision = self.policy.decide(call.name, args, declared=getattr(tool, "approval", None), granted=granted,
+                                      order=order, workspace=workspace)
         if decision.outcome == "allow":
             return "run"
-        rule = str(Rule.exact(call.name, main_argument(call.name, args)))
+        rule = str(Rule.exact(call.name, main_argument(call.name, args, order, workspace)))
         if decision.outcome == "deny":
             return self._decide(call, False, "policy", decision.why, rule)
         return await self._ask(call, args, decision, rule)
@@ -121,8 +133,11 @@ class Gate:
     def _decide(self, call: ToolCall, allow: bool, by: str, reason: str, rule: str, scope: str = "once"
                 ) -> Literal["run", "refused"]:
         run = self.run
-        run.emit(ApprovalDecided(run.run_id, run.step, call.id, call.name, allow, by, scope, rule, reason,
-                                 time.time()))
+        decided = ApprovalDecided(run.run_id, run.step, call.id, call.name, allow, by, scope, rule, reason,
+                                  time.time())
+        if allow:
+            decided = sign(decided, run.session.name, call.arguments, getattr(run.agent.settings, "env", None))
+        run.emit(decided)
         return "run" if allow else self._refuse(call, reason)
 
     def _refuse(self, call: ToolCall, reason: str) -> Literal["refused"]:
@@ -132,6 +147,48 @@ class Gate:
                                   f"Error: denied by policy: {reason}. The call was not run; do without it, or "
                                   "ask the user.", is_error=True))
         return "refused"
+
+
+def _key(env: Any = None) -> bytes:
+    """The user's approval key (made on first use, readable by them only)."""
+    from ..config import user_config_dir
+
+    path = user_config_dir(env if env else None) / "approvals.key"
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_bytes(32)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process made it meanwhile
+            return path.read_bytes()
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+        return key
+
+
+def _payload(d: ApprovalDecided, session: str, arguments: str) -> bytes:
+    # A once-decision is bound to the call's exact arguments; a session or rule grant to its rule.
+    args = arguments if d.scope == "once" else ""
+    return "\x1f".join((session, d.run_id, str(d.step), d.call_id, d.name, str(int(d.allow)), d.scope, d.rule,
+                        args)).encode()
+
+
+def sign(d: ApprovalDecided, session: str, arguments: str, env: Any = None) -> ApprovalDecided:
+    """`d` with its signature."""
+    import dataclasses
+
+    mac = hmac.new(_key(env), _payload(d, session, arguments), hashlib.sha256).hexdigest()
+    return dataclasses.replace(d, sig=mac)
+
+
+def verify(d: ApprovalDecided, session: str, arguments: str, env: Any = None) -> bool:
+    """Whether `d` was signed with this user's key, for this session and call."""
+    if not d.sig:
+        return False
+    mac = hmac.new(_key(env), _payload(d, session, arguments), hashlib.sha256).hexdigest()
+    return hmac.compare_digest(mac, d.sig)
 
 
 def save_rule(rule: str, env: Any = None) -> None:

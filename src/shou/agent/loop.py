@@ -66,7 +66,11 @@ def without_image(content: str, details: dict | None) -> tuple[str, None]:
     """A tool result for a text-only model: the image's text stand-in (a page's text) instead of the image."""
     text = str((details or {}).get("page_text") or "").strip()
     note = "\n\n[An image was returned, but this model cannot see images (set vision on for a model that can)."
-    return content + note + (f" The page's text instead:]\n{text}" if text else "]"), None
+    if not text:
+        return content + note + "]", None
+    from ..tools.untrusted import mark_untrusted  # a page's text is outside content, like the page itself
+
+    return content + note + " The page's text instead:]\n" + mark_untrusted(text, "browser"), None
 
 
 def new_run_id() -> str:

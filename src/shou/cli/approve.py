@@ -18,9 +18,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from ..agent.approvals import Answer, ApprovalRequest, describe_arguments, person
+from ..agent.approvals import Answer, ApprovalRequest, describe_arguments, person, sign
+from ..tools.executor import parse_arguments
 from .build import WorkspaceOpt, err, fail
 from .render import printable
 
@@ -85,20 +85,23 @@ def approvals(workspace: WorkspaceOpt = None,
                 if info.status != "waiting_approval":
                     continue
                 for req in Session(info.name, store).pending_approvals.values():
+                    args, _ = parse_arguments(req.call.arguments)  # what will run, as the tool will read it
                     rows.append({"call_id": req.call.id, "session": info.name, "tool": req.call.name,
-                                 "arguments": req.call.arguments, "why": req.why, "since": req.at})
+                                 "arguments": args if isinstance(args, dict) else req.call.arguments,
+                                 "why": req.why, "since": req.at})
     if json_out:
         typer.echo(json.dumps(rows, ensure_ascii=False))
         return
     if not rows:
         err.print("no call is waiting for approval")
         return
-    table = Table("call", "session", "tool", "arguments", "why", "since", box=None)
-    for r in rows:
+    out = Console(highlight=False, soft_wrap=True)
+    for r in rows:  # every argument in full: what is approved is exactly what runs
         since = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["since"])) if r["since"] else ""
-        table.add_row(escape(r["call_id"]), escape(r["session"]), escape(r["tool"]),
-                      escape(printable(r["arguments"][:200])), escape(r["why"]), since)
-    Console(highlight=False).print(table)
+        out.print(f"[bold]{escape(r['call_id'])}[/] in session {escape(r['session'])} since {since}: "
+                  f"[cyan]{escape(r['tool'])}[/] [dim]({escape(r['why'])})[/]")
+        args = r["arguments"]
+        out.print(escape(printable(describe_arguments(args) if isinstance(args, dict) else str(args))))
 
 
 def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None) -> None:
@@ -125,8 +128,9 @@ def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None) -> N
                 if call_id not in session.pending_approvals:
                     raise fail(f"call {call_id} was decided meanwhile")
                 why = reason or ("approved" if allow else "denied")
-                session.record(ApprovalDecided(req.run_id, req.step, call_id, req.call.name, allow, person(),
-                                               "once", req.rule, why, time.time()))
+                decided = ApprovalDecided(req.run_id, req.step, call_id, req.call.name, allow, person(), "once",
+                                          req.rule, why, time.time())
+                session.record(sign(decided, session.name, req.call.arguments) if allow else decided)
                 session.commit()
             finally:
                 session.release()

@@ -19,7 +19,7 @@ from ..workspace import save_output
 from .base import ToolArgumentsError, ToolContext, ToolResult
 from .registry import ToolSet
 from .truncate import truncate
-from .untrusted import mark_untrusted
+from .untrusted import UNTRUSTED_SPILL, mark_untrusted, reads_untrusted_spill
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_CONCURRENCY = 4
@@ -100,6 +100,9 @@ class ToolExecutor:
             # A limit the person set governs every tool. The second of grace lets a tool that enforces the
             # same limit itself (the sandbox, which kills and reports) answer first.
             limit = self.cap + 1.0
+        # From outside (a page, a search result, or the spilled whole of one): the model must read it as data,
+        # errors included, since a server writes those too (tools/untrusted.py).
+        untrusted = tool.untrusted_output or reads_untrusted_spill(call.name, kwargs)
         try:
             async with asyncio.timeout(limit):
                 value = await tool.call(kwargs, ctx)
@@ -109,24 +112,28 @@ class ToolExecutor:
                 "request, or a different approach."
             )
         except ToolError as e:
-            return ToolResult.error(f"Error: {e}")
+            return ToolResult.error(mark_untrusted(f"Error: {e}", call.name) if untrusted else f"Error: {e}")
         except Exception as e:
-            return ToolResult.error(f"Error: {call.name} raised {type(e).__name__}: {e}")
-        result = self._cap(ToolResult.coerce(value), call, ctx)
-        if tool.untrusted_output:  # from outside: the model must read it as data (tools/untrusted.py)
+            text = f"Error: {call.name} raised {type(e).__name__}: {e}"
+            return ToolResult.error(mark_untrusted(text, call.name) if untrusted else text)
+        result = self._cap(ToolResult.coerce(value), call, ctx, untrusted)
+        if untrusted:
             result = ToolResult(mark_untrusted(result.content, call.name), result.image, result.is_error,
                                 result.details)
         return result
 
-    def _cap(self, result: ToolResult, call: ToolCall, ctx: ToolContext | None) -> ToolResult:
-        """Keep big outputs out of the context: the model gets head and tail, the whole goes to a file."""
+    def _cap(self, result: ToolResult, call: ToolCall, ctx: ToolContext | None, untrusted: bool = False
+             ) -> ToolResult:
+        """Keep big outputs out of the context: the model gets head and tail, the whole goes to a file (named
+        `untrusted-...` for outside content, so that reading it back is marked too)."""
         text = result.content
         if len(text) <= self.spill_chars:
             return result
         hint = "ask for a narrower result"
         if ctx is not None:
             try:
-                rel = save_output(ctx.workspace, call.name, text.encode("utf-8"))
+                label = f"{UNTRUSTED_SPILL}{call.name}" if untrusted else call.name
+                rel = save_output(ctx.workspace, label, text.encode("utf-8"))
                 hint = f"the full output ({len(text)} characters) is in {rel}; read it with read_file and offset"
             except (OSError, ShouError):
                 pass

@@ -116,7 +116,7 @@ async def web_fetch(url: str, ctx: ToolContext) -> ToolResult:
     allow = Allow.from_settings(ctx.settings)
     try:
         async with asyncio.timeout(seconds):
-            return await _fetch(url, limit, seconds, allow)
+            return await _fetch(url, limit, seconds, allow, ctx.settings)
     except TimeoutError:
         raise ToolError(f"fetching {url} took longer than {seconds:g} s; try again later or another page") from None
     except httpx.ProxyError as e:  # a tunnel (https) the egress proxy refused: its status line says why
@@ -135,9 +135,12 @@ def _tls() -> ssl.SSLContext:
     return httpx.create_ssl_context(trust_env=False)
 
 
-async def _fetch(url: str, limit: int, seconds: float, allow: Allow) -> ToolResult:
+async def _fetch(url: str, limit: int, seconds: float, allow: Allow, settings: Any = None) -> ToolResult:
     import httpx
 
+    from ...permissions import Policy
+
+    policy = Policy.from_settings(settings)
     current, hops = url.strip(), []
     # Only through the egress proxy, never a proxy from the environment: it connects to checked addresses only.
     async with httpx.AsyncClient(follow_redirects=False, trust_env=False, timeout=httpx.Timeout(seconds),
@@ -155,6 +158,11 @@ async def _fetch(url: str, limit: int, seconds: float, allow: Allow) -> ToolResu
                 if resp.is_redirect and "location" in resp.headers:
                     hops.append(current)
                     current = str(resp.url.join(resp.headers["location"]))
+                    # The policy judged the first URL; every place it leads to must pass it too.
+                    verdict = policy.decide("web_fetch", {"url": current})
+                    if verdict.outcome != "allow":
+                        raise ToolError(f"{hops[-1]} redirected to {current}, which the permission policy does "
+                                        f"not allow without a person ({verdict.why}); not followed")
                     continue
                 return await _to_result(resp, current, hops, limit)
     raise ToolError(f"{url} redirected more than {MAX_REDIRECTS} times; stopped at {current}")
