@@ -185,7 +185,8 @@ async def test_every_process_is_in_the_run_cgroup_from_its_start(sb: BubblewrapS
 
     if not _cgroup_works():
         pytest.skip("no writable cgroup here: rlimits only")
-    task = asyncio.ensure_future(sb.run(["sh", "-c", "sleep 4 & (sleep 4 &) ; echo ready > ready; wait"]))
+    # An odd duration: no other process on the machine (a `sleep 40` elsewhere) can pass for one of these.
+    task = asyncio.ensure_future(sb.run(["sh", "-c", "sleep 4.173 & (sleep 4.173 &) ; echo ready > ready; wait"]))
     for _ in range(100):
         if (workspace / "ready").exists():
             break
@@ -199,7 +200,7 @@ async def test_every_process_is_in_the_run_cgroup_from_its_start(sb: BubblewrapS
             groups = Path(entry.path, "cgroup").read_text()
         except OSError:
             continue
-        if cmd.startswith((b"sleep\x004", b"bwrap\x00", b"/bin/sh\x00-c\x00\"$@\"")):
+        if cmd.startswith((b"sleep\x004.173\x00", b"bwrap\x00", b"/bin/sh\x00-c\x00\"$@\"")):
             found.append((cmd.split(b"\0")[0], groups))
     await task
     assert len([c for c, _ in found if c == b"sleep"]) == 2 and any(c == b"bwrap" for c, _ in found)
