@@ -17,6 +17,7 @@ import contextlib
 import fnmatch
 import posixpath
 import re
+import shlex
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -139,14 +140,37 @@ def _smuggles(tool: str, argument: str, rule: Rule) -> bool:
     return len(_CHAINING.findall(argument)) > len(_CHAINING.findall(rule.pattern))
 
 
-def commands_in(line: str) -> list[str]:
-    """The simple commands of a shell line, each without leading wrappers (`env X=1`, `command`, `exec`, ...):
-    what a deny or ask rule is matched against besides the whole line."""
-    out = []
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "busybox", "/bin/sh", "/bin/bash", "/usr/bin/sh",
+                     "/usr/bin/bash"})
+
+
+def commands_in(line: str, depth: int = 0) -> list[str]:
+    """The simple commands of a shell line, each without leading wrappers (`env X=1`, `command`, `exec`, ...)
+    and also as the shell would read its words (quotes and backslashes gone: `\\rm`, `r''m`, `"rm"` are
+    `rm`), and the commands inside `sh -c '...'`: what a deny or ask rule is matched against besides the
+    whole line."""
+    out: list[str] = []
+    try:  # the line as one command first: `bash -c "a && b"` keeps its quoted script whole
+        whole = shlex.split(re.sub(r"\$(?=['\"])", "", _WRAPPERS.sub("", line.strip())))
+    except ValueError:
+        whole = []
+    if depth < 3 and len(whole) >= 3 and whole[0] in _SHELLS and whole[1] in ("-c", "-lc", "-ec"):
+        out.extend(commands_in(whole[2], depth + 1))
     for piece in _SPLIT.split(line):
         piece = _WRAPPERS.sub("", piece.strip()).strip()
-        if piece:
-            out.append(piece)
+        if not piece:
+            continue
+        out.append(piece)
+        try:
+            words = shlex.split(re.sub(r"\$(?=['\"])", "", piece))  # $'rm' and $"rm" are rm as well
+        except ValueError:  # unbalanced quotes: the shell would refuse it too
+            continue
+        while words and (_WRAPPERS.fullmatch(words[0] + " ") or "=" in words[0].split("/")[0]):
+            words = words[1:]
+        if words:
+            out.append(" ".join(words))
+        if depth < 3 and len(words) >= 3 and words[0] in _SHELLS and words[1] in ("-c", "-lc", "-ec"):
+            out.extend(commands_in(words[2], depth + 1))
     return out
 
 

@@ -244,3 +244,11 @@ def test_untrusted_blocks_cannot_be_closed_from_inside() -> None:
     assert a != b  # a fresh id each time: a page cannot guess the closing tag
     assert reads_untrusted_spill("read_file", {"path": ".shou/outputs/untrusted-web_fetch-ab12.txt"})
     assert not reads_untrusted_spill("read_file", {"path": ".shou/outputs/shell-ab12.txt"})
+
+
+def test_quoting_and_nested_shells_do_not_hide_a_denied_command() -> None:
+    p = Policy(deny=["shell(rm *)"])
+    for line in ("\\rm -r x", "r''m -r x", '"rm" -r x', "$'rm' -r x", "sh -c 'rm -r x'",
+                 'bash -c "cd . && r\\"\\"m -r x"', "env A=1 command rm -r x"):
+        assert p.decide("shell", {"command": line}).outcome == "deny", line
+    assert p.decide("shell", {"command": "echo 'rm is a command'"}).outcome == "allow"
