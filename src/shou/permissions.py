@@ -13,6 +13,7 @@ nothing here.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import fnmatch
 import posixpath
@@ -127,10 +128,6 @@ def url_host(url: str) -> str:
 # Shell syntax that chains or substitutes commands: `git status; rm -rf ~` must not pass as `git status*`.
 _CHAINING = re.compile(r"[;&|`<>\n\r]|\$\(|\$\{")
 _SPLIT = re.compile(r"\|\||&&|[;&|\n\r()`]|\$\(|<\(|>\(")
-# Words that run the rest of the line as a command.
-_WRAPPERS = re.compile(r"^(?:(?:env|command|exec|builtin|nohup|time|nice|sudo|doas|xargs|stdbuf|timeout\s+\S+)\s+|"
-                       r"[A-Za-z_][A-Za-z0-9_]*=\S*\s+|\\)+")
-
 
 def _smuggles(tool: str, argument: str, rule: Rule) -> bool:
     """Whether an allow pattern would let a second command ride along: for `shell`, a command with more
@@ -140,37 +137,75 @@ def _smuggles(tool: str, argument: str, rule: Rule) -> bool:
     return len(_CHAINING.findall(argument)) > len(_CHAINING.findall(rule.pattern))
 
 
-_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "busybox", "/bin/sh", "/bin/bash", "/usr/bin/sh",
-                     "/usr/bin/bash"})
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+# Words that run what follows as a command (their options skipped too), and the shell's reserved words.
+_LEADERS = frozenset({"env", "command", "exec", "builtin", "nohup", "time", "nice", "ionice", "sudo", "doas", "su",
+                      "xargs", "stdbuf", "timeout", "setsid", "chroot", "unbuffer", "eval", "then", "else", "elif",
+                      "do", "if", "while", "until", "!", "{", "}", "(", ")", "busybox"})
+_OPTION_VALUE = frozenset({"-u", "-g", "-a", "-s", "-n", "-C", "-k", "-U", "-c"})
+
+
+def _strip_leaders(words: list[str]) -> list[str]:
+    """`words` without the leading wrappers, their options and assignments: `env -i A=1 nice -n 5 rm x` is
+    `rm x`; the command itself by its name (`/bin/rm` is `rm`)."""
+    while words:
+        head = posixpath.basename(words[0])
+        if head in _LEADERS and not (head == "su" and "-c" in words):
+            words = words[1:]
+            while words and (words[0].startswith("-") or re.fullmatch(r"[+-]?\d+[smhd]?", words[0])):
+                words = words[2:] if words[0] in _OPTION_VALUE and head != "command" else words[1:]
+            if head == "timeout" and words and re.fullmatch(r"[\d.]+[smhd]?", words[0]):
+                words = words[1:]
+            continue
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+            words = words[1:]
+            continue
+        break
+    return [posixpath.basename(words[0]), *words[1:]] if words else []
+
+
+def _ansi_c(text: str) -> str:
+    """`$'...'` strings decoded as bash does (`$'\\x72m'` is `'rm'`), and `$"..."` as plain quotes."""
+    def decode(m: re.Match[str]) -> str:
+        try:
+            inner = codecs.decode(m.group(1), "unicode_escape")
+        except (UnicodeDecodeError, ValueError):
+            inner = m.group(1)
+        return "'" + inner.replace("'", "'\\''") + "'"
+
+    return re.sub(r"\$\"", '"', re.sub(r"\$'((?:[^'\\]|\\.)*)'", decode, text))
 
 
 def commands_in(line: str, depth: int = 0) -> list[str]:
-    """The simple commands of a shell line, each without leading wrappers (`env X=1`, `command`, `exec`, ...)
-    and also as the shell would read its words (quotes and backslashes gone: `\\rm`, `r''m`, `"rm"` are
-    `rm`), and the commands inside `sh -c '...'`: what a deny or ask rule is matched against besides the
-    whole line."""
+    """The simple commands of a shell line as a rule should see them: each without leading wrappers
+    (`env -i`, `command`, `nice -n 5`, `if`, `then`, `{`...), quoting and backslashes read as the shell
+    reads them (`\\rm`, `r''m`, `"rm"`, `$'rm'` are `rm`), the command by its name (`/bin/rm` is `rm`), and
+    the commands inside `sh -c '...'`. What a deny or ask rule is matched against besides the whole line;
+    a best effort, not a shell parser (README: `ask` is the sure control)."""
     out: list[str] = []
-    try:  # the line as one command first: `bash -c "a && b"` keeps its quoted script whole
-        whole = shlex.split(re.sub(r"\$(?=['\"])", "", _WRAPPERS.sub("", line.strip())))
-    except ValueError:
-        whole = []
-    if depth < 3 and len(whole) >= 3 and whole[0] in _SHELLS and whole[1] in ("-c", "-lc", "-ec"):
-        out.extend(commands_in(whole[2], depth + 1))
-    for piece in _SPLIT.split(line):
-        piece = _WRAPPERS.sub("", piece.strip()).strip()
+    line = line.replace("\\\n", "")  # a line continuation joins the words around it
+    for index, text in enumerate((line, *_SPLIT.split(line))):
+        whole = index == 0  # the line itself: only for a nested shell whose script holds `;` or `&&`
+        piece = text.strip()
         if not piece:
             continue
-        out.append(piece)
+        if not whole:
+            out.append(piece)
         try:
-            words = shlex.split(re.sub(r"\$(?=['\"])", "", piece))  # $'rm' and $"rm" are rm as well
+            words = shlex.split(_ansi_c(piece))
         except ValueError:  # unbalanced quotes: the shell would refuse it too
             continue
-        while words and (_WRAPPERS.fullmatch(words[0] + " ") or "=" in words[0].split("/")[0]):
-            words = words[1:]
-        if words:
+        if words and re.fullmatch(r"\{[^{}]*,[^{}]*\}", words[0]):  # {rm,-r,x} is `rm -r x`
+            words = [*words[0][1:-1].split(","), *words[1:]]
+        words = _strip_leaders(words)
+        if not words:
+            continue
+        if not whole:
             out.append(" ".join(words))
-        if depth < 3 and len(words) >= 3 and words[0] in _SHELLS and words[1] in ("-c", "-lc", "-ec"):
-            out.extend(commands_in(words[2], depth + 1))
+        if depth < 3 and (words[0] in _SHELLS or words[0] == "su"):
+            flag = next((i for i, w in enumerate(words[1:5], 1) if w.startswith("-") and "c" in w), None)
+            if flag is not None and flag + 1 < len(words):  # sh -e -c '...', bash -xc '...', su -c '...'
+                out.extend(commands_in(words[flag + 1], depth + 1))
     return out
 
 

@@ -252,3 +252,27 @@ def test_quoting_and_nested_shells_do_not_hide_a_denied_command() -> None:
                  'bash -c "cd . && r\\"\\"m -r x"', "env A=1 command rm -r x"):
         assert p.decide("shell", {"command": line}).outcome == "deny", line
     assert p.decide("shell", {"command": "echo 'rm is a command'"}).outcome == "allow"
+
+
+def test_more_spellings_of_a_denied_command() -> None:
+    """The second attacker round: paths, braces, escapes, wrappers with options, shell flags apart."""
+    p = Policy(deny=["shell(rm *)"])
+    for line in ("/bin/rm -r x", "{rm,-r,x}", "$'\\x72m' -r x", "sudo -u root rm x", "exec -a f rm x",
+                 "nice -n 5 rm x", "timeout -s 9 5 rm x", "env -i rm -r x", "busybox rm x", "sh -e -c 'rm x'",
+                 "bash -xc 'rm -r x'", "/usr/bin/env bash -c 'rm x'", "su -c 'rm x'", "eval rm -r x", "! rm x",
+                 "{ rm -r x; }", "if true; then rm -r x; fi", "r\\\nm -r x"):
+        assert p.decide("shell", {"command": line}).outcome == "deny", line
+    for line in ("git status", "echo rm", "ls -la", "printf '%s' $'a\\nb'"):
+        assert p.decide("shell", {"command": line}).outcome == "allow", line
+
+
+def test_a_signed_session_grant_copied_to_another_workspace_counts_for_nothing(tmp_path: Path) -> None:
+    from shou.agent.approvals import bound_to, sign, verify
+    from shou.events import ApprovalDecided
+
+    env = {"SHOU_CONFIG_DIR": str(tmp_path / "cfg")}
+    grant = sign(ApprovalDecided("r", 1, "c", "shell", True, "user:me", "session", "shell(touch x)"),
+                 bound_to(tmp_path / "a", "dev"), "", env)
+    assert verify(grant, bound_to(tmp_path / "a", "dev"), "", env)
+    assert not verify(grant, bound_to(tmp_path / "b", "dev"), "", env)  # the attacker's repository
+    assert not verify(grant, bound_to(tmp_path / "a", "other"), "", env)

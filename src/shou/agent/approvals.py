@@ -93,12 +93,13 @@ class Gate:
         decided = session.decisions.get(call.id)
         if decided is not None and (decided.run_id, decided.step) != (run.run_id, run.step):
             decided = None  # a decision on an older call that had the same id (some servers reuse ids)
-        if decided is not None and decided.allow and not verify(decided, session.name, call.arguments, env):
+        where = bound_to(run.agent.workspace, session.name)
+        if decided is not None and decided.allow and not verify(decided, where, call.arguments, env):
             decided = None  # not made by this user (a planted session log): decide again
         if decided is not None:  # decided earlier (another process, or before a restart)
             return "run" if decided.allow else self._refuse(call, f"{decided.by} said no ({decided.reason})"
                                                             if decided.by.startswith("user:") else decided.reason)
-        granted = [Rule.parse(g.rule) for g in session.granted if verify(g, session.name, "", env)]
+        granted = [Rule.parse(g.rule) for g in session.granted if verify(g, where, "", env)]
         order = list((tool.parameters.get("properties") or {}).keys())
         workspace = str(run.agent.workspace)
         decision = self.policy.decide(call.name, args, declared=getattr(tool, "approval", None), granted=granted,
@@ -136,7 +137,8 @@ class Gate:
         decided = ApprovalDecided(run.run_id, run.step, call.id, call.name, allow, by, scope, rule, reason,
                                   time.time())
         if allow:
-            decided = sign(decided, run.session.name, call.arguments, getattr(run.agent.settings, "env", None))
+            where = bound_to(run.agent.workspace, run.session.name)
+            decided = sign(decided, where, call.arguments, getattr(run.agent.settings, "env", None))
         run.emit(decided)
         return "run" if allow else self._refuse(call, reason)
 
@@ -166,6 +168,14 @@ def _key(env: Any = None) -> bytes:
         with os.fdopen(fd, "wb") as f:
             f.write(key)
         return key
+
+
+def bound_to(workspace: Any, session: str) -> str:
+    """What a signature binds a decision to besides the call: this workspace's session (a copy of a signed
+    row into another workspace's log, or another session, does not verify)."""
+    import pathlib
+
+    return f"{pathlib.Path(workspace).resolve()}\x1e{session}"
 
 
 def _payload(d: ApprovalDecided, session: str, arguments: str) -> bytes:

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..agent.approvals import Answer, ApprovalRequest, describe_arguments, person, sign
+from ..agent.approvals import Answer, ApprovalRequest, bound_to, describe_arguments, person, sign
 from ..tools.executor import parse_arguments
 from .build import WorkspaceOpt, err, fail
 from .render import printable
@@ -130,7 +130,8 @@ def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None) -> N
                 why = reason or ("approved" if allow else "denied")
                 decided = ApprovalDecided(req.run_id, req.step, call_id, req.call.name, allow, person(), "once",
                                           req.rule, why, time.time())
-                session.record(sign(decided, session.name, req.call.arguments) if allow else decided)
+                where = bound_to((workspace or Path.cwd()).resolve(), session.name)
+                session.record(sign(decided, where, req.call.arguments) if allow else decided)
                 session.commit()
             finally:
                 session.release()

@@ -2,11 +2,11 @@
 inside delimiters that say it is data, not instructions.
 
 The delimiters carry the tool's name and a random id the content cannot know: the block ends only at a
-closing tag with that id. Text inside that imitates the tags is defused as well (fullwidth brackets,
-zero-width characters and look-alike hyphens included), so a page cannot close the block early and speak
-as shou. A spilled output of such a tool is saved as `untrusted-*`, and reading it back is marked too. The
-system prompt (`UNTRUSTED_RULE`) tells the model how to treat it; the permission policy holds whatever the
-model then asks for.
+closing tag with that id, which is the real boundary. Text inside that imitates the tags is also defused
+where it is easy to see (fullwidth brackets, zero-width characters, look-alike hyphens); homoglyph letters
+may pass that net, never the id. A spilled output of such a tool is saved as `untrusted-*`, and reading it
+back is marked too. The system prompt (`UNTRUSTED_RULE`) tells the model how to treat it; the permission
+policy holds whatever the model then asks for.
 """
 
 from __future__ import annotations
