@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import fnmatch
 import posixpath
 import re
 import shlex
@@ -26,6 +25,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
+from .glob import glob_match
 
 __all__ = ["Decision", "Outcome", "Policy", "Rule", "main_argument"]
 
@@ -37,6 +37,7 @@ _MAIN = {"shell": "command", "run_code": "code", "read_file": "path", "write_fil
          "save_memory": "content", "search_memory": "query"}
 _HOST_OF = frozenset({"web_fetch", "browser"})
 SANDBOXED = frozenset({"shell", "run_code"})
+MAX_READ = 64 * 1024  # characters of a shell line read command by command
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,8 @@ class Rule:
         """Whether the rule covers a call of `tool` whose main argument is `argument`."""
         if self.tool != tool and self.tool != "*":
             return False
-        return self.pattern is None or fnmatch.fnmatchcase(argument, self.pattern)
+        # Not fnmatch: its regex backtracks, and the model picks the argument (src/shou/glob.py).
+        return self.pattern is None or glob_match(argument, self.pattern)
 
     def __str__(self) -> str:
         return self.tool if self.pattern is None else f"{self.tool}({self.pattern})"
@@ -236,7 +238,8 @@ class Policy:
         argument = main_argument(tool, args, order, workspace)
         # For a shell line, deny and ask rules see each of its commands too: `true; rm -r x` and ` rm -r x`
         # are both an `rm -r x`.
-        views = [argument, *commands_in(argument)] if tool == "shell" else [argument]
+        too_long = tool == "shell" and len(argument) > MAX_READ
+        views = [argument, *commands_in(argument)] if tool == "shell" and not too_long else [argument]
 
         def hit(rule: Rule) -> bool:
             return any(rule.matches(tool, v) for v in views)
@@ -244,6 +247,10 @@ class Policy:
         deny = next((r for r in self.rules["deny"] if hit(r)), None)
         if deny is not None:
             return Decision("deny", f"rule deny = {deny}", deny)
+        if too_long and any(r.tool in (tool, "*") for o in ("deny", "ask") for r in self.rules[o]):  # type: ignore[index]
+            # Past this size a line is not read command by command (shlex is quadratic in a word's length),
+            # so rules that would ask or deny cannot be sure they do not apply: a person decides.
+            return Decision("ask", f"the command is over {MAX_READ} characters, too long to check against the rules")
         # Between ask and allow the narrower rule wins (allow shell(git status*) over ask shell); at the
         # same breadth, ask does.
         found = [(r.pattern is not None, outcome == "ask", outcome, r) for outcome in ("ask", "allow")

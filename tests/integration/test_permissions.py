@@ -276,3 +276,13 @@ def test_a_signed_session_grant_copied_to_another_workspace_counts_for_nothing(t
     assert verify(grant, bound_to(tmp_path / "a", "dev"), "", env)
     assert not verify(grant, bound_to(tmp_path / "b", "dev"), "", env)  # the attacker's repository
     assert not verify(grant, bound_to(tmp_path / "a", "other"), "", env)
+
+
+def test_a_huge_command_is_decided_at_once_and_never_slips_through() -> None:
+    """The model picks the text rules are matched against: a megabyte must neither stall the process (fnmatch
+    and shlex are superlinear on it) nor pass a rule it was not read against."""
+    p = Policy(ask=["shell(*a*a*a*a*a*b)"], deny=["shell(rm *)"])
+    assert p.decide("shell", {"command": "a" * 1_000_000}).outcome == "ask"
+    assert p.decide("shell", {"command": "r''m -r " + "x" * 1_000_000}).outcome == "ask"
+    assert p.decide("shell", {"command": "rm -r " + "x" * 1_000_000}).outcome == "deny"
+    assert Policy().decide("shell", {"command": "a" * 1_000_000}).outcome == "allow"  # no rules: the default
