@@ -97,6 +97,7 @@ class Run:
         self.usage = resume.usage if resume is not None else Usage()
         self.unfinished: dict[str, ToolCall] = {}
         self.truncated = 0
+        self._gate: Gate | None = None
 
     def emit(self, event: Event) -> None:
         """Record the event in the session, then hand it to the consumer (who commits before showing it).
@@ -239,7 +240,9 @@ class Run:
         person's decision (`--approvals defer`)."""
         if not calls:
             return None
-        calls, waiting = await Gate(self).screen(calls)
+        if self._gate is None:  # the policy is read once per run, not once per step
+            self._gate = Gate(self)
+        calls, waiting = await self._gate.screen(calls)
         for call in waiting:
             self.unfinished.pop(call.id, None)  # it stays unanswered, to be decided and resumed
         wait = (f"{len(waiting)} call(s) wait for approval: `shou approvals` lists them, `shou approve ID` or "
