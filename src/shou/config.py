@@ -103,8 +103,20 @@ def _more_rules(trusted: tuple[str, ...], asked: tuple[str, ...]) -> tuple[str, 
 # Lists of permission rules add up across sources (the user's and a trusted workspace's), never replace.
 MERGED = frozenset({"permissions_allow", "permissions_ask", "permissions_deny"})
 
+def _tighter(trusted: Any, asked: Any) -> Any:
+    """The lower of two limits, where None means no limit."""
+    return asked if trusted is None else trusted if asked is None else min(trusted, asked)
+
+
 NARROWING: dict[str, Callable[[Any, Any], Any]] = {
     "tools": _fewer_tools,
+    # A budget or rate limit an untrusted workspace sets may only be lower than the trusted one.
+    "token_budget": _tighter,
+    "max_cost": _tighter,
+    "session_token_budget": _tighter,
+    "session_max_cost": _tighter,
+    "rpm": _tighter,
+    "tpm": _tighter,
     # More rules that ask or deny only ever take away: an untrusted workspace may add them.
     "permissions_ask": _more_rules,
     "permissions_deny": _more_rules,
@@ -162,6 +174,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
                 value = NARROWING[key](values.get(key, getattr(defaults, key)), value)
             if key in MERGED and key in values:
                 value = _more_rules(values[key], value)
+            elif key == "models" and key in values:  # price tables add up; a later source's entry wins
+                value = {**values[key], **{n: {**values[key].get(n, {}), **p} for n, p in value.items()}}
             values[key] = value
             sources[key] = source
         if refused:

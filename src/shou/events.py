@@ -73,13 +73,26 @@ class Feedback(Event):
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest(Event):
-    """The loop is asking the model for step `step`."""
+    """The loop is asking the model for step `step`: the request's trace record.
+
+    `request_id` names this model call (its `ModelResponse` carries the same id). The exact request is
+    content-addressed: `messages` are the hashes of the messages sent, in order, and `tools_ref` the hash
+    of the tool specs; the store keeps each distinct one once (`SQLiteStore.blobs`), so a long run does
+    not store its history again at every step. `params` are the request's other fields that change the
+    answer (temperature, max_tokens, tool_choice, ...); `tokens` is shou's estimate of the prompt.
+    """
 
     type: ClassVar[str] = "model_request"
     step: int
     message_count: int
     tool_count: int
     tokens: int = 0
+    request_id: str = ""
+    model: str = ""
+    provider: str = ""
+    messages: tuple[str, ...] = ()
+    tools_ref: str = ""
+    params: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +117,11 @@ class ToolCallDelta(Event):
 
 @dataclass(frozen=True, slots=True)
 class ModelResponse(Event):
-    """The model's complete answer for a step, with usage and latency (seconds)."""
+    """The model's complete answer for a step, with usage (tokens and cost) and latency (seconds).
+
+    `ttft` is the time to the first streamed token, `retries` how many attempts failed before this one,
+    `cached` whether shou's response cache answered (no provider request, no cost).
+    """
 
     type: ClassVar[str] = "model_response"
     step: int
@@ -113,6 +130,10 @@ class ModelResponse(Event):
     latency: float
     finish_reason: str | None = None
     model: str = ""
+    request_id: str = ""
+    ttft: float | None = None
+    retries: int = 0
+    cached: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +187,9 @@ class Compacted(Event):
     upto: int
     tokens_before: int
     tokens_after: int
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    latency: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,9 +273,12 @@ def _encode(value: Any) -> Any:
     if isinstance(value, (Message, ToolCall, ImagePart)):
         return value.to_wire()
     if isinstance(value, Usage):
-        out = {"input_tokens": value.input_tokens, "output_tokens": value.output_tokens, "requests": value.requests}
+        out = {"input_tokens": value.input_tokens, "output_tokens": value.output_tokens, "requests": value.requests,
+               "cost": value.cost}
         if value.estimated:
             out["estimated"] = True
+        if value.cached_tokens:
+            out["cached_tokens"] = value.cached_tokens
         return out
     if isinstance(value, tuple):
         return list(value)
@@ -271,8 +298,8 @@ def _decoder(hint: Any) -> typing.Callable[[Any], Any] | None:
         return ToolCall.from_wire
     if hint is ImagePart:
         return part_from_wire
-    if hint is Usage:
-        return lambda v: Usage(**v)
+    if hint is Usage:  # a log written before costs were kept: the cost is unknown, not zero
+        return lambda v: Usage(**{"cost": None, **v})
     if typing.get_origin(hint) is tuple:
         return tuple
     return None

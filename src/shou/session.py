@@ -78,8 +78,8 @@ class MessageFold:
     """Folds events into the session's state: its messages (tool results in call order), the summary
     that stands for compacted ones, the working memory, and the run that has not finished, if any."""
 
-    __slots__ = ("_pending", "_results", "decisions", "granted", "messages", "open_run", "requested", "summary",
-                 "summary_upto", "working_memory")
+    __slots__ = ("_pending", "_results", "decisions", "granted", "messages", "open_run", "requested", "spent",
+                 "summary", "summary_upto", "working_memory")
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
@@ -92,6 +92,7 @@ class MessageFold:
         self.requested: dict[str, ApprovalRequested] = {}  # call id -> the request, while it waits
         self.decisions: dict[str, ApprovalDecided] = {}  # call id -> what was decided
         self.granted: list[ApprovalDecided] = []  # rules a person allowed for the rest of the session
+        self.spent = Usage()  # every model call of every run, compaction summaries included
 
     def apply(self, event: Event) -> None:
         """Update the state with one event."""
@@ -109,6 +110,7 @@ class MessageFold:
             if run is not None:
                 run.started.add(event.call.id)
         elif isinstance(event, ModelResponse):
+            self.spent = self.spent + event.usage
             self._flush()
             self.messages.append(event.message)
             self._pending = [c.id for c in event.message.tool_calls]
@@ -150,6 +152,7 @@ class MessageFold:
                 run.usage = event.usage  # the run's running total, compaction included
         elif isinstance(event, Compacted):
             self.summary, self.summary_upto = event.summary, event.upto
+            self.spent = self.spent + event.usage
         elif isinstance(event, HistoryCleared):
             self.messages.clear()
             self.summary, self.summary_upto, self.working_memory = "", 0, ""
@@ -208,6 +211,11 @@ class Session:
     def summary_upto(self) -> int:
         """How many of the first messages the summary replaces in the context."""
         return self._fold.summary_upto
+
+    @property
+    def spent(self) -> Usage:
+        """What every model call of the session used and cost so far (for session budgets)."""
+        return self._fold.spent
 
     @property
     def working_memory(self) -> str:

@@ -9,6 +9,7 @@ file may set it (`safe`), and its bounds. config.py merges the sources; nothing 
 from __future__ import annotations
 
 import functools
+import json
 import types
 import typing
 from collections.abc import Mapping
@@ -45,8 +46,33 @@ class Settings:
     tool_timeout: float = _s(30.0, "seconds any one tool call may take (shell and run_code included)", safe=True,
                              positive=True)
     max_parallel_tools: int = _s(4, "tool calls of one step run at once", minimum=1)
-    max_total_tokens: int | None = _s(None, "token budget of one run (input + output); none by default",
-                                      safe=True, minimum=1)
+    token_budget: int | None = _s(None, "most tokens (input + output) one run may use, checked before each model "
+                                        "call against its worst case", minimum=1)
+    max_cost: float | None = _s(None, "most US dollars one run may spend, checked before each model call (needs "
+                                      "the model's price)", minimum=0)
+    session_token_budget: int | None = _s(None, "most tokens all runs of one session may use", minimum=1)
+    session_max_cost: float | None = _s(None, "most US dollars all runs of one session may spend", minimum=0)
+    models: dict[str, dict[str, float]] = field(default_factory=dict, metadata={
+        "help": 'prices per model, USD per million tokens: [models."NAME"] input_price, cached_input_price, '
+                "output_price (SHOU_MODELS: the same as JSON)"})
+    rpm: int | None = _s(None, "most requests per minute to the provider, shared by every run of the process",
+                         minimum=1)
+    tpm: int | None = _s(None, "most tokens per minute to the provider, shared by every run of the process",
+                         minimum=1)
+    model_retries: int = _s(8, "retries of a failing model request before giving up (or falling back)", minimum=0)
+    fallback_models: tuple[str, ...] = _s((), "models tried in order when the model's provider keeps failing")
+    summary_model: str | None = _s(None, "model that writes compaction summaries (default: the model)")
+    cache: bool = _s(False, "answer a repeated identical model request from .shou/cache.db (no cost)")
+    trace_retention_days: float | None = _s(7.0, "days the raw requests of traces are kept; none: forever",
+                                            minimum=0)
+    otel: bool = _s(False, "export traces by OpenTelemetry, OTLP over HTTP (also on when "
+                           "OTEL_EXPORTER_OTLP_ENDPOINT is set)")
+    otel_content: bool = _s(False, "put messages, tool arguments and results in exported spans")
+    alert_window: int = _s(20, "how many recent model (and tool) calls the failure alert looks at", safe=True,
+                           minimum=1)
+    alert_threshold: float = _s(0.5, "share of failed calls in the window that raises an alert", safe=True,
+                                positive=True)
+    alert_webhook: str | None = _s(None, "URL that gets a JSON POST when an alert fires")
     stream: bool = _s(True, "stream the model's output", safe=True)
     temperature: float | None = _s(None, "sampling temperature sent to the model", safe=True, minimum=0)
     max_tokens: int | None = _s(None, "most tokens in one model reply", safe=True, minimum=1)
@@ -177,8 +203,39 @@ def convert(key: str, raw: Any, source: str) -> Any:
             return raw
         if kind is Path:
             return Path(raw)
+        if typing.get_origin(kind) is dict:
+            return _price_table(json.loads(raw) if isinstance(raw, str) else raw)
         if not isinstance(raw, str | int | float) or isinstance(raw, bool):
             raise ValueError("expected text")
         return str(raw)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"setting {key!r} from {source} is invalid ({raw!r}): {e}") from None
+        shown = raw if not isinstance(raw, dict) else "a table"
+        raise ConfigError(f"setting {key!r} from {source} is invalid ({shown!r}): {e}") from None
+
+
+def _price_table(raw: Any) -> dict[str, dict[str, float]]:
+    """`[models."NAME"]` tables: each a table of prices, USD per million tokens, none negative."""
+    from .pricing import PRICE_KEYS
+
+    if not isinstance(raw, dict):
+        raise ValueError('expected tables [models."NAME"] with input_price, output_price, cached_input_price')
+    out: dict[str, dict[str, float]] = {}
+    for name, entry in raw.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f'[models."{name}"] must be a table of prices')
+        unknown = sorted(set(entry) - set(PRICE_KEYS))
+        if unknown:
+            raise ValueError(f'[models."{name}"]: unknown key(s) {", ".join(map(str, unknown))}; known: '
+                             f"{', '.join(PRICE_KEYS)}")
+        prices = {}
+        for key, value in entry.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f'[models."{name}"] {key} must be a number of US dollars per million tokens, '
+                                 "not negative")
+            prices[key] = float(value)
+        from .pricing import DEFAULT_PRICES
+
+        if name not in DEFAULT_PRICES and not {"input_price", "output_price"} <= set(prices):
+            raise ValueError(f'[models."{name}"] needs input_price and output_price (USD per million tokens)')
+        out[str(name)] = prices
+    return out

@@ -1,4 +1,4 @@
-"""Token accounting shared by the model client, the loop and the events."""
+"""Token and cost accounting shared by the model client, the loop and the events."""
 
 from __future__ import annotations
 
@@ -8,12 +8,17 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Tokens a model call (or a sum of them) consumed; `requests` counts model calls. `estimated` is true
-    when some of the counts were not reported by the provider but counted by shou's tokenizer."""
+    when some of the counts were not reported by the provider but counted by shou's tokenizer.
+    `cached_tokens` is the part of `input_tokens` the provider served from its prompt cache. `cost` is in
+    US dollars; None means unknown (a model without a configured price took part), never a silent zero.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     requests: int = 0
     estimated: bool = False
+    cached_tokens: int = 0
+    cost: float | None = 0.0
 
     @property
     def total_tokens(self) -> int:
@@ -26,11 +31,28 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.requests + other.requests,
             self.estimated or other.estimated,
+            self.cached_tokens + other.cached_tokens,
+            None if self.cost is None or other.cost is None else self.cost + other.cost,
         )
 
     @classmethod
     def from_wire(cls, data: dict | None) -> Usage:
-        """Read the `usage` object of a Chat Completions response (one request)."""
+        """Read the `usage` object of a Chat Completions response (one request). Its cost is unknown until
+        priced (`shou.pricing`)."""
         if not data:
-            return cls(requests=1)  # no counts: the loop estimates them
-        return cls(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0), 1)
+            return cls(requests=1, cost=None)  # no counts: the loop estimates them
+        details = data.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        if cached is None:
+            cached = data.get("prompt_cache_hit_tokens")  # DeepSeek's name for it
+        return cls(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0), 1,
+                   cached_tokens=int(cached or 0) if isinstance(cached, int | float) else 0, cost=None)
+
+
+def format_cost(cost: float | None) -> str:
+    """A cost for people: `$0.0123`, or `unknown`."""
+    if cost is None:
+        return "cost unknown"
+    if cost == 0:
+        return "$0"
+    return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"

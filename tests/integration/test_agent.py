@@ -112,8 +112,12 @@ async def test_token_budget(serve, workspace: Path) -> None:
     turn = {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1"}}],
             "usage": {"prompt_tokens": 600, "completion_tokens": 10}}
     srv = serve([turn, {**turn, "tool_calls": [{"name": "calculator", "arguments": {"expression": "2"}}]}])
-    result = await Agent(model_for(srv), [calculator], max_total_tokens=1000, workspace=workspace).arun("x")
-    assert (result.status, result.steps) == ("budget", 2)
+    result = await Agent(model_for(srv), [calculator], token_budget=1000, workspace=workspace).arun("x")
+    # Checked before each call: after the first (610 tokens), the provider's count shows shou's estimate of
+    # the prompt runs low, and the second call's prompt alone would not fit; it is never made.
+    assert (result.status, result.steps, len(srv.requests)) == ("budget", 1, 1), result.error
+    assert "token-budget of 1,000" in (result.error or "") and "610 tokens" in (result.error or "")
+    assert srv.requests[0]["max_tokens"] <= 1000  # the first call's reply was capped to what the budget had
 
 
 def test_sync_run_twice_on_one_agent(serve, workspace: Path) -> None:

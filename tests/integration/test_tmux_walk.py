@@ -96,6 +96,7 @@ def test_quick_start_then_chat_in_a_terminal(serve, clone: Path, tmp_path: Path)
         term.type("/compact")
         term.wait_for(r"compacted: \d+ → \d+ tokens|nothing to compact yet", after=mark)
         term.type("/quit")
+        term.wait_for(r"bye", after=mark)  # typed earlier, the next line can reach the chat, not the shell
         term.type("echo walk-$((40 + 2))")
         term.wait_for(r"walk-42", after=mark, timeout=20)
         # 3. The whole conversation, read back.

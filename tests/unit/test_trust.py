@@ -123,7 +123,11 @@ def test_every_new_setting_is_sensitive_unless_declared(dirs: tuple[Path, Path])
     # If this list grows, the new setting was left out of SAFE_SETTINGS on purpose (or by accident: check).
     assert sensitive == {"provider", "base_url", "api_key", "sandbox", "web_allow_hosts", "web_max_bytes",
                          "web_search_backends", "tavily_api_key", "searxng_url", "memory_store", "browser_executable",
-                         "browser_headless", "sandbox_image", "permissions_allow", "approvals"}
+                         "browser_headless", "sandbox_image", "permissions_allow", "approvals",
+                         # prices (a zero price would void a cost budget), where requests go and how often,
+                         # what is kept and where traces and alerts are sent
+                         "models", "model_retries", "fallback_models", "summary_model", "cache",
+                         "trace_retention_days", "otel", "otel_content", "alert_webhook"}
 
 
 def test_an_untrusted_env_cannot_copy_a_secret_into_a_harmless_setting(dirs: tuple[Path, Path],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -14,6 +14,7 @@ from ..errors import UserError
 from ..events import Compacted, Event, RunFinished, RunResumed, RunStarted, RunStatus
 from ..models.base import Model, ModelSettings
 from ..models.capabilities import supports_vision
+from ..pricing import PriceTable
 from ..redact import Redactor, secrets_of
 from ..session import Session
 from ..tools.base import Tool
@@ -73,22 +74,30 @@ class Agent:
 
     `model` is a `Model` or a spec such as `"deepseek:deepseek-chat"` (resolved from settings and the
     environment). Guards: `max_steps` model calls, `run_timeout` seconds of wall time, `repeat_limit`
-    identical consecutive calls, and optionally `max_total_tokens`. `tool_timeout` limits every tool call,
+    identical consecutive calls, and optionally budgets: `token_budget` tokens and `max_cost` US dollars per
+    run, checked before each model call against its worst case (shou.agent.budget; `prices` is the price
+    table, default: the built-in prices with the settings' `[models."NAME"]` over them). `summary_model`
+    writes compaction summaries (a cheaper model; default: `model`). `tool_timeout` limits every tool call,
     whatever the tool declares; left None, a tool gets its own `@tool(timeout=...)` or 30 s, and `shell` and
     `run_code` the sandbox's limit (300 s by default). `vision` says whether the model may be
     sent images (default: known vision models only); a text-only model gets a page's text instead.
     `policy` decides which calls run, ask or are refused (default: the settings' `[permissions]`, see
     shou.permissions); `approvals` answers the asks: an `Approver` (a person), "yes", "deny" (the default:
-    nobody to ask) or "defer" (the run stops `waiting_approval`; for servers).
+    nobody to ask) or "defer" (the run stops `waiting_approval`; for servers). `observers` are called with
+    every event after it is logged (OpenTelemetry export, alerts: shou.observe); an event one returns is
+    emitted into the run too.
     """
 
     def __init__(
         self, model: Model | str, tools: Iterable[Tool] | ToolSet = (), instructions: str | None = None, *,
         max_steps: int = 20, run_timeout: float = 300.0, tool_timeout: float | None = None, max_parallel_tools: int = 4,
-        repeat_limit: int = 3, max_total_tokens: int | None = None, workspace: str | Path | None = None,
+        repeat_limit: int = 3, token_budget: int | None = None, max_cost: float | None = None,
+        workspace: str | Path | None = None,
         model_settings: ModelSettings | None = None, store: SQLiteStore | None = None, settings: Any = None,
         context: ContextPolicy | None = None, memory: Any = None, vision: bool | None = None,
         policy: Policy | None = None, approvals: Approver | Literal["yes", "deny", "defer"] = "deny",
+        observers: Iterable[Callable[[Event], Any]] = (), prices: PriceTable | None = None,
+        summary_model: Model | str | None = None,
     ) -> None:
         if isinstance(model, str):
             from ..models import get_model
@@ -112,7 +121,16 @@ class Agent:
         self.redactor = Redactor(secrets_of(settings))
         self.max_parallel_tools = max_parallel_tools
         self.repeat_limit = repeat_limit
-        self.max_total_tokens = max_total_tokens
+        if (token_budget is not None and token_budget < 1) or (max_cost is not None and max_cost < 0):
+            raise UserError("token_budget must be positive and max_cost not negative")
+        self.token_budget = token_budget
+        self.max_cost = max_cost
+        self.prices = prices if prices is not None else PriceTable(getattr(settings, "models", None))
+        if isinstance(summary_model, str):
+            from ..models import get_model
+
+            summary_model = get_model(summary_model, settings)
+        self.summary_model: Model | None = summary_model
         self.workspace = _resolved(workspace)
         self.model_settings = model_settings
         self.store = store
@@ -120,6 +138,7 @@ class Agent:
         self.context = context or DEFAULT_POLICY
         self.memory = memory
         self.vision = supports_vision(self.model.name) if vision is None else vision
+        self.observers: list[Callable[[Event], Any]] = list(observers)
         self._counter: TokenCounter | None = None
         self._runner: asyncio.Runner | None = None
 

@@ -8,7 +8,9 @@ messages under the token budget.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..context.builder import ContextBuilder, ContextPolicy, system_text
@@ -17,6 +19,7 @@ from ..context.relevance import select_tools
 from ..context.tokens import TokenCounter, context_window
 from ..events import Compacted, Event, Notice
 from ..messages import Message
+from ..models.base import model_id
 from ..usage import Usage
 from ..workspace import read_state_text
 
@@ -105,15 +108,19 @@ class RunContext:
         history = self.session.messages
         start = self.session.summary_upto
         before = self.counter.text(self.session.summary) + self.builder.history_tokens(history[start:])
+        model = self.agent.summary_model or self.agent.model  # cheap work may go to a cheaper model
+        t0 = time.perf_counter()
         try:
-            summary, usage = await summarize(self.agent.model, self.counter, history[start:cut],
+            summary, usage = await summarize(model, self.counter, history[start:cut],
                                              self.session.summary, self.builder.budget // 2)
         except Exception as e:  # the builder still trims by budget; the run goes on
             self.emit(Notice(self.run_id, step, "compaction", f"compaction failed ({type(e).__name__}: {e}); "
                                                                 "older messages are left out instead"))
             return None
+        usage = replace(usage, cost=self.agent.prices.cost(model_id(model), usage))
         self.usage = self.usage + usage
         after = self.counter.text(summary) + self.builder.history_tokens(history[cut:])
-        event = Compacted(self.run_id, summary, cut, before, after)
+        event = Compacted(self.run_id, summary, cut, before, after, usage, model_id(model),
+                          time.perf_counter() - t0)
         self.emit(event)
         return event

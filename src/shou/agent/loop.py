@@ -17,7 +17,9 @@ replies keep being cut ends `truncated`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -41,19 +43,26 @@ from ..events import (
     ToolCallStarted,
 )
 from ..messages import Message, ToolCall
-from ..models.base import Completion, Retrying, TextChunk, ToolCallChunk
+from ..models.base import Completion, ModelSettings, Retrying, TextChunk, ToolCallChunk, model_id, provider_of
 from ..session import INTERRUPTED
 from ..tools.base import ToolContext
 from ..tools.executor import DEFAULT_TIMEOUT, ToolExecutor
 from ..usage import Usage
 from .approvals import Gate
+from .budget import Accounts, Budget
 from .context import RunContext
 from .guards import RepeatGuard
+from .recorder import RequestRecorder, request_params
 
 if TYPE_CHECKING:
     from ..session import OpenRun, Session
     from .agent import Agent
 
+_log = logging.getLogger("shou")
+# Model call ids: unique per process by a counter, across processes by a random prefix (a resumed run's
+# calls, made by another process, must not take the ids of the killed one's).
+_PROCESS = secrets.token_hex(4)
+_CALLS = itertools.count(1)
 MAX_ARGUMENT_CHARS = 1_000_000  # one tool call's arguments; past this the call is refused, not stored
 TRUNCATION_LIMIT = 3  # consecutive replies cut at the output limit before the run ends `truncated`
 CUT_CALL = ("Error: not run: your reply was cut off at the output limit before this call was complete "
@@ -98,6 +107,19 @@ class Run:
         self.unfinished: dict[str, ToolCall] = {}
         self.truncated = 0
         self._gate: Gate | None = None
+        self.accounts = Accounts(agent.prices, self._budgets(), model_id(agent.model))
+
+    def _budgets(self) -> list[Budget]:
+        """The run's budget (counting what a resumed run spent already) and the session's."""
+        agent = self.agent
+        budgets = [Budget(agent.max_cost, agent.token_budget, self.usage)]
+        settings = agent.settings
+        session_cost = getattr(settings, "session_max_cost", None)
+        session_tokens = getattr(settings, "session_token_budget", None)
+        if session_cost is not None or session_tokens is not None:
+            budgets.append(Budget(session_cost, session_tokens, self.session.spent, "session_max_cost",
+                                  "session_token_budget"))
+        return budgets
 
     def emit(self, event: Event) -> None:
         """Record the event in the session, then hand it to the consumer (who commits before showing it).
@@ -105,6 +127,14 @@ class Run:
         event = self.agent.redactor.event(event)
         self.session.record(event)
         self._emit(event)
+        for observe in self.agent.observers:  # exporters and alerts read the same stream, after the log
+            try:
+                extra = observe(event)
+            except Exception:  # an observer's bug must not end the run; it is logged, not hidden
+                _log.exception("observer %r failed on a %s event", observe, event.type)
+                continue
+            if isinstance(extra, Event):  # an observer's own event (an alert) joins the stream
+                self.emit(extra)
 
     def commit(self) -> None:
         """Make everything emitted so far durable: called before every side effect."""
@@ -168,26 +198,51 @@ class Run:
             if ended is not None:
                 return ended
         run_id = self.run_id
+        accounts = self.accounts
+        recorder = RequestRecorder(self.session.store)
+        model, provider = model_id(agent.model), provider_of(agent.model)
         while True:
             if self.step >= agent.max_steps:
                 return "max_steps", "", f"stopped after {agent.max_steps} steps without a final answer"
             self.step += 1
             step = self.step
             messages, specs, tokens = await context.messages(step)
-            self.usage = self.usage + context.usage
+            if context.usage.requests:  # a compaction summary was made for this step
+                self.usage = self.usage + context.usage
+                accounts.charge(context.usage)
             context.usage = Usage()
             ctx.state["working_memory"] = self.session.working_memory
-            self.emit(ModelRequest(run_id, step, len(messages), len(specs), tokens))
+            settings, held = accounts.reserve(tokens, agent.model_settings)
+            if isinstance(held, str):  # before the call that could break a budget, not after it
+                self.step -= 1
+                return "budget", "", held
+            request_id = f"mc_{_PROCESS}{next(_CALLS):x}"
+            self.emit(ModelRequest(run_id, step, len(messages), len(specs), tokens, request_id, model, provider,
+                                   recorder.messages(messages), recorder.tools(specs), request_params(settings)))
             self.commit()  # every tool result and the request itself are durable before the model sees them
             t0 = time.perf_counter()
-            completion = await self._ask(messages, specs, step)
+            try:
+                completion, ttft, retries = await self._ask(messages, specs, step, settings)
+            except BaseException:
+                for r in held:
+                    r.release()
+                raise
             message, oversized = self._bounded(completion.message)
             usage = completion.usage
-            if not usage.input_tokens and not usage.output_tokens:  # the provider sent no counts
-                usage = Usage(tokens, self._output_tokens(message), usage.requests or 1, estimated=True)
+            if completion.cached:  # answered from shou's response cache: nothing was sent or spent
+                usage = Usage(cost=0.0)
+            else:
+                if not usage.input_tokens and not usage.output_tokens:  # the provider sent no counts
+                    usage = Usage(tokens, self._output_tokens(message), usage.requests or 1, estimated=True)
+                else:
+                    accounts.calibrate(tokens, usage.input_tokens)
+                usage = accounts.priced(usage, completion.sent_model or model)
+            for r in held:
+                r.settle(usage)
             self.usage = self.usage + usage
             self.emit(ModelResponse(run_id, step, message, usage, time.perf_counter() - t0,
-                                    completion.finish_reason, completion.model))
+                                    completion.finish_reason, completion.model, request_id, ttft, retries,
+                                    completion.cached))
             if completion.finish_reason == "length":
                 ended = self._cut(message)
                 if ended is not None:
@@ -212,26 +267,34 @@ class Run:
             self.emit(StepFinished(run_id, step, self.usage))
             if waiting:
                 return "waiting_approval", "", waiting
-            if agent.max_total_tokens is not None and self.usage.total_tokens > agent.max_total_tokens:
-                spent = self.usage.total_tokens
-                return "budget", "", f"used {spent} tokens, over the budget of {agent.max_total_tokens}"
 
-    async def _ask(self, messages: list[Message], specs: list[dict], step: int) -> Completion:
-        """One model turn, streamed to the consumer as it comes."""
+    async def _ask(self, messages: list[Message], specs: list[dict], step: int,
+                   settings: ModelSettings | None) -> tuple[Completion, float | None, int]:
+        """One model turn, streamed to the consumer as it comes; with the time to its first token and how
+        many failed attempts came before it."""
         run_id = self.run_id
         completion: Completion | None = None
-        async for ev in self.agent.model.stream(messages, specs, self.agent.model_settings):
+        t0 = time.perf_counter()
+        ttft: float | None = None
+        retries = 0
+        async for ev in self.agent.model.stream(messages, specs, settings):
             if isinstance(ev, TextChunk):
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
                 self.emit(TextDelta(run_id, step, ev.text))
             elif isinstance(ev, ToolCallChunk):
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
                 self.emit(ToolCallDelta(run_id, step, ev.index, ev.name, ev.arguments))
             elif isinstance(ev, Completion):
                 completion = ev
             elif isinstance(ev, Retrying):
+                retries += 1
+                ttft = None  # what streamed is void; the reply that counts starts again
                 self.emit(Notice(run_id, step, "retry", f"{ev.reason}; retry {ev.attempt} in {ev.delay:.1f} s"))
         if completion is None:
             raise ModelError("the model stream ended without a response")
-        return completion
+        return completion, ttft, retries
 
     async def _run_calls(self, executor: ToolExecutor, ctx: ToolContext, calls: list[ToolCall],
                          notes: dict[str, str] | None = None) -> str | None:

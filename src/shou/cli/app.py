@@ -22,14 +22,17 @@ from .build import (
     BaseUrlOpt,
     ContinueOpt,
     FunctionsOpt,
+    MaxCostOpt,
     ModelOpt,
     OptionOpt,
     Options,
+    OtelOpt,
     ProviderOpt,
     SandboxOpt,
     SessionOpt,
     StepsOpt,
     StreamOpt,
+    TokenBudgetOpt,
     ToolsOpt,
     VisionOpt,
     WorkspaceOpt,
@@ -66,6 +69,7 @@ def _mount_subcommands() -> None:
     from .memory import memory_app
     from .runs import resume, run
     from .sessions import sessions, show
+    from .trace import trace, usage
     from .trust import trust
 
     app.command()(run)
@@ -77,6 +81,8 @@ def _mount_subcommands() -> None:
     app.command()(deny)
     app.add_typer(memory_app, name="memory")
     app.command(name="trust")(trust)
+    app.command()(trace)
+    app.command()(usage)
 
 
 _mount_subcommands()
@@ -88,6 +94,7 @@ def chat(
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, session: SessionOpt = None,
     functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
     option: OptionOpt = None, yes: YesOpt = False, approvals: ApprovalsOpt = None,
+    max_cost: MaxCostOpt = None, token_budget: TokenBudgetOpt = None, otel: OtelOpt = False,
     continue_: ContinueOpt = False,
 ) -> None:
     """Talk with the agent turn by turn (/help lists the commands)."""
@@ -95,7 +102,7 @@ def chat(
 
     session = continued(session, continue_, workspace)
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
-                   option, yes, approvals)
+                   option, yes, approvals, max_cost, token_budget, otel)
     try:
         agent, settings = build_agent(opts)
     except ShouError as e:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,11 +43,18 @@ SandboxOpt = Annotated[Literal["auto", "bubblewrap", "docker", "local"] | None, 
 OptionOpt = Annotated[list[str] | None, typer.Option(
     "--option", "-o", metavar="KEY VALUE",
     help="A model option (temperature, max_tokens, top_p, seed) or any setting for this run (repeatable), "
-         "e.g. -o temperature 0.2 -o max_total_tokens 20000.")]
+         "e.g. -o temperature 0.2 -o token_budget 20000.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Allow every call the permission policy would ask about.")]
 ApprovalsOpt = Annotated[Literal["ask", "yes", "deny", "defer"] | None, typer.Option(
     "--approvals", help="What a call that needs approval does: ask on the terminal (default there), yes, deny "
                         "(default without a terminal), or defer (stop waiting_approval; shou approve, shou resume).")]
+MaxCostOpt = Annotated[float | None, typer.Option(
+    "--max-cost", metavar="USD", min=0, help="Most US dollars this run may spend; checked before each model call.")]
+TokenBudgetOpt = Annotated[int | None, typer.Option(
+    "--token-budget", metavar="N", min=1, help="Most tokens (input + output) this run may use.")]
+OtelOpt = Annotated[bool, typer.Option(
+    "--otel", help="Export the trace by OpenTelemetry (OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT, default "
+                   "http://localhost:4318).")]
 ContinueOpt = Annotated[bool, typer.Option("--continue", "-c", help="Continue the workspace's latest session.")]
 
 
@@ -66,6 +75,9 @@ class Options:
     options: list[str] | None = None
     yes: bool = False
     approvals: str | None = None
+    max_cost: float | None = None
+    token_budget: int | None = None
+    otel: bool = False
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -129,7 +141,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     """Settings, model, tools and store for a run or chat; raises `ShouError` on a bad setup."""
     from ..agent.agent import Agent
     from ..config import load_settings
-    from ..models import get_model
+    from ..models import build_model, get_model, other_model
     from ..store.sqlite import SQLiteStore
     from ..tools.builtin import builtin_tools
     from ..tools.loader import load_tools_from_file
@@ -139,7 +151,8 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     settings = load_settings({
         "model": opts.model, "base_url": opts.base_url, "provider": opts.provider, "max_steps": opts.max_steps,
         "workspace": opts.workspace, "tools": opts.tools, "stream": opts.stream, "sandbox": opts.sandbox,
-        "vision": opts.vision, "approvals": opts.approvals, **model_options(opts.options or ()),
+        "vision": opts.vision, "approvals": opts.approvals, "max_cost": opts.max_cost,
+        "token_budget": opts.token_budget, **model_options(opts.options or ()),
     })
     for ignored in settings.ignored:
         err.print(f"[yellow]warning:[/] {escape(ignored.message())}")
@@ -155,7 +168,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
             tools.add(t)
     if settings.tools is not None:
         tools = tools.only(settings.tools)
-    model = get_model(settings=settings)
+    model = build_model(settings)
     from ..context.tokens import prefetch_encoder
 
     prefetch_encoder(model.name)  # builds in a thread while the tools, stores and agent are set up
@@ -166,6 +179,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
                   "cannot reason much. For a real model set a key (e.g. DEEPSEEK_API_KEY) or --model; see "
                   "`shou config`.[/]")
     store = SQLiteStore.for_workspace(settings.workspace)
+    store.retention_days = settings.trace_retention_days
     if store.notice:
         err.print(f"[yellow]warning:[/] {escape(store.notice)}")
     memory = None
@@ -186,10 +200,38 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         workspace=settings.workspace, store=store, settings=settings,
         vision=settings.vision, memory=memory, model_settings=settings.model_settings,
         approvals=choose_approvals(settings.approvals, opts.yes),
-        max_total_tokens=settings.max_total_tokens,
-        context=ContextPolicy(embed=default_embed()),
+        token_budget=settings.token_budget, max_cost=settings.max_cost,
+        summary_model=get_model(settings=other_model(settings, settings.summary_model))
+        if settings.summary_model else None,
+        observers=observers(settings, opts.otel, store), context=ContextPolicy(embed=default_embed()),
     )
     return agent, settings
+
+
+def observers(settings, otel: bool = False, store=None) -> list:  # -> list[observer]
+    """The observers the settings ask for: the failure-rate alert monitor (shared by the process's runs) and,
+    when enabled, OpenTelemetry export (its input messages read back from the store's trace)."""
+    from ..observe.alerts import shared_monitor
+
+    out: list = [shared_monitor(settings.alert_window, settings.alert_threshold, settings.alert_webhook)]
+    env = settings.env
+    if otel or settings.otel or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        try:
+            from ..observe.otel import otel_from_settings
+        except ImportError as e:
+            raise UserError(f"OpenTelemetry export needs its packages: pip install 'shou[otel]' ({e})") from None
+        def messages_of(request):  # a request's messages, as the trace stored them
+            if store is None:
+                return None
+            blobs = store.blobs(request.messages)
+            return [json.loads(blobs[k]) for k in request.messages if k in blobs]
+
+        exporter = otel_from_settings(env, enabled=True, content=settings.otel_content, messages_of=messages_of)
+        if exporter is not None:
+            # The local trace is the record; a collector that is down must not fill the terminal with errors.
+            logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
+            out.append(exporter)
+    return out
 
 
 async def close_resources(agent) -> None:

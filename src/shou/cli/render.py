@@ -27,6 +27,7 @@ from ..events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from ..usage import format_cost
 
 # C0 controls but tab and newline, DEL, and C1 controls: what a terminal acts on (escape sequences can move
 # the cursor, rewrite what was printed, set the title or the clipboard). Model text, tool output and file
@@ -109,6 +110,8 @@ class Renderer:
             self._newline()
             self.err.print(f"[dim]context compacted: {event.tokens_before} → {event.tokens_after} tokens[/]")
         elif isinstance(event, Notice):
+            if event.kind == "alert":  # the alert monitor wrote its own line on stderr
+                return
             self._newline()
             self.err.print(f"[yellow]! {escape(printable(event.text))}[/]")
         elif isinstance(event, RunFinished):
@@ -135,5 +138,5 @@ class Renderer:
             f"[{style}]{done.status}[/] · session {escape(self.session or '?')} · "
             f"{done.steps} step{'s' * (done.steps != 1)} · "
             f"{done.usage.total_tokens} tokens ({done.usage.input_tokens} in, {done.usage.output_tokens} out) · "
-            f"{done.wall_time:.1f} s"
+            f"{format_cost(done.usage.cost)} · {done.wall_time:.1f} s"
         )

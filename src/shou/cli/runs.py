@@ -21,14 +21,17 @@ from .build import (
     BaseUrlOpt,
     ContinueOpt,
     FunctionsOpt,
+    MaxCostOpt,
     ModelOpt,
     OptionOpt,
     Options,
+    OtelOpt,
     ProviderOpt,
     SandboxOpt,
     SessionOpt,
     StepsOpt,
     StreamOpt,
+    TokenBudgetOpt,
     ToolsOpt,
     VisionOpt,
     WorkspaceOpt,
@@ -50,13 +53,14 @@ def run(
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, session: SessionOpt = None,
     functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
     option: OptionOpt = None, yes: YesOpt = False, approvals: ApprovalsOpt = None,
+    max_cost: MaxCostOpt = None, token_budget: TokenBudgetOpt = None, otel: OtelOpt = False,
     json_lines: JsonOpt = False, continue_: ContinueOpt = False,
 ) -> None:
     """Carry out TASK with the model and tools, streaming what happens, then print a summary."""
     task = _read_task(task)
     session = continued(session, continue_, workspace)
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
-                   option, yes, approvals)
+                   option, yes, approvals, max_cost, token_budget, otel)
     _execute(opts, json_lines, lambda agent: agent.stream(task, session))
 
 
@@ -67,7 +71,9 @@ def resume(
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, functions: FunctionsOpt = None,
     stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
-    option: OptionOpt = None, yes: YesOpt = False, approvals: ApprovalsOpt = None, json_lines: JsonOpt = False,
+    option: OptionOpt = None, yes: YesOpt = False, approvals: ApprovalsOpt = None,
+    max_cost: MaxCostOpt = None, token_budget: TokenBudgetOpt = None, otel: OtelOpt = False,
+    json_lines: JsonOpt = False,
 ) -> None:
     """Continue a run whose process was killed, from its first unfinished step.
 
@@ -75,7 +81,7 @@ def resume(
     model as interrupted (its outcome unknown), unless its tool is idempotent, which runs again.
     """
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
-                   option, yes, approvals)
+                   option, yes, approvals, max_cost, token_budget, otel)
 
     def start(agent: Any) -> Any:
         name = session

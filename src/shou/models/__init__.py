@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from .base import Completion, Model, ModelSettings, Retrying, TextChunk, ToolCallChunk
@@ -9,7 +10,7 @@ from .base import Completion, Model, ModelSettings, Retrying, TextChunk, ToolCal
 if TYPE_CHECKING:
     from ..config import Settings
 
-__all__ = ["Completion", "Model", "ModelSettings", "Retrying", "TextChunk", "ToolCallChunk", "get_model"]
+__all__ = ["Completion", "Model", "ModelSettings", "Retrying", "TextChunk", "ToolCallChunk", "build_model", "get_model"]
 
 
 def get_model(spec: str | None = None, settings: Settings | None = None) -> Model:
@@ -53,8 +54,41 @@ def get_model(spec: str | None = None, settings: Settings | None = None) -> Mode
         # nothing configured: the bundled offline model
         return LocalModel(n_threads=settings.local_threads, n_ctx=settings.local_ctx)
     from .openai_compat import OpenAICompatible
+    from .ratelimit import limiter_for
+    from .runtime import RetryPolicy
 
     return OpenAICompatible(
         cfg.model, base_url=cfg.base_url, api_key=cfg.api_key, provider=cfg.provider, stream=settings.stream,
-        key_setting=cfg.key_setting,
+        key_setting=cfg.key_setting, retry=RetryPolicy(max_retries=settings.model_retries),
+        limiter=limiter_for(cfg.base_url, settings.rpm, settings.tpm),
     )
+
+
+def build_model(settings: Settings) -> Model:
+    """The model a run uses, as the settings describe it: `get_model()`, then the `fallback_models` tried
+    when its provider keeps failing, then (with `cache = true`) the response cache in front of them."""
+    model = get_model(settings=settings)
+    if settings.fallback_models:
+        from .fallback import FallbackModel
+
+        model = FallbackModel([model, *(get_model(settings=other_model(settings, spec))
+                                        for spec in settings.fallback_models)])
+    if settings.cache:
+        from ..workspace import state_database
+        from .cache import CachedModel, ResponseCache
+
+        model = CachedModel(model, ResponseCache(state_database(settings.workspace, "cache.db")))
+    return model
+
+
+def other_model(settings: Settings, spec: str) -> Settings:
+    """Settings for another model (a fallback, the summary model): `PROVIDER:MODEL` uses that provider's
+    endpoint and key; a bare `MODEL` the same endpoint as the main model."""
+    from ..config import PROVIDERS, resolve_model, with_overrides
+    from ..errors import ConfigError
+
+    if ":" in spec and spec.split(":", 1)[0] in PROVIDERS:
+        return with_overrides(settings, model=spec, provider=None, base_url=None, api_key=None)
+    with contextlib.suppress(ConfigError):  # the main model's provider, not whichever one a key would pick
+        spec = f"{resolve_model(settings).provider}:{spec}"
+    return with_overrides(settings, model=spec)

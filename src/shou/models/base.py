@@ -47,12 +47,16 @@ class ToolCallChunk:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """The end of a model response: the assembled message, usage and why it stopped."""
+    """The end of a model response: the assembled message, usage and why it stopped. `model` is the model
+    the provider says answered; `sent_model` the name the request asked for (what prices are keyed on);
+    `cached` is true when the response came from shou's response cache, not the provider."""
 
     message: Message
     usage: Usage
     finish_reason: str | None
     model: str = ""
+    sent_model: str = ""
+    cached: bool = False
 
 
 ModelEvent = TextChunk | ToolCallChunk | Completion
@@ -86,3 +90,15 @@ class Retrying:
     delay: float
     reason: str
 
+
+
+def model_id(model: Model) -> str:
+    """The model name a request is sent with (what prices are keyed on): `gpt-4o-mini`, not `openai:gpt-4o-mini`."""
+    sent = getattr(model, "model", None)
+    return sent if isinstance(sent, str) and sent else model.name
+
+
+def provider_of(model: Model) -> str:
+    """The provider a model is served by (`openai`, `deepseek`, `local`, `scripted`, ...)."""
+    provider = getattr(model, "provider", None)
+    return provider if isinstance(provider, str) and provider else model.name.partition(":")[0]

@@ -29,6 +29,7 @@ from ..messages import Message
 from ..usage import Usage
 from .base import Completion, ModelEvent, ModelSettings, Retrying, TextChunk
 from .provider_errors import http_error, preview, provider_error, transport_error
+from .ratelimit import RateLimiter
 from .reply import Reply, json_message
 from .runtime import RetryPolicy
 from .sse import SSEDecoder
@@ -46,7 +47,8 @@ class OpenAICompatible:
     """A model behind a `/chat/completions` endpoint.
 
     `key_setting` and `model_setting` name where the user configures the key and the model, so errors
-    can tell them exactly what to change (e.g. `DEEPSEEK_API_KEY`).
+    can tell them exactly what to change (e.g. `DEEPSEEK_API_KEY`). With a `limiter`, every attempt waits
+    until it keeps the provider's requests and tokens per minute (`ratelimit.py`).
     """
 
     def __init__(
@@ -54,6 +56,7 @@ class OpenAICompatible:
         stream: bool = True, retry: RetryPolicy | None = None, timeout: httpx2.Timeout | float = DEFAULT_TIMEOUT,
         headers: dict[str, str] | None = None, key_setting: str = "SHOU_API_KEY",
         model_setting: str = "--model / SHOU_MODEL", client: httpx2.AsyncClient | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.model = model
         self.provider = provider
@@ -71,6 +74,7 @@ class OpenAICompatible:
         self._timeout = timeout
         self._client = client
         self._own_client = client is None
+        self.limiter = limiter  # shared by every model of the provider: `ratelimit.limiter_for`
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAICompatible({self.name!r}, base_url={self._where!r})"
@@ -115,12 +119,21 @@ class OpenAICompatible:
     ) -> AsyncIterator[ModelEvent | Retrying]:
         """One complete response. 429/5xx/408, timeouts and cut or broken replies are retried from scratch:
         after a `Retrying`, the text and call fragments of the failed attempt are void."""
-        body = _dumps(self.request_body(messages, tools, settings))  # once for every attempt
+        request = self.request_body(messages, tools, settings)
+        body = _dumps(request)  # once for every attempt
+        limiter, grant, estimate = self.limiter, None, 0
+        if limiter is not None:
+            # About 4 bytes of JSON per input token, plus all the output it may write: tpm counts both.
+            estimate = len(body) // 4 + _int(request.get("max_tokens") or request.get("max_completion_tokens"))
         attempt = 1
         while True:
+            if limiter is not None:
+                grant = await limiter.acquire(estimate)  # every attempt: a retry is a request the provider counts
             try:
                 async with contextlib.aclosing(self._attempt(body)) as events:
                     async for event in events:
+                        if grant is not None and type(event) is Completion and event.usage.total_tokens:
+                            grant.settle(event.usage.total_tokens)
                         yield event
                 return
             except ModelError as e:
@@ -259,7 +272,7 @@ class OpenAICompatible:
                 ) from None
             usage = data.get("usage")
             done = Completion(message, Usage.from_wire(usage if isinstance(usage, dict) else None),
-                              choice.get("finish_reason"), data.get("model") or self.model)
+                              choice.get("finish_reason"), data.get("model") or self.model, self.model)
             return [TextChunk(message.text), done] if message.text else [done]
         if isinstance(data, dict) and "error" in data:
             raise provider_error(self._where, data, f"in an HTTP {resp.status_code} response")
@@ -289,6 +302,11 @@ def _loads(data: str | bytes) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return json.loads(data)
+
+
+def _int(value: Any) -> int:
+    """`value` if it is a whole number (a `max_tokens` from `extra` can be anything), else 0."""
+    return value if type(value) is int and value > 0 else 0
 
 
 def _is_json_object(data: str) -> bool:

@@ -25,10 +25,11 @@ __all__ = ["Reply", "json_message"]
 class Reply:
     """A streamed reply as it arrives: text, calls, finish reason, usage, and how much came."""
 
-    __slots__ = ("calls", "events", "finish", "head", "model", "response", "text", "usage")
+    __slots__ = ("calls", "events", "finish", "head", "model", "response", "sent", "text", "usage")
 
     def __init__(self, model: str) -> None:
         self.model = model
+        self.sent = model  # what the request asked for; `model` becomes what the provider says answered
         self.text: list[str] = []
         self.calls = _Calls()
         self.finish: str | None = None
@@ -69,7 +70,7 @@ class Reply:
 
     def completion(self) -> Completion:
         message = Message.assistant("".join(self.text) or None, self.calls.assembled())
-        return Completion(message, Usage.from_wire(self.usage), self.finish, self.model)
+        return Completion(message, Usage.from_wire(self.usage), self.finish, self.model, self.sent)
 
 
 class _Calls:

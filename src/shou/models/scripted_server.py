@@ -68,6 +68,9 @@ class FaultPlan:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate sends: with Nagle's algorithm and the client's delayed ACK,
+    # every reply would wait ~40 ms for nothing.
+    disable_nagle_algorithm = True
     server: _HTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -240,6 +243,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True  # not joined on close: idle keep-alive or hanging handlers must not block it
+    # socketserver's backlog of 5 drops connections in a burst (20 runs at once), and the client's retry
+    # of a dropped SYN comes a second later: a real server's backlog is in the hundreds.
+    request_queue_size = 128
 
     def __init__(
         self, addr: tuple[str, int], script: Playback, model: str, api_key: str | None, faults: FaultPlan | None

@@ -16,17 +16,13 @@ The schema grows through named migrations recorded in `PRAGMA user_version`.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import functools
-import hashlib
 import json
 import os
 import sqlite3
-import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +30,10 @@ import orjson
 
 from ..errors import UserError
 from ..events import Event, event_from_dict
+from .locks import LockFile, SessionBusy, SessionLock
 from .migrate import Migration, migrate
+
+__all__ = ["LockFile", "SQLiteStore", "SessionBusy", "SessionInfo", "SessionLock", "StoreDamaged"]
 
 MIGRATIONS: list[Migration] = [
     (
@@ -75,7 +74,22 @@ MIGRATIONS: list[Migration] = [
             "ALTER TABLE events ADD COLUMN writer TEXT NOT NULL DEFAULT ''",
         ],
     ),
+    (
+        "004_trace_blobs",
+        [
+            # What model requests carried (messages, tool specs), each distinct one stored once under its
+            # hash; `ts` is when a request last used it, which retention goes by.
+            """CREATE TABLE blobs (
+                hash TEXT PRIMARY KEY,
+                data BLOB NOT NULL,
+                size INTEGER NOT NULL,
+                ts REAL NOT NULL
+            ) WITHOUT ROWID""",
+            "CREATE INDEX blobs_by_ts ON blobs(ts)",
+        ],
+    ),
 ]
+DEFAULT_RETENTION_DAYS = 7.0
 _MOST_ROWS = 5000  # SQLite takes 32766 parameters in one statement
 _SESSION_EVENTS = frozenset({"run_started", "run_resumed", "run_finished", "history_cleared"})
 _UPSERT_SESSION = (
@@ -91,6 +105,13 @@ def _insert(n: int) -> str:
     """One INSERT of `n` event rows."""
     return "INSERT INTO events(session, run_id, type, ts, data, writer) VALUES " + ",".join(
         ["(?, ?, ?, ?, ?, ?)"] * n)
+
+@functools.lru_cache(maxsize=64)
+def _put_blobs(n: int) -> str:
+    """One upsert of `n` blobs: a blob already there is only marked used now."""
+    return ("INSERT INTO blobs(hash, data, size, ts) VALUES " + ",".join(["(?, ?, ?, ?)"] * n)
+            + " ON CONFLICT(hash) DO UPDATE SET ts = excluded.ts")
+
 
 NOT_STORED = frozenset({"text_delta", "tool_call_delta"})  # the complete message is stored instead
 Row = tuple[str, str, str, float, str, str]
@@ -108,10 +129,6 @@ class SessionInfo:
     status: str = ""
 
 
-class SessionBusy(UserError):
-    """Another process is running the session."""
-
-
 class SQLiteStore:
     """Append-only event log in one SQLite file (created with its folder on first use)."""
 
@@ -126,6 +143,10 @@ class SQLiteStore:
                 raise UserError(f"{self.path} is locked by another process for too long ({e}); try again") from None
             raise StoreDamaged(self.path, e) from None
         self._buffer: list[Row] = []
+        self._blobs: dict[str, bytes] = {}
+        self._stored: set[str] = set()  # blobs this process wrote or touched: not written again
+        self.retention_days: float | None = DEFAULT_RETENTION_DAYS
+        self._pruned_at: float | None = None
         self._lock = threading.Lock()
         self.notice = ""  # something the person should be told about the file (it was replaced, ...)
         self._locks: LockFile | None = None
@@ -162,6 +183,15 @@ class SQLiteStore:
         """Whether appended events wait for `commit()`."""
         return bool(self._buffer)
 
+    def put_blob(self, key: str, data: bytes) -> None:
+        """Keep `data` under its content hash `key` (durable at the next `commit()`, with the events that
+        name it). A blob already stored is only marked used now, once per process."""
+        if key not in self._stored:
+            self._blobs[key] = data
+            self._stored.add(key)
+            if len(self._stored) > 200_000:  # a long-lived process: forget, at worst touch a blob again
+                self._stored.clear()
+
     def append(self, session: str, event: Event, writer: str = "") -> None:
         """Add an event to `session`'s log; durable at the next `commit()` (streaming fragments are skipped).
 
@@ -174,24 +204,46 @@ class SQLiteStore:
 
     def commit(self) -> None:
         """Write everything appended so far in one transaction, on this thread (a few tens of µs)."""
-        if not self._buffer:
+        if not self._buffer and not self._blobs:
             return
         with self._lock:
             rows, self._buffer = self._buffer, []
-            if rows:
-                self._write(rows)
+            blobs, self._blobs = self._blobs, {}
+            if rows or blobs:
+                self._write(rows, blobs)
+            # At the first requests of a process, then hourly: drop what retention has expired. Blobs are
+            # touched once per period, so one in use is never more than a period older than its last use.
+            if blobs and (self._pruned_at is None or time.monotonic() - self._pruned_at > 3600):
+                self._pruned_at = time.monotonic()
+                self._stored.clear()
+                self._stored.update(blobs)  # just written: touched for this period
+                self.prune()
+
+    def prune(self, now: float | None = None) -> int:
+        """Delete the raw request contents no request used for `retention_days` (None: keep them all). The
+        events, with their tokens, costs and statuses, stay. Returns how many were deleted."""
+        if self.retention_days is None:
+            return 0
+        cutoff = (time.time() if now is None else now) - self.retention_days * 86400
+        return self._db.execute("DELETE FROM blobs WHERE ts < ?", (cutoff,)).rowcount
 
     flush = commit  # the name callers used when writes went through a writer thread
 
-    def _write(self, rows: list[Row]) -> None:
+    def _write(self, rows: list[Row], blobs: dict[str, bytes]) -> None:
         db = self._db
         sessions = [r for r in rows if r[2] in _SESSION_EVENTS]
         try:
-            if len(rows) <= _MOST_ROWS and not sessions:  # the usual batch: one statement, its own transaction
+            if not blobs and len(rows) <= _MOST_ROWS and not sessions:  # the usual batch: one statement
                 db.execute(_insert(len(rows)), [v for row in rows for v in row])
                 return
-            db.execute("BEGIN IMMEDIATE")
+            db.execute("BEGIN IMMEDIATE")  # a request's messages and the events naming them, together
             try:
+                if blobs:
+                    now = time.time()
+                    items = list(blobs.items())
+                    for i in range(0, len(items), _MOST_ROWS // 2):
+                        part = items[i: i + _MOST_ROWS // 2]
+                        db.execute(_put_blobs(len(part)), [v for k, b in part for v in (k, b, len(b), now)])
                 for i in range(0, len(rows), _MOST_ROWS):
                     part = rows[i: i + _MOST_ROWS]
                     db.execute(_insert(len(part)), [v for row in part for v in row])
@@ -208,6 +260,7 @@ class SQLiteStore:
                 raise
         except BaseException:
             self._buffer[:0] = rows  # not lost: the next commit tries again
+            self._blobs = {**blobs, **self._blobs}
             raise
 
     # ------------------------------------------------------------------ reading
@@ -231,6 +284,26 @@ class SQLiteStore:
             except (ValueError, TypeError, KeyError):
                 continue
         return out
+
+    def blobs(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """The stored blobs among `keys` (those retention removed, or never stored, are missing)."""
+        self.commit()
+        keys = list(dict.fromkeys(keys))
+        out: dict[str, bytes] = {}
+        for i in range(0, len(keys), _MOST_ROWS):
+            part = keys[i: i + _MOST_ROWS]
+            marks = ",".join("?" * len(part))
+            for key, data in self._db.execute(f"SELECT hash, data FROM blobs WHERE hash IN ({marks})", part):
+                out[key] = bytes(data)
+        return out
+
+    def run_rows(self, run_id: str) -> tuple[str, list[tuple[int, Event]]] | None:
+        """The session of run `run_id` and that run's stored events, or None for an unknown run."""
+        self.commit()
+        row = self._db.execute("SELECT session FROM events WHERE run_id = ? ORDER BY id LIMIT 1", (run_id,)).fetchone()
+        if row is None:
+            return None
+        return row[0], [(i, e) for i, e in self.rows(row[0]) if e.run_id == run_id]
 
     def sessions(self) -> list[SessionInfo]:
         """All sessions, most recently updated first."""
@@ -285,64 +358,6 @@ class SQLiteStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class LockFile:
-    """Session locks as byte-range locks on one file beside the store (Linux open-file-description locks).
-
-    Session `s` is the byte at offset hash(s); a lock belongs to the open file description, so two holders
-    in one process exclude each other too, and the kernel drops it when the process dies. Taking and
-    dropping one is a single `fcntl` each: no file is created per session.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        self.held: set[int] = set()  # one description: holders in this process are told apart here
-
-    @staticmethod
-    def _offset(session: str) -> int:
-        return int.from_bytes(hashlib.sha256(session.encode("utf-8", "surrogatepass")).digest()[:7], "big")
-
-    def _fcntl(self, op: int, kind: int, offset: int) -> None:
-        fcntl.fcntl(self.fd, op, struct.pack("@hhqqi4x", kind, os.SEEK_SET, offset, 1, 0))
-
-    def take(self, session: str) -> SessionLock:
-        """Lock `session`'s byte; `SessionBusy` when someone holds it."""
-        offset = self._offset(session)
-        busy = SessionBusy(f"session {session!r} is being run by another shou process or run; wait for it to "
-                           "finish, or use another session (--session NAME)")
-        if offset in self.held:
-            raise busy
-        try:
-            self._fcntl(fcntl.F_OFD_SETLK, fcntl.F_WRLCK, offset)
-        except OSError as e:
-            if e.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            raise busy from None
-        self.held.add(offset)
-        return SessionLock(self, offset, session)
-
-    def close(self) -> None:
-        """Drop every lock this file holds."""
-        if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            os.close(fd)
-
-
-class SessionLock:
-    """A session taken by this process; `release()` gives it back."""
-
-    def __init__(self, file: LockFile, offset: int, session: str) -> None:
-        self.file = file
-        self.offset = offset
-        self.session = session
-
-    def release(self) -> None:
-        """Let other processes have the session."""
-        if self.offset >= 0 and self.file.fd >= 0:
-            self.file._fcntl(fcntl.F_OFD_SETLK, fcntl.F_UNLCK, self.offset)
-            self.file.held.discard(self.offset)
-        self.offset = -1
 
 
 class StoreDamaged(UserError):

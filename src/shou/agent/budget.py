@@ -1,0 +1,164 @@
+"""Budgets: how much a run (and a session) may spend, in tokens and dollars, checked before each call.
+
+A model call is allowed only if its worst case fits what is left: its prompt tokens plus the most it may
+reply (`max_tokens`), priced at the model's rates. The worst case is reserved while the call runs and
+settled with what it really used, so calls running at once (sub-agents sharing a parent's budget) can
+never together overshoot: at most the one call that was in flight when the budget ran out finishes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from ..models.base import ModelSettings
+from ..pricing import Price, PriceTable
+from ..usage import Usage, format_cost
+
+__all__ = ["DEFAULT_REPLY_RESERVE", "Accounts", "Budget", "Reservation"]
+
+# The reply limit sent with every request while a budget applies and no max_tokens is set: the worst case
+# must be finite for the check to mean anything. Lowered to what the budget has left, but not below
+# MIN_REPLY: a call that may only say a few words is not worth making.
+DEFAULT_REPLY_RESERVE = 4096
+MIN_REPLY = 256
+
+
+@dataclass
+class Reservation:
+    """A call's worst case, held against the budget until the call is settled."""
+
+    budget: Budget
+    tokens: int
+    cost: float
+    open: bool = True
+
+    def settle(self, usage: Usage) -> None:
+        """Replace the reservation with what the call used."""
+        if self.open:
+            self.open = False
+            self.budget.reserved_tokens -= self.tokens
+            self.budget.reserved_cost -= self.cost
+            self.budget.spent = self.budget.spent + usage
+
+    def release(self) -> None:
+        """The call failed before using anything countable: give the reservation back."""
+        self.settle(Usage())
+
+
+@dataclass
+class Budget:
+    """Limits (`max_cost` USD, `max_tokens` input + output), what was spent, and what is reserved. `label`
+    names the limit in messages (`--max-cost`, `session_max_cost`)."""
+
+    max_cost: float | None = None
+    max_tokens: int | None = None
+    spent: Usage = field(default_factory=Usage)
+    cost_label: str = "--max-cost"
+    token_label: str = "--token-budget"
+    reserved_tokens: int = 0
+    reserved_cost: float = 0.0
+
+    @property
+    def limited(self) -> bool:
+        """Whether any limit applies."""
+        return self.max_cost is not None or self.max_tokens is not None
+
+    def room(self, prompt_tokens: int, price: Price | None, model: str) -> int | str:
+        """The most reply tokens a call with this prompt may have and stay within the budget (a large number
+        when nothing limits it), or why no call fits at all."""
+        room = 1 << 40
+        if self.max_tokens is not None:
+            left = self.max_tokens - self.spent.total_tokens - self.reserved_tokens
+            room = left - prompt_tokens
+            if room <= 0:
+                return (f"the next call's prompt alone is about {prompt_tokens:,} tokens and {max(left, 0):,} are left "
+                        f"of the {self.token_label} of {self.max_tokens:,}; {self.spent_text()}")
+        if self.max_cost is not None:
+            if price is None:
+                return (f"{self.cost_label} needs the price of model {model!r}: set input_price and output_price "
+                        f'under [models."{model}"] in shou.toml (USD per million tokens)')
+            if self.spent.cost is None:
+                return f"{self.cost_label} cannot be kept: some calls so far have an unknown cost; {self.spent_text()}"
+            left = self.max_cost - self.spent.cost - self.reserved_cost
+            prompt_cost = prompt_tokens * price.input / 1_000_000
+            if left - prompt_cost <= 0:
+                return (f"the next call's prompt alone would cost about {format_cost(prompt_cost)} and "
+                        f"{format_cost(max(left, 0.0))} is left of the {self.cost_label} of "
+                        f"{format_cost(self.max_cost)}; {self.spent_text()}")
+            if price.output > 0:
+                room = min(room, int((left - prompt_cost) * 1_000_000 / price.output))
+        return room
+
+    def hold(self, prompt_tokens: int, reply_tokens: int, price: Price | None) -> Reservation:
+        """Reserve a call's worst case (checked with `room()` first)."""
+        cost = price.worst_case(prompt_tokens, reply_tokens) if price is not None and self.max_cost is not None else 0.0
+        self.reserved_tokens += prompt_tokens + reply_tokens
+        self.reserved_cost += cost
+        return Reservation(self, prompt_tokens + reply_tokens, cost)
+
+    def describe(self) -> str:
+        """The limits, for people: `--max-cost of $0.05`."""
+        parts = []
+        if self.max_cost is not None:
+            parts.append(f"{self.cost_label} of {format_cost(self.max_cost)}")
+        if self.max_tokens is not None:
+            parts.append(f"{self.token_label} of {self.max_tokens:,} tokens")
+        return " and ".join(parts)
+
+    def spent_text(self) -> str:
+        """What was spent, for people."""
+        cost = format_cost(self.spent.cost) if self.spent.cost is not None else "an unknown amount"
+        return f"spent {cost} and {self.spent.total_tokens:,} tokens in {self.spent.requests} call(s)"
+
+
+class Accounts:
+    """A run's money side: prices its calls, and holds each call's worst case against every budget that
+    applies (the run's, the session's, a parent's)."""
+
+    def __init__(self, prices: PriceTable, budgets: list[Budget], model: str) -> None:
+        self.prices = prices
+        self.budgets = [b for b in budgets if b.limited]
+        self.model = model
+        self.prompt_ratio = 1.0
+
+    def reserve(self, prompt_tokens: int, settings: ModelSettings | None,
+                model: str | None = None) -> tuple[ModelSettings | None, list[Reservation] | str]:
+        """The settings to send and the reservations, or why the call may not be made. While a budget
+        applies, the request's `max_tokens` is at most what the budgets have left, so its worst case (prompt
+        plus `max_tokens`) is what was checked."""
+        if not self.budgets:
+            return settings, []
+        model = model or self.model
+        prompt = math.ceil(prompt_tokens * self.prompt_ratio)
+        want = settings.max_tokens if settings is not None and settings.max_tokens else DEFAULT_REPLY_RESERVE
+        price = self.prices.lookup(model)
+        reply = want
+        for budget in self.budgets:
+            room = budget.room(prompt, price, model)
+            if isinstance(room, str):
+                return settings, room
+            if room < min(want, MIN_REPLY):
+                return settings, (f"the next call (about {prompt:,} prompt tokens) would leave room for a reply of "
+                                  f"only {max(room, 0):,} tokens under the {budget.describe()}; "
+                                  f"{budget.spent_text()}")
+            reply = min(reply, room)
+        if settings is None or settings.max_tokens != reply:
+            settings = replace(settings or ModelSettings(), max_tokens=reply)
+        return settings, [budget.hold(prompt, reply, price) for budget in self.budgets]
+
+    def calibrate(self, estimated: int, reported: int) -> None:
+        """Learn how far shou's prompt estimate falls short of the provider's count (never assume it is over)."""
+        if estimated > 0 and reported > 0:
+            self.prompt_ratio = max(1.0, reported / estimated)
+
+    def priced(self, usage: Usage, model: str | None = None) -> Usage:
+        """`usage` with its cost at `model`'s price (None when unknown)."""
+        # built directly, not by dataclasses.replace(): this runs for every call
+        u, cost = usage, self.prices.cost(model or self.model, usage)
+        return Usage(u.input_tokens, u.output_tokens, u.requests, u.estimated, u.cached_tokens, cost)
+
+    def charge(self, usage: Usage) -> None:
+        """Count a call that reserved nothing (a compaction summary) against every budget."""
+        for budget in self.budgets:
+            budget.spent = budget.spent + usage

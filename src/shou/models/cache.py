@@ -1,0 +1,197 @@
+"""An opt-in response cache: the same request to the same model is answered from disk, with no provider call.
+
+`CachedModel(inner, ResponseCache(path))` is a `Model`. Its key is a SHA-256 over everything that changes
+the answer: for a Chat Completions model, the request body itself (minus how it is transported) and the
+endpoint; for any other model, its name, the messages, the tools and every setting. A miss streams from
+the inner model and keeps what came; only a complete reply (`stop` or `tool_calls`) is stored, never one
+cut at the output limit, voided by a retry or ended by an error. A hit replays the same text and call
+fragments and a `Completion` marked `cached`, with zero usage and zero cost: no request was made.
+
+Meant for development and tests (re-running a task replays it for free), so it is off unless asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from ..messages import Message
+from ..usage import Usage
+from .base import Completion, Model, ModelEvent, ModelSettings, Retrying, TextChunk, ToolCallChunk
+
+__all__ = ["CachedModel", "ResponseCache", "cache_key"]
+
+STORED_FINISHES = ("stop", "tool_calls")  # complete replies; "length" is cut, and None never completes
+_KEY_VERSION = 1  # bump when what goes into the key or the value changes: old entries then simply miss
+_TRANSPORT_FIELDS = ("stream", "stream_options")  # how the answer travels, not what it is
+
+
+class ResponseCache:
+    """Replies keyed by request hash, in one SQLite table (WAL), made with its folder on first use.
+
+    Safe to share between the tasks and threads of one process (one connection behind a lock; each call
+    is a single indexed read or write, well under a millisecond, so it is not worth a thread hop).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ResponseCache({str(self.path)!r})"
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # a lost entry after a power cut is only a miss
+            db.execute("PRAGMA busy_timeout=5000")  # another process writing the same cache
+            db.execute("CREATE TABLE IF NOT EXISTS responses "
+                       "(key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)")
+            self._db = db
+        return self._db
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The stored value for `key`, or None (also when it cannot be read: that is only a miss)."""
+        with self._lock:
+            row = self._conn().execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        try:
+            value = json.loads(row[0])
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        """Store `value` (JSON-able) under `key`, replacing what was there."""
+        raw = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        with self._lock:
+            self._conn().execute("INSERT OR REPLACE INTO responses (key, value, created) VALUES (?, ?, ?)",
+                                 (key, raw, time.time()))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._conn().execute("SELECT count(*) FROM responses").fetchone()[0])
+
+    def clear(self) -> None:
+        """Forget every stored reply."""
+        with self._lock:
+            self._conn().execute("DELETE FROM responses")
+
+    def close(self) -> None:
+        """Close the database (it reopens on the next use)."""
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+def cache_key(model: Any, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None
+              ) -> str:
+    """The SHA-256 (hex) of everything about a request to `model` that changes the answer."""
+    request_body = getattr(model, "request_body", None)
+    if callable(request_body):
+        # The body is exactly what the provider sees, so nothing that matters can be left out by mistake.
+        body = {k: v for k, v in request_body(messages, tools, settings).items() if k not in _TRANSPORT_FIELDS}
+        what: dict[str, Any] = {"body": body, "base_url": getattr(model, "base_url", "")}
+    else:
+        settings = settings or ModelSettings()
+        what = {"model": model.name, "messages": [m.to_wire() for m in messages], "tools": tools,
+                "settings": {f.name: getattr(settings, f.name) for f in fields(ModelSettings)}}
+    what["v"] = _KEY_VERSION
+    # default=repr: a setting JSON cannot hold still gets a stable spelling instead of failing the call
+    raw = json.dumps(what, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=repr)
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class CachedModel:
+    """`inner` behind a `ResponseCache`: a `Model` whose repeated requests cost nothing.
+
+    Attributes it does not have (`model`, `provider`, `base_url`, ...) are the inner model's.
+    """
+
+    def __init__(self, inner: Model, cache: ResponseCache) -> None:
+        self.inner = inner
+        self.cache = cache
+        self.name = inner.name
+
+    def __repr__(self) -> str:
+        return f"CachedModel({self.inner!r}, {self.cache!r})"
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (a half-built object): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    async def aclose(self) -> None:
+        """Close the inner model's connections (the cache stays usable)."""
+        await self.inner.aclose()
+
+    async def stream(
+        self, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None = None
+    ) -> AsyncIterator[ModelEvent | Retrying]:
+        """The stored reply when there is one, else the inner model's, stored when it is complete."""
+        key = cache_key(self.inner, messages, tools, settings)
+        hit = self.cache.get(key)
+        replay = _replay(hit) if hit is not None else None
+        if replay is not None:
+            for event in replay:
+                yield event
+            return
+        recorded: list[TextChunk | ToolCallChunk] = []
+        events = self.inner.stream(messages, tools, settings)
+        try:
+            async for event in events:
+                if isinstance(event, TextChunk | ToolCallChunk):
+                    recorded.append(event)
+                elif isinstance(event, Retrying):
+                    recorded.clear()  # what streamed before a retry is void: it is not part of the reply
+                elif isinstance(event, Completion) and event.finish_reason in STORED_FINISHES:
+                    self.cache.put(key, _stored(recorded, event))  # before passing it on: a consumer may stop there
+                yield event
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
+
+
+def _stored(chunks: list[TextChunk | ToolCallChunk], done: Completion) -> dict[str, Any]:
+    """The JSON form of a reply: its fragments in order and its completion."""
+    return {
+        "chunks": [["text", c.text] if isinstance(c, TextChunk) else ["call", c.index, c.name, c.arguments]
+                   for c in chunks],
+        "message": done.message.to_wire(),
+        "finish_reason": done.finish_reason,
+        "model": done.model,
+        "sent_model": done.sent_model,
+        # what it cost when it was asked: for reports of what the cache saved (never charged again)
+        "usage": {"input_tokens": done.usage.input_tokens, "output_tokens": done.usage.output_tokens},
+    }
+
+
+def _replay(value: dict[str, Any]) -> list[ModelEvent] | None:
+    """The events of a stored reply, the `Completion` marked cached and free; None if the entry is unreadable."""
+    try:
+        events: list[ModelEvent] = []
+        for chunk in value["chunks"]:
+            if chunk[0] == "text":
+                events.append(TextChunk(str(chunk[1])))
+            else:
+                events.append(ToolCallChunk(int(chunk[1]), chunk[2], str(chunk[3])))
+        message = Message.from_wire(value["message"])
+        done = Completion(message, Usage(), value["finish_reason"], str(value.get("model") or ""),
+                          str(value.get("sent_model") or ""), cached=True)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return None  # written by another version, or damaged: ask the provider instead
+    events.append(done)
+    return events

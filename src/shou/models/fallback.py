@@ -1,0 +1,103 @@
+"""A chain of models: when one provider is failing, the next one answers.
+
+`FallbackModel([primary, backup, ...])` is a `Model`. It streams from the first; when that fails in a way
+that says the provider is failing (down, overloaded, rate limiting, unreachable, cutting replies off, after
+its own retries), it announces the switch as a `Retrying` and streams the next. An error that says the
+configuration is wrong (a refused key, an unknown model, a rejected request) is raised at once: another
+provider would not fix it, and falling back would hide it.
+
+A model that failed is tried last for `cooldown` seconds (a circuit breaker): an agent asks its model every
+step, and without it each step would first wait out the failing provider's retries again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..errors import ModelError, ModelRateLimitError, ModelUnavailableError, UserError
+from ..messages import Message
+from .base import Completion, Model, ModelEvent, ModelSettings, Retrying
+
+__all__ = ["FallbackModel"]
+
+# The provider is failing: another one may answer. ModelUnavailableError covers 5xx and timeouts, and its
+# subclasses ModelCutOffError (replies cut off) and ModelUnreachableError (no connection).
+FAILOVER_ERRORS = (ModelUnavailableError, ModelRateLimitError)
+
+
+class FallbackModel:
+    """`models` tried in order, each failing provider skipped for `cooldown` seconds. `name` is the first's.
+
+    The `Completion` is the answering model's, with `sent_model` naming it. When every model fails, the
+    last error is raised (same type) with a message naming each model and how it failed.
+    """
+
+    def __init__(self, models: Sequence[Model], cooldown: float = 60.0) -> None:
+        if not models:
+            raise UserError("FallbackModel needs at least one model")
+        if cooldown < 0:
+            raise UserError(f"cooldown must not be negative, not {cooldown}")
+        self.models: tuple[Model, ...] = tuple(models)
+        self.name = self.models[0].name
+        self.cooldown = cooldown
+        self._failed_at: dict[int, float] = {}  # model index → when it last failed (monotonic)
+
+    def __repr__(self) -> str:
+        return f"FallbackModel([{', '.join(m.name for m in self.models)}], cooldown={self.cooldown:g})"
+
+    def order(self) -> list[Model]:
+        """The models in the order the next call tries them: healthy ones first, then those cooling down
+        (the one that failed longest ago first)."""
+        return [self.models[i] for i in self._order()]
+
+    def _order(self) -> list[int]:
+        now = time.monotonic()
+        cooling = {i: t for i, t in self._failed_at.items() if now - t < self.cooldown}
+        healthy = [i for i in range(len(self.models)) if i not in cooling]
+        return healthy + sorted(cooling, key=cooling.__getitem__)
+
+    async def aclose(self) -> None:
+        """Close every model's connections."""
+        errors = []
+        for model in self.models:
+            try:
+                await model.aclose()
+            except Exception as e:  # close the others anyway
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    async def stream(
+        self, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None = None
+    ) -> AsyncIterator[ModelEvent | Retrying]:
+        """The first model's reply that completes. A switch to the next model is a `Retrying`: what the
+        failed one streamed is void."""
+        order = self._order()
+        failures: list[tuple[Model, ModelError]] = []
+        for n, index in enumerate(order):
+            model = self.models[index]
+            events = model.stream(messages, tools, settings)
+            try:
+                async for event in events:
+                    if isinstance(event, Completion):
+                        self._failed_at.pop(index, None)  # it answered: healthy again
+                        if not event.sent_model:
+                            event = replace(event, sent_model=getattr(model, "model", None) or model.name)
+                    yield event
+                return
+            except FAILOVER_ERRORS as e:
+                self._failed_at[index] = time.monotonic()
+                failures.append((model, e))
+                if n + 1 < len(order):
+                    following = self.models[order[n + 1]]
+                    yield Retrying(n + 1, 0.0, f"{model.name} failed ({e}); trying {following.name}")
+            finally:
+                close = getattr(events, "aclose", None)
+                if close is not None:
+                    await close()
+        last = failures[-1][1]
+        tried = "; ".join(f"{m.name}: {e}" for m, e in failures)
+        raise type(last)(f"every model failed ({tried})", status=last.status, retry_after=last.retry_after) from None

@@ -1,0 +1,421 @@
+"""OpenTelemetry export of a run's event stream, in the GenAI semantic conventions.
+
+`OtelObserver` (`Agent(..., observers=[OtelObserver()])`) turns events into spans:
+
+```
+invoke_agent shou        RunStarted / RunResumed .. RunFinished           (INTERNAL, the run's root)
+├── chat MODEL           ModelRequest .. ModelResponse (same request_id)   (CLIENT)
+└── execute_tool NAME    ToolCallStarted .. ToolCallFinished (same call id) (INTERNAL)
+```
+
+Attributes follow https://opentelemetry.io/docs/specs/semconv/gen-ai/; what they have no name for is
+`shou.*`. Messages, tool arguments and results are content, exported only with `content=True`. Spans are
+batched and POSTed (OTLP/HTTP, protobuf) on the SDK's worker thread: a slow or dead collector costs the run
+nothing but dropped spans (bounded queue, short timeout). The SQLite log stays the complete record; a run
+killed midway leaves its spans unended (never exported). The global tracer provider is left alone (an
+embedding app may have its own): each endpoint gets one provider per process, shut down at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from ..events import (
+    Event,
+    ModelRequest,
+    ModelResponse,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+except ImportError as e:  # pragma: no cover - depends on the install
+    raise ImportError(f"OpenTelemetry export needs the otel extra: pip install 'shou[otel]' ({e})") from e
+
+__all__ = ["OtelObserver", "otel_from_settings"]
+
+log = logging.getLogger(__name__)
+
+MAX_OPEN = 10_000  # open spans kept per kind; past this the oldest are dropped (a long-lived server must not leak)
+EXPORT_TIMEOUT_S = 3.0  # one export request, retries included: a hung collector holds the worker this long at most
+MAX_QUEUE = 2048  # spans waiting for export; when the collector cannot keep up, the oldest are dropped
+EXIT_TIMEOUT_S = 2.0  # what a process waits at exit for its last spans to go out
+CONTENT_LIMIT = 65_536  # characters of one attribute value, unless OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT says
+_OK_STATUSES = frozenset({"completed", "waiting_approval"})
+_PARAMS = {  # ModelRequest.params key -> attribute
+    "max_tokens": "gen_ai.request.max_tokens", "max_completion_tokens": "gen_ai.request.max_tokens",
+    "temperature": "gen_ai.request.temperature", "top_p": "gen_ai.request.top_p", "seed": "gen_ai.request.seed",
+    "frequency_penalty": "gen_ai.request.frequency_penalty", "presence_penalty": "gen_ai.request.presence_penalty",
+    "stop": "gen_ai.request.stop_sequences",
+}
+_TRUE = frozenset({"1", "true", "yes", "on", "span_only", "span_and_event"})
+
+MessagesOf = Callable[[ModelRequest], "list[dict[str, Any]] | None"]
+"""Resolves a request's content-addressed messages to their wire dicts (e.g. from the store's blobs)."""
+
+
+class OtelObserver:
+    """Export a run's events as OpenTelemetry spans (GenAI semantic conventions) over OTLP/HTTP.
+
+    `endpoint` is the base OTLP/HTTP URL (`http://127.0.0.1:4318`); spans go to `{endpoint}/v1/traces`.
+    Left None, it comes from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the full URL) or
+    `OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL) in `env` (default `os.environ`), else `http://localhost:4318`.
+    `headers` are added to every export (also read from `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`). `content`
+    exports messages, tool arguments and results; `messages_of` resolves a request's input messages for
+    `gen_ai.input.messages` (called on the agent's loop: keep it quick). `tracer_provider` replaces the
+    OTLP export with yours (its exporters, its lifetime). `timeout_s` bounds one export, retries included
+    (default `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT` in ms, else 3 s).
+    """
+
+    def __init__(
+        self, *, endpoint: str | None = None, content: bool = False, headers: dict[str, str] | None = None,
+        agent_name: str = "shou", tracer_provider: TracerProvider | None = None, messages_of: MessagesOf | None = None,
+        timeout_s: float | None = None, env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.content = content
+        self.agent_name = agent_name
+        self.messages_of = messages_of
+        self._shared: _Shared | None = None
+        if tracer_provider is None:
+            self._shared = _acquire(endpoint, headers or {}, timeout_s, os.environ if env is None else env)
+            tracer_provider = self._shared.provider
+        self._provider: TracerProvider = tracer_provider
+        self._tracer = tracer_provider.get_tracer("shou.observe.otel")
+        self._lock = threading.Lock()  # one observer may serve agents in several threads
+        self._runs: dict[str, tuple[Span, Context, str]] = {}  # run id -> span, its context, its model spec
+        self._chats: dict[tuple[str, str], Span] = {}  # (run id, request key) -> open chat span
+        self._tools: dict[tuple[str, str], Span] = {}  # (run id, call id) -> open execute_tool span
+        # Dispatch on the exact type: the per-token deltas are not in it, so they cost one dict lookup.
+        self._handlers: dict[type[Event], Callable[[Any, int], None]] = {
+            RunStarted: self._run_started, RunResumed: self._run_started, RunFinished: self._run_finished,
+            ModelRequest: self._model_request, ModelResponse: self._model_response,
+            ToolCallStarted: self._tool_started, ToolCallFinished: self._tool_finished,
+        }
+
+    def __call__(self, event: Event) -> None:
+        """Map one event to span starts and ends. Never raises: telemetry must not end a run."""
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            return
+        now = time.time_ns()
+        try:
+            with self._lock:
+                handler(event, now)
+        except Exception:  # a mapping bug or a broken provider: lose the span, keep the run
+            log.debug("OpenTelemetry export of %s failed", type(event).__name__, exc_info=True)
+
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        """Export the ended spans now; True if that finished within `timeout_s` (the SDK's own flush does
+        not honour a timeout, so it runs on a helper thread that is abandoned when late)."""
+        return _bounded(lambda: self._provider.force_flush(), timeout_s)
+
+    def shutdown(self, timeout_s: float = EXIT_TIMEOUT_S) -> None:
+        """Stop exporting: later events are ignored. The shared provider is flushed and shut down with its
+        last observer; a `tracer_provider` passed in is left to its owner."""
+        with self._lock:
+            self._handlers, self._runs, self._chats, self._tools = {}, {}, {}, {}
+        if self._shared is not None:
+            _release(self._shared, timeout_s)
+            self._shared = None
+
+    def _start(self, name: str, run_id: str | None, kind: SpanKind, start: int, attrs: dict[str, Any]) -> Span:
+        """A span, the child of run `run_id`'s span when that is open."""
+        state = self._runs.get(run_id) if run_id else None
+        return self._tracer.start_span(name, context=state[1] if state else None, kind=kind, start_time=start,
+                                       attributes={k: v for k, v in attrs.items() if v is not None})
+
+    def _run_started(self, event: RunStarted | RunResumed, now: int) -> None:
+        old = self._runs.pop(event.run_id, None)
+        if old is not None:  # the same run again (a resume in this process): close the earlier part
+            old[0].end(now)
+        attrs: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": self.agent_name,
+                                 "gen_ai.conversation.id": event.session, "shou.run.id": event.run_id}
+        spec = ""
+        if isinstance(event, RunStarted):
+            spec = event.model
+            provider, model = _split_spec(spec)
+            attrs.update({"gen_ai.request.model": model or None, "gen_ai.provider.name": provider or None})
+            if self.content and event.task:
+                attrs["gen_ai.input.messages"] = _json([{"role": "user", "parts": _text_parts(event.task)}])
+        else:
+            attrs["shou.run.resumed_at_step"] = event.step
+        span = self._start(f"invoke_agent {self.agent_name}", None, SpanKind.INTERNAL, now, attrs)
+        _put(self._runs, event.run_id, (span, trace.set_span_in_context(span), spec))
+
+    def _run_finished(self, event: RunFinished, now: int) -> None:
+        run_id = event.run_id
+        for opened in (self._chats, self._tools):  # children the run never closed (a model error mid-call)
+            for key in [k for k in opened if k[0] == run_id]:
+                _fail(opened.pop(key), event.status, None, now)
+        state = self._runs.pop(run_id, None)
+        span = state[0] if state else self._start(  # attached mid-run: a span for what is known
+            f"invoke_agent {self.agent_name}", None, SpanKind.INTERNAL, now - int(event.wall_time * 1e9),
+            {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": self.agent_name, "shou.run.id": run_id})
+        usage = event.usage
+        _set(span, {
+            "shou.run.status": event.status, "shou.run.steps": event.steps, "shou.cost_usd": usage.cost,
+            "gen_ai.usage.input_tokens": usage.input_tokens, "gen_ai.usage.output_tokens": usage.output_tokens,
+            "gen_ai.output.messages": _json([{"role": "assistant", "parts": _text_parts(event.answer),
+                                              "finish_reason": "stop"}]) if self.content and event.answer else None,
+        })
+        if event.status not in _OK_STATUSES:
+            _fail(span, event.status, event.error, now)
+        else:
+            span.end(now)
+
+    def _model_request(self, event: ModelRequest, now: int) -> None:
+        provider, model = event.provider, event.model
+        state = self._runs.get(event.run_id)
+        if not (provider and model) and state is not None:  # events from before requests named their model
+            spec_provider, spec_model = _split_spec(state[2])
+            provider, model = provider or spec_provider, model or spec_model
+        attrs: dict[str, Any] = {"gen_ai.operation.name": "chat", "shou.step": event.step,
+                                 "gen_ai.provider.name": provider or None, "gen_ai.request.model": model or None}
+        for key, value in (event.params or {}).items():
+            if key in _PARAMS:
+                attrs[_PARAMS[key]] = [value] if key == "stop" and isinstance(value, str) else value
+        if self.content and self.messages_of is not None:
+            try:
+                wire = self.messages_of(event)
+                attrs["gen_ai.input.messages"] = _json([_genai_message(m) for m in wire]) if wire else None
+            except Exception:  # a resolver that fails (a pruned blob) costs the messages, not the span
+                log.debug("messages_of failed for request %s", event.request_id, exc_info=True)
+        span = self._start(f"chat {model}" if model else "chat", event.run_id, SpanKind.CLIENT, now, attrs)
+        _put(self._chats, (event.run_id, event.request_id or f"step-{event.step}"), span)
+
+    def _model_response(self, event: ModelResponse, now: int) -> None:
+        span = self._chats.pop((event.run_id, event.request_id or f"step-{event.step}"), None)
+        if span is None:  # its request was never seen: the span is placed by the response's latency
+            start = now - int(event.latency * 1e9)
+            span = self._start(f"chat {event.model}" if event.model else "chat", event.run_id, SpanKind.CLIENT,
+                               start, {"gen_ai.operation.name": "chat", "shou.step": event.step})
+        usage = event.usage
+        _set(span, {
+            "gen_ai.usage.input_tokens": usage.input_tokens, "gen_ai.usage.output_tokens": usage.output_tokens,
+            "gen_ai.response.model": event.model or None, "shou.retries": event.retries,
+            "gen_ai.response.finish_reasons": [event.finish_reason] if event.finish_reason else None,
+            "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens or None, "shou.cost_usd": usage.cost,
+            "shou.usage.estimated": usage.estimated or None, "shou.cached": event.cached or None,
+            "gen_ai.response.time_to_first_chunk": event.ttft,
+            "gen_ai.output.messages": _json([_genai_message(event.message.to_wire(), event.finish_reason)])
+            if self.content else None,
+        })
+        span.end(now)
+
+    def _tool_span(self, run_id: str, name: str, call_id: str, step: int, start: int) -> Span:
+        return self._start(f"execute_tool {name}", run_id, SpanKind.INTERNAL, start, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id,
+            "gen_ai.tool.type": "function", "shou.step": step})
+
+    def _tool_started(self, event: ToolCallStarted, now: int) -> None:
+        call = event.call
+        span = self._tool_span(event.run_id, call.name, call.id, event.step, now)
+        if self.content:
+            span.set_attribute("gen_ai.tool.call.arguments", call.arguments)
+        _put(self._tools, (event.run_id, call.id), span)
+
+    def _tool_finished(self, event: ToolCallFinished, now: int) -> None:
+        span = self._tools.pop((event.run_id, event.call_id), None)
+        if span is None:  # refused or cut before it ran: a short span still shows the model asked for it
+            span = self._tool_span(event.run_id, event.name, event.call_id, event.step, now - int(event.latency * 1e9))
+        if self.content:
+            span.set_attribute("gen_ai.tool.call.result", event.content)
+        if event.is_error:
+            _fail(span, "tool_error", event.content if self.content else None, now)
+        else:
+            span.end(now)
+
+
+# -- mapping helpers ---------------------------------------------------------------------------------------
+
+def _put(opened: dict[Any, Any], key: Any, value: Any) -> None:
+    """Remember an open span; past MAX_OPEN the oldest is forgotten (never ended, never exported)."""
+    opened[key] = value
+    if len(opened) > MAX_OPEN:
+        del opened[next(iter(opened))]
+
+
+def _set(span: Span, attrs: dict[str, Any]) -> None:
+    """Set the attributes that have a value (None: unknown or not applicable)."""
+    span.set_attributes({k: v for k, v in attrs.items() if v is not None})
+
+
+def _fail(span: Span, error_type: str, description: str | None, end: int) -> None:
+    """End `span` as failed, with `error.type`."""
+    span.set_attribute("error.type", error_type)
+    span.set_status(Status(StatusCode.ERROR, description))
+    span.end(end)
+
+
+def _split_spec(spec: str) -> tuple[str, str]:
+    """`"openai:gpt-4o"` -> `("openai", "gpt-4o")`; a bare name has no provider."""
+    provider, sep, model = spec.partition(":")
+    return (provider, model) if sep else ("", spec)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _text_parts(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "content": text}] if text else []
+
+
+def _genai_message(wire: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    """A Chat Completions message dict in the GenAI conventions' form: a role and typed parts."""
+    parts: list[dict[str, Any]] = []
+    content = wire.get("content")
+    if wire.get("role") == "tool":
+        text = content if isinstance(content, str) else _json(content)
+        parts.append({"type": "tool_call_response", "id": wire.get("tool_call_id"), "response": text})
+    elif isinstance(content, str):
+        parts.extend(_text_parts(content))
+    elif isinstance(content, list):  # images keep their kind; their bytes are not worth a trace
+        parts.extend({"type": "text", "content": p.get("text", "")} if p.get("type") == "text"
+                     else {"type": "blob", "modality": "image"} for p in content)
+    for call in wire.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        try:
+            arguments: Any = json.loads(fn.get("arguments") or "{}")
+        except ValueError:  # a call whose arguments never parsed is exported as the text the model sent
+            arguments = fn.get("arguments")
+        parts.append({"type": "tool_call", "id": call.get("id"), "name": fn.get("name"), "arguments": arguments})
+    out: dict[str, Any] = {"role": wire.get("role"), "parts": parts}
+    if finish_reason is not None:  # OpenAI says "tool_calls", the conventions "tool_call"
+        out["finish_reason"] = "tool_call" if finish_reason == "tool_calls" else finish_reason
+    return out
+
+
+# -- configuration and the shared providers ----------------------------------------------------------------
+
+def _traces_url(endpoint: str | None, env: Mapping[str, str]) -> str:
+    """Where spans are POSTed, as the OTLP exporter spec resolves it."""
+    if not endpoint and env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]  # the signal's own variable is the full URL, as is
+    return (endpoint or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318").rstrip("/") + "/v1/traces"
+
+
+def _otlp(env: Mapping[str, str], name: str) -> str:
+    """An OTLP exporter variable: the traces one (`OTEL_EXPORTER_OTLP_TRACES_X`), else the general one."""
+    return (env.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}") or env.get(f"OTEL_EXPORTER_OTLP_{name}") or "").strip()
+
+
+def _env_headers(env: Mapping[str, str]) -> dict[str, str]:
+    """`OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`: `k=v,k2=v2`, values URL-encoded."""
+    pairs = (item.partition("=") for item in _otlp(env, "HEADERS").split(","))
+    return {unquote(k.strip()): unquote(v.strip()) for k, sep, v in pairs if sep and k.strip()}
+
+
+def _timeout(timeout_s: float | None, env: Mapping[str, str]) -> float:
+    if timeout_s is not None:
+        return timeout_s
+    try:
+        return float(_otlp(env, "TIMEOUT")) / 1000  # the variables are in milliseconds
+    except ValueError:
+        return EXPORT_TIMEOUT_S
+
+
+@dataclass(slots=True)
+class _Shared:
+    """One process-wide provider per export configuration, with the number of observers using it."""
+
+    key: tuple[Any, ...]
+    provider: TracerProvider
+    users: int = 0
+
+
+_PROVIDERS: dict[tuple[Any, ...], _Shared] = {}
+_PROVIDERS_LOCK = threading.Lock()
+
+
+def _acquire(endpoint: str | None, headers: dict[str, str], timeout_s: float | None, env: Mapping[str, str]) -> _Shared:
+    url, timeout = _traces_url(endpoint, env), _timeout(timeout_s, env)
+    headers = {**_env_headers(env), **headers}
+    compression = _otlp(env, "COMPRESSION").lower()
+    compression = compression if compression in ("gzip", "deflate") else "none"
+    service = env.get("OTEL_SERVICE_NAME") or "shou"
+    key = (url, tuple(sorted(headers.items())), timeout, compression, service)
+    with _PROVIDERS_LOCK:
+        shared = _PROVIDERS.get(key)
+        if shared is None:
+            exporter = OTLPSpanExporter(url, headers=headers, timeout=timeout, compression=Compression(compression))
+            processor = BatchSpanProcessor(exporter, max_queue_size=MAX_QUEUE, schedule_delay_millis=1000,
+                                           max_export_batch_size=512, export_timeout_millis=timeout * 1000)
+            limited = any(os.environ.get(f"OTEL_{v}ATTRIBUTE_VALUE_LENGTH_LIMIT") for v in ("SPAN_", ""))
+            # The SDK's own exit hook would wait up to 30 s for a hung collector: ours waits EXIT_TIMEOUT_S.
+            provider = TracerProvider(resource=Resource.create({"service.name": service}), shutdown_on_exit=False,
+                                      span_limits=SpanLimits(max_span_attribute_length=None if limited
+                                                             else CONTENT_LIMIT))
+            provider.add_span_processor(processor)
+            shared = _PROVIDERS[key] = _Shared(key, provider)
+        shared.users += 1
+        return shared
+
+
+def _release(shared: _Shared, timeout_s: float) -> None:
+    with _PROVIDERS_LOCK:
+        shared.users -= 1
+        if shared.users > 0 or _PROVIDERS.get(shared.key) is not shared:
+            return
+        del _PROVIDERS[shared.key]
+    _bounded(shared.provider.shutdown, timeout_s)
+
+
+@atexit.register
+def _shutdown_all() -> None:
+    """At exit: send what is queued, waiting at most EXIT_TIMEOUT_S in all."""
+    with _PROVIDERS_LOCK:
+        providers = [s.provider for s in _PROVIDERS.values()]
+        _PROVIDERS.clear()
+    deadline = time.monotonic() + EXIT_TIMEOUT_S
+    for provider in providers:
+        _bounded(provider.shutdown, max(0.0, deadline - time.monotonic()))
+
+
+def _bounded(fn: Callable[[], Any], timeout_s: float) -> bool:
+    """Run `fn` on a daemon thread and wait at most `timeout_s`; True if it finished (and did not fail)."""
+    result: list[bool] = []
+
+    def target() -> None:
+        try:
+            result.append(fn() is not False)
+        except Exception:
+            log.debug("OpenTelemetry flush or shutdown failed", exc_info=True)
+
+    thread = threading.Thread(target=target, name="shou-otel-flush", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return bool(result and result[0])
+
+
+def otel_from_settings(settings_env: Mapping[str, str], *, enabled: bool, content: bool,
+                       messages_of: MessagesOf | None = None) -> OtelObserver | None:
+    """The observer the CLI adds: when `enabled` (`--otel`) or an OTLP endpoint variable is set, unless
+    `OTEL_SDK_DISABLED` is true. Content is exported when `content` (the `otel_content` setting) or
+    `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` says so."""
+    if (settings_env.get("OTEL_SDK_DISABLED") or "").strip().lower() == "true":
+        return None
+    if not (enabled or _otlp(settings_env, "ENDPOINT")):
+        return None
+    capture = (settings_env.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT") or "").strip().lower()
+    return OtelObserver(content=content or capture in _TRUE, env=settings_env, messages_of=messages_of)

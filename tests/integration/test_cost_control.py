@@ -1,0 +1,222 @@
+"""Cost control end to end: prices, budgets checked before the call, session budgets, cheap summaries,
+failure-rate alerts. The scripted model over real HTTP; `shou` as a subprocess where the CLI is the point."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shou import Agent, SQLiteStore, tool
+from shou.context.builder import ContextPolicy
+from shou.events import Compacted, ModelResponse, Notice
+from shou.models.openai_compat import OpenAICompatible
+from shou.models.runtime import RetryPolicy
+from shou.observe.alerts import AlertMonitor
+from shou.tools.builtin.calc import calculator
+
+
+def calc(expr: str, prompt: int = 1000, completion: int = 100) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "calculator", "arguments": {"expression": expr}}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
+
+
+def prices(tmp_path: Path, body: str) -> None:
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    (config / "shou.toml").write_text(body)
+
+
+# Prompts free, replies $1000 per million: a call's worst case is its reply limit, 300 tokens = $0.30, and
+# each scripted call really costs its 100 completion tokens = $0.10.
+PRICED = '[models."scripted-test"]\ninput_price = 0.0\noutput_price = 1000.0\n'
+
+
+def test_max_cost_stops_the_run_before_the_call_that_would_exceed_it(serve, shou, tmp_path: Path) -> None:
+    prices(tmp_path, PRICED)
+    srv = serve([calc("1+1"), calc("2+2"), calc("3+3"), calc("4+4"), calc("5+5"), {"text": "done"}])
+    r = shou("run", "--max-cost", "0.55", "-o", "max_tokens", "300", "--json", "add things", server=srv)
+    assert r.returncode == 1, r.stderr
+    # After three calls $0.30 is spent; a fourth could cost $0.30 more: $0.60, over $0.55. It is never sent.
+    assert len(srv.requests) == 3, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    done = events[-1]
+    assert done["type"] == "run_finished" and done["status"] == "budget"
+    assert "--max-cost of $0.55" in done["error"] and "spent $0.30" in done["error"]
+    assert done["usage"]["cost"] == pytest.approx(0.30) and done["usage"]["cost"] <= 0.55
+    assert [b["max_tokens"] for b in srv.requests] == [300, 300, 300]
+
+
+def test_cost_budget_needs_a_known_price(serve, shou, tmp_path: Path) -> None:
+    srv = serve([{"text": "hi"}])
+    r = shou("run", "--max-cost", "1", "hello", server=srv)
+    assert r.returncode == 1 and len(srv.requests) == 0
+    assert '[models."scripted-test"]' in r.stderr, r.stderr
+
+
+def test_session_budget_counts_every_run_of_the_session(serve, shou, tmp_path: Path) -> None:
+    prices(tmp_path, "session_token_budget = 5000\n")  # the CLI's first prompt is about 2,800 tokens
+    srv = serve([{"text": "one", "usage": {"prompt_tokens": 3000, "completion_tokens": 100}}, {"text": "two"}])
+    first = shou("run", "-s", "budgeted", "first", server=srv)
+    assert first.returncode == 0, first.stderr
+    second = shou("run", "-s", "budgeted", "second", server=srv)
+    assert second.returncode == 1 and "session_token_budget of 5,000" in second.stderr, second.stderr
+    assert len(srv.requests) == 1
+    other = shou("run", "-s", "fresh", "third", server=srv)  # another session has its own budget
+    assert other.returncode == 0 and len(srv.requests) == 2
+
+
+def test_cost_is_tokens_times_the_configured_price(serve, workspace: Path) -> None:
+    from shou.pricing import PriceTable
+
+    srv = serve([calc("6*7", 1234, 56), {"text": "42", "usage": {"prompt_tokens": 1300, "completion_tokens": 7}}])
+    store = SQLiteStore.for_workspace(workspace)
+    table = PriceTable({"m": {"input_price": 2.0, "output_price": 8.0}})
+    agent = Agent(OpenAICompatible("m", base_url=srv.base_url), [calculator], workspace=workspace, store=store,
+                  prices=table)
+    result = agent.run("6*7?", "s")
+    responses = [e for e in store.events("s") if isinstance(e, ModelResponse)]
+    assert [e.usage.cost for e in responses] == pytest.approx([(1234 * 2 + 56 * 8) / 1e6, (1300 * 2 + 7 * 8) / 1e6])
+    assert result.usage.cost == pytest.approx(sum(e.usage.cost or 0 for e in responses))
+    store.close()
+
+
+def test_a_model_without_a_price_has_an_unknown_cost_not_zero(serve, workspace: Path) -> None:
+    srv = serve([{"text": "hi", "usage": {"prompt_tokens": 10, "completion_tokens": 2}}])
+    result = Agent(OpenAICompatible("no-such-price", base_url=srv.base_url), [], workspace=workspace).run("x")
+    assert result.status == "completed" and result.usage.total_tokens == 12 and result.usage.cost is None
+
+
+@tool
+def fetch_log(n: int) -> str:
+    """Fetch log number n."""
+    return f"log {n}: " + " ".join(f"word{(n * 31 + i) % 97}" for i in range(300))
+
+
+def test_compaction_summaries_go_to_the_summary_model(serve, workspace: Path) -> None:
+    turns = [{"text": f"Reading log {i}.", "tool_calls": [{"name": "fetch_log", "arguments": {"n": i}}]}
+             for i in range(14)]
+    main = serve([*turns, {"text": "read them all"}])
+    cheap = serve([{"summary": True, "text": "Summary: logs 0-9 read."} for _ in range(20)])
+    store = SQLiteStore.for_workspace(workspace)
+    agent = Agent(OpenAICompatible("big", base_url=main.base_url), [fetch_log], max_steps=20, workspace=workspace,
+                  store=store, context=ContextPolicy(window=6000, reserve_output=500),
+                  summary_model=OpenAICompatible("cheap", base_url=cheap.base_url))
+    result = agent.run("Read logs 0 to 13.", "s")
+    assert result.status == "completed", result.error
+    assert cheap.requests and all("[shou:compact]" in str(r["messages"][0]["content"]) for r in cheap.requests)
+    assert not any("[shou:compact]" in str(r["messages"][0]["content"]) for r in main.requests)
+    compacted = [e for e in store.events("s") if isinstance(e, Compacted)]
+    assert compacted and all(e.model == "cheap" and e.usage.requests >= 1 for e in compacted)
+    store.close()
+
+
+class _Hook(BaseHTTPRequestHandler):
+    received: list[dict[str, Any]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def webhook():
+    handler = type("Hook", (_Hook,), {"received": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/alerts", handler.received
+    server.shutdown()
+    server.server_close()
+
+
+def _wait_for(received: list, timeout: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not received and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_failure_rate_alert_fires_a_notice_a_stderr_line_and_the_webhook(serve, workspace: Path, webhook) -> None:
+    url, received = webhook
+    errors = [{"error": 500, "retry_after": 0} for _ in range(4)]
+    srv = serve([*errors, {"text": "recovered"}])
+    stderr = io.StringIO()
+    monitor = AlertMonitor(window=4, threshold=0.5, webhook=url, stderr=stderr)
+    store = SQLiteStore.for_workspace(workspace)
+    model = OpenAICompatible("m", base_url=srv.base_url, retry=RetryPolicy(max_retries=6, base=0.01))
+    result = Agent(model, [], workspace=workspace, store=store, observers=[monitor]).run("hi", "s")
+    assert result.status == "completed"
+    alerts = [e for e in store.events("s") if isinstance(e, Notice) and e.kind == "alert"]
+    assert len(alerts) == 1 and "model calls failed" in alerts[0].text  # once, not on every failure after
+    assert "shou alert:" in stderr.getvalue()
+    _wait_for(received)
+    assert received and received[0]["kind"] == "model" and received[0]["failed"] >= 2
+    store.close()
+
+
+def test_no_alert_while_calls_succeed(serve, workspace: Path) -> None:
+    srv = serve([calc("1"), calc("2"), {"text": "ok"}])
+    stderr = io.StringIO()
+    monitor = AlertMonitor(window=4, threshold=0.5, stderr=stderr)
+    result = Agent(OpenAICompatible("m", base_url=srv.base_url), [calculator], workspace=workspace,
+                   observers=[monitor]).run("x")
+    assert result.status == "completed" and not monitor.fired and stderr.getvalue() == ""
+
+
+def test_cli_alert_line_on_stderr(serve, shou, tmp_path: Path) -> None:
+    prices(tmp_path, "alert_window = 3\n")
+    srv = serve([*[{"error": 503, "retry_after": 0} for _ in range(3)], {"text": "ok"}])
+    r = shou("run", "hi", server=srv)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("shou alert:") == 1 and "model calls failed" in r.stderr
+
+
+def test_cache_setting_answers_a_repeated_run_without_a_provider_request(serve, shou, tmp_path: Path) -> None:
+    prices(tmp_path, "cache = true\n" + PRICED)
+    srv = serve([calc("6*7"), {"text": "42", "usage": {"prompt_tokens": 10, "completion_tokens": 2}}])
+    first = shou("run", "--json", "6*7?", server=srv)
+    assert first.returncode == 0, first.stderr
+    assert len(srv.requests) == 2
+    second = shou("run", "--json", "6*7?", server=srv)  # a new session, the same requests
+    assert second.returncode == 0, second.stderr
+    assert len(srv.requests) == 2  # no provider request at all
+    kinds = [json.loads(line)["type"] for line in second.stdout.splitlines() if line.startswith("{")]
+    assert kinds == [json.loads(line)["type"] for line in first.stdout.splitlines() if line.startswith("{")]
+    responses = [json.loads(line) for line in second.stdout.splitlines() if '"model_response"' in line]
+    assert all(r["cached"] and r["usage"]["cost"] == 0 for r in responses)
+    assert "42" in second.stdout
+
+
+def test_fallback_model_answers_when_the_first_keeps_returning_500(serve, shou, tmp_path: Path) -> None:
+    prices(tmp_path, 'fallback_models = ["openai:backup"]\nmodel_retries = 1\n')
+    failing = serve([{"error": 500, "retry_after": 0} for _ in range(10)])
+    backup = serve([{"text": "from the backup"}])
+    r = shou("run", "hi", server=failing, OPENAI_BASE_URL=backup.base_url, OPENAI_API_KEY="k")
+    assert r.returncode == 0, r.stderr
+    assert "from the backup" in r.stdout and "trying openai:backup" in r.stderr
+    assert len(failing.requests) == 2 and backup.requests[0]["model"] == "backup"
+
+
+def test_rate_limit_settings_share_one_limiter_per_provider(tmp_path: Path) -> None:
+    from shou.config import load_settings
+    from shou.models import build_model
+
+    env = {"SHOU_CONFIG_DIR": str(tmp_path), "SHOU_WORKSPACE": str(tmp_path), "SHOU_BASE_URL": "http://x.test/v1",
+           "SHOU_MODEL": "m", "SHOU_RPM": "12", "SHOU_TPM": "9000"}
+    one, two = build_model(load_settings(env=env)), build_model(load_settings(env=env))
+    assert one.limiter is not None and one.limiter is two.limiter  # every run of the process shares it
+    assert (one.limiter.rpm, one.limiter.tpm) == (12, 9000)
+    other = build_model(load_settings(env={**env, "SHOU_BASE_URL": "http://y.test/v1"}))
+    assert other.limiter is not one.limiter

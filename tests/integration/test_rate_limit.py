@@ -1,0 +1,61 @@
+"""Many concurrent runs against a provider that allows N requests per rolling window: with a shared
+RateLimiter none of them is ever answered 429; without it, the same load is."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from shou import Agent
+from shou.models.openai_compat import OpenAICompatible
+from shou.models.ratelimit import RateLimiter
+from shou.models.runtime import RetryPolicy
+from shou.tools.builtin.calc import calculator
+
+from ..fixtures.limited_provider import LimitedProvider
+
+LIMIT, WINDOW, RUNS = 8, 1.5, 20  # 40 requests: five windows' worth
+SCRIPT = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]}, {"text": "6*7 is 42"}]
+
+
+async def run_all(model: OpenAICompatible, workspace: Path) -> list:
+    agent = Agent(model, [calculator], workspace=workspace)
+    try:
+        return await asyncio.gather(*(agent.arun(f"what is 6*7? (run {i})") for i in range(RUNS)))
+    finally:
+        await model.aclose()
+
+
+async def test_a_shared_limiter_keeps_twenty_concurrent_runs_under_the_providers_limit(workspace: Path) -> None:
+    with LimitedProvider(SCRIPT, limit=LIMIT, window=WINDOW) as provider:
+        limiter = RateLimiter(rpm=LIMIT, period=WINDOW)
+        model = OpenAICompatible("m", base_url=provider.base_url, retry=RetryPolicy(max_retries=2, base=0.01),
+                                 limiter=limiter)
+        results = await run_all(model, workspace)
+    assert [r.status for r in results] == ["completed"] * RUNS, [r.error for r in results if r.error]
+    assert all(r.answer == "6*7 is 42" for r in results)
+    assert provider.rejected == 0
+    assert provider.answered == 2 * RUNS
+    assert provider.most_in_a_window() <= LIMIT
+
+
+async def test_without_a_limiter_the_same_load_is_answered_429(workspace: Path) -> None:
+    # The control: proves the provider does enforce its limit, so the test above could fail.
+    with LimitedProvider(SCRIPT, limit=LIMIT, window=WINDOW) as provider:
+        model = OpenAICompatible("m", base_url=provider.base_url, retry=RetryPolicy(max_retries=0))
+        results = await run_all(model, workspace)
+    assert provider.rejected >= RUNS - LIMIT
+    assert any(r.status != "completed" and "rate limited" in (r.error or "") for r in results)
+
+
+async def test_tokens_per_minute_are_settled_from_the_real_usage(workspace: Path) -> None:
+    with LimitedProvider(SCRIPT, limit=100, window=WINDOW) as provider:
+        limiter = RateLimiter(tpm=1_000_000, period=WINDOW)
+        model = OpenAICompatible("m", base_url=provider.base_url, limiter=limiter)
+        result = await Agent(model, [calculator], workspace=workspace).arun("what is 6*7?")
+        await model.aclose()
+    assert result.status == "completed"
+    requests, tokens = limiter.usage()
+    assert requests == 2
+    # what the provider reported (prompt + completion of both replies), not the estimate from body sizes
+    assert tokens == result.usage.total_tokens
