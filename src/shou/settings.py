@@ -62,7 +62,7 @@ class Settings:
     model_retries: int = _s(8, "retries of a failing model request before giving up (or falling back)", minimum=0)
     fallback_models: tuple[str, ...] = _s((), "models tried in order when the model's provider keeps failing")
     summary_model: str | None = _s(None, "model that writes compaction summaries (default: the model)")
-    cache: bool = _s(False, "answer a repeated identical model request from .shou/cache.db (no cost)")
+    cache: bool = _s(False, "answer a repeated identical model request from ~/.cache/shou (no cost)")
     trace_retention_days: float | None = _s(7.0, "days the raw requests of traces are kept; none: forever",
                                             minimum=0)
     otel: bool = _s(False, "export traces by OpenTelemetry, OTLP over HTTP (also on when "

@@ -220,3 +220,31 @@ def test_rate_limit_settings_share_one_limiter_per_provider(tmp_path: Path) -> N
     assert (one.limiter.rpm, one.limiter.tpm) == (12, 9000)
     other = build_model(load_settings(env={**env, "SHOU_BASE_URL": "http://y.test/v1"}))
     assert other.limiter is not one.limiter
+
+
+def test_the_cache_lives_with_the_user_not_in_a_cloned_workspace(serve, shou, tmp_path: Path, workspace: Path) -> None:
+    """A repository could ship a cache that answers with the tool calls it likes: the workspace's files are
+    never the cache, and the user's cache file is readable by the user alone."""
+    prices(tmp_path, "cache = true\n")
+    srv = serve([{"text": "fresh"}, {"text": "fresh"}])
+    (workspace / ".shou").mkdir(exist_ok=True)
+    (workspace / ".shou" / "cache.db").write_text("planted")
+    r = shou("run", "hi", server=srv)
+    assert r.returncode == 0 and "fresh" in r.stdout and len(srv.requests) == 1, r.stderr
+    cache = tmp_path / ".cache" / "shou" / "responses.db"  # HOME is tmp_path in these tests
+    assert cache.exists() and (cache.stat().st_mode & 0o077) == 0
+    assert (workspace / ".shou" / "cache.db").read_text() == "planted"
+
+
+def test_known_secrets_are_not_stored_in_the_trace(serve, shou, tmp_path: Path, workspace: Path) -> None:
+    secret = "sk-live-abcdefghijklmnop1234"
+    (workspace / ".shou").mkdir(exist_ok=True)
+    (workspace / ".shou" / "AGENTS.md").write_text(f"Deploy key is {secret}, use it.")
+    srv = serve([{"text": "ok"}])
+    r = shou("run", "hi", server=srv, OPENAI_API_KEY=secret)
+    assert r.returncode == 0, r.stderr
+    store = SQLiteStore.for_workspace(workspace)
+    blobs = b"".join(data for (data,) in store._db.execute("SELECT data FROM blobs"))
+    assert blobs and secret.encode() not in blobs
+    assert secret not in json.dumps(srv.requests) and "Deploy key is" in json.dumps(srv.requests)  # nor sent
+    store.close()

@@ -95,10 +95,11 @@ class RunContext:
             pinned = 0
         session = self.session
 
-        def render(omitted: int) -> str:
-            return system_text(self.agent.instructions, rules=self.rules, memory_md=self.memory_md,
-                               working_memory=session.working_memory, summary=session.summary,
-                               recalled=self.recalled, omitted=omitted, untrusted=self.untrusted)
+        def render(omitted: int) -> str:  # workspace files and memories may hold a key: it is never sent
+            return self.agent.redactor.text(system_text(
+                self.agent.instructions, rules=self.rules, memory_md=self.memory_md,
+                working_memory=session.working_memory, summary=session.summary, recalled=self.recalled,
+                omitted=omitted, untrusted=self.untrusted))
 
         built = self.builder.build(render, live, pinned=pinned, tool_tokens=tool_tokens, query=query)
         return built.messages, specs, built.tokens

@@ -199,7 +199,7 @@ class Run:
                 return ended
         run_id = self.run_id
         accounts = self.accounts
-        recorder = RequestRecorder(self.session.store)
+        recorder = RequestRecorder(self.session.store, agent.redactor)
         model, provider = model_id(agent.model), provider_of(agent.model)
         while True:
             if self.step >= agent.max_steps:

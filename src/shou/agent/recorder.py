@@ -16,6 +16,7 @@ from ..messages import Message
 
 if TYPE_CHECKING:
     from ..models.base import ModelSettings
+    from ..redact import Redactor
     from ..store.sqlite import SQLiteStore
 
 MAX_BLOB_BYTES = 1_000_000  # one message kept in a trace; a bigger one (an image, a huge paste) is cut
@@ -36,8 +37,9 @@ def _dumps(value: Any) -> bytes:
 class RequestRecorder:
     """Hashes a run's request messages and tool specs and hands new ones to the store."""
 
-    def __init__(self, store: SQLiteStore | None) -> None:
+    def __init__(self, store: SQLiteStore | None, redactor: Redactor | None = None) -> None:
         self.store = store
+        self.redactor = redactor  # known secrets are never stored, in a trace either
         # id(object) -> (object, hash): the object is kept so its id cannot be reused by another one
         self._seen: dict[int, tuple[Any, str]] = {}
 
@@ -45,6 +47,8 @@ class RequestRecorder:
         known = self._seen.get(id(obj))
         if known is not None and known[0] is obj:
             return known[1]
+        if self.redactor is not None:
+            wire = self.redactor.value(wire)
         data = _dumps(wire)
         key = content_hash(data)
         if self.store is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .base import Completion, Model, ModelSettings, Retrying, TextChunk, ToolCallChunk
@@ -74,11 +76,17 @@ def build_model(settings: Settings) -> Model:
         model = FallbackModel([model, *(get_model(settings=other_model(settings, spec))
                                         for spec in settings.fallback_models)])
     if settings.cache:
-        from ..workspace import state_database
         from .cache import CachedModel, ResponseCache
 
-        model = CachedModel(model, ResponseCache(state_database(settings.workspace, "cache.db")))
+        model = CachedModel(model, ResponseCache(cache_dir(settings.env) / "responses.db"))
     return model
+
+
+def cache_dir(env: Mapping[str, str]) -> Path:
+    """The user's cache folder for shou (`$XDG_CACHE_HOME/shou`, else `~/.cache/shou`). Not the workspace's
+    `.shou/`: a cache that came with a cloned repository could answer with any tool call it likes."""
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
+    return Path(base) / "shou"
 
 
 def other_model(settings: Settings, spec: str) -> Settings:
