@@ -77,9 +77,11 @@ class ModelRequest(Event):
 
     `request_id` names this model call (its `ModelResponse` carries the same id). The exact request is
     content-addressed: `messages` are the hashes of the messages sent, in order, and `tools_ref` the hash
-    of the tool specs; the store keeps each distinct one once (`SQLiteStore.blobs`), so a long run does
-    not store its history again at every step. `params` are the request's other fields that change the
-    answer (temperature, max_tokens, tool_choice, ...); `tokens` is shou's estimate of the prompt.
+    of the tool specs; `contents` holds the ones this session's log did not have yet (hash -> wire
+    form), so a long run does not store its history again at every step, and the trace needs nothing but
+    the log. Retention removes `contents` from old requests (`SQLiteStore.prune`). `params` are the
+    request's other fields that change the answer (temperature, max_tokens, tool_choice, ...); `tokens`
+    is shou's estimate of the prompt.
     """
 
     type: ClassVar[str] = "model_request"
@@ -93,6 +95,7 @@ class ModelRequest(Event):
     messages: tuple[str, ...] = ()
     tools_ref: str = ""
     params: dict[str, Any] | None = None
+    contents: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

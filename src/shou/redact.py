@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
+
 from .events import Event
 from .messages import Message, TextPart, ToolCall
 
@@ -70,29 +72,78 @@ class Redactor:
     def __init__(self, values: Iterable[str]) -> None:
         self.values = [v for v in values if len(v) >= MIN_LENGTH]
         self._pattern = re.compile("|".join(re.escape(v) for v in self.values)) if self.values else None
+        # The secrets as they appear in JSON text (escaped where JSON escapes), and a JSON \u escape, which
+        # could spell one: what `checked()` looks for in an event's JSON before walking the event.
+        spelled = {orjson.dumps(v)[1:-1] for v in self.values} | {v.encode() for v in self.values}
+        self._json = re.compile(b"|".join([re.escape(v) for v in spelled] + [re.escape(b"\\u")])) if spelled \
+            else None
+
+    def may_hold(self, data: bytes) -> bool:
+        """Whether JSON text `data` may hold a secret (one of them, or a JSON escape that could spell one)."""
+        return self._json is not None and self._json.search(data) is not None
+
+    def checked(self, event: Event) -> tuple[Event, bytes | None]:
+        """The event with secrets replaced, and its JSON when that was made on the way (to be stored as is).
+
+        The JSON is made first and searched: an event holding no secret, nor a JSON escape that could spell
+        one, is passed on untouched, and its JSON saves the store making it again."""
+        if self._json is None:
+            return event, None
+        try:
+            data = orjson.dumps(event.to_dict())
+        except TypeError:
+            return self.event(event), None
+        if self._json.search(data) is None:
+            return event, data
+        return self.event(event), None
 
     def text(self, text: str) -> str:
-        """`text` with every secret value replaced."""
-        if self._pattern is None or not text:
+        """`text` with every secret value replaced (the same object when it holds none)."""
+        if self._pattern is None or not text or self._pattern.search(text) is None:
             return text
         return self._pattern.sub(REDACTED, text)
 
     def value(self, value: Any) -> Any:
-        """Strings, messages, tool calls, lists and dicts, with secrets replaced (other values as they are)."""
+        """Strings, messages, tool calls, lists and dicts, with secrets replaced (other values as they are).
+        What holds no secret comes back as the same object: every event passes here, so the common case
+        must cost a few lookups, not a copy and a deep comparison."""
         if self._pattern is None:
             return value
-        if isinstance(value, str):
+        kind = type(value)
+        if kind is str:
             return self.text(value)
-        if isinstance(value, ToolCall):
-            return ToolCall(self.text(value.id), self.text(value.name), self._arguments(value.arguments))
-        if isinstance(value, Message):
+        if kind is ToolCall:
+            new = (self.text(value.id), self.text(value.name), self._arguments(value.arguments))
+            if new[0] is value.id and new[1] is value.name and new[2] is value.arguments:
+                return value
+            return ToolCall(*new)
+        if kind is Message:
             content = value.content
             if isinstance(content, str):
                 content = self.text(content)
             elif isinstance(content, tuple):
-                content = tuple(TextPart(self.text(p.text)) if isinstance(p, TextPart) else p for p in content)
-            return Message(value.role, content, tuple(self.value(c) for c in value.tool_calls), value.tool_call_id,
-                           value.name)
+                parts = tuple(TextPart(self.text(p.text)) if isinstance(p, TextPart) and self.text(p.text) is not p.text
+                              else p for p in content)
+                content = parts if any(a is not b for a, b in zip(parts, value.content, strict=True)) else content
+            calls = tuple(self.value(c) for c in value.tool_calls)
+            if content is value.content and all(a is b for a, b in zip(calls, value.tool_calls, strict=True)):
+                return value
+            return Message(value.role, content, calls, value.tool_call_id, value.name)
+        if kind is dict:
+            changed = {k: new for k, v in value.items() if (new := self.value(v)) is not v}
+            return {**value, **changed} if changed else value
+        if kind is list or kind is tuple:
+            items = [self.value(v) for v in value]
+            if all(a is b for a, b in zip(items, value, strict=True)):
+                return value
+            return kind(items)
+        if isinstance(value, str | ToolCall | Message | dict | list | tuple):  # a subclass: the careful way
+            return self._slow(value)
+        return value
+
+    def _slow(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(str(value))
         if isinstance(value, dict):
             return {k: self.value(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
@@ -117,9 +168,27 @@ class Redactor:
         if self._pattern is None:
             return event
         changes = {}
-        for f in dataclasses.fields(event):
-            old = getattr(event, f.name)
+        for name in _field_names(type(event)):
+            if name in _REDACTED_BEFORE:
+                continue
+            old = getattr(event, name)
+            if old is None or type(old) in _NO_TEXT:
+                continue
             new = self.value(old)
-            if new != old:
-                changes[f.name] = new
+            if new is not old:
+                changes[name] = new
         return dataclasses.replace(event, **changes) if changes else event
+
+
+_NO_TEXT = frozenset({int, float, bool})
+# Fields made of hashes, or of request contents the trace recorder redacted as it took them in (walking
+# a request's tool schemas again for every step would cost more than the rest of the event).
+_REDACTED_BEFORE = frozenset({"messages", "tools_ref", "contents"})
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(kind: type) -> tuple[str, ...]:
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind))
+    return names

@@ -79,7 +79,7 @@ class MessageFold:
     that stands for compacted ones, the working memory, and the run that has not finished, if any."""
 
     __slots__ = ("_pending", "_results", "decisions", "granted", "messages", "open_run", "requested", "spent",
-                 "summary", "summary_upto", "working_memory")
+                 "summary", "summary_upto", "trace_keys", "working_memory")
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
@@ -93,6 +93,7 @@ class MessageFold:
         self.decisions: dict[str, ApprovalDecided] = {}  # call id -> what was decided
         self.granted: list[ApprovalDecided] = []  # rules a person allowed for the rest of the session
         self.spent = Usage()  # every model call of every run, compaction summaries included
+        self.trace_keys: set[str] = set()  # hashes of request contents the log holds (ModelRequest.contents)
 
     def apply(self, event: Event) -> None:
         """Update the state with one event."""
@@ -121,6 +122,8 @@ class MessageFold:
                 run.answer = None if event.message.tool_calls or run.cut else event.message
                 run.usage = run.usage + event.usage
         elif isinstance(event, ModelRequest):
+            if event.contents:
+                self.trace_keys.update(event.contents)
             if run is not None:
                 run.step, run.awaiting_response = event.step, True
                 run.calls, run.answer = (), None
@@ -213,6 +216,11 @@ class Session:
         return self._fold.summary_upto
 
     @property
+    def trace_keys(self) -> set[str]:
+        """Hashes of the request contents this session's log holds (the trace stores each one once)."""
+        return self._fold.trace_keys
+
+    @property
     def spent(self) -> Usage:
         """What every model call of the session used and cost so far (for session budgets)."""
         return self._fold.spent
@@ -250,11 +258,12 @@ class Session:
                 self._fold.apply(event)
                 self._seen = row_id
 
-    def record(self, event: Event) -> None:
-        """Fold `event` into the messages and append it to the store (durable at the next `commit()`)."""
+    def record(self, event: Event, data: bytes | None = None) -> None:
+        """Fold `event` into the messages and append it to the store (durable at the next `commit()`).
+        `data` is the event's JSON when the caller made it already."""
         self._fold.apply(event)
         if self.store is not None:
-            self.store.append(self.name, event, self._token)
+            self.store.append(self.name, event, self._token, data)
 
     def commit(self) -> None:
         """Make every recorded event durable."""

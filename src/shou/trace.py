@@ -75,7 +75,8 @@ class ModelCallTrace:
     notes: list[str] = field(default_factory=list)  # retry notices logged while it ran
     messages: list[dict[str, Any]] | None = None  # resolved: wire messages; {"_pruned": hash} where deleted
     tools: list[dict[str, Any]] | None = None  # resolved tool specs
-    pruned: int = 0  # how many of the request's blobs retention deleted
+    pruned: int = 0  # how many of the request's messages retention deleted
+    contents: dict[str, Any] = field(default_factory=dict, repr=False)  # the session's logged contents, shared
 
     @property
     def recorded(self) -> bool:
@@ -198,6 +199,7 @@ class _Builder:
     """Folds a session's events, in log order, into run traces."""
 
     def __init__(self) -> None:
+        self.contents: dict[str, Any] = {}  # every request content the log holds, by hash
         self.runs: dict[str, RunTrace] = {}
         self.steps: dict[tuple[str, int], StepTrace] = {}
         self.calls: dict[str, ModelCallTrace] = {}
@@ -259,6 +261,9 @@ class _Builder:
             call.model = ev.model
             call.provider, call.message_refs, call.tools_ref, call.params = (
                 ev.provider, ev.messages, ev.tools_ref, ev.params)
+            if ev.contents:
+                self.contents.update(ev.contents)
+            call.contents = self.contents
             call.prompt_tokens, call.message_count, call.tool_count, call.at = (
                 ev.tokens, ev.message_count, ev.tool_count, ts)
         elif isinstance(ev, ModelResponse):
@@ -318,9 +323,13 @@ def traces(store: SQLiteStore, session: str) -> list[RunTrace]:
 
 
 def find_run(store: SQLiteStore, run_id: str) -> RunTrace | None:
-    """The trace of run `run_id`, or None when no such run is logged."""
-    found = _build(logged_rows(store, "run_id = ?", (run_id,)))
-    return found[0] if found else None
+    """The trace of run `run_id`, or None when no such run is logged (read with its whole session, whose
+    earlier requests may hold contents the run's requests refer to)."""
+    store.commit()
+    row = store._db.execute("SELECT session FROM events WHERE run_id = ? ORDER BY id LIMIT 1", (run_id,)).fetchone()
+    if row is None:
+        return None
+    return next((r for r in traces(store, row[0]) if r.run_id == run_id), None)
 
 
 def find_model_call(store: SQLiteStore, call_id: str) -> tuple[RunTrace, ModelCallTrace] | None:
@@ -339,27 +348,17 @@ def find_model_call(store: SQLiteStore, call_id: str) -> tuple[RunTrace, ModelCa
     return run, call
 
 
-def resolve(store: SQLiteStore, calls: Iterable[ModelCallTrace]) -> None:
-    """Fill in the requests of `calls` (their messages and tool specs) from the stored blobs, in one read."""
-    calls = [c for c in calls if c.recorded]
-    blobs = store.blobs([k for c in calls for k in (*c.message_refs, c.tools_ref) if k])
+def resolve(store: SQLiteStore | None, calls: Iterable[ModelCallTrace]) -> None:
+    """Fill in the requests of `calls` (their messages and tool specs) from the contents their session's
+    log holds. A message whose contents retention removed reads `{"_pruned": hash}`."""
     for call in calls:
-        call.messages = [_load(blobs.get(k), k) for k in call.message_refs]
-        tools = _load(blobs.get(call.tools_ref), call.tools_ref) if call.tools_ref else []
+        if not call.recorded:
+            continue
+        found = call.contents
+        call.messages = [found.get(k, {"_pruned": k}) for k in call.message_refs]
+        tools = found.get(call.tools_ref, []) if call.tools_ref else []
         call.tools = tools if isinstance(tools, list) else None
-        call.pruned = sum(k not in blobs for k in (*call.message_refs, call.tools_ref) if k)
-
-
-def _load(data: bytes | None, key: str) -> Any:
-    if data is None:  # retention deleted it (or it was never committed): say so in its place
-        return {"_pruned": key}
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return {"_unreadable": key}
-
-
-# ---------------------------------------------------------------------------------------------- JSON
+        call.pruned = sum(k not in found for k in (*call.message_refs, call.tools_ref) if k)
 
 
 def usage_json(usage: Usage | None, known: float | None = None) -> dict[str, Any] | None:

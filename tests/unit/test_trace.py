@@ -50,11 +50,11 @@ def store(tmp_path: Path) -> Iterator[SQLiteStore]:
 
 def two_steps(session: Session, run: str = "run_a1", *, finish: bool = True, cost: float | None = 0.001) -> None:
     """A calculator call and the answer, logged as the loop logs them (requests by hash)."""
-    rec = RequestRecorder(session.store)
+    rec = RequestRecorder(session.trace_keys)
     tools = rec.tools(SPECS)
     session.record(RunStarted(run, session.name, TASK.text, "gpt-x"))
     session.record(ModelRequest(run, 1, 2, 1, 40, f"mc_{run}_1", "gpt-x", "openai", rec.messages([SYSTEM, TASK]),
-                                tools, {"temperature": 0.2}))
+                                tools, {"temperature": 0.2}, rec.take()))
     session.record(ModelResponse(run, 1, ASKED, Usage(40, 10, 1, cached_tokens=8, cost=cost), 0.5, "tool_calls",
                                  "gpt-x-2025", f"mc_{run}_1", ttft=0.1, retries=1))
     session.record(ToolCallStarted(run, 1, CALL))
@@ -64,7 +64,7 @@ def two_steps(session: Session, run: str = "run_a1", *, finish: bool = True, cos
         session.commit()
         return
     session.record(ModelRequest(run, 2, 4, 1, 60, f"mc_{run}_2", "gpt-x", "openai",
-                                rec.messages([SYSTEM, TASK, ASKED, RESULT]), tools, {"temperature": 0.2}))
+                                rec.messages([SYSTEM, TASK, ASKED, RESULT]), tools, {"temperature": 0.2}, rec.take()))
     session.record(ModelResponse(run, 2, Message.assistant("123 * 45 = 5535"), Usage(60, 5, 1, cost=0.002), 0.3,
                                  "stop", "gpt-x-2025", f"mc_{run}_2"))
     session.record(StepFinished(run, 2))
@@ -107,10 +107,10 @@ def test_a_call_found_by_id_has_its_request_resolved(store: SQLiteStore) -> None
     assert tr.find_model_call(store, "mc_nope") is None
 
 
-def test_a_deleted_blob_is_shown_as_pruned(store: SQLiteStore) -> None:
+def test_a_pruned_message_is_shown_as_pruned(store: SQLiteStore) -> None:
     two_steps(Session("s", store))
     [key] = RequestRecorder(None).messages([RESULT])
-    store._db.execute("DELETE FROM blobs WHERE hash = ?", (key,))
+    store._db.execute(f"UPDATE events SET data = json_remove(data, '$.contents.\"{key}\"')")
     _, call = tr.find_model_call(store, "mc_run_a1_2")
     assert call.messages[:3] == [m.to_wire() for m in (SYSTEM, TASK, ASKED)]
     assert call.messages[3] == {"_pruned": key} and call.pruned == 1

@@ -93,7 +93,7 @@ class Gate:
         decided = session.decisions.get(call.id)
         if decided is not None and (decided.run_id, decided.step) != (run.run_id, run.step):
             decided = None  # a decision on an older call that had the same id (some servers reuse ids)
-        where = bound_to(run.agent.workspace, session.name)
+        where = bound_to(run.agent.workspace, session.name) if decided is not None or session.granted else ""
         if decided is not None and decided.allow and not verify(decided, where, call.arguments, env):
             decided = None  # not made by this user (a planted session log): decide again
         if decided is not None:  # decided earlier (another process, or before a restart)

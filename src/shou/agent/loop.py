@@ -45,6 +45,7 @@ from ..events import (
 from ..messages import Message, ToolCall
 from ..models.base import Completion, ModelSettings, Retrying, TextChunk, ToolCallChunk, model_id, provider_of
 from ..session import INTERRUPTED
+from ..store.sqlite import NOT_STORED
 from ..tools.base import ToolContext
 from ..tools.executor import DEFAULT_TIMEOUT, ToolExecutor
 from ..usage import Usage
@@ -124,8 +125,12 @@ class Run:
     def emit(self, event: Event) -> None:
         """Record the event in the session, then hand it to the consumer (who commits before showing it).
         Known secrets are replaced first (shou.redact): nothing stored or sent to the model holds them."""
-        event = self.agent.redactor.event(event)
-        self.session.record(event)
+        redactor = self.agent.redactor
+        if event.type in NOT_STORED:  # a streamed fragment: short, and never stored
+            event, data = redactor.event(event), None
+        else:
+            event, data = redactor.checked(event)
+        self.session.record(event, data)
         self._emit(event)
         for observe in self.agent.observers:  # exporters and alerts read the same stream, after the log
             try:
@@ -199,7 +204,7 @@ class Run:
                 return ended
         run_id = self.run_id
         accounts = self.accounts
-        recorder = RequestRecorder(self.session.store, agent.redactor)
+        recorder = RequestRecorder(self.session.trace_keys, agent.redactor)
         model, provider = model_id(agent.model), provider_of(agent.model)
         while True:
             if self.step >= agent.max_steps:
@@ -217,8 +222,9 @@ class Run:
                 self.step -= 1
                 return "budget", "", held
             request_id = f"mc_{_PROCESS}{next(_CALLS):x}"
+            keys, tools_ref = recorder.messages(messages), recorder.tools(specs)
             self.emit(ModelRequest(run_id, step, len(messages), len(specs), tokens, request_id, model, provider,
-                                   recorder.messages(messages), recorder.tools(specs), request_params(settings)))
+                                   keys, tools_ref, request_params(settings), recorder.take()))
             self.commit()  # every tool result and the request itself are durable before the model sees them
             t0 = time.perf_counter()
             try:

@@ -1,13 +1,16 @@
 """The trace record of a model request: each message and the tool specs stored once, by content hash.
 
-A run's requests share most of their messages (step 30 resends steps 1-29), so the request event lists
-hashes and the store keeps each distinct message once (`SQLiteStore.put_blob`). A message is hashed the
-first time the run sends it; the same object in a later request costs a dictionary lookup.
+A run's requests share most of their messages (step 30 resends steps 1-29), so a request event lists
+hashes and carries the contents of only those its session's log does not hold yet
+(`ModelRequest.contents`): the history is stored once, in the same row write as the event, with no
+second table to update on the hot path. A message is hashed the first time the run sends it; the same
+object in a later request costs a dictionary lookup.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -17,13 +20,17 @@ from ..messages import Message
 if TYPE_CHECKING:
     from ..models.base import ModelSettings
     from ..redact import Redactor
-    from ..store.sqlite import SQLiteStore
 
-MAX_BLOB_BYTES = 1_000_000  # one message kept in a trace; a bigger one (an image, a huge paste) is cut
+MAX_CONTENT_BYTES = 1_000_000  # one message kept in a trace; a bigger one (an image, a huge paste) is cut
+_RECENT_LIMIT = 4096
+# The wire form of the messages recently sent, by hash, for observers that export request content
+# (OpenTelemetry with content on) without reading the log back.
+RECENT: OrderedDict[str, Any] = OrderedDict()
+keep_recent = False  # set by whoever reads RECENT (shou.cli.build, when content is exported)
 
 
 def content_hash(data: bytes) -> str:
-    """The key a blob is stored under: 128 bits of BLAKE2b, hex."""
+    """The key a message is recorded under: 128 bits of BLAKE2b, hex."""
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
@@ -35,11 +42,16 @@ def _dumps(value: Any) -> bytes:
 
 
 class RequestRecorder:
-    """Hashes a run's request messages and tool specs and hands new ones to the store."""
+    """Hashes a run's request messages and tool specs; collects the contents its session has not logged.
 
-    def __init__(self, store: SQLiteStore | None, redactor: Redactor | None = None) -> None:
-        self.store = store
+    `known` is the session's set of hashes whose contents are in its log (`Session.trace_keys`); it is
+    updated as contents are handed out.
+    """
+
+    def __init__(self, known: set[str] | None = None, redactor: Redactor | None = None) -> None:
+        self.known = known if known is not None else set()
         self.redactor = redactor  # known secrets are never stored, in a trace either
+        self._new: dict[str, Any] = {}
         # id(object) -> (object, hash): the object is kept so its id cannot be reused by another one
         self._seen: dict[int, tuple[Any, str]] = {}
 
@@ -47,27 +59,40 @@ class RequestRecorder:
         known = self._seen.get(id(obj))
         if known is not None and known[0] is obj:
             return known[1]
-        if self.redactor is not None:
-            wire = self.redactor.value(wire)
         data = _dumps(wire)
+        if self.redactor is not None and self.redactor.may_hold(data):  # looked for in the JSON, walked if so
+            wire = self.redactor.value(wire)
+            data = _dumps(wire)
         key = content_hash(data)
-        if self.store is not None:
-            if len(data) > MAX_BLOB_BYTES:
-                data = orjson.dumps({"_cut": f"{len(data)} bytes, over the trace's limit of {MAX_BLOB_BYTES}",
-                                     "head": data[:MAX_BLOB_BYTES // 2].decode("utf-8", "replace")})
-            self.store.put_blob(key, data)
+        if key not in self.known:
+            self.known.add(key)
+            if len(data) > MAX_CONTENT_BYTES:
+                wire = {"_cut": f"{len(data)} bytes, over the trace's limit of {MAX_CONTENT_BYTES}",
+                        "head": data[:MAX_CONTENT_BYTES // 2].decode("utf-8", "replace")}
+            self._new[key] = wire
         if len(self._seen) > 50_000:
             self._seen.clear()
         self._seen[id(obj)] = (obj, key)
+        if keep_recent:
+            RECENT[key] = wire
+            if len(RECENT) > _RECENT_LIMIT:
+                RECENT.popitem(last=False)
         return key
 
     def messages(self, messages: list[Message]) -> tuple[str, ...]:
-        """The hashes of `messages`, storing the ones not seen before."""
+        """The hashes of `messages`; the contents of new ones wait in `take()`."""
         return tuple(self._key(m, m.to_wire()) for m in messages)
 
     def tools(self, specs: list[dict[str, Any]]) -> str:
         """The hash of the tool specs (empty when none are offered)."""
         return self._key(specs, specs) if specs else ""
+
+    def take(self) -> dict[str, Any] | None:
+        """The contents not logged before, for the request event about to be emitted."""
+        if not self._new:
+            return None
+        new, self._new = self._new, {}
+        return new
 
 
 def request_params(settings: ModelSettings | None) -> dict[str, Any] | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -178,8 +177,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         err.print("[dim]Using SmolLM2-135M, a small offline model: it can call a tool for a simple task but "
                   "cannot reason much. For a real model set a key (e.g. DEEPSEEK_API_KEY) or --model; see "
                   "`shou config`.[/]")
-    store = SQLiteStore.for_workspace(settings.workspace)
-    store.retention_days = settings.trace_retention_days
+    store = SQLiteStore.for_workspace(settings.workspace, settings.trace_retention_days)
     if store.notice:
         err.print(f"[yellow]warning:[/] {escape(store.notice)}")
     memory = None
@@ -203,14 +201,14 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         token_budget=settings.token_budget, max_cost=settings.max_cost,
         summary_model=get_model(settings=other_model(settings, settings.summary_model))
         if settings.summary_model else None,
-        observers=observers(settings, opts.otel, store), context=ContextPolicy(embed=default_embed()),
+        observers=observers(settings, opts.otel), context=ContextPolicy(embed=default_embed()),
     )
     return agent, settings
 
 
-def observers(settings, otel: bool = False, store=None) -> list:  # -> list[observer]
+def observers(settings, otel: bool = False) -> list:  # -> list[observer]
     """The observers the settings ask for: the failure-rate alert monitor (shared by the process's runs) and,
-    when enabled, OpenTelemetry export (its input messages read back from the store's trace)."""
+    when enabled, OpenTelemetry export."""
     from ..observe.alerts import shared_monitor
 
     out: list = [shared_monitor(settings.alert_window, settings.alert_threshold, settings.alert_webhook)]
@@ -220,11 +218,12 @@ def observers(settings, otel: bool = False, store=None) -> list:  # -> list[obse
             from ..observe.otel import otel_from_settings
         except ImportError as e:
             raise UserError(f"OpenTelemetry export needs its packages: pip install 'shou[otel]' ({e})") from None
-        def messages_of(request):  # a request's messages, as the trace stored them
-            if store is None:
-                return None
-            blobs = store.blobs(request.messages)
-            return [json.loads(blobs[k]) for k in request.messages if k in blobs]
+        from ..agent import recorder
+
+        recorder.keep_recent = True
+
+        def messages_of(request):  # a request's messages as recorded for the trace (recent ones are in memory)
+            return [recorder.RECENT[k] for k in request.messages if k in recorder.RECENT]
 
         exporter = otel_from_settings(env, enabled=True, content=settings.otel_content, messages_of=messages_of)
         if exporter is not None:

@@ -122,16 +122,24 @@ def _estimate(text: str) -> int:
 class TokenCounter:
     """Counts tokens of messages for one model, caching each message's count."""
 
-    __slots__ = ("_cache", "_encode", "model")
+    __slots__ = ("_cache", "_encode", "_texts", "model")
 
     def __init__(self, model: str = "") -> None:
         self.model = model
         self._encode = get_encoder(encoding_name(model))
         self._cache: dict[Message, int] = {}
+        self._texts: dict[str, int] = {}  # long texts counted again and again (the system prompt, tool specs)
 
     def text(self, text: str) -> int:
         """Tokens in a plain text."""
-        return self._encode(text) if text else 0
+        if len(text) < 256:
+            return self._encode(text) if text else 0
+        n = self._texts.get(text)
+        if n is None:
+            if len(self._texts) > 1024:
+                self._texts.clear()
+            n = self._texts[text] = self._encode(text)
+        return n
 
     def message(self, m: Message) -> int:
         """Tokens one message costs in a request (content, tool calls, images, framing)."""

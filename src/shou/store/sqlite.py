@@ -22,7 +22,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,17 +75,10 @@ MIGRATIONS: list[Migration] = [
         ],
     ),
     (
-        "004_trace_blobs",
+        "004_meta",
         [
-            # What model requests carried (messages, tool specs), each distinct one stored once under its
-            # hash; `ts` is when a request last used it, which retention goes by.
-            """CREATE TABLE blobs (
-                hash TEXT PRIMARY KEY,
-                data BLOB NOT NULL,
-                size INTEGER NOT NULL,
-                ts REAL NOT NULL
-            ) WITHOUT ROWID""",
-            "CREATE INDEX blobs_by_ts ON blobs(ts)",
+            # Facts about the file itself, such as when retention last ran.
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
         ],
     ),
 ]
@@ -106,13 +99,6 @@ def _insert(n: int) -> str:
     return "INSERT INTO events(session, run_id, type, ts, data, writer) VALUES " + ",".join(
         ["(?, ?, ?, ?, ?, ?)"] * n)
 
-@functools.lru_cache(maxsize=64)
-def _put_blobs(n: int) -> str:
-    """One upsert of `n` blobs: a blob already there is only marked used now."""
-    return ("INSERT INTO blobs(hash, data, size, ts) VALUES " + ",".join(["(?, ?, ?, ?)"] * n)
-            + " ON CONFLICT(hash) DO UPDATE SET ts = excluded.ts")
-
-
 NOT_STORED = frozenset({"text_delta", "tool_call_delta"})  # the complete message is stored instead
 Row = tuple[str, str, str, float, str, str]
 
@@ -132,7 +118,7 @@ class SessionInfo:
 class SQLiteStore:
     """Append-only event log in one SQLite file (created with its folder on first use)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, retention_days: float | None = DEFAULT_RETENTION_DAYS) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -143,12 +129,11 @@ class SQLiteStore:
                 raise UserError(f"{self.path} is locked by another process for too long ({e}); try again") from None
             raise StoreDamaged(self.path, e) from None
         self._buffer: list[Row] = []
-        self._blobs: dict[str, bytes] = {}
-        self._stored: set[str] = set()  # blobs this process wrote or touched: not written again
-        self.retention_days: float | None = DEFAULT_RETENTION_DAYS
-        self._pruned_at: float | None = None
+        self.retention_days = retention_days
         self._lock = threading.Lock()
         self.notice = ""  # something the person should be told about the file (it was replaced, ...)
+        # Before any session is read from it: a session folds in which request contents its log holds.
+        self.apply_retention()
         self._locks: LockFile | None = None
 
 
@@ -161,17 +146,17 @@ class SQLiteStore:
         return db
 
     @classmethod
-    def for_workspace(cls, workspace: str | Path) -> SQLiteStore:
+    def for_workspace(cls, workspace: str | Path, retention_days: float | None = DEFAULT_RETENTION_DAYS) -> SQLiteStore:
         """The store at `<workspace>/.shou/shou.db` (never through a symlink). A damaged file is moved
         aside (kept, renamed) and a fresh one started; `notice` then says so, for the person."""
         from ..workspace import state_database
 
         path = state_database(Path(workspace), "shou.db")
         try:
-            return cls(path)
+            return cls(path, retention_days)
         except StoreDamaged as e:
             kept = e.move_aside()
-            store = cls(path)
+            store = cls(path, retention_days)
             store.notice = (f"{path} was damaged ({e.cause}); it is kept as {kept.name}, and a fresh session log "
                             "was started")
             return store
@@ -183,67 +168,64 @@ class SQLiteStore:
         """Whether appended events wait for `commit()`."""
         return bool(self._buffer)
 
-    def put_blob(self, key: str, data: bytes) -> None:
-        """Keep `data` under its content hash `key` (durable at the next `commit()`, with the events that
-        name it). A blob already stored is only marked used now, once per process."""
-        if key not in self._stored:
-            self._blobs[key] = data
-            self._stored.add(key)
-            if len(self._stored) > 200_000:  # a long-lived process: forget, at worst touch a blob again
-                self._stored.clear()
-
-    def append(self, session: str, event: Event, writer: str = "") -> None:
+    def append(self, session: str, event: Event, writer: str = "", data: bytes | None = None) -> None:
         """Add an event to `session`'s log; durable at the next `commit()` (streaming fragments are skipped).
 
         `writer` (a `Session`'s token) can later read only the rows others wrote (`rows(..., other_than=)`).
+        `data` is the event's JSON when the caller has made it already (`Redactor.checked`).
         """
         if event.type in NOT_STORED:
             return
-        data = event.to_dict()
-        self._buffer.append((session, event.run_id, event.type, time.time(), orjson.dumps(data).decode(), writer))
+        if data is None:
+            data = orjson.dumps(event.to_dict())
+        self._buffer.append((session, event.run_id, event.type, time.time(), data.decode(), writer))
 
     def commit(self) -> None:
         """Write everything appended so far in one transaction, on this thread (a few tens of µs)."""
-        if not self._buffer and not self._blobs:
+        if not self._buffer:
             return
         with self._lock:
             rows, self._buffer = self._buffer, []
-            blobs, self._blobs = self._blobs, {}
-            if rows or blobs:
-                self._write(rows, blobs)
-            # At the first requests of a process, then hourly: drop what retention has expired. Blobs are
-            # touched once per period, so one in use is never more than a period older than its last use.
-            if blobs and (self._pruned_at is None or time.monotonic() - self._pruned_at > 3600):
-                self._pruned_at = time.monotonic()
-                self._stored.clear()
-                self._stored.update(blobs)  # just written: touched for this period
-                self.prune()
+            if rows:
+                self._write(rows)
+
+    def apply_retention(self, now: float | None = None, every: float = 86400.0) -> int:
+        """Run `prune()` if it has not run in the last `every` seconds (by any process). Returns how many
+        requests lost their raw contents."""
+        now = time.time() if now is None else now
+        try:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'pruned_at'").fetchone()
+            if row is not None and now - float(row[0]) < every:
+                return 0
+            count = self.prune(now)
+            self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('pruned_at', ?)", (repr(now),))
+            return count
+        except (sqlite3.Error, ValueError):  # retention is housekeeping: a busy file can wait for next time
+            return 0
 
     def prune(self, now: float | None = None) -> int:
-        """Delete the raw request contents no request used for `retention_days` (None: keep them all). The
-        events, with their tokens, costs and statuses, stay. Returns how many were deleted."""
+        """Remove the raw contents (`ModelRequest.contents`) of requests logged more than `retention_days`
+        ago (None: keep them). Every event stays, with its tokens, cost and status. Returns how many
+        requests lost their contents."""
         if self.retention_days is None:
             return 0
         cutoff = (time.time() if now is None else now) - self.retention_days * 86400
-        return self._db.execute("DELETE FROM blobs WHERE ts < ?", (cutoff,)).rowcount
+        self.commit()
+        return self._db.execute(
+            "UPDATE events SET data = json_remove(data, '$.contents') WHERE type = 'model_request' AND ts < ? "
+            "AND json_type(data, '$.contents') = 'object'", (cutoff,)).rowcount
 
     flush = commit  # the name callers used when writes went through a writer thread
 
-    def _write(self, rows: list[Row], blobs: dict[str, bytes]) -> None:
+    def _write(self, rows: list[Row]) -> None:
         db = self._db
         sessions = [r for r in rows if r[2] in _SESSION_EVENTS]
         try:
-            if not blobs and len(rows) <= _MOST_ROWS and not sessions:  # the usual batch: one statement
+            if len(rows) <= _MOST_ROWS and not sessions:  # the usual batch: one statement, its own transaction
                 db.execute(_insert(len(rows)), [v for row in rows for v in row])
                 return
-            db.execute("BEGIN IMMEDIATE")  # a request's messages and the events naming them, together
+            db.execute("BEGIN IMMEDIATE")
             try:
-                if blobs:
-                    now = time.time()
-                    items = list(blobs.items())
-                    for i in range(0, len(items), _MOST_ROWS // 2):
-                        part = items[i: i + _MOST_ROWS // 2]
-                        db.execute(_put_blobs(len(part)), [v for k, b in part for v in (k, b, len(b), now)])
                 for i in range(0, len(rows), _MOST_ROWS):
                     part = rows[i: i + _MOST_ROWS]
                     db.execute(_insert(len(part)), [v for row in part for v in row])
@@ -260,7 +242,6 @@ class SQLiteStore:
                 raise
         except BaseException:
             self._buffer[:0] = rows  # not lost: the next commit tries again
-            self._blobs = {**blobs, **self._blobs}
             raise
 
     # ------------------------------------------------------------------ reading
@@ -284,26 +265,6 @@ class SQLiteStore:
             except (ValueError, TypeError, KeyError):
                 continue
         return out
-
-    def blobs(self, keys: Iterable[str]) -> dict[str, bytes]:
-        """The stored blobs among `keys` (those retention removed, or never stored, are missing)."""
-        self.commit()
-        keys = list(dict.fromkeys(keys))
-        out: dict[str, bytes] = {}
-        for i in range(0, len(keys), _MOST_ROWS):
-            part = keys[i: i + _MOST_ROWS]
-            marks = ",".join("?" * len(part))
-            for key, data in self._db.execute(f"SELECT hash, data FROM blobs WHERE hash IN ({marks})", part):
-                out[key] = bytes(data)
-        return out
-
-    def run_rows(self, run_id: str) -> tuple[str, list[tuple[int, Event]]] | None:
-        """The session of run `run_id` and that run's stored events, or None for an unknown run."""
-        self.commit()
-        row = self._db.execute("SELECT session FROM events WHERE run_id = ? ORDER BY id LIMIT 1", (run_id,)).fetchone()
-        if row is None:
-            return None
-        return row[0], [(i, e) for i, e in self.rows(row[0]) if e.run_id == run_id]
 
     def sessions(self) -> list[SessionInfo]:
         """All sessions, most recently updated first."""
