@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..context.builder import ContextPolicy, blocks_of
 from ..context.tokens import TokenCounter
 from ..errors import UserError
-from ..events import Compacted, Event, RunFinished, RunResumed, RunStarted, RunStatus
+from ..events import Compacted, Event, RunStatus
 from ..models.base import Model, ModelSettings
 from ..models.capabilities import supports_vision
 from ..pricing import PriceTable
@@ -176,9 +176,7 @@ class Agent:
         conversation left valid. A run of the session that a killed process left unfinished is closed
         first (its unanswered calls reported as interrupted); `resume()` continues it instead.
         """
-        if len(task) > MAX_TASK_CHARS:
-            raise UserError(f"the task is {len(task)} characters; the limit is {MAX_TASK_CHARS} (about 100k tokens). "
-                            "Put the material in a file in the workspace and ask shou to read it")
+        _check_task(task)
         # Returned, not iterated here: one generator, so breaking out of the loop closes the run at once.
         return self._stream(task, session, resume=False)
 
@@ -191,6 +189,17 @@ class Agent:
         """
         return self._stream("", session, resume=True)
 
+    def _new_run(self, task: str, session: Session, resume: bool, emit: Callable[[Event], None]) -> Run:
+        """The run to execute on `session` (which this process holds): `task`, or the one a killed process
+        left unfinished."""
+        if resume:
+            open_run = session.open_run
+            if open_run is None:
+                raise UserError(f"session {session.name!r} has no unfinished run to resume")
+            return Run(self, open_run.task, session, emit, resume=open_run)
+        session.close_interrupted()
+        return Run(self, task, session, emit)
+
     async def _stream(self, task: str, session: Session | str | None, *, resume: bool) -> AsyncIterator[Event]:
         if not isinstance(session, Session):
             session = self.session(session)
@@ -199,14 +208,7 @@ class Agent:
             session.acquire()  # one process at a time: SessionBusy if another has it
         try:
             queue: asyncio.Queue[Event | None] = asyncio.Queue()
-            if resume:
-                open_run = session.open_run
-                if open_run is None:
-                    raise UserError(f"session {session.name!r} has no unfinished run to resume")
-                run = Run(self, open_run.task, session, queue.put_nowait, resume=open_run)
-            else:
-                session.close_interrupted()
-                run = Run(self, task, session, queue.put_nowait)
+            run = self._new_run(task, session, resume, queue.put_nowait)
             task_ = asyncio.ensure_future(_execute(run, queue))
             store = session.store
             try:
@@ -227,13 +229,34 @@ class Agent:
             if owned:
                 session.release()
 
+    async def _run_to_end(self, task: str, session: Session | str | None, *, resume: bool) -> RunResult:
+        """A run nobody watches event by event: executed in the caller's task, no queue between. Every event
+        is logged and seen by the observers all the same; the run still commits before each side effect."""
+        if not isinstance(session, Session):
+            session = self.session(session)
+        owned = not session.locked
+        if owned:
+            session.acquire()
+        try:
+            run = self._new_run(task, session, resume, _ignore)
+            try:
+                done = await run.execute()
+            finally:
+                session.commit()
+            return RunResult(done.status, done.answer, done.steps, done.usage, done.wall_time, done.error,
+                             session.name, done.run_id)
+        finally:
+            if owned:
+                session.release()
+
     async def arun(self, task: str, session: Session | str | None = None) -> RunResult:
         """Run `task` to the end and return how it went."""
-        return await _result(self.stream(task, session))
+        _check_task(task)
+        return await self._run_to_end(task, session, resume=False)
 
     async def aresume(self, session: Session | str) -> RunResult:
         """`stream_resume()` to the end: continue a killed run and return how it went."""
-        return await _result(self.stream_resume(session))
+        return await self._run_to_end("", session, resume=True)
 
     def run(self, task: str, session: Session | str | None = None) -> RunResult:
         """`arun()` for code that has no event loop running.
@@ -268,21 +291,18 @@ class Agent:
                 runner.close()
 
 
+def _check_task(task: str) -> None:
+    if len(task) > MAX_TASK_CHARS:
+        raise UserError(f"the task is {len(task)} characters; the limit is {MAX_TASK_CHARS} (about 100k tokens). "
+                        "Put the material in a file in the workspace and ask shou to read it")
+
+
+def _ignore(event: Event) -> None:
+    """No one streams this run's events (they are logged and observed)."""
+
+
 async def _execute(run: Run, queue: asyncio.Queue[Event | None]) -> None:
     try:
         await run.execute()
     finally:
         queue.put_nowait(None)
-
-
-async def _result(events: AsyncIterator[Event]) -> RunResult:
-    last: RunFinished | None = None
-    session_name = ""
-    async for event in events:
-        if isinstance(event, RunFinished):
-            last = event
-        elif isinstance(event, (RunStarted, RunResumed)):
-            session_name = event.session
-    assert last is not None  # Run.execute always ends with RunFinished
-    return RunResult(last.status, last.answer, last.steps, last.usage, last.wall_time, last.error, session_name,
-                     last.run_id)

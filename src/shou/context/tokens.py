@@ -122,12 +122,13 @@ def _estimate(text: str) -> int:
 class TokenCounter:
     """Counts tokens of messages for one model, caching each message's count."""
 
-    __slots__ = ("_cache", "_encode", "_texts", "model")
+    __slots__ = ("_cache", "_encode", "_ids", "_texts", "model")
 
     def __init__(self, model: str = "") -> None:
         self.model = model
         self._encode = get_encoder(encoding_name(model))
         self._cache: dict[Message, int] = {}
+        self._ids: dict[int, tuple[Message, int]] = {}
         self._texts: dict[str, int] = {}  # long texts counted again and again (the system prompt, tool specs)
 
     def text(self, text: str) -> int:
@@ -143,8 +144,12 @@ class TokenCounter:
 
     def message(self, m: Message) -> int:
         """Tokens one message costs in a request (content, tool calls, images, framing)."""
+        seen = self._ids.get(id(m))  # by identity first: hashing a message walks all its fields
+        if seen is not None and seen[0] is m:
+            return seen[1]
         cached = self._cache.get(m)
         if cached is not None:
+            self._remember(m, cached)
             return cached
         n = PER_MESSAGE + self.text(m.text) + PER_IMAGE * len(m.images)
         for call in m.tool_calls:
@@ -152,7 +157,13 @@ class TokenCounter:
         if len(self._cache) > 20_000:
             self._cache.clear()
         self._cache[m] = n
+        self._remember(m, n)
         return n
+
+    def _remember(self, m: Message, n: int) -> None:
+        if len(self._ids) > 20_000:
+            self._ids.clear()
+        self._ids[id(m)] = (m, n)  # the message is kept, so its id cannot name another one
 
     def messages(self, ms: list[Message]) -> int:
         """Tokens of a whole request's messages."""
