@@ -45,8 +45,20 @@ class Usage:
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
         if cached is None:
             cached = data.get("prompt_cache_hit_tokens")  # DeepSeek's name for it
-        return cls(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0), 1,
-                   cached_tokens=int(cached or 0) if isinstance(cached, int | float) else 0, cost=None)
+        return cls(_count(data.get("prompt_tokens")), _count(data.get("completion_tokens")), 1,
+                   cached_tokens=_count(cached), cost=None)
+
+
+_MOST = 2**53  # more tokens than any reply has; beyond it a count would not even survive JSON
+
+
+def _count(value: object) -> int:
+    """A token count a provider reported, as a whole number from 0 to 2**53: a negative one would lower what
+    budgets see as spent, and text, lists or NaN would crash the run, so they count as 0 (the loop then
+    estimates the counts itself)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return 0
+    return int(min(max(value, 0), _MOST))
 
 
 def format_cost(cost: float | None) -> str:

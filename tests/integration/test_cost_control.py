@@ -248,3 +248,20 @@ def test_known_secrets_are_not_stored_in_the_trace(serve, shou, tmp_path: Path, 
     assert '"contents":' in logged and secret not in logged
     assert secret not in json.dumps(srv.requests) and "Deploy key is" in json.dumps(srv.requests)  # nor sent
     store.close()
+
+
+@pytest.mark.parametrize("reported", [{"prompt_tokens": -1_000_000, "completion_tokens": 50},
+                                      {"prompt_tokens": "lots", "completion_tokens": 50},
+                                      {"prompt_tokens": [1], "completion_tokens": 50}])
+def test_a_provider_cannot_lower_what_a_budget_sees_by_garbled_counts(serve, workspace: Path, reported) -> None:
+    from shou.pricing import PriceTable
+
+    body = {"id": "x", "object": "chat.completion", "model": "m", "usage": reported,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}
+    srv = serve([{"raw_body": json.dumps(body), "content_type": "application/json"}])  # whatever the provider says
+    table = PriceTable({"m": {"input_price": 1.0, "output_price": 1.0}})
+    result = Agent(OpenAICompatible("m", base_url=srv.base_url), [], workspace=workspace, prices=table,
+                   max_cost=1.0).run("hi")
+    assert result.status == "completed", result.error  # not a crash of the run
+    assert result.usage.input_tokens > 0 and result.usage.estimated  # shou's own count stands in
+    assert result.usage.cost is not None and result.usage.cost > 0

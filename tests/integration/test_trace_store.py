@@ -75,6 +75,8 @@ def test_retention_drops_old_raw_contents_and_keeps_the_summaries(serve, workspa
     store = SQLiteStore.for_workspace(workspace)
     Agent(OpenAICompatible("m", base_url=srv.base_url), [], workspace=workspace, store=store).run("first", "s")
     store._db.execute("UPDATE events SET ts = ?", (time.time() - 8 * 86400,))  # logged eight days ago
+    store._db.execute("INSERT INTO events(session, run_id, type, ts, data) VALUES ('x', 'r', 'model_request', 0, "
+                      "'{not json')")  # a damaged row does not stop retention for the rest
     store._db.execute("DELETE FROM meta")
     store.close()
     store = SQLiteStore.for_workspace(workspace)  # another process, a week later, continues the session

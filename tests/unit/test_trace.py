@@ -232,3 +232,21 @@ def test_the_cli_shows_the_timeline_and_usage_on_100_columns(store: SQLiteStore)
     assert usage["by"] == ["model", "session"] and usage["total"]["requests"] == 4 and usage["total"]["cost"] is None
     assert runner.invoke(app, ["trace", "show", "-w", ws]).exit_code == 2
     assert runner.invoke(app, ["usage", "--by", "week", "-w", ws]).exit_code == 2
+
+
+def test_terminal_control_sequences_from_the_log_never_reach_the_terminal(store: SQLiteStore) -> None:
+    """A provider names the model it answered with, a tool prints what it likes, a cloned repository can
+    ship a log: none of it may clear the screen or retitle the terminal when `shou trace` prints it."""
+    evil = "gpt\x1b[2J\x1b]0;pwned\x07"
+    session = Session("s", store)
+    session.record(RunStarted("run_x", "s", f"task {evil}", evil))
+    session.record(ModelRequest("run_x", 1, 1, 0, 10, "mc_x", evil, evil))
+    session.record(ModelResponse("run_x", 1, Message.assistant(f"said {evil}"), Usage(1, 1, 1, cost=None), 0.1,
+                                 evil, evil, "mc_x"))
+    session.record(RunFinished("run_x", "error", "", 1, Usage(1, 1, 1), 0.2, f"failed {evil}"))
+    session.commit()
+    ws = str(store.path.parent.parent)
+    for args in (["trace", "-w", ws], ["trace", "show", "mc_x", "-w", ws], ["usage", "-w", ws]):
+        shown = CliRunner(env={"COLUMNS": "120"}).invoke(app, args)
+        assert shown.exit_code == 0, shown.output
+        assert "\x1b" not in shown.output and "\x07" not in shown.output, (args, shown.output)

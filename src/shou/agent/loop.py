@@ -240,6 +240,8 @@ class Run:
             else:
                 if not usage.input_tokens and not usage.output_tokens:  # the provider sent no counts
                     usage = Usage(tokens, self._output_tokens(message), usage.requests or 1, estimated=True)
+                elif not usage.input_tokens:  # no prompt was free: a missing (or garbled) count is estimated
+                    usage = Usage(tokens, usage.output_tokens, usage.requests, True, usage.cached_tokens)
                 else:
                     accounts.calibrate(tokens, usage.input_tokens)
                 usage = accounts.priced(usage, completion.sent_model or model)

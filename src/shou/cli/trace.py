@@ -15,13 +15,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _markup_escape
 from rich.table import Table
 
 from .. import trace as tr
 from .. import usage_report as ur
 from .build import WorkspaceOpt, fail
 from .render import STATUS_STYLE, format_arguments, printable, short
+
+
+def escape(text: str) -> str:
+    """Text from the log (a provider's model name, a tool's output, a planted row) made safe to print: rich
+    markup escaped and terminal control characters shown as U+FFFD (rich passes ESC sequences through)."""
+    return _markup_escape(printable(str(text)))
 
 if TYPE_CHECKING:
     from ..store.sqlite import SQLiteStore

@@ -212,8 +212,9 @@ class SQLiteStore:
         cutoff = (time.time() if now is None else now) - self.retention_days * 86400
         self.commit()
         return self._db.execute(
+            # json_valid first: one damaged (or planted) row must not stop retention for the whole file
             "UPDATE events SET data = json_remove(data, '$.contents') WHERE type = 'model_request' AND ts < ? "
-            "AND json_type(data, '$.contents') = 'object'", (cutoff,)).rowcount
+            "AND json_valid(data) AND json_type(data, '$.contents') = 'object'", (cutoff,)).rowcount
 
     flush = commit  # the name callers used when writes went through a writer thread
 
