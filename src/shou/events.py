@@ -21,6 +21,14 @@ RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "trun
                     "interrupted", "waiting_approval"]
 
 
+def field_names(kind: type) -> tuple[str, ...]:
+    """The field names of an event class, looked up once (every event is serialised and redacted)."""
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind))
+    return names
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """Base of all events. `type` is the tag used in JSON."""
@@ -30,9 +38,7 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready dict of this event, with its `type` tag first."""
-        names = _FIELDS.get(type(self))
-        if names is None:
-            names = _FIELDS[type(self)] = tuple(f.name for f in dataclasses.fields(self))
+        names = field_names(type(self))
         out: dict[str, Any] = {"type": self.type}
         for name in names:
             value = getattr(self, name)

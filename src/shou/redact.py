@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from .events import Event
+from .events import Event, field_names
 from .messages import Message, TextPart, ToolCall
 
 __all__ = ["REDACTED", "Redactor", "secrets_of"]
@@ -168,7 +168,7 @@ class Redactor:
         if self._pattern is None:
             return event
         changes = {}
-        for name in _field_names(type(event)):
+        for name in field_names(type(event)):
             if name in _REDACTED_BEFORE:
                 continue
             old = getattr(event, name)
@@ -184,11 +184,3 @@ _NO_TEXT = frozenset({int, float, bool})
 # Fields made of hashes, or of request contents the trace recorder redacted as it took them in (walking
 # a request's tool schemas again for every step would cost more than the rest of the event).
 _REDACTED_BEFORE = frozenset({"messages", "tools_ref", "contents"})
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _field_names(kind: type) -> tuple[str, ...]:
-    names = _FIELDS.get(kind)
-    if names is None:
-        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind))
-    return names

@@ -265,3 +265,20 @@ def test_a_provider_cannot_lower_what_a_budget_sees_by_garbled_counts(serve, wor
     assert result.status == "completed", result.error  # not a crash of the run
     assert result.usage.input_tokens > 0 and result.usage.estimated  # shou's own count stands in
     assert result.usage.cost is not None and result.usage.cost > 0
+
+
+def test_summary_model_setting_names_a_model_of_the_same_endpoint_or_another_provider(tmp_path: Path) -> None:
+    from shou.config import load_settings
+    from shou.models import build_model
+
+    env = {"SHOU_CONFIG_DIR": str(tmp_path), "SHOU_WORKSPACE": str(tmp_path), "SHOU_BASE_URL": "http://x.test/v1",
+           "SHOU_MODEL": "big", "SHOU_SUMMARY_MODEL": "cheap", "DEEPSEEK_API_KEY": "k" * 12}
+    settings = load_settings(env=env)
+    agent = Agent(build_model(settings), [], settings=settings, summary_model=settings.summary_model,
+                  workspace=tmp_path)
+    assert (agent.summary_model.model, agent.summary_model.base_url) == ("cheap", "http://x.test/v1")
+    settings = load_settings(env={**env, "SHOU_SUMMARY_MODEL": "deepseek:deepseek-chat"})
+    agent = Agent(build_model(settings), [], settings=settings, summary_model=settings.summary_model,
+                  workspace=tmp_path)
+    assert (agent.summary_model.model, agent.summary_model.provider) == ("deepseek-chat", "deepseek")
+    assert agent.summary_model.base_url == "https://api.deepseek.com/v1"

@@ -126,10 +126,11 @@ class Agent:
         self.token_budget = token_budget
         self.max_cost = max_cost
         self.prices = prices if prices is not None else PriceTable(getattr(settings, "models", None))
-        if isinstance(summary_model, str):
-            from ..models import get_model
+        if isinstance(summary_model, str):  # another model of the same provider, or PROVIDER:MODEL
+            from ..models import get_model, other_model
 
-            summary_model = get_model(summary_model, settings)
+            summary_model = (get_model(settings=other_model(settings, summary_model)) if settings is not None
+                             else get_model(summary_model))
         self.summary_model: Model | None = summary_model
         self.workspace = _resolved(workspace)
         self.model_settings = model_settings

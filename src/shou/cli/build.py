@@ -140,7 +140,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     """Settings, model, tools and store for a run or chat; raises `ShouError` on a bad setup."""
     from ..agent.agent import Agent
     from ..config import load_settings
-    from ..models import build_model, get_model, other_model
+    from ..models import build_model
     from ..store.sqlite import SQLiteStore
     from ..tools.builtin import builtin_tools
     from ..tools.loader import load_tools_from_file
@@ -199,8 +199,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         vision=settings.vision, memory=memory, model_settings=settings.model_settings,
         approvals=choose_approvals(settings.approvals, opts.yes),
         token_budget=settings.token_budget, max_cost=settings.max_cost,
-        summary_model=get_model(settings=other_model(settings, settings.summary_model))
-        if settings.summary_model else None,
+        summary_model=settings.summary_model,
         observers=observers(settings, opts.otel), context=ContextPolicy(embed=default_embed()),
     )
     return agent, settings
