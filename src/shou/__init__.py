@@ -24,6 +24,8 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "Agent": "shou.agent.agent",
     "RunResult": "shou.agent.agent",
+    "AgentSpec": "shou.agent.delegate",
+    "SkillSet": "shou.skills",
     "tool": "shou.tools.base",
     "Tool": "shou.tools.base",
     "ToolContext": "shou.tools.base",
@@ -55,6 +57,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Agent",
+    "AgentSpec",
     "ConfigError",
     "ContextPolicy",
     "ImagePart",
@@ -70,6 +73,7 @@ __all__ = [
     "Session",
     "Settings",
     "ShouError",
+    "SkillSet",
     "TextPart",
     "Tool",
     "ToolCall",
@@ -88,6 +92,7 @@ __all__ = [
 if TYPE_CHECKING:
     from . import events
     from .agent.agent import Agent, RunResult
+    from .agent.delegate import AgentSpec
     from .config import Settings, load_settings
     from .context.builder import ContextPolicy
     from .errors import ConfigError, ModelError, ShouError, ToolError, UserError
@@ -98,6 +103,7 @@ if TYPE_CHECKING:
     from .models.openai_compat import OpenAICompatible
     from .models.scripted import ScriptedModel
     from .session import Session
+    from .skills import SkillSet
     from .store.sqlite import SQLiteStore
     from .tools.base import Tool, ToolContext, ToolResult, tool
     from .tools.registry import ToolSet

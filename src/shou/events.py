@@ -31,10 +31,16 @@ def field_names(kind: type) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """Base of all events. `type` is the tag used in JSON."""
+    """Base of all events. `type` is the tag used in JSON.
+
+    `parent` is set on the events of a sub-run (a plan step, a sub-agent, a review): the run it works for.
+    They are logged and traced with the session, and streamed to the consumer, but never folded into the
+    session's conversation: a sub-run has its own context.
+    """
 
     type: ClassVar[str] = "event"
     run_id: str
+    parent: str = field(default="", kw_only=True)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready dict of this event, with its `type` tag first."""
@@ -43,6 +49,8 @@ class Event:
         for name in names:
             value = getattr(self, name)
             out[name] = value if value is None or type(value) in _PLAIN else _encode(value)
+        if not self.parent:  # most events have none: keep the log as it was
+            del out["parent"]
         return out
 
 
@@ -102,6 +110,7 @@ class ModelRequest(Event):
     tools_ref: str = ""
     params: dict[str, Any] | None = None
     contents: dict[str, Any] | None = None
+    purpose: str = ""  # "" for a ReAct step; "plan", "review" or "answer" for the calls around a plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +251,51 @@ class ApprovalDecided(Event):
     sig: str = ""  # an allow counts only when signed with the user's key (agent/approvals.py)
 
 
+PlanStatus = Literal["pending", "running", "done", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    """One step of a plan: what to do, how far it got, and what it returned (or why it failed)."""
+
+    text: str
+    status: PlanStatus = "pending"
+    result: str = ""
+    run_id: str = ""  # the sub-run that carried it out
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {"text": self.text, "status": self.status, "result": self.result, "run_id": self.run_id}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> PlanStep:
+        """Rebuild from `to_wire()` output."""
+        status = data.get("status", "pending")
+        return cls(str(data.get("text", "")), status if status in ("pending", "running", "done", "failed")
+                   else "pending", str(data.get("result", "")), str(data.get("run_id", "")))
+
+
+@dataclass(frozen=True, slots=True)
+class PlanUpdated(Event):
+    """The run's plan as it stands: revision 1 is the first plan, each re-plan adds one."""
+
+    type: ClassVar[str] = "plan"
+    revision: int
+    steps: tuple[PlanStep, ...]
+    note: str = ""  # why the plan changed (the failure that led to a re-plan)
+    awaiting: int = 0  # the step (1-based) whose failure waits for a re-plan; 0: none
+
+
+@dataclass(frozen=True, slots=True)
+class Reviewed(Event):
+    """A critic checked the answer of step `step`: approved, or not with feedback for the agent."""
+
+    type: ClassVar[str] = "review"
+    step: int
+    approved: bool
+    feedback: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class RunFinished(Event):
     """The run ended with `status`; `answer` is the final text (empty unless completed)."""
@@ -273,13 +327,15 @@ EVENT_TYPES: dict[str, type[Event]] = {
         StepFinished,
         ApprovalRequested,
         ApprovalDecided,
+        PlanUpdated,
+        Reviewed,
         RunFinished,
     )
 }
 
 
 def _encode(value: Any) -> Any:
-    if isinstance(value, (Message, ToolCall, ImagePart)):
+    if isinstance(value, (Message, ToolCall, ImagePart, PlanStep)):
         return value.to_wire()
     if isinstance(value, Usage):
         out = {"input_tokens": value.input_tokens, "output_tokens": value.output_tokens, "requests": value.requests,
@@ -290,7 +346,7 @@ def _encode(value: Any) -> Any:
             out["cached_tokens"] = value.cached_tokens
         return out
     if isinstance(value, tuple):
-        return list(value)
+        return [_encode(v) if isinstance(v, PlanStep) else v for v in value]
     return value
 
 
@@ -310,6 +366,8 @@ def _decoder(hint: Any) -> typing.Callable[[Any], Any] | None:
     if hint is Usage:  # a log written before costs were kept: the cost is unknown, not zero
         return lambda v: Usage(**{"cost": None, **v})
     if typing.get_origin(hint) is tuple:
+        if typing.get_args(hint)[:1] == (PlanStep,):
+            return lambda v: tuple(PlanStep.from_wire(x) for x in v)
         return tuple
     return None
 

@@ -27,6 +27,7 @@ from .events import (
     HistoryCleared,
     ModelRequest,
     ModelResponse,
+    PlanUpdated,
     RunFinished,
     RunStarted,
     StepFinished,
@@ -67,6 +68,7 @@ class OpenRun:
     awaiting_response: bool = False  # a request was made and its answer never recorded
     cut: bool = False  # the last model turn was cut at the output limit: its calls must never run
     waiting: bool = False  # it stopped for approvals (`waiting_approval`), not because its process died
+    plan: PlanUpdated | None = None  # a planned run's plan as last logged
 
     @property
     def unanswered(self) -> list[ToolCall]:
@@ -78,8 +80,8 @@ class MessageFold:
     """Folds events into the session's state: its messages (tool results in call order), the summary
     that stands for compacted ones, the working memory, and the run that has not finished, if any."""
 
-    __slots__ = ("_pending", "_results", "decisions", "granted", "messages", "open_run", "requested", "spent",
-                 "summary", "summary_upto", "trace_keys", "working_memory")
+    __slots__ = ("_pending", "_results", "decisions", "granted", "loaded_skills", "messages", "open_run", "requested",
+                 "spent", "summary", "summary_upto", "trace_keys", "working_memory")
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
@@ -94,13 +96,24 @@ class MessageFold:
         self.granted: list[ApprovalDecided] = []  # rules a person allowed for the rest of the session
         self.spent = Usage()  # every model call of every run, compaction summaries included
         self.trace_keys: set[str] = set()  # hashes of request contents the log holds (ModelRequest.contents)
+        self.loaded_skills: dict[str, str] = {}  # skill name -> body, loaded by use_skill (kept past compaction)
 
     def apply(self, event: Event) -> None:
         """Update the state with one event."""
+        if event.parent:  # a sub-run's: it has its own context; only its spending and trace count here
+            if isinstance(event, ModelResponse | Compacted):
+                self.spent = self.spent + event.usage
+            elif isinstance(event, ModelRequest) and event.contents:
+                self.trace_keys.update(event.contents)
+            return
         run = self.open_run
         if isinstance(event, ToolCallFinished):
-            if event.details and "working_memory" in event.details and not event.is_error:
-                self.working_memory = str(event.details["working_memory"])
+            if event.details and not event.is_error:
+                if "working_memory" in event.details:
+                    self.working_memory = str(event.details["working_memory"])
+                skill = event.details.get("skill")
+                if isinstance(skill, dict) and isinstance(skill.get("name"), str):
+                    self.loaded_skills[skill["name"]] = str(skill.get("body", ""))
             self._results[event.call_id] = tool_messages(event)
             self.requested.pop(event.call_id, None)
             if run is not None:
@@ -145,6 +158,9 @@ class MessageFold:
             self.requested.pop(event.call_id, None)
             if event.allow and event.scope in ("session", "rule") and event.rule:
                 self.granted.append(event)
+        elif isinstance(event, PlanUpdated):
+            if run is not None:
+                run.plan = event
         elif isinstance(event, Feedback):
             self._flush()
             self.messages.append(Message.user(event.text))
@@ -159,6 +175,7 @@ class MessageFold:
         elif isinstance(event, HistoryCleared):
             self.messages.clear()
             self.summary, self.summary_upto, self.working_memory = "", 0, ""
+            self.loaded_skills = {}
             self._pending, self._results = [], {}
             self.open_run = None
 
@@ -224,6 +241,11 @@ class Session:
     def spent(self) -> Usage:
         """What every model call of the session used and cost so far (for session budgets)."""
         return self._fold.spent
+
+    @property
+    def loaded_skills(self) -> dict[str, str]:
+        """Skills loaded with `use_skill` in this session, name -> body (the system prompt keeps them)."""
+        return self._fold.loaded_skills
 
     @property
     def working_memory(self) -> str:

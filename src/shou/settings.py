@@ -62,6 +62,15 @@ class Settings:
     model_retries: int = _s(8, "retries of a failing model request before giving up (or falling back)", minimum=0)
     fallback_models: tuple[str, ...] = _s((), "models tried in order when the model's provider keeps failing")
     summary_model: str | None = _s(None, "model that writes compaction summaries (default: the model)")
+    plan_step_max_steps: int = _s(8, "most model calls of one plan step (shou run --plan)", safe=True, minimum=1)
+    plan_step_timeout: float = _s(120.0, "seconds one plan step may take", safe=True, positive=True)
+    max_replans: int = _s(2, "new plans after a failed step before a planned run gives up", safe=True, minimum=0)
+    max_reviews: int = _s(1, "reviews of a final answer before it stands (shou run --reflect)", safe=True, minimum=0)
+    review_model: str | None = _s(None, "model that reviews answers (--reflect; default: the model)")
+    delegation: bool = _s(True, "offer the delegate tool (sub-agents) in shou run and chat", safe=True)
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
+        "help": "named sub-agents for delegate: [agents.NAME] instructions, model, tools, max_steps, description "
+                "(SHOU_AGENTS: the same as JSON)"})
     cache: bool = _s(False, "answer a repeated identical model request from ~/.cache/shou (no cost)")
     trace_retention_days: float | None = _s(7.0, "days the raw requests of traces are kept; none: forever",
                                             minimum=0)
@@ -204,13 +213,31 @@ def convert(key: str, raw: Any, source: str) -> Any:
         if kind is Path:
             return Path(raw)
         if typing.get_origin(kind) is dict:
-            return _price_table(json.loads(raw) if isinstance(raw, str) else raw)
+            table = json.loads(raw) if isinstance(raw, str) else raw
+            return _agent_tables(table) if key == "agents" else _price_table(table)
         if not isinstance(raw, str | int | float) or isinstance(raw, bool):
             raise ValueError("expected text")
         return str(raw)
     except (TypeError, ValueError) as e:
         shown = raw if not isinstance(raw, dict) else "a table"
         raise ConfigError(f"setting {key!r} from {source} is invalid ({shown!r}): {e}") from None
+
+
+def _agent_tables(raw: Any) -> dict[str, dict[str, Any]]:
+    """`[agents.NAME]` tables, each checked (shou.agent.delegate.AgentSpec)."""
+    from .agent.delegate import AgentSpec
+    from .errors import UserError
+
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise ValueError("expected tables [agents.NAME] with instructions, model, tools, max_steps, description")
+    for name, table in raw.items():
+        if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"agent name {name!r}: use letters, digits, - and _")
+        try:
+            AgentSpec.from_table(name, table)
+        except UserError as e:
+            raise ValueError(str(e)) from None
+    return {str(k): dict(v) for k, v in raw.items()}
 
 
 def _price_table(raw: Any) -> dict[str, dict[str, float]]:

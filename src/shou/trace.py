@@ -55,6 +55,7 @@ class ModelCallTrace:
     run_id: str
     step: int
     model: str = ""
+    purpose: str = ""  # "" for a ReAct step; "plan", "review" or "answer"
     response_model: str = ""
     provider: str = ""
     message_refs: tuple[str, ...] = ()
@@ -140,6 +141,7 @@ class RunTrace:
     session: str
     task: str = ""
     model: str = ""
+    parent: str = ""  # the run a sub-run (a plan step, a sub-agent, a review) worked for
     status: str = UNFINISHED
     answer: str = ""
     error: str | None = None
@@ -243,6 +245,8 @@ class _Builder:
         if not ev.run_id:
             return  # session bookkeeping (a cleared history), no run's
         run = self.run(session, ev.run_id, ts)
+        if ev.parent:
+            run.parent = ev.parent
         if isinstance(ev, RunStarted):
             run.task, run.model, run.started = ev.task, ev.model, ts
         elif isinstance(ev, RunResumed):
@@ -258,7 +262,7 @@ class _Builder:
                     call.error = ev.error or f"the run ended ({ev.status}) before the model answered"
         elif isinstance(ev, ModelRequest):
             call = self.new_call(run, self.step(run, ev.step), ev.request_id)
-            call.model = ev.model
+            call.model, call.purpose = ev.model, ev.purpose
             call.provider, call.message_refs, call.tools_ref, call.params = (
                 ev.provider, ev.messages, ev.tools_ref, ev.params)
             if ev.contents:
@@ -371,7 +375,7 @@ def usage_json(usage: Usage | None, known: float | None = None) -> dict[str, Any
 def call_json(call: ModelCallTrace) -> dict[str, Any]:
     """A model call as JSON: the request's full messages when resolved (null when not recorded)."""
     return {
-        "id": call.id, "run_id": call.run_id, "step": call.step, "model": call.model,
+        "id": call.id, "run_id": call.run_id, "step": call.step, "model": call.model, "purpose": call.purpose,
         "response_model": call.response_model, "provider": call.provider, "at": call.at,
         "request": {"recorded": call.recorded, "messages": call.messages, "tools": call.tools, "params": call.params,
                     "tokens_estimate": call.prompt_tokens, "message_count": call.message_count,
@@ -387,7 +391,8 @@ def run_json(run: RunTrace) -> dict[str, Any]:
     """A run as JSON (resolve its calls first for their requests' messages)."""
     usage, known = run.usage
     return {
-        "run_id": run.run_id, "session": run.session, "task": run.task, "model": run.model, "status": run.status,
+        "run_id": run.run_id, "parent": run.parent, "session": run.session, "task": run.task, "model": run.model,
+        "status": run.status,
         "answer": run.answer, "error": run.error, "started": run.started, "ended": run.ended,
         "wall_time": run.wall_time, "resumed": run.resumed, "steps": len(run.steps),
         "usage": usage_json(usage, known),

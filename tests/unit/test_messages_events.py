@@ -18,6 +18,9 @@ from shou.events import (
     ModelRequest,
     ModelResponse,
     Notice,
+    PlanStep,
+    PlanUpdated,
+    Reviewed,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -113,6 +116,10 @@ SAMPLES = [
                       "shell(rm -rf x)", 14.0),
     ApprovalDecided("r1", 2, "c", "shell", False, "user:ada", "once", "shell(rm -rf x)", "no", 15.0),
     RunFinished("r1", "waiting_approval", "", 2, Usage(9, 9, 3), 0.5, "1 call waits"),
+    PlanUpdated("r1", 2, (PlanStep("a", "done", "ok", "r1.s1.1"), PlanStep("b", "failed", "timeout"),
+                          PlanStep("c")), "re-planned", 0),
+    Reviewed("r1.3", 4, False, "say the unit", parent="r1"),
+    ToolCallStarted("r1.2", 1, ToolCall("c", "nap", "{}"), parent="r1"),
 ]
 
 

@@ -127,7 +127,9 @@ def test_every_new_setting_is_sensitive_unless_declared(dirs: tuple[Path, Path])
                          # prices (a zero price would void a cost budget), where requests go and how often,
                          # what is kept and where traces and alerts are sent
                          "models", "model_retries", "fallback_models", "summary_model", "cache",
-                         "trace_retention_days", "otel", "otel_content", "alert_webhook"}
+                         "trace_retention_days", "otel", "otel_content", "alert_webhook",
+                         # which model reviews answers, and sub-agents (their model, tools and instructions)
+                         "review_model", "agents"}
 
 
 def test_an_untrusted_env_cannot_copy_a_secret_into_a_harmless_setting(dirs: tuple[Path, Path],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,8 +24,10 @@ from .loop import Run
 
 if TYPE_CHECKING:
     from ..permissions import Policy
+    from ..skills import SkillSet
     from ..store.sqlite import SQLiteStore
     from .approvals import Approver
+    from .delegate import AgentSpec
 
 DEFAULT_INSTRUCTIONS = (
     "You are shou, an agent that completes the user's task by calling tools when they help, then "
@@ -48,6 +50,16 @@ def _resolved(workspace: str | Path | None) -> Path:
         if len(_RESOLVED) > 1024:
             _RESOLVED.clear()
     return path
+
+
+def _other(model: Model | str | None, settings: Any) -> Model | None:
+    """A model named for cheaper work (summaries, reviews): another model of the same provider, or
+    PROVIDER:MODEL."""
+    if not isinstance(model, str):
+        return model
+    from ..models import get_model, other_model
+
+    return get_model(settings=other_model(settings, model)) if settings is not None else get_model(model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +109,10 @@ class Agent:
         context: ContextPolicy | None = None, memory: Any = None, vision: bool | None = None,
         policy: Policy | None = None, approvals: Approver | Literal["yes", "deny", "defer"] = "deny",
         observers: Iterable[Callable[[Event], Any]] = (), prices: PriceTable | None = None,
-        summary_model: Model | str | None = None,
+        summary_model: Model | str | None = None, planning: bool = False, max_replans: int = 2,
+        plan_step_max_steps: int = 8, plan_step_timeout: float = 120.0, reflect: bool = False, max_reviews: int = 1,
+        review_model: Model | str | None = None, agents: Mapping[str, AgentSpec] | None = None,
+        delegation: bool = False, skills: SkillSet | None = None,
     ) -> None:
         if isinstance(model, str):
             from ..models import get_model
@@ -126,12 +141,25 @@ class Agent:
         self.token_budget = token_budget
         self.max_cost = max_cost
         self.prices = prices if prices is not None else PriceTable(getattr(settings, "models", None))
-        if isinstance(summary_model, str):  # another model of the same provider, or PROVIDER:MODEL
-            from ..models import get_model, other_model
+        self.summary_model: Model | None = _other(summary_model, settings)
+        if max_replans < 0 or plan_step_max_steps < 1 or plan_step_timeout <= 0 or max_reviews < 0:
+            raise UserError("max_replans and max_reviews must not be negative; plan_step_max_steps and "
+                            "plan_step_timeout must be positive")
+        self.planning = planning
+        self.max_replans = max_replans
+        self.plan_step_max_steps = plan_step_max_steps
+        self.plan_step_timeout = plan_step_timeout
+        self.reflect = reflect
+        self.max_reviews = max_reviews
+        self.review_model: Model | None = _other(review_model, settings)
+        self.agents: dict[str, AgentSpec] = dict(agents or {})
+        self.skills = skills
+        if skills is not None and skills.skills and "use_skill" not in self.tools.names:
+            self.tools = ToolSet([*self.tools, skills.tool()])
+        if delegation and "delegate" not in self.tools.names:
+            from .delegate import delegate_tool
 
-            summary_model = (get_model(settings=other_model(settings, summary_model)) if settings is not None
-                             else get_model(summary_model))
-        self.summary_model: Model | None = summary_model
+            self.tools = ToolSet([*self.tools, delegate_tool(self.agents)])
         self.workspace = _resolved(workspace)
         self.model_settings = model_settings
         self.store = store

@@ -1,8 +1,8 @@
 """What a run sends the model each step: the context policy applied to the session.
 
-Reads the workspace's `.shou/AGENTS.md` and `.shou/MEMORY.md`, recalls long-term memories once per run,
-compacts history past the threshold (emitting `Compacted`), picks the relevant tools, and builds the
-messages under the token budget.
+Reads the workspace's `.shou/AGENTS.md` and `.shou/MEMORY.md`, lists the agent's skills, recalls long-term
+memories once per run, compacts history past the threshold (emitting `Compacted`), picks the relevant tools,
+and builds the messages under the token budget (with the skills the session loaded).
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ class RunContext:
         self.rules = read_state_text(agent.workspace, "AGENTS.md")
         self.memory_md = read_state_text(agent.workspace, "MEMORY.md")
         self.recalled: list[str] = []
+        skills = getattr(agent, "skills", None)
+        self.catalog = skills.catalog() if skills is not None else ""
         self.untrusted = any(getattr(t, "untrusted_output", False) for t in agent.tools)
         self.pinned = max(0, len(session.messages) - 1)  # the task, recorded just before the first step
         self.usage = Usage()
@@ -70,8 +72,9 @@ class RunContext:
 
     def tools(self, query: str) -> tuple[list[dict[str, Any]], int]:
         """The tool specs to offer this step and their token cost."""
+        # use_skill is always offered when there are skills: the catalog in the system prompt names it.
         chosen = select_tools(list(self.agent.tools), query, max_tools=self.policy.max_tools,
-                              core=self.policy.core_tools)
+                              core=(*self.policy.core_tools, "use_skill") if self.catalog else self.policy.core_tools)
         key = tuple(t.name for t in chosen)
         cached = self._tool_tokens.get(key)
         if cached is None:
@@ -99,7 +102,8 @@ class RunContext:
             return self.agent.redactor.text(system_text(
                 self.agent.instructions, rules=self.rules, memory_md=self.memory_md,
                 working_memory=session.working_memory, summary=session.summary, recalled=self.recalled,
-                omitted=omitted, untrusted=self.untrusted))
+                omitted=omitted, untrusted=self.untrusted, skills=self.catalog,
+                loaded_skills=getattr(session, "loaded_skills", None)))
 
         built = self.builder.build(render, live, pinned=pinned, tool_tokens=tool_tokens, query=query)
         return built.messages, specs, built.tokens

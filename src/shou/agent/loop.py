@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import secrets
 import time
@@ -29,21 +28,17 @@ from ..errors import ModelError
 from ..events import (
     Event,
     Feedback,
-    ModelRequest,
-    ModelResponse,
     Notice,
     RunFinished,
     RunResumed,
     RunStarted,
     RunStatus,
     StepFinished,
-    TextDelta,
-    ToolCallDelta,
     ToolCallFinished,
     ToolCallStarted,
 )
 from ..messages import Message, ToolCall
-from ..models.base import Completion, ModelSettings, Retrying, TextChunk, ToolCallChunk, model_id, provider_of
+from ..models.base import model_id
 from ..session import INTERRUPTED
 from ..store.sqlite import NOT_STORED
 from ..tools.base import ToolContext
@@ -53,18 +48,14 @@ from .approvals import Gate
 from .budget import Accounts, Budget
 from .context import RunContext
 from .guards import RepeatGuard
-from .recorder import RequestRecorder, request_params
+from .review import Critic
+from .turn import MAX_ARGUMENT_CHARS, Caller
 
 if TYPE_CHECKING:
     from ..session import OpenRun, Session
     from .agent import Agent
 
 _log = logging.getLogger("shou")
-# Model call ids: unique per process by a counter, across processes by a random prefix (a resumed run's
-# calls, made by another process, must not take the ids of the killed one's).
-_PROCESS = secrets.token_hex(4)
-_CALLS = itertools.count(1)
-MAX_ARGUMENT_CHARS = 1_000_000  # one tool call's arguments; past this the call is refused, not stored
 TRUNCATION_LIMIT = 3  # consecutive replies cut at the output limit before the run ends `truncated`
 CUT_CALL = ("Error: not run: your reply was cut off at the output limit before this call was complete "
             "(finish_reason: length). Do less per step: fewer or smaller calls, and write long content in parts.")
@@ -92,23 +83,32 @@ class Run:
     """The state of one run; `execute()` drives it to a `RunFinished` event.
 
     `resume` is a run of the session that was killed before it finished: the run continues it (same
-    run id, steps and usage) instead of starting a new one.
+    run id, steps and usage) instead of starting a new one. A sub-run (a plan step, a sub-agent) is given
+    its `run_id` and the `budgets` of the run it works for, which its calls are held against too.
     """
 
     def __init__(self, agent: Agent, task: str, session: Session, emit: Callable[[Event], None], *,
-                 resume: OpenRun | None = None) -> None:
+                 resume: OpenRun | None = None, run_id: str | None = None,
+                 budgets: list[Budget] | None = None) -> None:
         self.agent = agent
         self.task = task
         self.session = session
         self.resume = resume
-        self.run_id = resume.run_id if resume is not None else new_run_id()
+        self.run_id = resume.run_id if resume is not None else run_id or new_run_id()
         self._emit = emit
         self.step = resume.step if resume is not None else 0
         self.usage = resume.usage if resume is not None else Usage()
         self.unfinished: dict[str, ToolCall] = {}
         self.truncated = 0
         self._gate: Gate | None = None
-        self.accounts = Accounts(agent.prices, self._budgets(), model_id(agent.model))
+        self.accounts = Accounts(agent.prices, self._budgets() if budgets is None else budgets,
+                                 model_id(agent.model))
+        self.caller = Caller(self)
+        self._subs = itertools.count(1)
+
+    def sub_id(self) -> str:
+        """A new run id for a sub-run of this run (a plan step, a sub-agent, a review)."""
+        return f"{self.run_id}.{next(self._subs)}"
 
     def _budgets(self) -> list[Budget]:
         """The run's budget (counting what a resumed run spent already) and the session's."""
@@ -161,7 +161,12 @@ class Run:
         error: str | None = None
         try:
             async with asyncio.timeout(agent.run_timeout):
-                status, answer, error = await self._steps()
+                if agent.planning or (self.resume is not None and self.resume.plan is not None):
+                    from .plan import Planner
+
+                    status, answer, error = await Planner(self).execute()
+                else:
+                    status, answer, error = await self._steps()
         except TimeoutError:
             status, error = "timeout", f"the run passed its deadline of {agent.run_timeout:g} s"
         except ModelError as e:
@@ -189,12 +194,19 @@ class Run:
             self.emit(ToolCallFinished(self.run_id, self.step, call.id, call.name, f"Error: {why}.", is_error=True))
         self.unfinished.clear()
 
-    async def _steps(self) -> tuple[RunStatus, str, str | None]:
+    def tools_and_context(self) -> tuple[ToolExecutor, ToolContext]:
+        """The executor and the context the run's tool calls get."""
         agent = self.agent
-        guard = RepeatGuard(agent.repeat_limit)
         executor = ToolExecutor(agent.tools, timeout=agent.tool_timeout or DEFAULT_TIMEOUT, cap=agent.tool_timeout,
                                 concurrency=agent.max_parallel_tools, spill_chars=agent.context.spill_chars)
         ctx = ToolContext(agent.workspace, self.session.name, self.run_id, agent.settings)
+        ctx.state["shou.run"] = self  # what `delegate` needs to start a sub-agent under this run
+        return executor, ctx
+
+    async def _steps(self) -> tuple[RunStatus, str, str | None]:
+        agent = self.agent
+        guard = RepeatGuard(agent.repeat_limit)
+        executor, ctx = self.tools_and_context()
         context = RunContext(agent, self.session, self.run_id, self.emit)
         if self.resume is None:
             context.recall(self.task)
@@ -203,9 +215,7 @@ class Run:
             if ended is not None:
                 return ended
         run_id = self.run_id
-        accounts = self.accounts
-        recorder = RequestRecorder(self.session.trace_keys, agent.redactor)
-        model, provider = model_id(agent.model), provider_of(agent.model)
+        critic = Critic(self, context.pinned) if agent.reflect and agent.max_reviews > 0 else None
         while True:
             if self.step >= agent.max_steps:
                 return "max_steps", "", f"stopped after {agent.max_steps} steps without a final answer"
@@ -214,43 +224,14 @@ class Run:
             messages, specs, tokens = await context.messages(step)
             if context.usage.requests:  # a compaction summary was made for this step
                 self.usage = self.usage + context.usage
-                accounts.charge(context.usage)
+                self.accounts.charge(context.usage)
             context.usage = Usage()
             ctx.state["working_memory"] = self.session.working_memory
-            settings, held = accounts.reserve(tokens, agent.model_settings)
-            if isinstance(held, str):  # before the call that could break a budget, not after it
+            turn = await self.caller.call(messages, specs, step, tokens)
+            if isinstance(turn, str):
                 self.step -= 1
-                return "budget", "", held
-            request_id = f"mc_{_PROCESS}{next(_CALLS):x}"
-            keys, tools_ref = recorder.messages(messages), recorder.tools(specs)
-            self.emit(ModelRequest(run_id, step, len(messages), len(specs), tokens, request_id, model, provider,
-                                   keys, tools_ref, request_params(settings), recorder.take()))
-            self.commit()  # every tool result and the request itself are durable before the model sees them
-            t0 = time.perf_counter()
-            try:
-                completion, ttft, retries = await self._ask(messages, specs, step, settings)
-            except BaseException:
-                for r in held:
-                    r.release()
-                raise
-            message, oversized = self._bounded(completion.message)
-            usage = completion.usage
-            if completion.cached:  # answered from shou's response cache: nothing was sent or spent
-                usage = Usage(cost=0.0)
-            else:
-                if not usage.input_tokens and not usage.output_tokens:  # the provider sent no counts
-                    usage = Usage(tokens, self._output_tokens(message), usage.requests or 1, estimated=True)
-                elif not usage.input_tokens:  # no prompt was free: a missing (or garbled) count is estimated
-                    usage = Usage(tokens, usage.output_tokens, usage.requests, True, usage.cached_tokens)
-                else:
-                    accounts.calibrate(tokens, usage.input_tokens)
-                usage = accounts.priced(usage, completion.sent_model or model)
-            for r in held:
-                r.settle(usage)
-            self.usage = self.usage + usage
-            self.emit(ModelResponse(run_id, step, message, usage, time.perf_counter() - t0,
-                                    completion.finish_reason, completion.model, request_id, ttft, retries,
-                                    completion.cached))
+                return "budget", "", turn
+            completion, message, oversized = turn.completion, turn.message, turn.oversized
             if completion.finish_reason == "length":
                 ended = self._cut(message)
                 if ended is not None:
@@ -258,6 +239,13 @@ class Run:
                 continue
             self.truncated = 0
             if not message.tool_calls:
+                if critic is not None and critic.reviews < agent.max_reviews:
+                    verdict = await critic.review(step, message.text)
+                    if isinstance(verdict, str):  # the budget does not allow a review: the answer stands
+                        self.emit(Notice(run_id, step, "review", f"not reviewed: {verdict}"))
+                    elif not verdict:
+                        self.emit(StepFinished(run_id, step, self.usage))
+                        continue
                 self.emit(StepFinished(run_id, step, self.usage))
                 return "completed", message.text, None
             verdicts = [guard.check(c) for c in message.tool_calls]
@@ -275,34 +263,6 @@ class Run:
             self.emit(StepFinished(run_id, step, self.usage))
             if waiting:
                 return "waiting_approval", "", waiting
-
-    async def _ask(self, messages: list[Message], specs: list[dict], step: int,
-                   settings: ModelSettings | None) -> tuple[Completion, float | None, int]:
-        """One model turn, streamed to the consumer as it comes; with the time to its first token and how
-        many failed attempts came before it."""
-        run_id = self.run_id
-        completion: Completion | None = None
-        t0 = time.perf_counter()
-        ttft: float | None = None
-        retries = 0
-        async for ev in self.agent.model.stream(messages, specs, settings):
-            if isinstance(ev, TextChunk):
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
-                self.emit(TextDelta(run_id, step, ev.text))
-            elif isinstance(ev, ToolCallChunk):
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
-                self.emit(ToolCallDelta(run_id, step, ev.index, ev.name, ev.arguments))
-            elif isinstance(ev, Completion):
-                completion = ev
-            elif isinstance(ev, Retrying):
-                retries += 1
-                ttft = None  # what streamed is void; the reply that counts starts again
-                self.emit(Notice(run_id, step, "retry", f"{ev.reason}; retry {ev.attempt} in {ev.delay:.1f} s"))
-        if completion is None:
-            raise ModelError("the model stream ended without a response")
-        return completion, ttft, retries
 
     async def _run_calls(self, executor: ToolExecutor, ctx: ToolContext, calls: list[ToolCall],
                          notes: dict[str, str] | None = None) -> str | None:
@@ -361,18 +321,6 @@ class Run:
                                                                 "was asked to do less per step"))
         return None
 
-    def _bounded(self, message: Message) -> tuple[Message, set[str]]:
-        """The message with over-long call arguments replaced by a short note (they are never run or stored),
-        and the ids of those calls."""
-        big = {c.id for c in message.tool_calls if len(c.arguments) > MAX_ARGUMENT_CHARS}
-        if not big:
-            return message, big
-        calls = tuple(
-            ToolCall(c.id, c.name, json.dumps({"_omitted": f"{len(c.arguments)} characters of arguments, over the "
-                                                           f"{MAX_ARGUMENT_CHARS} limit"}))
-            if c.id in big else c for c in message.tool_calls)
-        return Message(message.role, message.content, calls, message.tool_call_id, message.name), big
-
     def _refuse_oversized(self, call: ToolCall) -> bool:
         self.unfinished.pop(call.id, None)
         self.emit(ToolCallFinished(self.run_id, self.step, call.id, call.name,
@@ -380,10 +328,6 @@ class Run:
                                    "large content in several smaller calls (e.g. write a file in parts).",
                                    is_error=True))
         return True
-
-    def _output_tokens(self, message: Message) -> int:
-        counter = self.agent.token_counter
-        return counter.text(message.text) + sum(counter.text(c.name + c.arguments) for c in message.tool_calls)
 
     async def _pick_up(self, executor: ToolExecutor, ctx: ToolContext) -> tuple[RunStatus, str, str | None] | None:
         """Continue where the killed run stopped. Returns how the run ended if there is nothing left to do."""

@@ -69,6 +69,7 @@ def _mount_subcommands() -> None:
     from .memory import memory_app
     from .runs import resume, run
     from .sessions import sessions, show
+    from .skills import skills
     from .trace import trace, usage
     from .trust import trust
 
@@ -76,6 +77,7 @@ def _mount_subcommands() -> None:
     app.command()(resume)
     app.command()(sessions)
     app.command()(show)
+    app.command()(skills)
     app.command()(approvals)
     app.command()(approve)
     app.command()(deny)

@@ -54,6 +54,10 @@ TokenBudgetOpt = Annotated[int | None, typer.Option(
 OtelOpt = Annotated[bool, typer.Option(
     "--otel", help="Export the trace by OpenTelemetry (OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT, default "
                    "http://localhost:4318).")]
+PlanOpt = Annotated[bool, typer.Option(
+    "--plan", help="Plan first: break the task into steps, run each as its own loop, re-plan when one fails.")]
+ReflectOpt = Annotated[bool, typer.Option(
+    "--reflect", help="Have a critic check the final answer; a rejected one goes back with its feedback.")]
 ContinueOpt = Annotated[bool, typer.Option("--continue", "-c", help="Continue the workspace's latest session.")]
 
 
@@ -77,6 +81,8 @@ class Options:
     max_cost: float | None = None
     token_budget: int | None = None
     otel: bool = False
+    plan: bool = False
+    reflect: bool = False
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -165,8 +171,8 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     for file in opts.functions or ():
         for t in load_tools_from_file(file):
             tools.add(t)
-    if settings.tools is not None:
-        tools = tools.only(settings.tools)
+    if settings.tools is not None:  # delegate and use_skill are added by the agent, when offered
+        tools = tools.only([n for n in settings.tools if n not in ("delegate", "use_skill")])
     model = build_model(settings)
     from ..context.tokens import prefetch_encoder
 
@@ -190,6 +196,14 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
             memory = MemoryStore.for_workspace(settings.workspace)
     except Exception as e:  # a damaged memory file must not stop the run: it goes without long-term memory
         err.print(f"[yellow]warning:[/] long-term memory is off for this run: {escape(str(e))}")
+    from ..agent.delegate import agent_specs
+    from ..skills import skills_for
+
+    def offered(name: str) -> bool:  # --tools narrows the offer: the tools shou adds itself included
+        return settings.tools is None or name in settings.tools
+
+    skills = skills_for(settings, warn=lambda message: err.print(f"[yellow]warning:[/] {escape(message)}")) \
+        if offered("use_skill") else None
     agent = Agent(
         model, tools, max_steps=settings.max_steps, run_timeout=settings.run_timeout,
         # Only a tool_timeout someone set limits shell and run_code (see Agent).
@@ -199,7 +213,11 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         vision=settings.vision, memory=memory, model_settings=settings.model_settings,
         approvals=choose_approvals(settings.approvals, opts.yes),
         token_budget=settings.token_budget, max_cost=settings.max_cost,
-        summary_model=settings.summary_model,
+        summary_model=settings.summary_model, skills=skills,
+        planning=opts.plan, reflect=opts.reflect, max_replans=settings.max_replans,
+        plan_step_max_steps=settings.plan_step_max_steps, plan_step_timeout=settings.plan_step_timeout,
+        max_reviews=settings.max_reviews, review_model=settings.review_model,
+        agents=agent_specs(settings.agents), delegation=settings.delegation and offered("delegate"),
         observers=observers(settings, opts.otel), context=ContextPolicy(embed=default_embed()),
     )
     return agent, settings

@@ -20,6 +20,8 @@ from ..events import (
     Compacted,
     Event,
     Notice,
+    PlanUpdated,
+    Reviewed,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -80,6 +82,9 @@ class Renderer:
             self.out.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
             self.out.flush()
             return
+        if event.parent:
+            self._sub(event)
+            return
         if isinstance(event, RunStarted | RunResumed):
             self.session = getattr(event, "session", "") or self.session
         if isinstance(event, TextDelta):
@@ -114,9 +119,47 @@ class Renderer:
                 return
             self._newline()
             self.err.print(f"[yellow]! {escape(printable(event.text))}[/]")
+        elif isinstance(event, PlanUpdated):
+            self._newline()
+            self.plan(event)
+        elif isinstance(event, Reviewed):
+            self._newline()
+            if event.approved:
+                self.err.print("[green]✓ review: approved[/]")
+            else:
+                self.err.print(f"[yellow]✗ review: not approved: {escape(short(event.feedback, 300))}[/]")
         elif isinstance(event, RunFinished):
             self._newline()
             self.summary(event)
+
+    def plan(self, event: PlanUpdated) -> None:
+        """The plan as a checklist: done, running, failed and pending steps."""
+        marks = {"done": "[green]✓[/]", "running": "[cyan]▶[/]", "failed": "[red]✗[/]", "pending": "[dim]○[/]"}
+        note = f" [dim]({escape(short(event.note, 120))})[/]" if event.note else ""
+        self.err.print(f"[bold]plan[/] (revision {event.revision}){note}")
+        for n, step in enumerate(event.steps, 1):
+            why = f" [red]— {escape(short(step.result, 120))}[/]" if step.status == "failed" and step.result else ""
+            self.err.print(f"  {marks.get(step.status, '?')} {n}. {escape(short(step.text, 140))}{why}")
+
+    def _sub(self, event: Event) -> None:
+        """A sub-run's event (a plan step, a sub-agent, a review), indented under the run it works for: its
+        tool calls and how it ended, not its streamed text."""
+        if isinstance(event, RunStarted):
+            self._newline()
+            self.err.print(f"  [magenta]↳ {escape(event.run_id)}[/] [dim]{escape(short(event.task, 120))}[/]")
+        elif isinstance(event, ToolCallStarted):
+            self._newline()
+            args = escape(format_arguments(event.call.arguments))
+            self.err.print(f"    [cyan]→ {escape(event.call.name)}[/]({args})")
+        elif isinstance(event, ToolCallFinished):
+            style = "red" if event.is_error else "dim"
+            self.err.print(f"    [{style}]← {escape(event.name)}: {escape(short(event.content))}[/]")
+        elif isinstance(event, Notice) and event.kind != "alert":
+            self.err.print(f"    [yellow]! {escape(printable(event.text))}[/]")
+        elif isinstance(event, RunFinished):
+            style = STATUS_STYLE.get(event.status, "red")
+            self.err.print(f"  [magenta]↳ {escape(event.run_id)}[/] [{style}]{event.status}[/] "
+                           f"[dim]({event.steps} step{'s' * (event.steps != 1)}, {event.usage.total_tokens} tokens)[/]")
 
     def _label(self, name: str, call_id: str) -> str:
         """`name`, or `name #2` when its step made more than one call."""

@@ -26,7 +26,9 @@ from .build import (
     OptionOpt,
     Options,
     OtelOpt,
+    PlanOpt,
     ProviderOpt,
+    ReflectOpt,
     SandboxOpt,
     SessionOpt,
     StepsOpt,
@@ -54,13 +56,13 @@ def run(
     functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
     option: OptionOpt = None, yes: YesOpt = False, approvals: ApprovalsOpt = None,
     max_cost: MaxCostOpt = None, token_budget: TokenBudgetOpt = None, otel: OtelOpt = False,
-    json_lines: JsonOpt = False, continue_: ContinueOpt = False,
+    json_lines: JsonOpt = False, continue_: ContinueOpt = False, plan: PlanOpt = False, reflect: ReflectOpt = False,
 ) -> None:
     """Carry out TASK with the model and tools, streaming what happens, then print a summary."""
     task = _read_task(task)
     session = continued(session, continue_, workspace)
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
-                   option, yes, approvals, max_cost, token_budget, otel)
+                   option, yes, approvals, max_cost, token_budget, otel, plan, reflect)
     _execute(opts, json_lines, lambda agent: agent.stream(task, session))
 
 

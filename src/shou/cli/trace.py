@@ -128,7 +128,8 @@ def _when(seconds: float) -> str:
 
 def _timeline(out: Console, run: tr.RunTrace, full: bool, running: bool) -> None:
     style = STATUS_STYLE.get(run.status, "red" if run.status != tr.UNFINISHED else "yellow")
-    out.print(f"\n[bold cyan]run {escape(run.run_id)}[/] [{style}]{escape(run.status)}[/] [dim]· "
+    of = f" [magenta](for {escape(run.parent)})[/]" if run.parent else ""
+    out.print(f"\n[bold cyan]run {escape(run.run_id)}[/]{of} [{style}]{escape(run.status)}[/] [dim]· "
               f"{escape(run.model)} · {_when(run.started)}" + (f" · resumed {run.resumed}×" if run.resumed else "")
               + "[/]")
     task = printable(run.task) if full else short(run.task, 300)
@@ -168,6 +169,8 @@ def _timeline(out: Console, run: tr.RunTrace, full: bool, running: bool) -> None
 
 def _call_row(table: Table, label: str, call: tr.ModelCallTrace, full: bool) -> None:
     parts = [f"[bold]{escape(call.model or 'model')}[/]"]
+    if call.purpose:
+        parts.append(f"[magenta]{escape(call.purpose)}[/]")
     if call.response_model and not call.response_model.startswith(call.model):  # a dated version is no news
         parts.append(f"[dim]answered by {escape(call.response_model)}[/]")
     if call.finish_reason:

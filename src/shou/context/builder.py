@@ -1,15 +1,16 @@
 """Assembling each request under a token budget.
 
-A request is one system message (instructions, project rules, working memory, the summary of compacted
-history, recalled memories) followed by conversation *blocks*: a user message, a plain assistant
-message, or an assistant message with tool calls together with all of its results. Blocks are never
-split, so a request never holds an orphaned tool call or result. The current task is always kept; then
-the most recent blocks; then older blocks by relevance to the current step, in their original order.
+A request is one system message (instructions, project rules, the skills catalog and the skills loaded,
+working memory, the summary of compacted history, recalled memories) followed by conversation *blocks*: a
+user message, a plain assistant message, or an assistant message with tool calls together with all of its
+results. Blocks are never split, so a request never holds an orphaned tool call or result. The current task
+is always kept; then the most recent blocks; then older blocks by relevance to the current step, in their
+original order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..messages import Message
@@ -70,8 +71,10 @@ def blocks_of(history: list[Message]) -> list[tuple[int, int]]:
 
 
 def system_text(instructions: str, *, rules: str = "", memory_md: str = "", working_memory: str = "",
-                summary: str = "", recalled: list[str] | None = None, omitted: int = 0, untrusted: bool = False) -> str:
-    """The one system message, in sections (`untrusted`: the tools can return outside content)."""
+                summary: str = "", recalled: list[str] | None = None, omitted: int = 0, untrusted: bool = False,
+                skills: str = "", loaded_skills: Mapping[str, str] | None = None) -> str:
+    """The one system message, in sections (`untrusted`: the tools can return outside content; `skills`: the
+    skills catalog, `SkillSet.catalog()`; `loaded_skills`: name -> body of the skills loaded with use_skill)."""
     parts = [instructions.strip()] if instructions.strip() else []
     if untrusted:
         from ..tools.untrusted import UNTRUSTED_RULE
@@ -81,6 +84,13 @@ def system_text(instructions: str, *, rules: str = "", memory_md: str = "", work
         parts.append("## Project rules (.shou/AGENTS.md)\n" + rules.strip())
     if memory_md.strip():
         parts.append("## Curated memory (.shou/MEMORY.md)\n" + memory_md.strip())
+    if skills.strip():
+        parts.append(skills.strip())
+    if loaded_skills:
+        # Kept here, not only in the use_skill result, so a loaded skill outlives compaction and trimming.
+        parts.append("## Loaded skills (loaded with use_skill; follow them where they apply)\n" + "\n\n".join(
+            f"### {name}\n{body.strip() or '(no instructions beyond its description)'}"
+            for name, body in loaded_skills.items()))
     if recalled:
         parts.append("## Recalled from long-term memory\n" + "\n".join(f"- {r}" for r in recalled))
     if working_memory.strip():

@@ -5,6 +5,10 @@ never following a symlink, so neither `..`, an absolute path, a symlink nor a fo
 mid-call can lead a tool outside. Only regular files are read and written; files with other hard links and
 anything under `.shou/` are never written. `list_files` walks the tree itself (`globbing.py`: no symlink
 followed, the walk bounded, the pattern matched without a backtracking regex).
+
+One exception, for reading only: `read_file` also reads the files of a skill in the user's skills folder
+(`<config dir>/skills/NAME/...`, spelled as the absolute path `use_skill` lists), since a person installed
+those skills for the agent to use. Nothing else outside the workspace is readable (`shou.skills`).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ def read_file(path: str, ctx: ToolContext, offset: int = 1, limit: int | None = 
         raise ToolError(f"offset must be 1 or more (got {offset}); line numbers start at 1")
     if limit is not None and limit < 1:
         raise ToolError(f"limit must be 1 or more (got {limit}); omit it to read to the end")
-    with open_file(ctx.workspace, path) as f:
+    with _open_for_reading(ctx, path) as f:
         text = _decode(f.shown, f.read(MAX_FILE_BYTES))
     # splitlines is also what truncate() counts with, so the offsets we suggest line up with its cuts.
     lines = text.splitlines(keepends=True)
@@ -71,6 +75,20 @@ def read_file(path: str, ctx: ToolContext, offset: int = 1, limit: int | None = 
         more = len(lines) - end
         return f"{body}{sep}[... {more} more lines; call read_file with offset={end + 1} to read on]\n"
     return body
+
+
+def _open_for_reading(ctx: ToolContext, path: str) -> Opened:
+    """The workspace file `path`, or else the file of a user skill an absolute `path` names (read-only)."""
+    try:
+        relative_parts(ctx.workspace, path)
+    except ToolError:  # outside the workspace: only a user skill's file may be read there
+        from ...skills import open_user_skill_file
+
+        skill_file = open_user_skill_file(ctx.settings, path)
+        if skill_file is None:
+            raise
+        return skill_file
+    return open_file(ctx.workspace, path)
 
 
 @tool

@@ -1,0 +1,86 @@
+"""Sub-runs: a whole ReAct run carried out for another run (a plan step, a sub-agent's task).
+
+A sub-run has a context of its own: a fresh conversation that starts with its task, never the parent's
+history. Its events go to the parent's stream and the parent's log with `parent` set (so they are traced,
+shown and counted, but not folded into the parent's conversation), it commits through the parent's
+session (its decisions are written ahead like the parent's), and its model calls are held against the
+parent's budgets as well as its own.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..events import Event, RunFinished
+from ..session import Session
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .loop import Run
+
+PARTIAL_CHARS = 4000  # of a stopped sub-run's last words handed back to its parent
+
+
+class SubSession(Session):
+    """The conversation of a sub-run: in memory, committed through the session it works for."""
+
+    def __init__(self, parent: Session) -> None:
+        super().__init__(parent.name, None)
+        self._parent = parent
+
+    def commit(self) -> None:
+        """Make what the sub-run (and its parent) recorded durable, in the parent's log."""
+        self._parent.commit()
+
+    flush = commit
+
+
+def derived(agent: Agent, **changes: Any) -> Agent:
+    """A copy of `agent` for a sub-run, with `changes` (max_steps, run_timeout, model, instructions, tools, ...).
+
+    It plans, reflects and observes nothing itself: the parent's run does those, and sees every event.
+    """
+    child = copy.copy(agent)
+    child.planning = False
+    child.reflect = False
+    child.observers = []
+    child._runner = None
+    for name, value in changes.items():
+        setattr(child, name, value)
+    return child
+
+
+async def run_sub(parent: Run, agent: Agent, task: str, run_id: str | None = None) -> tuple[RunFinished, Session]:
+    """Carry out `task` with `agent` as a sub-run of `parent`; returns how it ended and its conversation."""
+    from .loop import Run
+
+    session = SubSession(parent.session)
+    me = parent.run_id
+
+    def forward(event: Event) -> None:  # a grandchild's events keep the parent they name
+        parent.emit(event if event.parent else replace(event, parent=me))
+
+    run = Run(agent, task, session, forward, run_id=run_id or parent.sub_id(), budgets=parent.accounts.budgets)
+    done = await run.execute()
+    parent.usage = parent.usage + done.usage  # the parent's total includes what its sub-runs spent
+    return done, session
+
+
+def outcome(done: RunFinished, session: Session) -> str:
+    """What a sub-run hands back: its answer, or its status and the last thing it said or found."""
+    if done.status == "completed" and done.answer.strip():
+        return done.answer
+    last = ""
+    for m in reversed(session.messages):
+        if m.role in ("assistant", "tool") and m.text.strip():
+            last = m.text.strip()
+            if m.role == "tool":
+                last = f"the last tool result ({m.name}): {last}"
+            break
+    if len(last) > PARTIAL_CHARS:
+        last = last[:PARTIAL_CHARS] + " [...]"
+    why = f" ({done.error})" if done.error else ""
+    return (f"[status: {done.status}{why}; after {done.steps} step(s)]\n"
+            + (f"What it had so far: {last}" if last else "It produced nothing before it stopped."))

@@ -1,0 +1,74 @@
+"""Sub-runs in the session fold and the Python API: plans, reviews and delegates keep their own context."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shou import Agent, AgentSpec, ScriptedModel, Session, SQLiteStore, tool
+from shou.events import ModelResponse, PlanUpdated, RunStarted, ToolCallFinished
+from shou.messages import Message
+from shou.usage import Usage
+
+
+def test_a_sub_runs_events_count_but_never_join_the_conversation(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "db")
+    session = Session("s", store)
+    session.record(RunStarted("r1", "s", "the task", "m"))
+    session.record(RunStarted("r1.1", "s", "a child's task", "m", parent="r1"))
+    session.record(ModelResponse("r1.1", 1, Message.assistant("child says"), Usage(100, 5, 1, cost=0.5), 0.1,
+                                 "stop", parent="r1"))
+    session.record(ToolCallFinished("r1.1", 1, "c9", "nap", "zzz", parent="r1"))
+    session.record(ModelResponse("r1", 1, Message.assistant("parent says"), Usage(10, 1, 1, cost=0.25), 0.1, "stop"))
+    session.commit()
+    for s in (session, Session("s", store)):  # as recorded, and as loaded again from the log
+        assert [m.text for m in s.messages] == ["the task", "parent says"]
+        assert s.spent.total_tokens == 116 and s.spent.cost == 0.75
+        assert s.open_run is not None and s.open_run.run_id == "r1"
+
+
+@tool
+def note(text: str) -> str:
+    """Keep a note."""
+    return f"noted {text}"
+
+
+async def test_a_planned_run_through_the_python_api(tmp_path: Path) -> None:
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "submit_plan", "arguments": {"steps": ["note a", "note b"]}}]},
+        {"tool_calls": [{"name": "note", "arguments": {"text": "a"}}]},
+        {"text": "a is noted"},
+        {"tool_calls": [{"name": "note", "arguments": {"text": "b"}}]},
+        {"text": "b is noted"},
+        {"text": "Both notes are kept."},
+    ])
+    store = SQLiteStore(tmp_path / "db")
+    agent = Agent(model, [note], workspace=tmp_path, store=store, planning=True)
+    seen = [e async for e in agent.stream("note a and b", "plan")]
+    assert seen[-1].status == "completed" and seen[-1].answer == "Both notes are kept."
+    plans = [e for e in seen if isinstance(e, PlanUpdated)]
+    assert [s.status for s in plans[-1].steps] == ["done", "done"]
+    assert plans[-1].steps[1].result == "b is noted"
+    # the session's conversation is the task and the answer; the steps live in the log as sub-runs
+    assert [m.text for m in Session("plan", store).messages] == ["note a and b", "Both notes are kept."]
+    # step 2 knew step 1's result and nothing of the planner's conversation
+    step2 = model.requests[3]["messages"]
+    assert "a is noted" in step2[-1]["content"] and all(m["role"] != "tool" for m in step2)
+    assert seen[-1].usage.requests == 6  # the plan, both steps and the answer count for the run
+
+
+async def test_delegate_through_the_python_api_with_a_named_agent(tmp_path: Path) -> None:
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "delegate", "arguments": {"task": "keep a note of x", "agent": "scribe"}}]},
+        {"tool_calls": [{"name": "note", "arguments": {"text": "x"}}]},
+        {"text": "x is noted"},
+        {"text": "The scribe noted x."},
+    ])
+    scribe = AgentSpec(instructions="You keep notes.", tools=("note",), max_steps=3, description="keeps notes")
+    agent = Agent(model, [note], workspace=tmp_path, agents={"scribe": scribe}, delegation=True)
+    result = await agent.arun("have x noted")
+    assert result.ok and result.answer == "The scribe noted x."
+    child = model.requests[1]["messages"]
+    assert child[0]["content"].startswith("You keep notes.") and [m["content"] for m in child[1:]] == [
+        "keep a note of x"]
+    assert [t["function"]["name"] for t in model.requests[1]["tools"]] == ["note"]
+    assert result.usage.requests == 4
