@@ -454,19 +454,15 @@ def open_user_skill_file(settings: Any, path: str) -> Opened | None:
     from the skills folder follows no symlink. `ToolError` when the path is in the folder but not a file of
     a skill.
     """
-    from .workspace import NotFound, Opened, open_beneath
+    from .workspace import NotFound, Opened, open_beneath, relative_parts
 
-    if settings is None or not os.path.isabs(path) or "\0" in path:
+    if settings is None or not os.path.isabs(path):
         return None
     root = user_skills_dir(settings)
-    spelled = os.path.normpath(path)
-    for base in (os.path.abspath(root), os.path.realpath(root)):
-        rel = os.path.relpath(spelled, base)
-        if rel != ".." and not rel.startswith("../"):
-            break
-    else:
+    try:
+        parts = relative_parts(root, path)
+    except ToolError:  # not below the skills folder (or not a usable path): not this allowance's business
         return None
-    parts = tuple(p for p in rel.split("/") if p not in ("", "."))
     if len(parts) < 2:
         raise ToolError(f"{path!r} is a skills folder, not a file; use_skill lists a skill's files")
     name = parts[0]

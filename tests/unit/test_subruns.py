@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shou import Agent, AgentSpec, ScriptedModel, Session, SQLiteStore, tool
-from shou.events import ModelResponse, PlanUpdated, RunStarted, ToolCallFinished
+from shou.events import Feedback, ModelRequest, ModelResponse, PlanStep, PlanUpdated, RunStarted, ToolCallFinished
 from shou.messages import Message
 from shou.usage import Usage
 
@@ -72,3 +72,68 @@ async def test_delegate_through_the_python_api_with_a_named_agent(tmp_path: Path
         "keep a note of x"]
     assert [t["function"]["name"] for t in model.requests[1]["tools"]] == ["note"]
     assert result.usage.requests == 4
+
+
+async def test_sub_runs_store_each_request_content_once_in_the_log(tmp_path: Path) -> None:
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "submit_plan", "arguments": {"steps": ["note a", "note b"]}}]},
+        {"text": "a done"},
+        {"text": "b done"},
+        {"text": "Done."},
+    ])
+    store = SQLiteStore(tmp_path / "db")
+    result = await Agent(model, [note], workspace=tmp_path, store=store, planning=True).arun("notes", "once")
+    assert result.ok
+    stored: list[str] = []
+    for event in store.events("once"):
+        if isinstance(event, ModelRequest) and event.contents:
+            stored.extend(event.contents)
+    assert stored and len(stored) == len(set(stored))  # both steps send the same instructions and tools
+
+
+async def test_a_killed_planned_run_resumes_from_its_plan(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "db")
+    session = Session("k", store)  # what a process killed during step 2 left in the log
+    session.record(RunStarted("r1", "k", "note a, then b", "m"))
+    session.record(PlanUpdated("r1", 1, (PlanStep("note a", "done", "a is noted", "r1.s1.1"),
+                                         PlanStep("note b", "running", "", "r1.s1.2"))))
+    session.commit()
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "submit_plan", "arguments": {"steps": ["check whether b is noted, note it if not"]}}]},
+        {"text": "b was not noted; now it is"},
+        {"text": "a and b are noted."},
+    ])
+    agent = Agent(model, [note], workspace=tmp_path, store=store)  # not planning: the log says the run was
+    seen = [e async for e in agent.stream_resume("k")]
+    assert seen[-1].status == "completed" and seen[-1].answer == "a and b are noted."
+    replan = model.requests[0]
+    assert [t["function"]["name"] for t in replan["tools"]] == ["submit_plan"]
+    assert "interrupted" in replan["messages"][-1]["content"]  # the planner is told, and decides
+    last = [e for e in seen if isinstance(e, PlanUpdated)][-1]
+    assert (last.revision, [s.status for s in last.steps]) == (2, ["done", "failed", "done"])
+    assert "a is noted" in model.requests[1]["messages"][-1]["content"]  # step 1 was not done again
+
+
+async def test_model_given_text_is_bounded(tmp_path: Path) -> None:
+    huge = "x" * 50_000
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "submit_plan", "arguments": {"steps": [huge, {"odd": "step"}, "  "]}}]},
+        {"text": "one"},
+        {"text": "two"},
+        {"text": "answer"},
+        {"text": "first answer"},
+        {"tool_calls": [{"name": "review", "arguments": {"approved": False, "feedback": huge}}]},
+        {"tool_calls": [{"name": "delegate", "arguments": {"task": "y" * 500_000}}]},
+        {"text": "final"},
+    ])
+    agent = Agent(model, [note], workspace=tmp_path, planning=True)
+    seen = [e async for e in agent.stream("plan it")]
+    plan = [e for e in seen if isinstance(e, PlanUpdated)][-1]
+    assert [len(s.text) for s in plan.steps] == [2006, len('{"odd": "step"}')]
+    agent = Agent(model, [note], workspace=tmp_path, reflect=True, delegation=True)
+    seen = [e async for e in agent.stream("answer it")]
+    [feedback] = [e for e in seen if isinstance(e, Feedback)]
+    assert len(feedback.text) < 5000
+    [refused] = [e for e in seen if isinstance(e, ToolCallFinished)]
+    assert refused.is_error and "at most 400,000" in refused.content
+    assert seen[-1].answer == "final"

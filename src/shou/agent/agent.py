@@ -52,7 +52,7 @@ def _resolved(workspace: str | Path | None) -> Path:
     return path
 
 
-def _other(model: Model | str | None, settings: Any) -> Model | None:
+def model_named(model: Model | str | None, settings: Any) -> Model | None:
     """A model named for cheaper work (summaries, reviews): another model of the same provider, or
     PROVIDER:MODEL."""
     if not isinstance(model, str):
@@ -141,7 +141,7 @@ class Agent:
         self.token_budget = token_budget
         self.max_cost = max_cost
         self.prices = prices if prices is not None else PriceTable(getattr(settings, "models", None))
-        self.summary_model: Model | None = _other(summary_model, settings)
+        self.summary_model: Model | None = model_named(summary_model, settings)
         if max_replans < 0 or plan_step_max_steps < 1 or plan_step_timeout <= 0 or max_reviews < 0:
             raise UserError("max_replans and max_reviews must not be negative; plan_step_max_steps and "
                             "plan_step_timeout must be positive")
@@ -151,7 +151,7 @@ class Agent:
         self.plan_step_timeout = plan_step_timeout
         self.reflect = reflect
         self.max_reviews = max_reviews
-        self.review_model: Model | None = _other(review_model, settings)
+        self.review_model: Model | None = model_named(review_model, settings)
         self.agents: dict[str, AgentSpec] = dict(agents or {})
         self.skills = skills
         if skills is not None and skills.skills and "use_skill" not in self.tools.names:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UserError
 from ..tools.base import Tool, ToolContext, ToolResult, tool
 from ..tools.registry import ToolSet
+from .agent import DEFAULT_INSTRUCTIONS, MAX_TASK_CHARS, model_named
 from .subrun import derived, outcome, run_sub
 
 if TYPE_CHECKING:
@@ -73,8 +74,6 @@ def agent_specs(tables: Mapping[str, Any] | None) -> dict[str, AgentSpec]:
 
 def child_agent(parent: Agent, spec: AgentSpec) -> Agent:
     """The agent a child runs as: `parent` with what `spec` changes."""
-    from .agent import DEFAULT_INSTRUCTIONS, _other
-
     tools = parent.tools
     if spec.tools is not None:
         tools = tools.only(spec.tools)
@@ -84,7 +83,7 @@ def child_agent(parent: Agent, spec: AgentSpec) -> Agent:
         parent.instructions if parent.instructions != DEFAULT_INSTRUCTIONS else DEFAULT_INSTRUCTIONS)
     changes: dict[str, Any] = {"tools": tools, "instructions": base + SUBAGENT_NOTE}
     if spec.model is not None:
-        changes["model"] = _other(spec.model, parent.settings)
+        changes["model"] = model_named(spec.model, parent.settings)
         changes["_counter"] = None  # another model may count tokens another way
     if spec.max_steps is not None:
         changes["max_steps"] = spec.max_steps
@@ -106,6 +105,9 @@ def delegate_tool(agents: Mapping[str, AgentSpec]) -> Tool:
                               is_error=True)
         if not task.strip():
             return ToolResult("Error: give the sub-agent a task: what to do and what to hand back.", is_error=True)
+        if len(task) > MAX_TASK_CHARS:  # the limit a person's task has too
+            return ToolResult(f"Error: the task is {len(task):,} characters; at most {MAX_TASK_CHARS:,}. Put long "
+                              "material in a file and name the file in the task.", is_error=True)
         try:
             child = child_agent(run.agent, spec)
         except UserError as e:

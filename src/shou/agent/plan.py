@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..events import PlanStep, PlanUpdated, RunStatus, StepFinished
 from ..messages import Message
 from .subrun import derived, outcome, run_sub
-from .turn import must_call
+from .turn import must_call, tool_arguments
 
 if TYPE_CHECKING:
     from .loop import Run
@@ -51,6 +51,7 @@ SUBMIT_SPEC: dict[str, Any] = {"type": "function", "function": {
         "required": ["steps"], "additionalProperties": False}}}
 MAX_STEPS = 20  # of one plan: more is a planner gone wrong
 RESULT_CHARS = 4000  # of one step's result carried into later prompts
+STEP_CHARS = 2000  # of one step's description
 
 
 class Planner:
@@ -130,11 +131,8 @@ class Planner:
         if failed is not None:
             prompt += f"\n\n{REPLAN}\n\n# The plan so far\n{self._checklist(results=True)}"
         messages = [Message.system(system), Message.user(prompt)]
-        counter = agent.token_counter
-        tokens = counter.messages(messages) + counter.text(json.dumps([SUBMIT_SPEC]))
-        turn = await run.caller.call(messages, [SUBMIT_SPEC], run.step, tokens,
-                                     settings=must_call(agent.model_settings), run_id=run.sub_id(),
-                                     parent=run.run_id, purpose="plan", deltas=False)
+        turn = await run.caller.call(messages, [SUBMIT_SPEC], run.step, settings=must_call(agent.model_settings),
+                                     run_id=run.sub_id(), parent=run.run_id, purpose="plan", deltas=False)
         if isinstance(turn, str):
             return "budget", "", turn
         steps = _submitted(turn.completion.message) or [run.task if failed is None else
@@ -177,8 +175,7 @@ class Planner:
         run.step += 1
         messages = [Message.system(agent.instructions),
                     Message.user(ANSWER.format(task=run.task, results=self._results() or "(no step had a result)"))]
-        tokens = agent.token_counter.messages(messages)
-        turn = await run.caller.call(messages, [], run.step, tokens, purpose="answer")
+        turn = await run.caller.call(messages, [], run.step, purpose="answer")
         if isinstance(turn, str):
             run.step -= 1
             return "budget", "", turn
@@ -201,18 +198,12 @@ class Planner:
 
 
 def _submitted(message: Message) -> list[str]:
-    """The steps of the planner's `submit_plan` call (none when it did not make one that parses)."""
-    for call in message.tool_calls:
-        if call.name != "submit_plan":
-            continue
-        try:
-            args = json.loads(call.arguments or "{}")
-        except ValueError:
-            continue
-        steps = args.get("steps") if isinstance(args, dict) else None
-        if isinstance(steps, list):
-            return [str(s).strip() for s in steps if str(s).strip()]
-    return []
+    """The steps of the planner's `submit_plan` call (none when it did not make one that parses), each cut to
+    a readable size: every later step's prompt carries them all."""
+    steps = (tool_arguments(message, "submit_plan") or {}).get("steps")
+    if not isinstance(steps, list):
+        return []
+    return [_cut(text, STEP_CHARS) for s in steps if (text := (s if isinstance(s, str) else json.dumps(s)).strip())]
 
 
 def _cut(text: str, limit: int = RESULT_CHARS) -> str:

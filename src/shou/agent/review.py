@@ -9,12 +9,11 @@ answer's feedback goes back into the conversation as a note for the agent, which
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from ..events import Feedback, Reviewed
 from ..messages import Message
-from .turn import must_call
+from .turn import must_call, tool_arguments
 
 if TYPE_CHECKING:
     from .loop import Run
@@ -38,6 +37,7 @@ REJECTED = ("[shou] A reviewer checked your answer and did not approve it:\n{fee
             "if needed), then give your final answer again.")
 RESULT_CHARS = 2000  # of each tool result shown to the critic
 RESULTS_SHOWN = 30  # the most recent ones
+FEEDBACK_CHARS = 4000  # of the critic's feedback passed on to the agent
 
 
 class Critic:
@@ -73,9 +73,7 @@ class Critic:
         prompt = (f"# Task\n{run.task}\n\n# What the tools returned\n{self._evidence()}\n\n"
                   f"# Proposed final answer\n{answer}\n\nCall `review` now.")
         messages = [Message.system(CRITIC), Message.user(prompt)]
-        counter = agent.token_counter
-        tokens = counter.messages(messages) + counter.text(json.dumps([REVIEW_SPEC]))
-        turn = await run.caller.call(messages, [REVIEW_SPEC], step, tokens, settings=must_call(agent.model_settings),
+        turn = await run.caller.call(messages, [REVIEW_SPEC], step, settings=must_call(agent.model_settings),
                                      model=agent.review_model, run_id=run.sub_id(), parent=run.run_id,
                                      purpose="review", deltas=False)
         if isinstance(turn, str):
@@ -89,16 +87,13 @@ class Critic:
 
 def _verdict(message: Message) -> tuple[bool, str]:
     """The critic's `review` call; a critic that answers otherwise approves (it must not stall the run)."""
-    for call in message.tool_calls:
-        if call.name != "review":
-            continue
-        try:
-            args = json.loads(call.arguments or "{}")
-        except ValueError:
-            continue
-        if isinstance(args, dict):
-            approved = args.get("approved")
-            if isinstance(approved, str):
-                approved = approved.strip().lower() in ("true", "yes", "1")
-            return bool(approved), str(args.get("feedback") or "").strip()
-    return True, message.text.strip()
+    args = tool_arguments(message, "review")
+    if args is None:
+        return True, message.text.strip()[:FEEDBACK_CHARS]
+    approved = args.get("approved")
+    if isinstance(approved, str):
+        approved = approved.strip().lower() in ("true", "yes", "1")
+    feedback = str(args.get("feedback") or "").strip()
+    if len(feedback) > FEEDBACK_CHARS:  # a reply, not a channel for a megabyte into every later request
+        feedback = feedback[:FEEDBACK_CHARS] + " [...]"
+    return approved is True or (type(approved) is int and approved == 1), feedback

@@ -30,6 +30,12 @@ class SubSession(Session):
         super().__init__(parent.name, None)
         self._parent = parent
 
+    @property
+    def trace_keys(self) -> set[str]:
+        """The parent's: the sub-run's requests are logged there, so what it holds is not stored again (a plan's
+        steps share their instructions and tools)."""
+        return self._parent.trace_keys
+
     def commit(self) -> None:
         """Make what the sub-run (and its parent) recorded durable, in the parent's log."""
         self._parent.commit()

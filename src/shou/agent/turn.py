@@ -59,17 +59,22 @@ class Caller:
         agent = run.agent
         self.recorder = RequestRecorder(run.session.trace_keys, agent.redactor)
 
-    async def call(self, messages: list[Message], specs: Sequence[dict[str, Any]], step: int, tokens: int, *,
+    async def call(self, messages: list[Message], specs: Sequence[dict[str, Any]], step: int,
+                   tokens: int | None = None, *,
                    settings: ModelSettings | None = None, model: Model | None = None, run_id: str = "",
                    parent: str = "", purpose: str = "", deltas: bool = True) -> Turn | str:
         """Ask `model` (default: the agent's) for a reply to `messages` with tools `specs`; `tokens` is the
-        prompt's estimate. Returns the turn, or why the budget does not allow the call (nothing was sent).
-        Events carry `run_id` (default: the run's) and `parent` (set for a call made for a sub-run)."""
+        prompt's estimate (counted here when None). Returns the turn, or why the budget does not allow the
+        call (nothing was sent). Events carry `run_id` (default: the run's) and `parent` (set for a call made
+        for a sub-run)."""
         run = self.run
         agent = run.agent
         model = model or agent.model
         name, provider = model_id(model), provider_of(model)
         run_id = run_id or run.run_id
+        if tokens is None:
+            counter = agent.token_counter
+            tokens = counter.messages(messages) + (counter.text(json.dumps(list(specs))) if specs else 0)
         accounts = run.accounts
         settings, held = accounts.reserve(tokens, settings if settings is not None else agent.model_settings, name)
         if isinstance(held, str):  # before the call that could break a budget, not after it
@@ -152,6 +157,20 @@ def bounded(message: Message) -> tuple[Message, frozenset[str]]:
                                                        f"{MAX_ARGUMENT_CHARS} limit"}))
         if c.id in big else c for c in message.tool_calls)
     return Message(message.role, message.content, calls, message.tool_call_id, message.name), big
+
+
+def tool_arguments(message: Message, name: str) -> dict[str, Any] | None:
+    """The arguments of the first call of tool `name` in `message` that are a JSON object (None: no such call)."""
+    for call in message.tool_calls:
+        if call.name != name:
+            continue
+        try:
+            args = json.loads(call.arguments or "{}")
+        except ValueError:
+            continue
+        if isinstance(args, dict):
+            return args
+    return None
 
 
 def must_call(settings: ModelSettings | None) -> ModelSettings:
