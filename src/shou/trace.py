@@ -318,6 +318,9 @@ def _build(rows: Iterable[tuple[str, float, Event]]) -> list[RunTrace]:
         run.steps.sort(key=lambda s: s.step)
         for call in run.model_calls:
             call.model = call.model or run.model
+        calls = run.model_calls
+        if run.parent and not run.task and run.status == UNFINISHED and calls and all(c.answered for c in calls):
+            run.status = "completed"  # a plan or review call made for its parent: no run events of its own
     return list(builder.runs.values())
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["MAX_CONFIG_BYTES", "TrustStore", "digest", "read_config_file"]
+__all__ = ["MAX_CONFIG_BYTES", "TrustStore", "digest", "read_config_file", "read_regular"]
 
 TRUST_FILE = "trusted.json"
 MAX_CONFIG_BYTES = 1_000_000
@@ -28,6 +28,21 @@ MAX_CONFIG_BYTES = 1_000_000
 def digest(data: bytes) -> str:
     """The content hash trust is keyed on."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def read_regular(fd: int, limit: int) -> bytes:
+    """All of the open file `fd`, which must be a regular file of at most `limit` bytes, also if it grows
+    while it is read. `ValueError` saying what it is otherwise ("not a regular file", "N bytes; at most L")."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("not a regular file")
+    chunks, total = [], 0
+    while total <= limit and (chunk := os.read(fd, 65536)):
+        chunks.append(chunk)
+        total += len(chunk)
+    if max(total, st.st_size) > limit:
+        raise ValueError(f"{max(total, st.st_size)} bytes; at most {limit}")
+    return b"".join(chunks)
 
 
 def read_config_file(path: Path) -> bytes | None:
@@ -44,16 +59,9 @@ def read_config_file(path: Path) -> bytes | None:
         kind = "a symlink" if os.path.islink(path) else e.strerror or str(e)
         raise ConfigError(f"{path} is {kind}; shou reads workspace settings only from a regular file") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{path} is not a regular file; shou reads workspace settings only from one")
-        if st.st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"{path} is {st.st_size} bytes; a settings file may be at most {MAX_CONFIG_BYTES}")
-        chunks, total = [], 0
-        while total <= MAX_CONFIG_BYTES and (chunk := os.read(fd, 65536)):  # it may grow while we read
-            chunks.append(chunk)
-            total += len(chunk)
-        return b"".join(chunks)[:MAX_CONFIG_BYTES]
+        return read_regular(fd, MAX_CONFIG_BYTES)
+    except ValueError as e:
+        raise ConfigError(f"{path} is {e}; shou reads workspace settings only from a small regular file") from None
     finally:
         os.close(fd)
 

@@ -127,8 +127,9 @@ def test_reflection_rejects_then_accepts(serve, shou) -> None:
     review_calls = [c for c in calls if c["purpose"] == "review"]
     assert len(review_calls) == 2
     assert all(c["response"]["message"]["tool_calls"][0]["function"]["name"] == "review" for c in review_calls)
-    assert all(run["parent"] == events[0]["run_id"] for run in runs if any(c["purpose"] == "review"
-                                                                          for c in run["model_calls"]))
+    reviews = [run for run in runs if any(c["purpose"] == "review" for c in run["model_calls"])]
+    assert len(reviews) == 2 and all(run["parent"] == events[0]["run_id"] for run in reviews)
+    assert all(run["status"] == "completed" for run in reviews)
 
 
 def test_with_one_review_the_second_answer_stands_unreviewed(serve, shou) -> None:

@@ -1,0 +1,261 @@
+"""Finding and reading skills on disk: the user's skills folder and a trusted workspace's `.agents/skills/`.
+
+Nothing below a skills folder is reached through a symlink (every step is opened with O_NOFOLLOW relative
+to the last), SKILL.md is read only up to `MAX_SKILL_BYTES`, and `read_file` reaches a user skill's files
+through one narrow read-only allowance (`open_user_skill_file`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, ToolError
+from ..trust import read_regular
+from .format import (
+    MAX_DEPTH,
+    MAX_FOLDERS,
+    MAX_LISTED,
+    MAX_SKILL_BYTES,
+    SKILL_FILE,
+    WORKSPACE_PARTS,
+    Listed,
+    Skill,
+    SkillSet,
+    Source,
+    optional_fields,
+    parse,
+    validate_description,
+    validate_name,
+)
+
+if TYPE_CHECKING:
+    from ..workspace import Opened
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_dir(root: Path, parts: tuple[str, ...]) -> int:
+    """`root/parts...` as an open folder, following no symlink below `root` (`OSError` otherwise)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts:
+            nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_skill_file(dir_fd: int) -> bytes:
+    """SKILL.md in the open folder: a regular file, not a symlink, at most MAX_SKILL_BYTES (`ValueError`)."""
+    try:
+        fd = os.open(SKILL_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise ValueError(f"the folder has no {SKILL_FILE}") from None
+    except OSError as e:
+        what = "a symlink" if e.errno == errno.ELOOP else e.strerror or str(e)
+        raise ValueError(f"{SKILL_FILE} is {what}; shou reads skills only from regular files") from None
+    try:
+        return read_regular(fd, MAX_SKILL_BYTES)
+    except ValueError as e:
+        raise ValueError(f"{SKILL_FILE} is {e}") from None
+    finally:
+        os.close(fd)
+
+
+def _load_one(parent_fd: int, folder: str, source: Source, root: Path, parts: tuple[str, ...], shown: str) -> Skill:
+    """The skill in `folder` of the open skills folder; `ValueError` saying why it is skipped."""
+    try:
+        fd = os.open(folder, _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as e:
+        mode = _lmode(parent_fd, folder)
+        if stat.S_ISLNK(mode):
+            raise ValueError("it is a symlink; shou does not follow symlinks in skills folders") from None
+        raise ValueError(f"the folder cannot be opened: {e.strerror or e}") from None
+    try:
+        data = _read_skill_file(fd)
+    finally:
+        os.close(fd)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{SKILL_FILE} is not UTF-8 text") from None
+    front, body = parse(text)
+    problem = validate_name(front.get("name"), folder) or validate_description(front.get("description"))
+    optional, bad = optional_fields(front)
+    if problem or bad:
+        raise ValueError(problem or bad)
+    return Skill(name=folder, description=" ".join(str(front["description"]).split()), body=body, source=source,
+                 folder=shown, root=root, parts=(*parts, folder), **optional)
+
+
+def _lmode(dir_fd: int, name: str) -> int:
+    try:
+        return os.lstat(name, dir_fd=dir_fd).st_mode
+    except OSError:
+        return 0
+
+
+def walk(fd: int, prefix: str, depth: int, out: list[str]) -> None:
+    """Add to `out` the relative paths of the regular files below the open folder `fd`: no symlink followed,
+    hidden names skipped, at most MAX_DEPTH folders deep, stopping past MAX_LISTED + 1 (SKILL.md and one
+    more, enough to say there are more)."""
+    with os.scandir(fd) as entries:
+        names = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in entries)
+    for name, is_dir, is_file in names:
+        if len(out) > MAX_LISTED + 1:
+            return
+        if name.startswith("."):
+            continue
+        if is_file:
+            out.append(prefix + name)
+        elif is_dir and depth < MAX_DEPTH:
+            try:
+                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:  # swapped for a symlink meanwhile, or unreadable: leave it out
+                continue
+            try:
+                walk(sub, f"{prefix}{name}/", depth + 1, out)
+            finally:
+                os.close(sub)
+
+
+def _scan(root: Path, parts: tuple[str, ...], source: Source, shown: Callable[[str], str], out: SkillSet,
+          found: dict[str, Skill]) -> None:
+    """Load every skill folder of `root/parts...` into `found`, noting each in `out.listed` and every skipped one in
+    `out.problems`."""
+    where = root.joinpath(*parts)
+    try:
+        fd = open_dir(root, parts)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        why = "is a symlink or not a folder" if e.errno in (errno.ELOOP, errno.ENOTDIR) else \
+            f"cannot be opened ({e.strerror or e})"
+        out._notice(f"{source} skills in {where} are ignored: it {why}; shou does not follow symlinks to skills")
+        return
+    try:
+        with os.scandir(fd) as entries:
+            names = sorted(e.name for e in entries if not e.name.startswith(".")
+                           and (e.is_dir(follow_symlinks=False) or e.is_symlink()))
+        if len(names) > MAX_FOLDERS:
+            out._notice(f"{where} holds {len(names)} folders; only the first {MAX_FOLDERS} are read")
+            names = names[:MAX_FOLDERS]
+        for name in names:
+            try:
+                skill = _load_one(fd, name, source, root, parts, shown(name))
+            except ValueError as e:
+                out.listed.append(Listed(name, source, where / name, str(e)))
+                out.problems.append(f"skill {name!r} in {where} is skipped: {e}")
+                continue
+            found[name] = skill
+            out.listed.append(Listed(name, source, where / name, "valid", skill.description))
+    finally:
+        os.close(fd)
+
+
+def load_skills(workspace: Path | None, user_dir: Path | None, trusted: bool) -> SkillSet:
+    """The skills of the workspace's `.agents/skills/` (only when `trusted`) and of `user_dir` (the user's
+    skills folder, `<config dir>/skills`); a workspace skill overrides a user skill of the same name."""
+    out = SkillSet()
+    user: dict[str, Skill] = {}
+    if user_dir is not None:
+        absolute = Path(os.path.abspath(user_dir))
+        _scan(absolute, (), "user", lambda name: str(absolute / name), out, user)
+    mine: dict[str, Skill] = {}
+    if workspace is not None:
+        ws = Path(os.path.abspath(workspace))
+        if trusted:
+            _scan(ws, WORKSPACE_PARTS, "workspace", lambda name: "/".join((*WORKSPACE_PARTS, name)), out, mine)
+        elif os.path.lexists(ws.joinpath(*WORKSPACE_PARTS)):  # looked at, never read: only its presence is told
+            out._notice(
+                f"the skills in {ws.joinpath(*WORKSPACE_PARTS)} are ignored: this workspace is not trusted. A cloned "
+                "repository must not hand the model instructions; if you trust it, create its shou.toml (it may be "
+                f"empty) and run `shou trust` in {ws}")
+    for i, entry in enumerate(out.listed):
+        if entry.source == "user" and entry.valid and entry.name in mine:
+            out.listed[i] = Listed(entry.name, "user", entry.path, "overridden by the workspace skill of the same name",
+                                   entry.description)
+    out.skills = {**user, **mine}
+    return out
+
+
+def user_skills_dir(settings: Any) -> Path:
+    """The user's skills folder: `skills/` beside the user's shou.toml."""
+    from ..config import user_config_dir
+
+    return user_config_dir(settings.env) / "skills"
+
+
+def workspace_trusted(workspace: Path, config_dir: Path) -> bool:
+    """Whether a person trusted the exact bytes of the workspace's `shou.toml` (`shou trust`)."""
+    from ..trust import TrustStore, read_config_file
+
+    path = Path(workspace) / "shou.toml"
+    try:
+        data = read_config_file(path)
+        return data is not None and TrustStore(config_dir).is_trusted(path, data)
+    except ConfigError:  # a symlink or a FIFO in its place, a damaged trusted.json: not trusted
+        return False
+
+
+def discover(settings: Any) -> SkillSet:
+    """Every skill the settings' workspace and user config dir offer (what `shou skills` lists)."""
+    from ..config import user_config_dir
+
+    workspace = Path(settings.workspace)
+    trusted = workspace_trusted(workspace, user_config_dir(settings.env))
+    return load_skills(workspace, user_skills_dir(settings), trusted)
+
+
+def skills_for(settings: Any, warn: Callable[[str], Any]) -> SkillSet | None:
+    """The skills a run gets, or None when there are none; `warn(message)` is called once per problem."""
+    found = discover(settings)
+    for problem in found.problems:
+        warn(problem)
+    return found if found.skills else None
+
+
+# ---------------------------------------------------------------- read_file's allowance
+
+
+def open_user_skill_file(settings: Any, path: str) -> Opened | None:
+    """For `read_file`: the file `path` of a skill in the user's skills folder, opened read-only, or None
+    when `path` does not point into that folder.
+
+    Only absolute paths under `<config dir>/skills/NAME/` where NAME is a valid skill are allowed; the walk
+    from the skills folder follows no symlink. `ToolError` when the path is in the folder but not a file of
+    a skill.
+    """
+    from ..workspace import NotFound, Opened, open_beneath, relative_parts
+
+    if settings is None or not os.path.isabs(path):
+        return None
+    root = user_skills_dir(settings)
+    try:
+        parts = relative_parts(root, path)
+    except ToolError:  # not below the skills folder (or not a usable path): not this allowance's business
+        return None
+    if len(parts) < 2:
+        raise ToolError(f"{path!r} is a skills folder, not a file; use_skill lists a skill's files")
+    name = parts[0]
+    try:
+        fd = open_dir(root, ())
+        try:
+            _load_one(fd, name, "user", root, (), str(root / name))
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        raise ToolError(f"{path!r} is not a file of a skill in the user's skills folder; read_file reads only "
+                        "the workspace and the files of those skills") from None
+    try:
+        return Opened(open_beneath(root, parts, os.O_RDONLY), str(root.joinpath(*parts)))
+    except NotFound:
+        raise ToolError(f"{path!r} does not exist; call use_skill({name!r}) to list the skill's files") from None
