@@ -176,7 +176,7 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
                 value = _more_rules(values[key], value)
             elif key == "models" and key in values:  # price tables add up; a later source's entry wins
                 value = {**values[key], **{n: {**values[key].get(n, {}), **p} for n, p in value.items()}}
-            elif key == "agents" and key in values:  # agents add up; a later source's table replaces one
+            elif key in ("agents", "mcp_servers") and key in values:  # tables add up; a later one replaces one
                 value = {**values[key], **value}
             values[key] = value
             sources[key] = source

@@ -68,6 +68,9 @@ class Settings:
     max_reviews: int = _s(1, "reviews of a final answer before it stands (shou run --reflect)", safe=True, minimum=0)
     review_model: str | None = _s(None, "model that reviews answers (--reflect; default: the model)")
     delegation: bool = _s(True, "offer the delegate tool (sub-agents) in shou run and chat", safe=True)
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
+        "help": "MCP servers whose tools are offered as NAME__TOOL: [mcp_servers.NAME] command, args, env (stdio) "
+                "or url, headers (streamable HTTP), timeout (SHOU_MCP_SERVERS: the same as JSON)"})
     agents: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
         "help": "named sub-agents for delegate: [agents.NAME] instructions, model, tools, max_steps, description "
                 "(SHOU_AGENTS: the same as JSON)"})
@@ -214,6 +217,8 @@ def convert(key: str, raw: Any, source: str) -> Any:
             return Path(raw)
         if typing.get_origin(kind) is dict:
             table = json.loads(raw) if isinstance(raw, str) else raw
+            if key == "mcp_servers":
+                return _server_tables(table)
             return _agent_tables(table) if key == "agents" else _price_table(table)
         if not isinstance(raw, str | int | float) or isinstance(raw, bool):
             raise ValueError("expected text")
@@ -235,6 +240,23 @@ def _agent_tables(raw: Any) -> dict[str, dict[str, Any]]:
             raise ValueError(f"agent name {name!r}: use letters, digits, - and _")
         try:
             AgentSpec.from_table(name, table)
+        except UserError as e:
+            raise ValueError(str(e)) from None
+    return {str(k): dict(v) for k, v in raw.items()}
+
+
+def _server_tables(raw: Any) -> dict[str, dict[str, Any]]:
+    """`[mcp_servers.NAME]` tables, each checked (shou.mcp.servers.ServerSpec)."""
+    from .errors import UserError
+    from .mcp.servers import ServerSpec
+
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise ValueError("expected tables [mcp_servers.NAME] with command, args, env or url, headers")
+    for name, table in raw.items():
+        if not isinstance(name, str) or not name or not name.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"MCP server name {name!r}: use letters, digits, - and _")
+        try:
+            ServerSpec.from_table(name, table)
         except UserError as e:
             raise ValueError(str(e)) from None
     return {str(k): dict(v) for k, v in raw.items()}

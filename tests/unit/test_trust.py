@@ -129,7 +129,9 @@ def test_every_new_setting_is_sensitive_unless_declared(dirs: tuple[Path, Path])
                          "models", "model_retries", "fallback_models", "summary_model", "cache",
                          "trace_retention_days", "otel", "otel_content", "alert_webhook",
                          # which model reviews answers, and sub-agents (their model, tools and instructions)
-                         "review_model", "agents"}
+                         "review_model", "agents",
+                         # MCP servers are commands to run and places to send data
+                         "mcp_servers"}
 
 
 def test_an_untrusted_env_cannot_copy_a_secret_into_a_harmless_setting(dirs: tuple[Path, Path],

@@ -23,6 +23,7 @@ from ..usage import Usage
 from .loop import Run
 
 if TYPE_CHECKING:
+    from ..mcp.servers import ServerSpec
     from ..permissions import Policy
     from ..skills import SkillSet
     from ..store.sqlite import SQLiteStore
@@ -112,7 +113,7 @@ class Agent:
         summary_model: Model | str | None = None, planning: bool = False, max_replans: int = 2,
         plan_step_max_steps: int = 8, plan_step_timeout: float = 120.0, reflect: bool = False, max_reviews: int = 1,
         review_model: Model | str | None = None, agents: Mapping[str, AgentSpec] | None = None,
-        delegation: bool = False, skills: SkillSet | None = None,
+        delegation: bool = False, skills: SkillSet | None = None, mcp_servers: Mapping[str, ServerSpec] | None = None,
     ) -> None:
         if isinstance(model, str):
             from ..models import get_model
@@ -153,6 +154,8 @@ class Agent:
         self.max_reviews = max_reviews
         self.review_model: Model | None = model_named(review_model, settings)
         self.agents: dict[str, AgentSpec] = dict(agents or {})
+        self.mcp_servers: dict[str, ServerSpec] = dict(mcp_servers or {})
+        self.mcp_offered: dict[str, list[str]] = {}  # server -> the tool names it added (shou.mcp.connect)
         self.skills = skills
         if skills is not None and skills.skills and "use_skill" not in self.tools.names:
             self.tools = ToolSet([*self.tools, skills.tool()])
@@ -315,9 +318,16 @@ class Agent:
         if self._runner is not None:
             runner, self._runner = self._runner, None
             try:
-                runner.run(self.model.aclose())
+                runner.run(self._aclose())
             finally:
                 runner.close()
+
+    async def _aclose(self) -> None:
+        await self.model.aclose()
+        if self.mcp_servers:
+            from ..mcp import close_all
+
+            await close_all()
 
 
 def _check_task(task: str) -> None:

@@ -149,11 +149,18 @@ class Run:
         """Run to the end; always emits and returns exactly one `RunFinished`."""
         agent = self.agent
         started = time.perf_counter()
+        problems = []
+        if agent.mcp_servers:  # started (or refreshed) before the run announces its tools
+            from ..mcp import connect
+
+            problems = await connect(agent, agent.mcp_servers)
         if self.resume is None:
             self.emit(RunStarted(self.run_id, self.session.name, self.task, agent.model.name,
                                  tuple(agent.tools.names), time.time()))
         else:
             self.emit(RunResumed(self.run_id, self.session.name, self.step, time.time()))
+        for problem in problems:
+            self.emit(Notice(self.run_id, self.step, "mcp", problem))
         # No commit here: the first model request commits the task with itself, and the consumer commits
         # anything it is shown before that.
         status: RunStatus = "error"

@@ -52,6 +52,7 @@ def derived(agent: Agent, **changes: Any) -> Agent:
     child.planning = False
     child.reflect = False
     child.observers = []
+    child.mcp_servers, child.mcp_offered = {}, {}  # it has their tools already; the parent keeps them current
     child._runner = None
     for name, value in changes.items():
         setattr(child, name, value)

@@ -66,6 +66,7 @@ def _main(
 
 def _mount_subcommands() -> None:
     from .approve import approvals, approve, deny
+    from .mcp import mcp_app
     from .memory import memory_app
     from .runs import resume, run
     from .sessions import sessions, show
@@ -82,6 +83,7 @@ def _mount_subcommands() -> None:
     app.command()(approve)
     app.command()(deny)
     app.add_typer(memory_app, name="memory")
+    app.add_typer(mcp_app, name="mcp")
     app.command(name="trust")(trust)
     app.command()(trace)
     app.command()(usage)

@@ -197,6 +197,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
     except Exception as e:  # a damaged memory file must not stop the run: it goes without long-term memory
         err.print(f"[yellow]warning:[/] long-term memory is off for this run: {escape(str(e))}")
     from ..agent.delegate import agent_specs
+    from ..mcp.servers import server_specs
     from ..skills import skills_for
 
     def offered(name: str) -> bool:  # --tools narrows the offer: the tools shou adds itself included
@@ -218,6 +219,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         plan_step_max_steps=settings.plan_step_max_steps, plan_step_timeout=settings.plan_step_timeout,
         max_reviews=settings.max_reviews, review_model=settings.review_model,
         agents=agent_specs(settings.agents), delegation=settings.delegation and offered("delegate"),
+        mcp_servers=server_specs(settings.mcp_servers),
         observers=observers(settings, opts.otel), context=ContextPolicy(embed=default_embed()),
     )
     return agent, settings
@@ -253,6 +255,10 @@ def observers(settings, otel: bool = False) -> list:  # -> list[observer]
 async def close_resources(agent) -> None:
     """Close what a run may have opened: the model's connections, browsers (only if one was imported)."""
     await agent.model.aclose()
+    if agent.mcp_servers:
+        from ..mcp import close_all
+
+        await close_all()
     if "shou.tools.builtin.browser" in sys.modules:
         from ..tools.builtin.browser import close_browsers
 

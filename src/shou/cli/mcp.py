@@ -1,0 +1,70 @@
+"""`shou mcp list`: the MCP servers of the settings, whether each starts, and the tools it offers.
+
+Servers come from `[mcp_servers.NAME]` in the user's shou.toml, a trusted workspace's shou.toml, or
+`SHOU_MCP_SERVERS`; a workspace that is not trusted cannot name one (they are commands), and the command
+says so when its shou.toml tried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import ShouError
+from .build import WorkspaceOpt, err, fail
+from .render import printable, short
+
+mcp_app = typer.Typer(help="MCP servers: list them and their tools.", no_args_is_help=True)
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+@mcp_app.command(name="list")
+def list_servers(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
+    """Start each configured MCP server and list its status and tools."""
+    from ..config import load_settings
+    from ..mcp import server_specs
+
+    try:
+        settings = load_settings({"workspace": workspace})
+        specs = server_specs(settings.mcp_servers)
+    except ShouError as e:
+        raise fail(str(e)) from None
+    for ignored in settings.ignored:
+        if "mcp_servers" in ignored.names:
+            err.print(f"[yellow]warning:[/] {escape(str(ignored.path))} names MCP servers, but it is not trusted: "
+                      "they are ignored (`shou trust` to allow them)")
+    rows = asyncio.run(_probe(specs))
+    if json_out:
+        typer.echo(json.dumps(rows, ensure_ascii=False))
+        return
+    if not rows:
+        err.print("no MCP servers: name them under [mcp_servers.NAME] in shou.toml (command and args, or url)")
+        return
+    table = Table("server", "status", box=None)
+    table.add_column("tools", overflow="fold")
+    for row in rows:
+        status = "[green]running[/]" if row["ok"] else f"[red]{escape(short(row['error'] or 'failed', 200))}[/]"
+        table.add_row(escape(printable(row["name"])), status, escape(printable(", ".join(row["tools"]))))
+    Console(highlight=False).print(table)
+
+
+async def _probe(specs: dict[str, Any]) -> list[dict[str, Any]]:
+    from ..mcp import close_all, list_tools
+
+    async def one(spec: Any) -> dict[str, Any]:
+        try:
+            tools = await list_tools(spec)
+        except Exception as e:  # shown as the server's status
+            return {"name": spec.name, "where": spec.where, "ok": False, "error": str(e), "tools": []}
+        return {"name": spec.name, "where": spec.where, "ok": True, "error": None, "tools": [t.name for t in tools]}
+
+    try:
+        return list(await asyncio.gather(*(one(s) for s in specs.values())))
+    finally:
+        await close_all()

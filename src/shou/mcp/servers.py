@@ -1,0 +1,226 @@
+"""MCP servers shou connects to: their settings, and one connection per server kept for the process.
+
+`[mcp_servers.NAME]` in shou.toml names a server: `command`, `args`, `env` (stdio: shou starts it) or `url`,
+`headers` (streamable HTTP), and `timeout` (seconds one call may take, default 60). Servers are commands
+or places to send data, so a workspace's shou.toml may name them only once a person trusted it (the
+`mcp_servers` setting is not `safe`: shou.config).
+
+A server starts when a run first needs it and stays up for the next runs of the process (one connection
+per server and event loop). The connection lives in a task of its own, which owns the SDK's `Client`
+context; calls are made from the runs' tasks. A server that dies is started again for the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from ..errors import UserError
+
+DEFAULT_TIMEOUT = 60.0
+START_TIMEOUT = 30.0  # to start a server and list its tools
+_KEYS = ("command", "args", "env", "url", "headers", "timeout", "description")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """How to reach one MCP server (`[mcp_servers.NAME]`)."""
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # pairs, so that a spec can key the process's connections
+    url: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    timeout: float = DEFAULT_TIMEOUT
+
+    @classmethod
+    def from_table(cls, name: str, table: Mapping[str, Any]) -> ServerSpec:
+        """A `[mcp_servers.NAME]` table, checked (`UserError` says what is wrong)."""
+        where = f"[mcp_servers.{name}]"
+        unknown = sorted(set(table) - set(_KEYS))
+        if unknown:
+            raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(_KEYS)}")
+        command, url = table.get("command"), table.get("url")
+        if (command is None) == (url is None):
+            raise UserError(f"{where} needs either command (a server shou starts) or url (one that runs), not both")
+        if command is not None and (not isinstance(command, str) or not command.strip()):
+            raise UserError(f"{where} command must be the program to run")
+        if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
+            raise UserError(f"{where} url must be an http:// or https:// address")
+        args = table.get("args", [])
+        if not isinstance(args, list | tuple) or not all(isinstance(a, str) for a in args):
+            raise UserError(f"{where} args must be a list of strings")
+        for key in ("env", "headers"):
+            value = table.get(key, {})
+            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in value.items()):
+                raise UserError(f"{where} {key} must be a table of strings")
+        timeout = table.get("timeout", DEFAULT_TIMEOUT)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise UserError(f"{where} timeout must be a positive number of seconds")
+        return cls(name, command, tuple(args), tuple(sorted(table.get("env", {}).items())), url,
+                   tuple(sorted(table.get("headers", {}).items())), float(timeout))
+
+    @property
+    def where(self) -> str:
+        """The server, for people: its command line or URL."""
+        return self.url or " ".join([self.command or "", *self.args]).strip()
+
+
+def server_specs(tables: Mapping[str, Any] | None) -> dict[str, ServerSpec]:
+    """The `mcp_servers` setting as specs."""
+    return {name: spec if isinstance(spec, ServerSpec) else ServerSpec.from_table(name, spec)
+            for name, spec in (tables or {}).items()}
+
+
+class Connection:
+    """One server's connection: started on first use, started again after it died."""
+
+    def __init__(self, spec: ServerSpec) -> None:
+        self.spec = spec
+        self.client: Any = None  # mcp.Client while connected
+        self.error: str | None = None  # why the last start failed, or why the connection ended
+        self.starts = 0
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the server is connected now. A stdio server that exited leaves the SDK's client open with
+        its stream closed: that counts as gone (looked up defensively: it is the SDK's private state, and
+        a call on such a client fails with `Connection closed` anyway)."""
+        if self.client is None or self._task is None or self._task.done():
+            return False
+        dispatcher = getattr(getattr(self.client, "session", None), "_dispatcher", None)
+        return not getattr(dispatcher, "_closed", False)
+
+    async def get(self) -> Any:
+        """The connected client, starting (or restarting) the server if needed; `ConnectionError` if it
+        cannot be started."""
+        async with self._lock:
+            if not self.alive:
+                await self._start()
+            return self.client
+
+    def lost(self, why: str) -> None:
+        """A call found the server gone: the next `get()` starts it again."""
+        self.error = why
+        self.client = None
+        if self._task is not None and not self._task.done():
+            self._stop.set()
+
+    async def _start(self) -> None:
+        try:
+            import mcp  # noqa: F401
+        except ImportError:
+            raise ConnectionError("MCP servers need the mcp package: pip install 'shou[mcp]'") from None
+        if self._task is not None and not self._task.done():  # a dead connection's task: let it end
+            self._stop.set()
+        self.client, self.error = None, None
+        self._ready, self._stop = asyncio.Event(), asyncio.Event()
+        self.starts += 1
+        self._task = asyncio.ensure_future(self._own(self._ready, self._stop))
+        try:
+            async with asyncio.timeout(START_TIMEOUT):
+                await self._ready.wait()
+        except TimeoutError:
+            self._task.cancel()
+            self.error = f"it did not start within {START_TIMEOUT:g} s"
+        if self.client is None:
+            raise ConnectionError(f"MCP server {self.spec.name!r} ({self.spec.where}) could not be started: "
+                                  f"{self.error or 'it stopped at once'}")
+
+    async def _own(self, ready: asyncio.Event, stop: asyncio.Event) -> None:
+        """The task that holds the SDK client's context for as long as the connection lives."""
+        from mcp import Client
+
+        log = _log_file(self.spec.name) if self.spec.url is None else None
+        try:
+            # the SDK waits a little longer than a call may take: the tool timeout (with its message) comes first
+            async with Client(_transport(self.spec, log), read_timeout_seconds=self.spec.timeout + 5) as client:
+                self.client = client
+                ready.set()
+                await stop.wait()
+        except BaseException as e:  # a server that exits, crashes or never answers ends up here
+            self.error = _describe(e)
+            if isinstance(e, asyncio.CancelledError):
+                raise
+        finally:
+            if not stop.is_set():  # ended by itself, not replaced: nothing is connected now
+                self.client = None
+            ready.set()
+            if log is not None:
+                log.close()
+
+    async def close(self) -> None:
+        """Stop the server (or end the HTTP session)."""
+        if self._task is not None and not self._task.done():
+            self._stop.set()
+            with contextlib.suppress(BaseException):
+                async with asyncio.timeout(5):
+                    await self._task
+            if not self._task.done():
+                self._task.cancel()
+
+
+def _transport(spec: ServerSpec, errlog: TextIO | None) -> Any:
+    if spec.url is not None:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = httpx2.AsyncClient(headers=dict(spec.headers), timeout=httpx2.Timeout(spec.timeout, read=None))
+        return streamable_http_client(spec.url, http_client=http)
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    command = sys.executable if spec.command in ("python", "python3") else spec.command
+    # The SDK passes a server only a few harmless variables (PATH, HOME, ...) and the table's `env`: shou's
+    # own environment holds the provider keys, which are never sent anywhere they were not meant for.
+    params = StdioServerParameters(command=command or "", args=list(spec.args), env=dict(spec.env))
+    return stdio_client(params, errlog=errlog or sys.stderr)
+
+
+def _log_file(name: str) -> TextIO:
+    """Where a server's stderr goes (its own log, not the person's terminal): `~/.cache/shou/mcp/NAME.log`."""
+    from ..models import cache_dir
+
+    folder = cache_dir(os.environ) / "mcp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return open(folder / f"{name}.log", "a", encoding="utf-8")
+    except OSError:
+        return open(os.devnull, "w", encoding="utf-8")
+
+
+def _describe(e: BaseException) -> str:
+    inner = getattr(e, "exceptions", None)
+    if inner:  # anyio task groups wrap the real error
+        return _describe(inner[0])
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+_POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[ServerSpec, Connection]] = (
+    weakref.WeakKeyDictionary())
+
+
+def connection(spec: ServerSpec) -> Connection:
+    """The process's connection to `spec` on the running event loop (made on first use, not started)."""
+    pool = _POOLS.setdefault(asyncio.get_running_loop(), {})
+    found = pool.get(spec)
+    if found is None:
+        found = pool[spec] = Connection(spec)
+    return found
+
+
+async def close_all() -> None:
+    """Stop every server started on the running event loop."""
+    pool = _POOLS.pop(asyncio.get_running_loop(), {})
+    await asyncio.gather(*(c.close() for c in pool.values()), return_exceptions=True)

@@ -1,0 +1,172 @@
+"""MCP servers' tools in runs, with real servers from PyPI (mcp-server-time, -git, -fetch) over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from shou import Agent, ScriptedModel
+from shou.events import ToolCallFinished
+from shou.mcp import close_all, connection, server_specs
+
+TIME = {"command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
+
+
+def _events(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture
+def page() -> Iterator[str]:
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><body><h1>Loopback page</h1><p>The answer is forty-two.</p></body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/"
+    srv.shutdown()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "repo"
+    path.mkdir()
+    git = ["git", "-C", str(path), "-c", "user.email=t@example.com", "-c", "user.name=Tester"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (path / "a.txt").write_text("a\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "Add the first file"], check=True)
+    return path
+
+
+def test_a_run_calls_time_git_and_fetch_servers(serve, shou, repo: Path, page: str) -> None:
+    servers = {"time": TIME,
+               "git": {"command": sys.executable, "args": ["-m", "mcp_server_git", "--repository", str(repo)]},
+               "fetch": {"command": sys.executable, "args": ["-m", "mcp_server_fetch", "--ignore-robots-txt",
+                                                             "--allow-private-ips"]}}
+    srv = serve([
+        {"tool_calls": [{"name": "time__get_current_time", "arguments": {"timezone": "UTC"}}]},
+        {"tool_calls": [{"name": "git__git_log", "arguments": {"repo_path": str(repo), "max_count": 5}}]},
+        {"tool_calls": [{"name": "fetch__fetch", "arguments": {"url": page, "max_length": 2000}}]},
+        {"tool_calls": [{"name": "time__get_current_time", "arguments": {"timezone": "Nowhere/Atlantis"}}]},
+        {"text": "Done."},
+    ])
+    r = shou("run", "--json", "What time is it, what was committed, and what does the page say?", server=srv,
+             timeout=120, SHOU_MCP_SERVERS=json.dumps(servers))
+    assert r.returncode == 0, r.stderr
+    events = _events(r.stdout)
+    started = events[0]
+    assert {"time__get_current_time", "git__git_log", "fetch__fetch"} <= set(started["tools"])
+    results = [e for e in events if e["type"] == "tool_call_finished"]
+    assert [e["name"] for e in results] == ["time__get_current_time", "git__git_log", "fetch__fetch",
+                                            "time__get_current_time"]
+    now, log, fetched, bad = results
+    assert not now["is_error"] and now["details"]["structured"]["timezone"] == "UTC"  # structured content kept
+    assert "Add the first file" in log["content"] and not log["is_error"]
+    assert "forty-two" in fetched["content"] and not fetched["is_error"]
+    # an isError result is an error for the model, with the server's own message, not a schema failure
+    assert bad["is_error"] and "Nowhere/Atlantis" in bad["content"]
+    # what servers return is outside content, delimited like a web page
+    assert all(e["content"].lstrip().startswith("<untrusted-content") for e in (now, log, fetched))
+    # the model was offered the servers' own schemas
+    offered = {t["function"]["name"]: t["function"] for t in srv.requests[0]["tools"]}
+    assert offered["git__git_log"]["parameters"]["properties"]["repo_path"]["type"] == "string"
+    assert offered["time__get_current_time"]["parameters"]["required"] == ["timezone"]
+
+
+def _server_pids(marker: bytes) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read()
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if marker in cmdline and parent == os.getpid():
+                found.append(int(entry))
+    return found
+
+
+async def test_a_server_killed_between_two_calls_is_started_again(tmp_path: Path) -> None:
+    specs = server_specs({"time": TIME})
+    call = {"tool_calls": [{"name": "time__get_current_time", "arguments": {"timezone": "UTC"}}]}
+    model = ScriptedModel([call, {"text": "one"}, call, {"text": "two"}])
+    agent = Agent(model, [], workspace=tmp_path, mcp_servers=specs)
+    try:
+        assert (await agent.arun("first")).ok
+        [pid] = _server_pids(b"mcp_server_time")
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while connection(specs["time"]).alive and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        seen = [e async for e in agent.stream("second")]
+        [result] = [e for e in seen if isinstance(e, ToolCallFinished)]
+        assert not result.is_error and '"timezone": "UTC"' in result.content
+        assert connection(specs["time"]).starts == 2
+        assert _server_pids(b"mcp_server_time") not in ([], [pid])
+    finally:
+        await close_all()
+
+
+async def test_a_server_that_hangs_hits_the_call_timeout(tmp_path: Path) -> None:
+    silent = socket.socket()  # accepts connections and never answers: the fetch never ends
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+    specs = server_specs({"fetch": {"command": sys.executable, "timeout": 2,
+                                    "args": ["-m", "mcp_server_fetch", "--ignore-robots-txt", "--allow-private-ips"]}})
+    model = ScriptedModel([{"tool_calls": [{"name": "fetch__fetch", "arguments": {"url": url}}]},
+                           {"text": "It did not answer."}])
+    agent = Agent(model, [], workspace=tmp_path, mcp_servers=specs)
+    try:
+        t0 = time.monotonic()
+        seen = [e async for e in agent.stream("fetch it")]
+        assert time.monotonic() - t0 < 30
+        [result] = [e for e in seen if isinstance(e, ToolCallFinished)]
+        assert result.is_error and "did not finish within 2 s" in result.content
+        assert seen[-1].status == "completed"
+    finally:
+        await close_all()
+        silent.close()
+
+
+def test_workspace_servers_run_only_once_the_workspace_is_trusted(shou, workspace: Path) -> None:
+    (workspace / "shou.toml").write_text(
+        '[mcp_servers.time]\ncommand = "python"\nargs = ["-m", "mcp_server_time"]\n')
+    r = shou("mcp", "list", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [] and "not trusted" in r.stderr
+    assert shou("trust", "--yes").returncode == 0
+    r = shou("mcp", "list", "--json")
+    assert r.returncode == 0, r.stderr
+    [row] = json.loads(r.stdout)
+    assert row["ok"] and row["tools"] == ["time__get_current_time", "time__convert_time"]
+
+
+def test_a_bad_server_table_is_a_clear_error(shou) -> None:
+    r = shou("mcp", "list", SHOU_MCP_SERVERS=json.dumps({"x": {"command": "a", "url": "http://b"}}))
+    assert r.returncode == 2 and "either command" in r.stderr and "Traceback" not in r.stderr
