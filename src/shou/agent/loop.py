@@ -210,6 +210,12 @@ class Run:
         ctx.state["shou.run"] = self  # what `delegate` needs to start a sub-agent under this run
         return executor, ctx
 
+    async def call_tools(self, calls: list[ToolCall]) -> str | None:
+        """Screen and run `calls` outside a model turn (an MCP client's calls, code calling tools), exactly as
+        the loop would: permissions, approvals, timeouts, events. Returns why some wait, if they do."""
+        executor, ctx = self.tools_and_context()
+        return await self._run_calls(executor, ctx, calls)
+
     async def _steps(self) -> tuple[RunStatus, str, str | None]:
         agent = self.agent
         guard = RepeatGuard(agent.repeat_limit)

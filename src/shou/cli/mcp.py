@@ -1,4 +1,5 @@
 """`shou mcp list`: the MCP servers of the settings, whether each starts, and the tools it offers.
+`shou mcp serve`: this workspace's agent as an MCP server (shou.mcp.serve), over stdio or `--http PORT`.
 
 Servers come from `[mcp_servers.NAME]` in the user's shou.toml, a trusted workspace's shou.toml, or
 `SHOU_MCP_SERVERS`; a workspace that is not trusted cannot name one (they are commands), and the command
@@ -17,7 +18,23 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ShouError
-from .build import WorkspaceOpt, err, fail
+from .build import (
+    BaseUrlOpt,
+    FunctionsOpt,
+    ModelOpt,
+    OptionOpt,
+    Options,
+    ProviderOpt,
+    SandboxOpt,
+    StepsOpt,
+    ToolsOpt,
+    WorkspaceOpt,
+    YesOpt,
+    build_agent,
+    close_resources,
+    err,
+    fail,
+)
 from .render import printable, short
 
 mcp_app = typer.Typer(help="MCP servers: list them and their tools.", no_args_is_help=True)
@@ -68,3 +85,47 @@ async def _probe(specs: dict[str, Any]) -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(one(s) for s in specs.values())))
     finally:
         await close_all()
+
+
+HttpOpt = Annotated[int | None, typer.Option(
+    "--http", metavar="PORT", min=0, max=65535,
+    help="Serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio.")]
+
+
+@mcp_app.command(name="serve")
+def serve(
+    http: HttpOpt = None, model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None,
+    max_steps: StepsOpt = None, workspace: WorkspaceOpt = None, tools: ToolsOpt = None,
+    functions: FunctionsOpt = None, sandbox: SandboxOpt = None, option: OptionOpt = None, yes: YesOpt = False,
+) -> None:
+    """Serve the agent's tools, and run_agent(task), to MCP clients (stdio unless --http).
+
+    Calls run under the sandbox and the permission policy of `shou run`; one that would ask a person is
+    refused unless --yes.
+    """
+    from ..mcp.serve import serve_http, serve_stdio
+
+    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, False, sandbox, None, option,
+                   yes, "yes" if yes else "deny")
+    try:
+        agent, _ = build_agent(opts)
+    except ShouError as e:
+        raise fail(str(e)) from None
+
+    async def main() -> None:
+        try:
+            if http is None:
+                await serve_stdio(agent)
+            else:
+                err.print(f"[dim]shou MCP server at http://127.0.0.1:{http}/mcp[/]")
+                await serve_http(agent, http)
+        finally:
+            await close_resources(agent)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if agent.store is not None:
+            agent.store.close()
