@@ -114,6 +114,7 @@ class Agent:
         plan_step_max_steps: int = 8, plan_step_timeout: float = 120.0, reflect: bool = False, max_reviews: int = 1,
         review_model: Model | str | None = None, agents: Mapping[str, AgentSpec] | None = None,
         delegation: bool = False, skills: SkillSet | None = None, mcp_servers: Mapping[str, ServerSpec] | None = None,
+        code_mode: bool = False,
     ) -> None:
         if isinstance(model, str):
             from ..models import get_model
@@ -163,6 +164,12 @@ class Agent:
             from .delegate import delegate_tool
 
             self.tools = ToolSet([*self.tools, delegate_tool(self.agents)])
+        self.code_mode = code_mode
+        self.code_tools = self.tools  # what code calls in code mode; the model is offered `python` alone
+        if code_mode:
+            from .code import python_tool
+
+            self.tools = ToolSet([python_tool(self.code_tools)])
         self.workspace = _resolved(workspace)
         self.model_settings = model_settings
         self.store = store

@@ -58,6 +58,8 @@ PlanOpt = Annotated[bool, typer.Option(
     "--plan", help="Plan first: break the task into steps, run each as its own loop, re-plan when one fails.")]
 ReflectOpt = Annotated[bool, typer.Option(
     "--reflect", help="Have a critic check the final answer; a rejected one goes back with its feedback.")]
+CodeOpt = Annotated[bool, typer.Option(
+    "--code", help="Code as action: the model writes Python that calls the tools (in the sandbox).")]
 ContinueOpt = Annotated[bool, typer.Option("--continue", "-c", help="Continue the workspace's latest session.")]
 
 
@@ -83,6 +85,7 @@ class Options:
     otel: bool = False
     plan: bool = False
     reflect: bool = False
+    code: bool = False
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -219,7 +222,7 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         plan_step_max_steps=settings.plan_step_max_steps, plan_step_timeout=settings.plan_step_timeout,
         max_reviews=settings.max_reviews, review_model=settings.review_model,
         agents=agent_specs(settings.agents), delegation=settings.delegation and offered("delegate"),
-        mcp_servers=server_specs(settings.mcp_servers),
+        mcp_servers=server_specs(settings.mcp_servers), code_mode=opts.code,
         observers=observers(settings, opts.otel), context=ContextPolicy(embed=default_embed()),
     )
     return agent, settings

@@ -19,6 +19,7 @@ from ..errors import ShouError
 from .build import (
     ApprovalsOpt,
     BaseUrlOpt,
+    CodeOpt,
     ContinueOpt,
     FunctionsOpt,
     MaxCostOpt,
@@ -57,12 +58,13 @@ def run(
     option: OptionOpt = None, yes: YesOpt = False, approvals: ApprovalsOpt = None,
     max_cost: MaxCostOpt = None, token_budget: TokenBudgetOpt = None, otel: OtelOpt = False,
     json_lines: JsonOpt = False, continue_: ContinueOpt = False, plan: PlanOpt = False, reflect: ReflectOpt = False,
+    code: CodeOpt = False,
 ) -> None:
     """Carry out TASK with the model and tools, streaming what happens, then print a summary."""
     task = _read_task(task)
     session = continued(session, continue_, workspace)
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
-                   option, yes, approvals, max_cost, token_budget, otel, plan, reflect)
+                   option, yes, approvals, max_cost, token_budget, otel, plan, reflect, code)
     _execute(opts, json_lines, lambda agent: agent.stream(task, session))
 
 

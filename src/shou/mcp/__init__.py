@@ -26,7 +26,7 @@ async def connect(agent: Agent, servers: Mapping[str, ServerSpec]) -> list[str]:
     (the run goes on without its tools)."""
     problems = []
     offered: dict[str, list[str]] = agent.mcp_offered
-    tools = agent.tools
+    tools = agent.code_tools if agent.code_mode else agent.tools
     for name, spec in servers.items():
         try:
             fresh = await list_tools(spec)
@@ -39,5 +39,10 @@ async def connect(agent: Agent, servers: Mapping[str, ServerSpec]) -> list[str]:
         added = [t for t in fresh if t.name not in taken]
         tools = ToolSet([*kept, *added])
         offered[name] = [t.name for t in added]
-    agent.tools = tools
+    if agent.code_mode:  # the code calls them; the python tool's description lists them
+        from ..agent.code import python_tool
+
+        agent.code_tools, agent.tools = tools, ToolSet([python_tool(tools)])
+    else:
+        agent.tools = tools
     return problems

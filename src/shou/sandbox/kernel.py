@@ -1,10 +1,13 @@
 """The persistent Python interpreter that runs *inside* the sandbox for `run_code(..., stateful=True)`.
 
 This file is copied into the sandbox and run with the sandbox's own python3, so it uses the standard
-library only. Protocol: one JSON object per line. The host sends `{"code": "..."}` on the kernel's
-stdin; the kernel answers `{"stdout": ..., "stderr": ..., "error": ...}` on a private copy of its
-stdout. During a cell, file descriptors 1 and 2 point at files, so output from child processes is
-captured too and a flood cannot corrupt the protocol; only the head and tail of each are sent back.
+library only. Protocol: one JSON object per line. The host sends `{"code": "...", "tools": [...]}` on the
+kernel's stdin; the kernel answers `{"stdout": ..., "stderr": ..., "error": ...}` on a private copy of its
+stdout. `tools` (code mode) become Python functions for the cell: calling one writes `{"call": {"name",
+"arguments"}}` and waits for the host's `{"value": ...}` or `{"error": "..."}` line (raised as `ToolError`),
+so the host runs every tool, with its own checks; the code itself never leaves the sandbox. During a cell,
+file descriptors 1 and 2 point at files, so output from child processes is captured too and a flood
+cannot corrupt the protocol; only the head and tail of each are sent back.
 """
 
 import ast
@@ -30,6 +33,38 @@ def _read_capped(path: str) -> str:
         tail = f.read()
     note = f"\n[... {size - 2 * KEEP} bytes omitted ...]\n".encode()
     return (head + note + tail).decode("utf-8", "replace")
+
+
+class ToolError(Exception):
+    """A tool called from the code failed, or the call was refused (its message says why)."""
+
+
+def _tool_function(name: str, params: list, doc: str, commands, replies):
+    """A function that asks the host to run tool `name` with the given arguments and returns its value."""
+
+    def call(*args, **kwargs):
+        if len(args) > len(params):
+            raise TypeError(f"{name}() takes {len(params)} positional arguments but {len(args)} were given")
+        arguments = dict(zip(params, args, strict=False))
+        for key, value in kwargs.items():
+            if key in arguments:
+                raise TypeError(f"{name}() got multiple values for argument {key!r}")
+            arguments[key] = value
+        try:
+            line = json.dumps({"call": {"name": name, "arguments": arguments}})
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{name}(): the arguments must be JSON values (str, int, float, bool, None, "
+                            f"list, dict): {e}") from None
+        replies.write(line + "\n")
+        replies.flush()
+        answer = json.loads(commands.readline() or "{}")
+        if "value" not in answer:
+            raise ToolError(answer.get("error") or f"{name}: no answer from the host")
+        return answer["value"]
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = doc
+    return call
 
 
 def _run_cell(code: str, namespace: dict) -> str | None:
@@ -76,6 +111,11 @@ def main() -> None:
         os.close(err_fd)
         sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), encoding="utf-8", line_buffering=True)
         sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), encoding="utf-8", line_buffering=True)
+        for spec in request.get("tools") or ():
+            namespace[spec["name"]] = _tool_function(spec["name"], spec["params"], spec.get("doc", ""), commands,
+                                                     replies)
+        if request.get("tools"):
+            namespace["ToolError"] = ToolError
         error = _run_cell(request["code"], namespace)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # a full /tmp must not kill the kernel

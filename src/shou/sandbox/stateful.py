@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,6 +18,15 @@ from ..errors import ToolError
 from .base import ExecResult, Limits
 
 KERNEL_SOURCE = (Path(__file__).parent / "kernel.py").read_bytes()
+OnCall = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class Starter(Protocol):
@@ -59,8 +69,14 @@ class StatefulPython:
             self._handle = None
             raise ToolError("the Python interpreter could not start in the sandbox")
 
-    async def execute(self, code: str, time_limit: float | None = None) -> ExecResult:
-        """Run `code` in the session's interpreter; a timeout or crash restarts it on the next call."""
+    async def execute(self, code: str, time_limit: float | None = None, *, tools: list[dict[str, Any]] | None = None,
+                      on_call: OnCall | None = None) -> ExecResult:
+        """Run `code` in the session's interpreter; a timeout or crash restarts it on the next call.
+
+        `tools` (`{"name", "params", "doc"}`) become functions in the cell; each call they make is handed to
+        `on_call({"name", "arguments"})`, whose `{"value": ...}` or `{"error": "..."}` goes back to the code.
+        The time limit covers the whole cell, the calls it makes included.
+        """
         limit = time_limit or self.limits.timeout
         async with self._lock:
             await self._ensure()
@@ -68,9 +84,18 @@ class StatefulPython:
             start = time.perf_counter()
             note, self._restart_note = self._restart_note, ""
             try:
-                proc.stdin.write(json.dumps({"code": code}).encode() + b"\n")
+                proc.stdin.write(json.dumps({"code": code, "tools": tools or []}).encode() + b"\n")
                 await proc.stdin.drain()
-                line = await asyncio.wait_for(proc.stdout.readline(), limit)
+                async with asyncio.timeout(limit):
+                    while True:
+                        line = await proc.stdout.readline()
+                        reply = _decode(line) if line else None
+                        if reply is None or "call" not in reply:
+                            break
+                        answer = await on_call(reply["call"]) if on_call is not None else {
+                            "error": "tools cannot be called from this code"}
+                        proc.stdin.write(json.dumps(answer).encode() + b"\n")
+                        await proc.stdin.drain()
             except TimeoutError:
                 await self.close()
                 self._restart_note = ("[the previous call timed out, so the Python interpreter was restarted: "
@@ -78,12 +103,15 @@ class StatefulPython:
                 return ExecResult("", "", None, time.perf_counter() - start, "timeout",
                                   note=f"the time limit is {limit:g} s; the interpreter was stopped")
             except (BrokenPipeError, ConnectionResetError):
-                line = b""
+                line, reply = b"", None
             except BaseException:
                 await self.close()  # cancelled mid-cell: the interpreter's state is unknown
                 raise
             duration = time.perf_counter() - start
-            if not line:
+            if reply is None:
+                if line:  # not the protocol: the interpreter is in a state nothing can trust
+                    await self.close()
+                    return ExecResult("", "", None, duration, "killed", note="the interpreter broke its protocol")
                 await proc.wait()
                 code_ = proc.returncode
                 await self.close()
@@ -91,10 +119,9 @@ class StatefulPython:
                                       "variables and imports from earlier calls are gone]")
                 reason = "memory" if code_ in (-9, 137) else "killed"
                 return ExecResult("", "", code_, duration, reason, note="the interpreter crashed during this call")
-            reply = json.loads(line)
             error = reply.get("error")
-            stderr = reply["stderr"] + (error or "")
-            return ExecResult(reply["stdout"], stderr, 1 if error else 0, duration, "exit", note=note)
+            stderr = str(reply.get("stderr", "")) + (error or "")
+            return ExecResult(str(reply.get("stdout", "")), stderr, 1 if error else 0, duration, "exit", note=note)
 
     async def close(self) -> None:
         """Stop the interpreter."""
