@@ -217,9 +217,11 @@ def convert(key: str, raw: Any, source: str) -> Any:
             return Path(raw)
         if typing.get_origin(kind) is dict:
             table = json.loads(raw) if isinstance(raw, str) else raw
+            if key == "agents":
+                return _named_tables(table, key, "instructions, model, tools, max_steps, description")
             if key == "mcp_servers":
-                return _server_tables(table)
-            return _agent_tables(table) if key == "agents" else _price_table(table)
+                return _named_tables(table, key, "command, args, env (stdio) or url, headers; timeout")
+            return _price_table(table)
         if not isinstance(raw, str | int | float) or isinstance(raw, bool):
             raise ValueError("expected text")
         return str(raw)
@@ -228,35 +230,22 @@ def convert(key: str, raw: Any, source: str) -> Any:
         raise ConfigError(f"setting {key!r} from {source} is invalid ({shown!r}): {e}") from None
 
 
-def _agent_tables(raw: Any) -> dict[str, dict[str, Any]]:
-    """`[agents.NAME]` tables, each checked (shou.agent.delegate.AgentSpec)."""
-    from .agent.delegate import AgentSpec
+def _named_tables(raw: Any, key: str, fields: str) -> dict[str, dict[str, Any]]:
+    """`[KEY.NAME]` tables (`agents`, `mcp_servers`), each checked by its spec's `from_table` (a `UserError`
+    there is this setting's error)."""
     from .errors import UserError
 
+    if key == "agents":
+        from .agent.delegate import AgentSpec as Spec
+    else:
+        from .mcp.servers import ServerSpec as Spec  # type: ignore[assignment]
     if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
-        raise ValueError("expected tables [agents.NAME] with instructions, model, tools, max_steps, description")
-    for name, table in raw.items():
-        if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
-            raise ValueError(f"agent name {name!r}: use letters, digits, - and _")
-        try:
-            AgentSpec.from_table(name, table)
-        except UserError as e:
-            raise ValueError(str(e)) from None
-    return {str(k): dict(v) for k, v in raw.items()}
-
-
-def _server_tables(raw: Any) -> dict[str, dict[str, Any]]:
-    """`[mcp_servers.NAME]` tables, each checked (shou.mcp.servers.ServerSpec)."""
-    from .errors import UserError
-    from .mcp.servers import ServerSpec
-
-    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
-        raise ValueError("expected tables [mcp_servers.NAME] with command, args, env or url, headers")
+        raise ValueError(f"expected tables [{key}.NAME] with {fields}")
     for name, table in raw.items():
         if not isinstance(name, str) or not name or not name.replace("-", "").replace("_", "").isalnum():
-            raise ValueError(f"MCP server name {name!r}: use letters, digits, - and _")
+            raise ValueError(f"[{key}.{name}]: a name is letters, digits, - and _")
         try:
-            ServerSpec.from_table(name, table)
+            Spec.from_table(name, table)
         except UserError as e:
             raise ValueError(str(e)) from None
     return {str(k): dict(v) for k, v in raw.items()}

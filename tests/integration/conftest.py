@@ -63,3 +63,27 @@ def shou(tmp_path: Path, workspace: Path) -> Callable[..., subprocess.CompletedP
 def tool_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
     """The tool-role messages of a recorded request."""
     return [m for m in request["messages"] if m["role"] == "tool"]
+
+
+@pytest.fixture
+def loopback_page() -> Iterator[str]:
+    """The URL of a small HTML page served on 127.0.0.1 by a thread of the test process."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><body><h1>Loopback page</h1><p>The answer is forty-two.</p></body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/"
+    srv.shutdown()

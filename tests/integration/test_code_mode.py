@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-
-import pytest
 
 
 def _events(stdout: str) -> list[dict]:
@@ -61,31 +56,14 @@ def test_a_refused_call_raises_in_the_code(serve, shou, workspace: Path) -> None
     assert outer["content"].rstrip().endswith("2")
 
 
-@pytest.fixture
-def host_page() -> Iterator[str]:
-    class Page(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"reachable")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/"
-    srv.shutdown()
-
-
-def test_the_code_cannot_reach_the_network(serve, shou, host_page: str) -> None:
-    code = (f"import urllib.request\ntry:\n    print(urllib.request.urlopen({host_page!r}, timeout=3).read())\n"
+def test_the_code_cannot_reach_the_network(serve, shou, loopback_page: str) -> None:
+    code = (f"import urllib.request\ntry:\n    print(urllib.request.urlopen({loopback_page!r}, timeout=3).read())\n"
             "except Exception as e:\n    print('blocked:', type(e).__name__)\n")
     srv = serve([{"tool_calls": [{"name": "python", "arguments": {"code": code}}]}, {"text": "ok"}])
     r = shou("run", "--code", "--json", "reach out", server=srv)
     assert r.returncode == 0, r.stderr
     [outer] = [e for e in _events(r.stdout) if e["type"] == "tool_call_finished" and not e.get("parent")]
-    assert "blocked:" in outer["content"] and "reachable" not in outer["content"]
+    assert "blocked:" in outer["content"] and "forty-two" not in outer["content"]
 
 
 def test_code_calls_mcp_tools_and_their_output_stays_marked(serve, shou) -> None:
@@ -100,3 +78,21 @@ def test_code_calls_mcp_tools_and_their_output_stays_marked(serve, shou) -> None
     [outer] = [e for e in _events(r.stdout) if e["type"] == "tool_call_finished" and not e.get("parent")]
     assert "dict UTC" in outer["content"]  # the server's structured content, as a dict
     assert outer["content"].lstrip().startswith("<untrusted-content")  # it came from outside
+
+
+def test_code_that_writes_on_the_pipe_itself_gets_an_answer_not_a_crash(serve, shou) -> None:
+    # the tool functions' pipe is reachable from the code: forged requests must be answered like calls
+    code = ("import json\ncells = [c.cell_contents for c in calculator.__closure__]\n"
+            "w = next(c for c in cells if getattr(c, 'mode', '') == 'w')\n"
+            "r = next(c for c in cells if getattr(c, 'mode', '') == 'r')\n"
+            "w.write(json.dumps({'call': 'not a call'}) + '\\n'); w.flush(); print(r.readline().strip())\n"
+            "w.write(json.dumps({'call': {'name': 'shell', 'arguments': {'command': 'id'}}}) + '\\n'); w.flush()\n"
+            "print(r.readline().strip())\ncalculator(expression='2*3')")
+    srv = serve([{"tool_calls": [{"name": "python", "arguments": {"code": code}}]}, {"text": "ok"}])
+    r = shou("run", "--code", "--json", "poke", server=srv, SHOU_PERMISSIONS_DENY="shell")
+    assert r.returncode == 0, r.stderr
+    events = _events(r.stdout)
+    [outer] = [e for e in events if e["type"] == "tool_call_finished" and not e.get("parent")]
+    assert "must name the tool" in outer["content"] and outer["content"].rstrip().endswith("6")
+    [shell] = [e for e in events if e["type"] == "tool_call_finished" and e.get("parent") and e["name"] == "shell"]
+    assert shell["is_error"]  # the policy still decides a forged call

@@ -9,10 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -29,26 +26,6 @@ def _events(stdout: str) -> list[dict]:
 
 
 @pytest.fixture
-def page() -> Iterator[str]:
-    class Page(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"<html><body><h1>Loopback page</h1><p>The answer is forty-two.</p></body></html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/"
-    srv.shutdown()
-
-
-@pytest.fixture
 def repo(tmp_path: Path) -> Path:
     path = tmp_path / "repo"
     path.mkdir()
@@ -60,7 +37,7 @@ def repo(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_run_calls_time_git_and_fetch_servers(serve, shou, repo: Path, page: str) -> None:
+def test_a_run_calls_time_git_and_fetch_servers(serve, shou, repo: Path, loopback_page: str) -> None:
     servers = {"time": TIME,
                "git": {"command": sys.executable, "args": ["-m", "mcp_server_git", "--repository", str(repo)]},
                "fetch": {"command": sys.executable, "args": ["-m", "mcp_server_fetch", "--ignore-robots-txt",
@@ -68,7 +45,7 @@ def test_a_run_calls_time_git_and_fetch_servers(serve, shou, repo: Path, page: s
     srv = serve([
         {"tool_calls": [{"name": "time__get_current_time", "arguments": {"timezone": "UTC"}}]},
         {"tool_calls": [{"name": "git__git_log", "arguments": {"repo_path": str(repo), "max_count": 5}}]},
-        {"tool_calls": [{"name": "fetch__fetch", "arguments": {"url": page, "max_length": 2000}}]},
+        {"tool_calls": [{"name": "fetch__fetch", "arguments": {"url": loopback_page, "max_length": 2000}}]},
         {"tool_calls": [{"name": "time__get_current_time", "arguments": {"timezone": "Nowhere/Atlantis"}}]},
         {"text": "Done."},
     ])

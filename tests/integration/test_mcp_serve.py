@@ -11,14 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from shou.models.scripted import ScriptedServer
 
 from .conftest import shou_env
 
+TOKEN = "test-token-for-this-server"
 SCRIPT = [
     {"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]},
     {"text": "The product is 42."},
@@ -64,9 +67,9 @@ def http_server(serve: Any, tmp_path: Path, workspace: Path) -> Iterator[tuple[s
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    env = {**_env(tmp_path, srv), "SHOU_MCP_TOKEN": TOKEN}
     proc = subprocess.Popen([sys.executable, "-m", "shou", "mcp", "serve", "--http", str(port), "-w", str(workspace)],
-                            env=_env(tmp_path, srv), cwd=workspace, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            env=env, cwd=workspace, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -83,8 +86,17 @@ def http_server(serve: Any, tmp_path: Path, workspace: Path) -> Iterator[tuple[s
 
 async def test_serve_over_streamable_http(http_server: tuple[str, ScriptedServer]) -> None:
     url, srv = http_server
-    async with Client(url, read_timeout_seconds=60) as client:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+    async with Client(streamable_http_client(url, http_client=http), read_timeout_seconds=60) as client:
         await _exercise(client, srv)
+
+
+async def test_http_needs_the_token(http_server: tuple[str, ScriptedServer]) -> None:
+    url, _ = http_server
+    async with httpx2.AsyncClient(timeout=10) as http:
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            r = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=headers)
+            assert r.status_code == 401
 
 
 async def test_a_call_the_policy_would_ask_about_is_refused(serve: Any, tmp_path: Path, workspace: Path) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import secrets
 from typing import Annotated, Any
 
 import typer
@@ -89,7 +91,8 @@ async def _probe(specs: dict[str, Any]) -> list[dict[str, Any]]:
 
 HttpOpt = Annotated[int | None, typer.Option(
     "--http", metavar="PORT", min=0, max=65535,
-    help="Serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio.")]
+    help="Serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio; clients send the bearer token it prints "
+         "(or SHOU_MCP_TOKEN).")]
 
 
 @mcp_app.command(name="serve")
@@ -117,8 +120,9 @@ def serve(
             if http is None:
                 await serve_stdio(agent)
             else:
-                err.print(f"[dim]shou MCP server at http://127.0.0.1:{http}/mcp[/]")
-                await serve_http(agent, http)
+                token = os.environ.get("SHOU_MCP_TOKEN") or secrets.token_urlsafe(24)
+                err.print(f"shou MCP server at http://127.0.0.1:{http}/mcp: send Authorization: Bearer {token}")
+                await serve_http(agent, http, token)
         finally:
             await close_resources(agent)
 

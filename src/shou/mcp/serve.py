@@ -124,10 +124,25 @@ async def serve_stdio(agent: Agent) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-async def serve_http(agent: Agent, port: int, host: str = "127.0.0.1") -> None:
-    """Serve streamable HTTP at `http://HOST:PORT/mcp` (loopback: the tools act on this machine)."""
-    import uvicorn
+async def serve_http(agent: Agent, port: int, token: str, host: str = "127.0.0.1") -> None:
+    """Serve streamable HTTP at `http://HOST:PORT/mcp`. Loopback is shared by every user and program of the
+    machine, and these tools act on the workspace: each request must carry `Authorization: Bearer TOKEN`."""
+    import hmac
 
-    app = make_server(agent).streamable_http_app(host=host)
+    import uvicorn
+    from starlette.responses import PlainTextResponse
+
+    inner = make_server(agent).streamable_http_app(host=host)
+    expected = f"Bearer {token}".encode()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                await PlainTextResponse("a bearer token is required (shou mcp serve printed it)", 401)(
+                    scope, receive, send)
+                return
+        await inner(scope, receive, send)
+
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     await uvicorn.Server(config).serve()
