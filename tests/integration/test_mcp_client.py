@@ -147,3 +147,40 @@ def test_workspace_servers_run_only_once_the_workspace_is_trusted(shou, workspac
 def test_a_bad_server_table_is_a_clear_error(shou) -> None:
     r = shou("mcp", "list", SHOU_MCP_SERVERS=json.dumps({"x": {"command": "a", "url": "http://b"}}))
     assert r.returncode == 2 and "either command" in r.stderr and "Traceback" not in r.stderr
+
+
+async def test_a_server_that_dies_mid_call_fails_that_call_and_serves_the_next(tmp_path: Path,
+                                                                              loopback_page: str) -> None:
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    hang = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+    specs = server_specs({"fetch": {"command": sys.executable, "timeout": 30,
+                                    "args": ["-m", "mcp_server_fetch", "--ignore-robots-txt", "--allow-private-ips"]}})
+    model = ScriptedModel([{"tool_calls": [{"name": "fetch__fetch", "arguments": {"url": hang}}]}, {"text": "one"},
+                           {"tool_calls": [{"name": "fetch__fetch", "arguments": {"url": loopback_page}}]},
+                           {"text": "two"}])
+    agent = Agent(model, [], workspace=tmp_path, mcp_servers=specs)
+
+    async def kill_when_called() -> None:
+        silent.setblocking(False)
+        conn, _ = await asyncio.get_running_loop().sock_accept(silent)  # the fetch is under way: kill the server
+        for pid in _server_pids(b"mcp_server_fetch"):
+            os.kill(pid, signal.SIGKILL)
+        conn.close()
+
+    try:
+        killer = asyncio.ensure_future(kill_when_called())
+        t0 = time.monotonic()
+        first = [e async for e in agent.stream("fetch the silent one")]
+        await killer
+        assert time.monotonic() - t0 < 20  # not the 30 s timeout: the death ended the call
+        [failed] = [e for e in first if isinstance(e, ToolCallFinished)]
+        assert failed.is_error and "stopped during the call" in failed.content
+        second = [e async for e in agent.stream("fetch the page")]
+        [ok] = [e for e in second if isinstance(e, ToolCallFinished)]
+        assert not ok.is_error and "forty-two" in ok.content
+        assert connection(specs["fetch"]).starts == 2
+    finally:
+        await close_all()
+        silent.close()

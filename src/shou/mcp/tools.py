@@ -50,37 +50,32 @@ async def list_tools(spec: ServerSpec) -> list[Tool]:
         description = (t.description or t.title or t.name)[:DESCRIPTION_CHARS]
         annotations = t.annotations
         idempotent = bool(annotations and (annotations.read_only_hint or annotations.idempotent_hint))
-        out.append(Tool(name, f"[MCP server {spec.name}] {description}", schema, _caller(conn, t.name, idempotent),
+        out.append(Tool(name, f"[MCP server {spec.name}] {description}", schema, _caller(conn, t.name),
                         timeout=spec.timeout, idempotent=idempotent, untrusted_output=True))
     return out
 
 
-def _caller(conn: Connection, remote: str, idempotent: bool) -> Any:
+def _caller(conn: Connection, remote: str) -> Any:
     async def call(**arguments: Any) -> ToolResult:
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED
 
-        for attempt in (1, 2):
-            try:
-                client = await conn.get()
-            except ConnectionError as e:
-                return ToolResult.error(f"Error: {e}")
-            try:
-                return convert(await client.call_tool(remote, arguments))
-            except MCPError as e:
-                if e.error.code != CONNECTION_CLOSED:  # the server answered with a protocol error: it is up
-                    return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} refused the call: {e}")
-                conn.lost("the connection closed")
-                if idempotent and attempt == 1:  # harmless to send again, to the server started anew
-                    continue
-                return ToolResult.error(
-                    f"Error: the MCP server {conn.spec.name!r} stopped (its connection closed), so this call may "
-                    "or may not have been made; it is started again for the next call")
-            except Exception as e:  # the transport broke some other way: this call fails, the next restarts
-                conn.lost(f"{type(e).__name__}: {e}")
-                return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} failed during the call "
-                                        f"({type(e).__name__}: {e}); it is started again for the next call")
-        raise AssertionError("unreachable")
+        try:
+            client = await conn.get()  # a server found dead since the last call is started again here
+        except ConnectionError as e:
+            return ToolResult.error(f"Error: {e}")
+        try:
+            return convert(await client.call_tool(remote, arguments))
+        except MCPError as e:
+            if e.error.code != CONNECTION_CLOSED:  # the server answered with a protocol error: it is up
+                return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} refused the call: {e}")
+            conn.lost("the connection closed")
+            return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} stopped during the call, so it may "
+                                    "or may not have had its effect; the server is started again for the next call")
+        except Exception as e:  # the transport broke some other way: this call fails, the next restarts
+            conn.lost(f"{type(e).__name__}: {e}")
+            return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} failed during the call "
+                                    f"({type(e).__name__}: {e}); it is started again for the next call")
 
     return call
 
