@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "RunResult": "shou.agent.agent",
     "AgentSpec": "shou.agent.delegate",
     "SkillSet": "shou.skills",
+    "ServerSpec": "shou.mcp.servers",
     "tool": "shou.tools.base",
     "Tool": "shou.tools.base",
     "ToolContext": "shou.tools.base",
@@ -70,6 +71,7 @@ __all__ = [
     "RunResult",
     "SQLiteStore",
     "ScriptedModel",
+    "ServerSpec",
     "Session",
     "Settings",
     "ShouError",
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
     from .config import Settings, load_settings
     from .context.builder import ContextPolicy
     from .errors import ConfigError, ModelError, ShouError, ToolError, UserError
+    from .mcp.servers import ServerSpec
     from .memory import MemoryStore
     from .messages import ImagePart, Message, TextPart, ToolCall
     from .models import get_model

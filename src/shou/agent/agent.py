@@ -99,6 +99,13 @@ class Agent:
     nobody to ask) or "defer" (the run stops `waiting_approval`; for servers). `observers` are called with
     every event after it is logged (OpenTelemetry export, alerts: shou.observe); an event one returns is
     emitted into the run too.
+
+    Composition: `planning` plans first and runs each step as its own loop (`max_replans`,
+    `plan_step_max_steps`, `plan_step_timeout`; shou.agent.plan); `reflect` has a critic (`review_model`)
+    check final answers (`max_reviews`; shou.agent.review); `delegation` offers `delegate` to child agents
+    (`agents`, name -> AgentSpec; shou.agent.delegate); `skills` offers `use_skill` (shou.skills);
+    `mcp_servers` (name -> ServerSpec) adds MCP servers' tools (shou.mcp); `code_mode` offers one `python`
+    tool whose code calls the others (shou.agent.code).
     """
 
     def __init__(
