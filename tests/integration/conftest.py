@@ -87,3 +87,23 @@ def loopback_page() -> Iterator[str]:
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}/"
     srv.shutdown()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """One PostgreSQL cluster for the test session (Debian's package, a temp dir, a unix socket)."""
+    from ..fixtures.postgres import start_postgres
+
+    server = start_postgres()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: Any, request: pytest.FixtureRequest) -> str:
+    """A fresh, empty database on the session's PostgreSQL cluster."""
+    import re
+    import secrets
+
+    name = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40] + "_" + secrets.token_hex(3)
+    return postgres_server.database(name)

@@ -214,8 +214,10 @@ class Agent:
         """A session on this agent's store (continued when `name` already exists there)."""
         return Session(name, self.store)
 
-    def stream(self, task: str, session: Session | str | None = None) -> AsyncIterator[Event]:
-        """Run `task`, yielding every event as it happens; the last one is `RunFinished`.
+    def stream(self, task: str, session: Session | str | None = None, *, run_id: str | None = None
+               ) -> AsyncIterator[Event]:
+        """Run `task`, yielding every event as it happens; the last one is `RunFinished`. `run_id` names the
+        run (default: a new id), for callers that announced it before it started (`shou serve`).
 
         Every event but streaming fragments is in the session log before it is yielded. Stopping the
         iteration early (or cancelling it) cancels the run, which is then recorded as `cancelled` with its
@@ -224,7 +226,7 @@ class Agent:
         """
         _check_task(task)
         # Returned, not iterated here: one generator, so breaking out of the loop closes the run at once.
-        return self._stream(task, session, resume=False)
+        return self._stream(task, session, resume=False, run_id=run_id)
 
     def stream_resume(self, session: Session | str) -> AsyncIterator[Event]:
         """Continue the run a killed process left unfinished in `session`, from its first unfinished step.
@@ -235,7 +237,8 @@ class Agent:
         """
         return self._stream("", session, resume=True)
 
-    def _new_run(self, task: str, session: Session, resume: bool, emit: Callable[[Event], None]) -> Run:
+    def _new_run(self, task: str, session: Session, resume: bool, emit: Callable[[Event], None],
+                 run_id: str | None = None) -> Run:
         """The run to execute on `session` (which this process holds): `task`, or the one a killed process
         left unfinished."""
         if resume:
@@ -244,9 +247,10 @@ class Agent:
                 raise UserError(f"session {session.name!r} has no unfinished run to resume")
             return Run(self, open_run.task, session, emit, resume=open_run)
         session.close_interrupted()
-        return Run(self, task, session, emit)
+        return Run(self, task, session, emit, run_id=run_id)
 
-    async def _stream(self, task: str, session: Session | str | None, *, resume: bool) -> AsyncIterator[Event]:
+    async def _stream(self, task: str, session: Session | str | None, *, resume: bool,
+                      run_id: str | None = None) -> AsyncIterator[Event]:
         if not isinstance(session, Session):
             session = self.session(session)
         owned = not session.locked
@@ -254,7 +258,7 @@ class Agent:
             session.acquire()  # one process at a time: SessionBusy if another has it
         try:
             queue: asyncio.Queue[Event | None] = asyncio.Queue()
-            run = self._new_run(task, session, resume, queue.put_nowait)
+            run = self._new_run(task, session, resume, queue.put_nowait, run_id)
             task_ = asyncio.ensure_future(_execute(run, queue))
             store = session.store
             try:

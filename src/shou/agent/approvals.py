@@ -229,3 +229,18 @@ def describe_arguments(args: dict[str, Any]) -> str:
     """Arguments in full, for a person to read: one `name: value` a line, long values as they are."""
     return "\n".join(f"  {k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
                      for k, v in args.items())
+
+
+def decide(session: Any, call_id: str, allow: bool, reason: str, workspace: Any, by: str | None = None
+           ) -> ApprovalRequested:
+    """Record a person's decision on a call that waits in `session` (held by the caller, caught up), signed
+    when it allows; returns the request decided. `KeyError` when the call does not wait there."""
+    req = session.pending_approvals.get(call_id)
+    if req is None:
+        raise KeyError(call_id)
+    why = reason or ("approved" if allow else "denied")
+    decided = ApprovalDecided(req.run_id, req.step, call_id, req.call.name, allow, by or person(), "once", req.rule,
+                              why, time.time())
+    session.record(sign(decided, bound_to(workspace, session.name), req.call.arguments) if allow else decided)
+    session.commit()
+    return req

@@ -69,6 +69,7 @@ def _mount_subcommands() -> None:
     from .mcp import mcp_app
     from .memory import memory_app
     from .runs import resume, run
+    from .serve import serve
     from .sessions import sessions, show
     from .skills import skills
     from .trace import trace, usage
@@ -87,6 +88,7 @@ def _mount_subcommands() -> None:
     app.command(name="trust")(trust)
     app.command()(trace)
     app.command()(usage)
+    app.command()(serve)
 
 
 _mount_subcommands()

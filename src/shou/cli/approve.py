@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..agent.approvals import Answer, ApprovalRequest, bound_to, describe_arguments, person, sign
+from ..agent.approvals import Answer, ApprovalRequest, decide, describe_arguments
 from ..tools.executor import parse_arguments
 from .build import WorkspaceOpt, err, fail
 from .render import printable
@@ -106,7 +106,6 @@ def approvals(workspace: WorkspaceOpt = None,
 
 def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None) -> None:
     from ..errors import ShouError
-    from ..events import ApprovalDecided
     from ..session import Session
 
     with _stores(workspace) as store:
@@ -125,14 +124,10 @@ def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None) -> N
                 raise fail(str(e)) from None
             try:
                 session.refresh()
-                if call_id not in session.pending_approvals:
-                    raise fail(f"call {call_id} was decided meanwhile")
-                why = reason or ("approved" if allow else "denied")
-                decided = ApprovalDecided(req.run_id, req.step, call_id, req.call.name, allow, person(), "once",
-                                          req.rule, why, time.time())
-                where = bound_to((workspace or Path.cwd()).resolve(), session.name)
-                session.record(sign(decided, where, req.call.arguments) if allow else decided)
-                session.commit()
+                try:
+                    decide(session, call_id, allow, reason, (workspace or Path.cwd()).resolve())
+                except KeyError:
+                    raise fail(f"call {call_id} was decided meanwhile") from None
             finally:
                 session.release()
             verb = "approved" if allow else "denied"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import sqlite3
 import threading
@@ -259,13 +258,28 @@ class SQLiteStore:
         self.commit()
         cur = self._db.execute("SELECT id, data FROM events WHERE session = ? AND id > ? AND writer != ? ORDER BY id",
                                (session, after, other_than))
-        out = []
-        for row_id, data in cur.fetchall():
+        return decoded(cur.fetchall())
+
+    def run_rows(self, session: str, run_id: str, after: int = 0) -> list[tuple[int, Event]]:
+        """`(id, event)` of run `run_id` and its sub-runs (`RUN.N...`) in `session`, after id `after`."""
+        self.commit()
+        cur = self._db.execute("SELECT id, data FROM events WHERE session = ? AND id > ? AND (run_id = ? OR "
+                               "substr(run_id, 1, ?) = ?) ORDER BY id",
+                               (session, after, run_id, len(run_id) + 1, run_id + "."))
+        return decoded(cur.fetchall())
+
+    def delete(self, session: str) -> None:
+        """Remove `session` and all its events."""
+        self.commit()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
             try:
-                out.append((row_id, event_from_dict(json.loads(data))))
-            except (ValueError, TypeError, KeyError):
-                continue
-        return out
+                self._db.execute("DELETE FROM events WHERE session = ?", (session,))
+                self._db.execute("DELETE FROM sessions WHERE name = ?", (session,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def sessions(self) -> list[SessionInfo]:
         """All sessions, most recently updated first."""
@@ -320,6 +334,17 @@ class SQLiteStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def decoded(found: list[tuple[int, str]]) -> list[tuple[int, Event]]:
+    """`(id, event)` of stored rows; a row that cannot be decoded (a newer shou's, damage) is left out."""
+    out = []
+    for row_id, data in found:
+        try:
+            out.append((row_id, event_from_dict(orjson.loads(data))))
+        except (ValueError, TypeError, KeyError):
+            continue
+    return out
 
 
 class StoreDamaged(UserError):

@@ -1,0 +1,121 @@
+"""`shou serve`: the HTTP API and web page (docs/serve.md), on SQLite or on PostgreSQL shared by replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ipaddress
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from .build import (
+    BaseUrlOpt,
+    FunctionsOpt,
+    ModelOpt,
+    OptionOpt,
+    Options,
+    ProviderOpt,
+    SandboxOpt,
+    StepsOpt,
+    ToolsOpt,
+    WorkspaceOpt,
+    build_agent,
+    close_resources,
+    err,
+    fail,
+)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port (0: any free one).")] = 8300,
+    store: Annotated[str | None, typer.Option(
+        "--store", help="postgresql://... (shared by replicas), or a SQLite file (default: .shou/shou.db).")] = None,
+    tokens: Annotated[Path | None, typer.Option(
+        "--tokens", help="File of `TOKEN USER` lines; without it only loopback is served.")] = None,
+    max_runs_per_user: Annotated[int, typer.Option(
+        "--max-runs-per-user", min=1, help="Runs one user may have queued or running at once.")] = 8,
+    max_concurrent: Annotated[int, typer.Option(
+        "--max-concurrent", min=1, help="Runs this replica executes at once.")] = 64,
+    lease: Annotated[float, typer.Option(
+        "--lease", min=1.0, help="Seconds a dead replica's runs wait before another takes them.")] = 15.0,
+    replica: Annotated[str, typer.Option("--replica", help="This replica's name (default: random).")] = "",
+    model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
+    workspace: WorkspaceOpt = None, tools: ToolsOpt = None, functions: FunctionsOpt = None, sandbox: SandboxOpt = None,
+    option: OptionOpt = None,
+) -> None:
+    """Serve agents over HTTP: REST runs with streamed events, an OpenAI-compatible endpoint, and a web page."""
+    from ..serve.auth import Tokens
+
+    token_set = Tokens.load(tokens) if tokens is not None else None
+    if token_set is None and not _loopback(host):
+        raise fail(f"refusing to serve {host} without --tokens: anyone who can reach it could run tools here")
+    opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, None, sandbox, None, option,
+                   False, "defer")
+    agent, settings = build_agent(opts)
+    try:
+        asyncio.run(_serve(agent, settings, host, port, store, token_set, max_runs_per_user, max_concurrent, lease,
+                           replica))
+    finally:
+        asyncio.run(close_resources(agent))
+
+
+async def _serve(agent, settings, host: str, port: int, store_spec: str | None, tokens, max_runs_per_user: int,
+                 max_concurrent: int, lease: float, replica: str) -> None:
+    import uvicorn
+
+    from ..serve import open_store
+    from ..serve.app import Server, create_app
+    from ..serve.hub import Hub
+    from ..serve.jobs import RunQueue
+    from ..serve.runner import Runner
+
+    store = open_store(store_spec, settings.workspace, settings.trace_retention_days)
+    if store is not agent.store and agent.store is not None:
+        agent.store.close()
+    agent.store = store
+    if getattr(store, "url", None) and not settings.memory_store:  # long-term memory in the same database
+        agent.settings = dataclasses.replace(settings, memory_store=store.url)
+    queue = RunQueue.open(store)
+    runner = Runner(agent, store, queue, Hub(), replica=replica, max_concurrent=max_concurrent, lease=lease,
+                    max_runs_per_user=max_runs_per_user)
+    app = create_app(Server(runner, tokens, settings.workspace))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    bound = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5,
+                                           lifespan="on"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn offers a flag, not an event
+        await asyncio.sleep(0.05)
+    if server.started:
+        where = f"[{host}]" if family == socket.AF_INET6 else host
+        if tokens is None:
+            err.print("[yellow]no --tokens: serving loopback only; every request is user 'local'[/]")
+        err.print(f"shou serve: replica {escape(runner.replica)}, store {escape(str(store.path))}")
+        err.print(f"shou serve: listening on http://{where}:{bound}", soft_wrap=True)
+    try:
+        await task
+    finally:
+        queue.close()
+        store.close()

@@ -1,0 +1,26 @@
+"""`shou serve`: agents over HTTP (shou.serve.app), on a run queue any number of replicas share
+(shou.serve.jobs, shou.serve.runner), with event streams that resume on any replica (shou.serve.stream)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+
+def open_store(spec: str | None, workspace: Path, retention_days: float | None) -> Any:
+    """The event store `--store` names: `postgresql://...`, a SQLite file path (or `sqlite:///PATH`), or the
+    workspace's `.shou/shou.db` when None."""
+    from ..store.sqlite import SQLiteStore
+
+    if not spec:
+        return SQLiteStore.for_workspace(workspace, retention_days)
+    if spec.startswith(("postgresql://", "postgres://")):
+        from ..store.postgres import PostgresStore
+
+        return PostgresStore(spec, retention_days)
+    if "://" in spec and not spec.startswith("sqlite://"):
+        raise UserError(f"--store must be postgresql://..., sqlite:///PATH or a file path, not {spec.split('://')[0]}://")
+    path = Path(spec.removeprefix("sqlite://")).expanduser()
+    return SQLiteStore(path if path.is_absolute() else workspace / path, retention_days)

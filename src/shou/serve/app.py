@@ -1,0 +1,316 @@
+"""The HTTP API of `shou serve` (Starlette): runs, their event streams, sessions, approvals, docs and the page.
+
+Every handler first names the user (`Server.user()`: 401 without a valid token); every run and session is
+looked up as that user's, so another user's is a 404, indistinguishable from one that does not exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..session import Session, new_session_name
+from ..store.locks import SessionBusy
+from ..tools.executor import parse_arguments
+from .auth import LOCAL_USER, Tokens
+from .docs import docs_page
+from .hub import Hub
+from .jobs import ACTIVE, Job, Refused, RunQueue
+from .runner import Runner
+from .schema import Decision, RunRequest, openapi
+from .stream import run_events, sse
+
+MAX_BODY = 2 * 1024 * 1024  # a task's 400k characters as UTF-8, with room for JSON escapes
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass
+class Server:
+    """What the handlers share: the runner (and through it the store and queue), tokens and the workspace."""
+
+    runner: Runner
+    tokens: Tokens | None
+    workspace: Path
+
+    @property
+    def store(self) -> Any:
+        return self.runner.store
+
+    @property
+    def queue(self) -> RunQueue:
+        return self.runner.queue
+
+    @property
+    def hub(self) -> Hub:
+        return self.runner.hub
+
+    def user(self, request: Request) -> str:
+        """The caller (401 without a valid token, when the server has tokens)."""
+        if self.tokens is None:
+            return LOCAL_USER
+        user = self.tokens.user_of(request.headers.get("authorization"))
+        if user is None:
+            raise HTTPException(401, "a valid bearer token is required (Authorization: Bearer TOKEN)")
+        return user
+
+    def job(self, request: Request, user: str) -> Job:
+        job = self.queue.get(request.path_params["run_id"], user)
+        if job is None:
+            raise HTTPException(404, f"no run {request.path_params['run_id']!r}")
+        return job
+
+    def own_session(self, name: str, user: str) -> None:
+        if self.queue.session_owner(name) != user:
+            raise HTTPException(404, f"no session {name!r}")
+
+
+def error(status: int, message: str, kind: str = "") -> JSONResponse:
+    """The API's error shape."""
+    kinds = {400: "invalid_request", 401: "unauthorized", 404: "not_found", 409: "conflict", 413: "too_large",
+             429: "rate_limited"}
+    return JSONResponse({"error": {"message": message, "type": kind or kinds.get(status, "error")}}, status)
+
+
+async def read_json(request: Request, model: type[BaseModel]) -> Any:
+    """The body as `model` (400 with what is wrong; 413 past MAX_BODY, counted as it arrives)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_BODY:
+        raise HTTPException(413, f"the body is larger than {MAX_BODY} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise HTTPException(413, f"the body is larger than {MAX_BODY} bytes")
+    try:
+        return model.model_validate_json(bytes(body))
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in e.errors())
+        raise HTTPException(400, problems[:2000]) from None
+
+
+def last_event_id(request: Request) -> int:
+    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        raise HTTPException(400, f"Last-Event-ID must be an event id (a number), not {raw[:40]!r}") from None
+
+
+# ---------------------------------------------------------------------------------------------- runs
+
+
+async def create_run(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    user = srv.user(request)
+    body: RunRequest = await read_json(request, RunRequest)
+    session = body.session or new_session_name()
+    if body.session and srv.queue.session_owner(session) is None and srv.store.exists(session):
+        raise HTTPException(404, f"no session {session!r}")  # made outside the API: nobody's to take
+    job = srv.runner.submit(user, session, body.task, body.options.model_dump(exclude_defaults=True))
+    return JSONResponse(job.public(), 202)
+
+
+async def list_runs(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    user = srv.user(request)
+    return JSONResponse({"runs": [j.public() for j in srv.queue.runs(user)]})
+
+
+async def get_run(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    return JSONResponse(srv.job(request, srv.user(request)).public())
+
+
+async def run_stream(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    job = srv.job(request, srv.user(request))
+    after = last_event_id(request)
+    items = run_events(srv.store, srv.hub, srv.queue, job.session, job.run_id, after)
+    return StreamingResponse(sse(items), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def cancel_run(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    job = srv.job(request, srv.user(request))
+    updated = srv.runner.cancel(job) or job
+    return JSONResponse(updated.public(), 202)
+
+
+async def run_trace(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    job = srv.job(request, srv.user(request))
+    from .. import trace as tr
+
+    run = tr.find_run(srv.store, job.run_id)
+    if run is None:
+        raise HTTPException(404, f"run {job.run_id!r} has logged nothing yet")
+    tr.resolve(srv.store, run.model_calls)
+    return JSONResponse(tr.run_json(run))
+
+
+# ---------------------------------------------------------------------------------------------- sessions
+
+
+async def list_sessions(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    mine = srv.queue.sessions_of(srv.user(request))
+    rows = [{"name": s.name, "title": s.title, "status": s.status, "runs": s.runs, "created": s.created,
+             "updated": s.updated} for s in srv.store.sessions() if s.name in mine]
+    return JSONResponse({"sessions": rows})
+
+
+async def get_session(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    user = srv.user(request)
+    name = request.path_params["name"]
+    srv.own_session(name, user)
+    session = Session(name, srv.store)
+    info = next((s for s in srv.store.sessions() if s.name == name), None)
+    return JSONResponse({"name": name, "status": info.status if info else "",
+                         "messages": [m.to_wire() for m in session.messages],
+                         "runs": [j.public() for j in srv.queue.runs(user, name)]})
+
+
+async def delete_session(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    user = srv.user(request)
+    name = request.path_params["name"]
+    srv.own_session(name, user)
+    if any(j.status in (*ACTIVE, "waiting_approval") for j in srv.queue.runs(user, name)):
+        raise HTTPException(409, f"session {name!r} has a run under way; cancel it first")
+    try:
+        lock = srv.store.lock(name)
+    except SessionBusy as e:
+        raise HTTPException(409, str(e)) from None
+    try:
+        srv.store.delete(name)
+        srv.queue.forget_session(name)
+    finally:
+        lock.release()
+    return Response(status_code=204)
+
+
+# ---------------------------------------------------------------------------------------------- approvals
+
+
+def _waiting(srv: Server, user: str) -> list[tuple[str, Any]]:
+    mine = srv.queue.sessions_of(user)
+    out = []
+    for info in srv.store.sessions():
+        if info.name in mine and info.status == "waiting_approval":
+            out.extend((info.name, req) for req in Session(info.name, srv.store).pending_approvals.values())
+    return out
+
+
+async def list_approvals(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    rows = []
+    for session, req in _waiting(srv, srv.user(request)):
+        args, _ = parse_arguments(req.call.arguments)
+        rows.append({"call_id": req.call.id, "run_id": req.run_id.split(".", 1)[0], "session": session,
+                     "tool": req.call.name, "arguments": args if isinstance(args, dict) else req.call.arguments,
+                     "why": req.why, "since": req.at})
+    return JSONResponse({"approvals": rows})
+
+
+async def decide_approval(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    user = srv.user(request)
+    call_id = request.path_params["call_id"]
+    body: Decision = await read_json(request, Decision)
+    found = next((s for s, req in _waiting(srv, user) if req.call.id == call_id), None)
+    if found is None:
+        raise HTTPException(404, f"no call {call_id!r} is waiting for approval")
+    from ..agent.approvals import decide
+
+    session = Session(found, srv.store)
+    try:
+        session.acquire()
+    except SessionBusy as e:
+        raise HTTPException(409, str(e)) from None
+    try:
+        session.refresh()
+        try:
+            req = decide(session, call_id, body.allow, body.reason, srv.workspace, by=f"api:{user}")
+        except KeyError:
+            raise HTTPException(409, f"call {call_id!r} was decided meanwhile") from None
+        left = bool(session.pending_approvals)
+    finally:
+        session.release()
+    run_id = req.run_id.split(".", 1)[0]
+    if not left:
+        srv.runner.resume(run_id)
+    srv.hub.notify(found)
+    return JSONResponse({"call_id": call_id, "allow": body.allow, "run_id": run_id})
+
+
+# ---------------------------------------------------------------------------------------------- the rest
+
+
+async def openapi_json(request: Request) -> Response:
+    return JSONResponse(openapi())
+
+
+async def docs(request: Request) -> Response:
+    return HTMLResponse(docs_page(openapi()))
+
+
+async def index(request: Request) -> Response:
+    page = resources.files("shou.serve").joinpath("web/index.html").read_text(encoding="utf-8")
+    return HTMLResponse(page, headers={"Content-Security-Policy": "default-src 'self'; style-src 'self' "
+                                       "'unsafe-inline'; script-src 'self' 'unsafe-inline'; img-src 'self' data:"})
+
+
+async def healthz(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    return JSONResponse({"ok": True, "replica": srv.runner.replica, "runs": len(srv.runner.active)})
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return error(exc.status_code, str(exc.detail))
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Refused)
+    return error(exc.status, str(exc))
+
+
+def create_app(server: Server) -> Starlette:
+    """The ASGI application; the runner starts and stops with it."""
+    from .openai_api import chat_completions, models
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await server.runner.start()
+        try:
+            yield
+        finally:
+            await server.runner.stop()
+
+    routes = [
+        Route("/", index), Route("/healthz", healthz), Route("/openapi.json", openapi_json), Route("/docs", docs),
+        Route("/v1/runs", create_run, methods=["POST"]), Route("/v1/runs", list_runs, methods=["GET"]),
+        Route("/v1/runs/{run_id}", get_run), Route("/v1/runs/{run_id}/events", run_stream),
+        Route("/v1/runs/{run_id}/cancel", cancel_run, methods=["POST"]), Route("/v1/runs/{run_id}/trace", run_trace),
+        Route("/v1/sessions", list_sessions), Route("/v1/sessions/{name}", get_session, methods=["GET"]),
+        Route("/v1/sessions/{name}", delete_session, methods=["DELETE"]),
+        Route("/v1/approvals", list_approvals), Route("/v1/approvals/{call_id}", decide_approval, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]), Route("/v1/models", models),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_error, Refused: _refused})
+    app.state.server = server
+    return app
+

@@ -1,0 +1,263 @@
+"""The run queue of `shou serve`: who asked for which run, its status, and which replica holds it.
+
+One table (`serve_runs`) in the store's database, SQLite or PostgreSQL. A replica takes a run by setting
+itself as its holder with a lease (`lease_until`), renewed by its heartbeat; a run whose lease ran out
+(its replica died) is taken again by another, which resumes it from the event log. On PostgreSQL the
+claim is `SELECT ... FOR UPDATE SKIP LOCKED`, so replicas never block each other or take the same run;
+SQLite's writes are serialized anyway (`BEGIN IMMEDIATE`). Sessions belong to the user who made them
+(`serve_sessions`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..errors import UserError
+
+ACTIVE = ("queued", "running")
+_COLUMNS = ("run_id, username, session, task, options, status, answer, error, usage, created, finished, replica, "
+            "lease_until, cancel, kind")
+_TABLES = [
+    """CREATE TABLE IF NOT EXISTS serve_runs (
+        run_id TEXT PRIMARY KEY, username TEXT NOT NULL, session TEXT NOT NULL, task TEXT NOT NULL,
+        options TEXT NOT NULL DEFAULT '{}', status TEXT NOT NULL, answer TEXT NOT NULL DEFAULT '',
+        error TEXT NOT NULL DEFAULT '', usage TEXT NOT NULL DEFAULT '{}', created DOUBLE PRECISION NOT NULL,
+        finished DOUBLE PRECISION NOT NULL DEFAULT 0, replica TEXT NOT NULL DEFAULT '',
+        lease_until DOUBLE PRECISION NOT NULL DEFAULT 0, cancel INTEGER NOT NULL DEFAULT 0,
+        kind TEXT NOT NULL DEFAULT 'start')""",
+    "CREATE INDEX IF NOT EXISTS serve_runs_by_status ON serve_runs(status, created)",
+    "CREATE INDEX IF NOT EXISTS serve_runs_by_user ON serve_runs(username, created)",
+    "CREATE INDEX IF NOT EXISTS serve_runs_by_session ON serve_runs(session)",
+    "CREATE TABLE IF NOT EXISTS serve_sessions (name TEXT PRIMARY KEY, username TEXT NOT NULL)",
+]
+
+
+class Refused(UserError):
+    """A request the queue turns down: `status` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A row of the queue."""
+
+    run_id: str
+    user: str
+    session: str
+    task: str
+    options: dict[str, Any]
+    status: str
+    answer: str
+    error: str
+    usage: dict[str, Any]
+    created: float
+    finished: float
+    replica: str
+    lease_until: float
+    cancel: bool
+    kind: str
+
+    def public(self) -> dict[str, Any]:
+        """The run as the API shows it."""
+        return {"run_id": self.run_id, "session": self.session, "task": self.task, "status": self.status,
+                "answer": self.answer, "error": self.error or None, "usage": self.usage, "created": self.created,
+                "finished": self.finished or None}
+
+
+def _job(row: tuple[Any, ...]) -> Job:
+    r = list(row)
+    r[4] = orjson.loads(r[4] or "{}")
+    r[8] = orjson.loads(r[8] or "{}")
+    r[13] = bool(r[13])
+    return Job(*r)
+
+
+class RunQueue:
+    """The queue on a DB-API connection: `sqlite3` (a file) or psycopg (PostgreSQL)."""
+
+    def __init__(self, conn: Any, postgres: bool) -> None:
+        self._conn = conn
+        self.postgres = postgres
+        self._lock = threading.Lock()
+        with self._tx():
+            if postgres:  # replicas starting together create the tables once
+                self._x("SELECT pg_advisory_xact_lock(%s)", (0x5340_0002,))
+            for statement in _TABLES:
+                self._x(statement)
+
+    @classmethod
+    def open(cls, store: Any) -> RunQueue:
+        """A queue in the same database as `store` (its own connection)."""
+        url = getattr(store, "url", None)
+        if url:
+            from ..store.postgres import connect
+
+            return cls(connect(url), postgres=True)
+        conn = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False, timeout=10.0)
+        conn.execute("PRAGMA busy_timeout=10000")
+        return cls(conn, postgres=False)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _x(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        if not self.postgres:
+            sql = sql.replace("%s", "?").replace(" FOR UPDATE SKIP LOCKED", "")
+        return self._conn.execute(sql, params)
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[None]:
+        with self._lock:
+            if self.postgres:
+                with self._conn.transaction():
+                    yield
+                return
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _one(self, where: str, params: tuple[Any, ...]) -> Job | None:
+        row = self._x(f"SELECT {_COLUMNS} FROM serve_runs WHERE {where}", params).fetchone()
+        return _job(row) if row is not None else None
+
+    # ------------------------------------------------------------------ asking for runs
+
+    def submit(self, run_id: str, user: str, session: str, task: str, options: dict[str, Any], *,
+               replica: str = "", lease: float = 15.0, max_active: int | None = None, kind: str = "start") -> Job:
+        """Queue a run (held by `replica` at once when given). `Refused`: the session is another user's (404),
+        runs already (409), or the user has `max_active` runs queued or running (429)."""
+        now = time.time()
+        with self._tx():
+            if self.postgres:  # two submissions of one user are counted one after the other
+                self._x("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", (user,))
+            owner = self._x("SELECT username FROM serve_sessions WHERE name = %s", (session,)).fetchone()
+            if owner is not None and owner[0] != user:
+                raise Refused(404, f"no session {session!r}")
+            if owner is None:
+                self._x("INSERT INTO serve_sessions(name, username) VALUES (%s, %s)", (session, user))
+            busy = self._x("SELECT run_id FROM serve_runs WHERE session = %s AND status IN "
+                           "('queued', 'running', 'waiting_approval')", (session,)).fetchone()
+            if busy is not None:
+                raise Refused(409, f"session {session!r} has a run under way ({busy[0]}); wait for it or cancel it")
+            if max_active is not None:
+                (count,) = self._x("SELECT COUNT(*) FROM serve_runs WHERE username = %s AND status IN "
+                                   "('queued', 'running')", (user,)).fetchone()
+                if count >= max_active:
+                    raise Refused(429, f"you have {count} runs queued or running, the most allowed "
+                                       "(max_runs_per_user); wait for one to finish")
+            status = "running" if replica else "queued"
+            self._x(f"INSERT INTO serve_runs({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, '', '', '{{}}', %s, 0, "
+                    "%s, %s, 0, %s)", (run_id, user, session, task, orjson.dumps(options).decode(), status, now,
+                                       replica, now + lease if replica else 0.0, kind))
+            job = self._one("run_id = %s", (run_id,))
+        assert job is not None
+        return job
+
+    def claim(self, replica: str, lease: float = 15.0) -> Job | None:
+        """Take the oldest queued run, or one whose holder's lease ran out (to resume it)."""
+        now = time.time()
+        with self._tx():
+            job = self._one("status = 'queued' OR (status = 'running' AND lease_until < %s) "
+                            "ORDER BY created LIMIT 1 FOR UPDATE SKIP LOCKED", (now,))
+            if job is None:
+                return None
+            kind = "resume" if job.status == "running" else job.kind
+            self._x("UPDATE serve_runs SET status = 'running', replica = %s, lease_until = %s, kind = %s "
+                    "WHERE run_id = %s", (replica, now + lease, kind, job.run_id))
+        return self.get(job.run_id)
+
+    def renew(self, replica: str, run_ids: list[str], lease: float = 15.0) -> dict[str, bool]:
+        """Extend this replica's leases; returns run id -> cancel asked, for the runs it still holds."""
+        if not run_ids:
+            return {}
+        now = time.time()
+        marks = ", ".join(["%s"] * len(run_ids))
+        with self._tx():
+            self._x(f"UPDATE serve_runs SET lease_until = %s WHERE replica = %s AND status = 'running' AND run_id IN "
+                    f"({marks})", (now + lease, replica, *run_ids))
+            rows = self._x(f"SELECT run_id, cancel FROM serve_runs WHERE replica = %s AND status = 'running' AND "
+                           f"run_id IN ({marks})", (replica, *run_ids)).fetchall()
+        return {run_id: bool(cancel) for run_id, cancel in rows}
+
+    def release(self, run_id: str, replica: str, retry_in: float = 1.0) -> None:
+        """Give a run back to the queue (its session was busy): anyone may take it after `retry_in` seconds."""
+        with self._tx():
+            self._x("UPDATE serve_runs SET lease_until = %s WHERE run_id = %s AND replica = %s",
+                    (time.time() + retry_in, run_id, replica))
+
+    def finish(self, run_id: str, replica: str, status: str, answer: str = "", error: str = "",
+               usage: dict[str, Any] | None = None) -> None:
+        """Record how a run this replica holds ended (`waiting_approval`: it waits, held by nobody)."""
+        with self._tx():
+            self._x("UPDATE serve_runs SET status = %s, answer = %s, error = %s, usage = %s, finished = %s, "
+                    "replica = '', lease_until = 0 WHERE run_id = %s AND (replica = %s OR status = 'queued')",
+                    (status, answer, error or "", orjson.dumps(usage or {}).decode(),
+                     0.0 if status == "waiting_approval" else time.time(), run_id, replica))
+
+    def requeue(self, run_id: str) -> None:
+        """Queue a waiting run again, to resume (its approvals were decided)."""
+        with self._tx():
+            self._x("UPDATE serve_runs SET status = 'queued', kind = 'resume', replica = '', lease_until = 0 "
+                    "WHERE run_id = %s AND status = 'waiting_approval'", (run_id,))
+
+    def cancel(self, run_id: str) -> Job | None:
+        """Ask for a run to stop: a queued one is cancelled now; a running one is stopped by its replica."""
+        with self._tx():
+            self._x("UPDATE serve_runs SET status = 'cancelled', finished = %s WHERE run_id = %s AND "
+                    "status = 'queued' AND kind = 'start'", (time.time(), run_id))
+            self._x("UPDATE serve_runs SET cancel = 1 WHERE run_id = %s", (run_id,))
+            self._x("UPDATE serve_runs SET status = 'queued', kind = 'resume' WHERE run_id = %s AND "
+                    "status = 'waiting_approval'", (run_id,))  # a replica closes it in the log as cancelled
+        return self.get(run_id)
+
+    # ------------------------------------------------------------------ reading
+
+    def get(self, run_id: str, user: str | None = None) -> Job | None:
+        """The run (None when it does not exist or, given `user`, belongs to someone else)."""
+        with self._lock:
+            job = self._one("run_id = %s", (run_id,))
+        return job if job is not None and (user is None or job.user == user) else None
+
+    def runs(self, user: str, session: str | None = None, limit: int = 100) -> list[Job]:
+        """`user`'s runs (of `session`), newest first."""
+        where, params = ("username = %s AND session = %s", (user, session)) if session else ("username = %s", (user,))
+        with self._lock:
+            rows = self._x(f"SELECT {_COLUMNS} FROM serve_runs WHERE {where} ORDER BY created DESC LIMIT %s",
+                           (*params, limit)).fetchall()
+        return [_job(r) for r in rows]
+
+    def session_owner(self, session: str) -> str | None:
+        """Who owns `session` (None: nobody made it through the API)."""
+        with self._lock:
+            row = self._x("SELECT username FROM serve_sessions WHERE name = %s", (session,)).fetchone()
+        return row[0] if row else None
+
+    def sessions_of(self, user: str) -> set[str]:
+        """The names of `user`'s sessions."""
+        with self._lock:
+            return {n for (n,) in self._x("SELECT name FROM serve_sessions WHERE username = %s", (user,)).fetchall()}
+
+    def forget_session(self, session: str) -> None:
+        """Drop a session's runs and ownership (its events are deleted by the store)."""
+        with self._tx():
+            self._x("DELETE FROM serve_runs WHERE session = %s", (session,))
+            self._x("DELETE FROM serve_sessions WHERE name = %s", (session,))
+
+    def close(self) -> None:
+        """Close the connection."""
+        with contextlib.suppress(Exception):
+            self._conn.close()

@@ -1,0 +1,243 @@
+"""The runs of one `shou serve` replica: taking them from the queue, executing them, keeping their leases.
+
+A run asked for on this replica is held by it at once when it has room (so its text streams live from
+here); otherwise it waits in the queue for whichever replica has room first. A heartbeat renews the leases
+of the runs this replica holds and picks up cancel requests made on any replica. When a replica dies its
+leases run out and another takes its runs: the event log says where each got to, and the agent's resume
+continues it (finished tool calls are never run again). Session locks (file locks on SQLite, advisory
+locks on PostgreSQL, both dropped by the kernel or server when the process dies) keep two replicas from
+ever running one session at once, even if a lease runs out under a replica that is still alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import secrets
+from typing import Any
+
+from ..agent.agent import Agent
+from ..agent.loop import new_run_id
+from ..events import Event, RunFinished, ToolCallFinished
+from ..session import Session
+from ..store.locks import SessionBusy
+from ..store.sqlite import NOT_STORED
+from ..tools.registry import ToolSet
+from .hub import Hub
+from .jobs import Job, RunQueue
+
+log = logging.getLogger("shou.serve")
+CANCELLED = "Error: not run: the run was cancelled before this call was decided."
+
+
+def usage_json(usage: Any) -> dict[str, Any]:
+    """A `Usage` as the API shows it."""
+    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+            "requests": usage.requests, "cost": usage.cost}
+
+
+class Runner:
+    """Executes runs for this replica (`replica` names it in the queue)."""
+
+    def __init__(self, agent: Agent, store: Any, queue: RunQueue, hub: Hub, *, replica: str = "",
+                 max_concurrent: int = 64, lease: float = 15.0, max_runs_per_user: int | None = None,
+                 poll: float = 0.5) -> None:
+        self.agent = agent
+        self.store = store
+        self.queue = queue
+        self.hub = hub
+        self.replica = replica or secrets.token_hex(6)
+        self.max_concurrent = max_concurrent
+        self.lease = lease
+        self.max_runs_per_user = max_runs_per_user
+        self.poll = poll
+        self.active: dict[str, asyncio.Task[None]] = {}
+        self._cancelling: set[str] = set()
+        self._kick = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Start taking runs and renewing leases."""
+        self._loops = [asyncio.create_task(self._claim_loop()), asyncio.create_task(self._heartbeat())]
+        url = getattr(self.store, "url", None)
+        if url:
+            from ..store.postgres import NOTIFY_CHANNEL
+
+            self._loops.append(asyncio.create_task(self.hub.listen(url, NOTIFY_CHANNEL)))
+
+    async def stop(self) -> None:
+        """Stop the loops and this replica's runs (each recorded as cancelled)."""
+        for task in [*self._loops, *self.active.values()]:
+            task.cancel()
+        await asyncio.gather(*self._loops, *self.active.values(), return_exceptions=True)
+
+    # ------------------------------------------------------------------ asking
+
+    def submit(self, user: str, session: str, task: str, options: dict[str, Any]) -> Job:
+        """Queue a run for `user` (`Refused` when the queue turns it down); held here at once if there is room."""
+        local = len(self.active) < self.max_concurrent
+        job = self.queue.submit(new_run_id(), user, session, task, options, replica=self.replica if local else "",
+                                lease=self.lease, max_active=self.max_runs_per_user)
+        if local:
+            self._spawn(job)
+        else:
+            self._kick.set()
+        return job
+
+    def cancel(self, job: Job) -> Job | None:
+        """Ask for `job` to stop, wherever it runs."""
+        updated = self.queue.cancel(job.run_id)
+        if job.run_id in self.active:
+            self._stop(job.run_id)
+        else:
+            self._kick.set()  # a waiting run was queued again to be closed
+        return updated
+
+    def resume(self, run_id: str) -> None:
+        """Queue a run that waited for approvals again."""
+        self.queue.requeue(run_id)
+        self._kick.set()
+
+    # ------------------------------------------------------------------ loops
+
+    def _spawn(self, job: Job) -> None:
+        task = asyncio.create_task(self._execute(job))
+        self.active[job.run_id] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            self.active.pop(job.run_id, None)
+            self._cancelling.discard(job.run_id)
+            self._kick.set()
+
+        task.add_done_callback(done)
+
+    async def _claim_loop(self) -> None:
+        while True:
+            job = None
+            if len(self.active) < self.max_concurrent:
+                try:
+                    job = self.queue.claim(self.replica, self.lease)
+                except Exception as e:  # the database is away: try again shortly
+                    log.warning("claiming a run failed: %s", e)
+            if job is not None and job.run_id not in self.active:
+                self._spawn(job)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), self.poll)
+            self._kick.clear()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            try:
+                held = self.queue.renew(self.replica, list(self.active), self.lease)
+            except Exception as e:
+                log.warning("renewing leases failed: %s", e)
+                continue
+            for run_id, cancel in held.items():
+                if cancel:
+                    self._stop(run_id)
+
+    def _stop(self, run_id: str) -> None:
+        task = self.active.get(run_id)
+        if task is not None and run_id not in self._cancelling:
+            self._cancelling.add(run_id)
+            task.cancel()
+
+    # ------------------------------------------------------------------ one run
+
+    def agent_for(self, options: dict[str, Any]) -> Agent:
+        """This replica's agent with a run's options applied."""
+        agent = copy.copy(self.agent)
+        agent._runner = None
+        if options.get("agent") in agent.agents:  # an agent named as the model of an OpenAI-style request
+            from ..agent.delegate import child_agent
+
+            agent = child_agent(agent, agent.agents[options["agent"]])
+        for name in ("max_steps", "token_budget", "max_cost"):
+            if options.get(name) is not None:
+                setattr(agent, name, options[name])
+        agent.planning = bool(options.get("plan", agent.planning))
+        agent.reflect = bool(options.get("reflect", agent.reflect))
+        if options.get("code") and not agent.code_mode:
+            from ..agent.code import python_tool
+
+            agent.code_mode, agent.tools = True, ToolSet([python_tool(agent.code_tools)])
+        if options.get("instructions"):  # the system messages of an OpenAI-style request: the caller's own words
+            agent.instructions = f"{agent.instructions}\n\n{options['instructions']}"
+        return agent
+
+    async def _execute(self, job: Job) -> None:
+        session = Session(job.session, self.store)
+        try:
+            session.acquire()
+        except SessionBusy:  # the session's previous holder has not let go yet (it may be dying): later
+            self.queue.release(job.run_id, self.replica)
+            return
+        try:
+            await self._carry_out(job, session)
+        except asyncio.CancelledError:
+            if job.run_id not in self._cancelling:
+                raise  # the server is stopping
+            self.queue.finish(job.run_id, self.replica, "cancelled", error="cancelled through the API")
+        except Exception as e:
+            log.exception("run %s failed", job.run_id)
+            self.queue.finish(job.run_id, self.replica, "failed", error=f"{type(e).__name__}: {e}")
+        finally:
+            session.release()
+            self.hub.notify(job.session)
+
+    async def _carry_out(self, job: Job, session: Session) -> None:
+        open_run = session.open_run
+        ours = open_run is not None and open_run.run_id == job.run_id
+        if not ours:
+            ended = self._logged_end(job)
+            if ended is not None or job.cancel:
+                # It ended already (its replica died before saying so), or never started and was cancelled.
+                end = ended or RunFinished(job.run_id, "cancelled", "", 0, _zero(), 0.0, "cancelled before it started")
+                self._record_end(job, end)
+                return
+        if job.cancel:
+            assert open_run is not None
+            self._close_cancelled(session, open_run)
+            self._record_end(job, self._logged_end(job))
+            return
+        agent = self.agent_for(job.options)
+        events = agent.stream_resume(session) if ours else agent.stream(job.task, session, run_id=job.run_id)
+        final: RunFinished | None = None
+        async for event in events:
+            self._publish(job.session, event)
+            if isinstance(event, RunFinished) and not event.parent and event.run_id == job.run_id:
+                final = event
+        self._record_end(job, final)
+
+    def _publish(self, session: str, event: Event) -> None:
+        if event.type in NOT_STORED:
+            self.hub.fragment(session, event)
+        else:
+            self.hub.notify(session)  # committed before it was handed on
+
+    def _logged_end(self, job: Job) -> RunFinished | None:
+        ends = [e for _, e in self.store.run_rows(job.session, job.run_id)
+                if isinstance(e, RunFinished) and e.run_id == job.run_id and not e.parent]
+        return ends[-1] if ends else None
+
+    def _record_end(self, job: Job, end: RunFinished | None) -> None:
+        if end is None:
+            self.queue.finish(job.run_id, self.replica, "failed", error="the run ended without a result")
+            return
+        self.queue.finish(job.run_id, self.replica, end.status, end.answer, end.error or "", usage_json(end.usage))
+
+    def _close_cancelled(self, session: Session, run: Any) -> None:
+        for call in run.unanswered:
+            session.record(ToolCallFinished(run.run_id, run.step, call.id, call.name, CANCELLED, is_error=True))
+        session.record(RunFinished(run.run_id, "cancelled", "", run.step, run.usage, 0.0, "cancelled through the API"))
+        session.commit()
+
+
+def _zero() -> Any:
+    from ..usage import Usage
+
+    return Usage()

@@ -1,0 +1,214 @@
+"""What the API accepts and answers, as pydantic models, and the OpenAPI document built from them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..agent.agent import MAX_TASK_CHARS
+
+SESSION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class RunOptions(BaseModel):
+    """How to run: limits and the composition features (all optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_steps: int | None = Field(None, ge=1, le=500)
+    plan: bool = False
+    reflect: bool = False
+    code: bool = False
+    token_budget: int | None = Field(None, ge=1)
+    max_cost: float | None = Field(None, ge=0)
+
+
+class RunRequest(BaseModel):
+    """A task for the agent, in a new session or continuing one of the caller's."""
+
+    model_config = ConfigDict(extra="forbid")
+    task: str = Field(min_length=1, max_length=MAX_TASK_CHARS)
+    session: str | None = Field(None, pattern=SESSION_NAME)
+    options: RunOptions = Field(default_factory=RunOptions)
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+    cost: float | None = None
+
+
+class RunInfo(BaseModel):
+    """A run: `status` is queued, running, waiting_approval, or how it ended."""
+
+    run_id: str
+    session: str
+    task: str
+    status: str
+    answer: str = ""
+    error: str | None = None
+    usage: Usage | dict[str, Any] = Field(default_factory=dict)
+    created: float
+    finished: float | None = None
+
+
+class RunList(BaseModel):
+    runs: list[RunInfo]
+
+
+class SessionInfoOut(BaseModel):
+    name: str
+    title: str
+    status: str
+    runs: int
+    created: float
+    updated: float
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionInfoOut]
+
+
+class Transcript(BaseModel):
+    """A session's conversation (Chat Completions messages) and its runs."""
+
+    name: str
+    status: str
+    messages: list[dict[str, Any]]
+    runs: list[RunInfo]
+
+
+class Decision(BaseModel):
+    """A person's decision on a call that waits for approval."""
+
+    model_config = ConfigDict(extra="forbid")
+    allow: bool
+    reason: str = Field("", max_length=4000)
+
+
+class DecisionOut(BaseModel):
+    call_id: str
+    allow: bool
+    run_id: str
+
+
+class Approval(BaseModel):
+    call_id: str
+    run_id: str
+    session: str
+    tool: str
+    arguments: Any
+    why: str
+    since: float
+
+
+class ApprovalList(BaseModel):
+    approvals: list[Approval]
+
+
+class ChatMessage(BaseModel):
+    """A Chat Completions message (text content; parts of type text are joined)."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatRequest(BaseModel):
+    """The Chat Completions request; `model` names the agent. Sampling fields are accepted and ignored: the
+    agent's own settings apply."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = "shou"
+    messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+
+
+class Error(BaseModel):
+    error: dict[str, str]
+
+
+_MODELS = [RunOptions, RunRequest, Usage, RunInfo, RunList, SessionInfoOut, SessionList, Transcript, Decision,
+           DecisionOut, Approval, ApprovalList, ChatMessage, ChatRequest, Error]
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _json(model: type[BaseModel] | None, description: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description}
+    if model is not None:
+        out["content"] = {"application/json": {"schema": _ref(model)}}
+    return out
+
+
+def _op(summary: str, ok: tuple[str, type[BaseModel] | None, str], body: type[BaseModel] | None = None,
+        params: tuple[str, ...] = (), errors: tuple[str, ...] = ("401", "404")) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "responses": {ok[0]: _json(ok[1], ok[2])}}
+    for code in errors:
+        op["responses"][code] = _json(Error, {"400": "bad request", "401": "no valid bearer token",
+                                             "404": "not found (or another user's)", "409": "busy",
+                                             "413": "request too large", "429": "too many runs"}[code])
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(body)}}}
+    if params:
+        op["parameters"] = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params]
+    return op
+
+
+def openapi() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the API."""
+    schemas: dict[str, Any] = {}
+    for model in _MODELS:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    sse = {"description": "Server-Sent Events: `id` (sequence number), `event` (type), `data` (the event's JSON)",
+           "content": {"text/event-stream": {"schema": {"type": "string"}}}}
+    events = _op("Stream a run's events (resumable with Last-Event-ID)", ("200", None, ""), params=("run_id",))
+    events["responses"]["200"] = sse
+    events["parameters"] += [{"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"}},
+                             {"name": "after", "in": "query", "required": False, "schema": {"type": "integer"}}]
+    chat = _op("OpenAI-compatible chat completion by an agent", ("200", None, ""), body=ChatRequest,
+               errors=("400", "401", "429"))
+    chat["responses"]["200"] = {"description": "a chat.completion, or chat.completion.chunk events when streaming",
+                                "content": {"application/json": {"schema": {"type": "object"}},
+                                            "text/event-stream": {"schema": {"type": "string"}}}}
+    paths = {
+        "/v1/runs": {
+            "post": _op("Start a run", ("202", RunInfo, "queued or started"), body=RunRequest,
+                        errors=("400", "401", "404", "409", "413", "429")),
+            "get": _op("The caller's runs, newest first", ("200", RunList, "runs"), errors=("401",)),
+        },
+        "/v1/runs/{run_id}": {"get": _op("A run's status, answer and usage", ("200", RunInfo, "the run"),
+                                         params=("run_id",))},
+        "/v1/runs/{run_id}/events": {"get": events},
+        "/v1/runs/{run_id}/cancel": {"post": _op("Cancel a run", ("202", RunInfo, "cancelling"),
+                                                 params=("run_id",))},
+        "/v1/runs/{run_id}/trace": {"get": _op("A run's trace (as `shou trace --json`)",
+                                               ("200", None, "the trace"), params=("run_id",))},
+        "/v1/sessions": {"get": _op("The caller's sessions", ("200", SessionList, "sessions"), errors=("401",))},
+        "/v1/sessions/{name}": {
+            "get": _op("A session's transcript and runs", ("200", Transcript, "the session"), params=("name",)),
+            "delete": _op("Delete a session and its log", ("204", None, "deleted"), params=("name",),
+                          errors=("401", "404", "409")),
+        },
+        "/v1/approvals": {"get": _op("Calls waiting for the caller's decision", ("200", ApprovalList, "waiting"),
+                                     errors=("401",))},
+        "/v1/approvals/{call_id}": {"post": _op("Allow or deny a waiting call; the run then goes on",
+                                                ("200", DecisionOut, "decided"), body=Decision, params=("call_id",),
+                                                errors=("400", "401", "404", "409"))},
+        "/v1/chat/completions": {"post": chat},
+        "/v1/models": {"get": _op("The agents, as models", ("200", None, "a model list"), errors=("401",))},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "shou", "version": "1", "description": "Run shou agents over HTTP (docs/serve.md)."},
+        "paths": paths,
+        "components": {"schemas": schemas,
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+    }

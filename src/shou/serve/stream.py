@@ -1,0 +1,85 @@
+"""A run's events as Server-Sent Events, read from the store: the same ids from every replica.
+
+Stored events are replayed after the client's `Last-Event-ID`, then followed live as the hub wakes the
+stream. Streaming fragments from a run this replica executes are sent without an id; a fragment of a model
+turn whose complete `model_response` was already sent is dropped, so text is never shown twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from ..events import Event, RunFinished
+from .hub import Hub
+from .jobs import ACTIVE, RunQueue
+
+KEEPALIVE = 15.0
+
+
+def frame(event: Event | dict[str, Any], event_id: int | None = None) -> bytes:
+    """One SSE message."""
+    data = event.to_dict() if isinstance(event, Event) else event
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {data['type']}\ndata: ".encode() + orjson.dumps(data) + b"\n\n"
+
+
+def is_end(event: Event, run_id: str) -> bool:
+    """Whether `event` ends run `run_id` for good (waiting for approval does not)."""
+    return (isinstance(event, RunFinished) and event.run_id == run_id and not event.parent
+            and event.status != "waiting_approval")
+
+
+async def run_events(store: Any, hub: Hub, queue: RunQueue, session: str, run_id: str,
+                     after: int = 0) -> AsyncIterator[tuple[int | None, Event | dict[str, Any]]]:
+    """`(id, event)` of run `run_id` after id `after`, then live ones, until the run's final `run_finished`;
+    fragments have id None. When the queue says the run ended with nothing logged (cancelled before it
+    started), a `run_finished` made from the queue's row ends the stream."""
+    answered: set[tuple[str, int]] = set()
+    idle = 0.0
+    with hub.watch(session, run_id) as watch:
+        while True:
+            watch.wake.clear()
+            for row_id, event in store.run_rows(session, run_id, after):
+                after = row_id
+                if event.type == "model_response":
+                    answered.add((event.run_id, getattr(event, "step", 0)))
+                yield row_id, event
+                if is_end(event, run_id):
+                    return
+            while not watch.fragments.empty():
+                fragment = watch.fragments.get_nowait()
+                if (fragment.run_id, getattr(fragment, "step", 0)) not in answered:
+                    yield None, fragment
+            try:
+                await asyncio.wait_for(watch.wake.wait(), 1.0)
+                idle = 0.0
+            except TimeoutError:
+                idle += 1.0
+                job = queue.get(run_id)
+                ended = job is None or (job.status not in ACTIVE and job.status != "waiting_approval")
+                if ended and not store.run_rows(session, run_id, after):  # nothing more will come
+                    yield None, _ended(run_id, job)
+                    return
+                if idle >= KEEPALIVE:
+                    idle = 0.0
+                    yield None, {"type": ":keepalive"}
+
+
+def _ended(run_id: str, job: Any) -> dict[str, Any]:
+    status = job.status if job is not None else "failed"
+    return {"type": "run_finished", "run_id": run_id, "status": status, "answer": job.answer if job else "",
+            "steps": 0, "usage": job.usage if job else {}, "wall_time": 0.0,
+            "error": (job.error if job else "") or "the run ended before it logged anything"}
+
+
+async def sse(items: AsyncIterator[tuple[int | None, Event | dict[str, Any]]]) -> AsyncIterator[bytes]:
+    """Encode `(id, event)` pairs as SSE (keep-alives as comments)."""
+    async for event_id, event in items:
+        if isinstance(event, dict) and event.get("type") == ":keepalive":
+            yield b": keep-alive\n\n"
+            continue
+        yield frame(event, event_id)

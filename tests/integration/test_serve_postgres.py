@@ -1,0 +1,92 @@
+"""Replicas of `shou serve` on one PostgreSQL database (Debian's server, started by the tests): runs started on
+one stream from another, and a replica killed with SIGKILL mid-run leaves its run to the other, with the
+client's stream resumed there by `Last-Event-ID`: no event lost or repeated, no finished tool run again."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from ..fixtures.serving import Served, sse_messages, start_serve, stream_run
+from .conftest import FIXTURES, shou_env
+
+TOKEN = "replica-token-0123456789"
+
+
+def nap(tag: str, seconds: float) -> dict:
+    return {"tool_calls": [{"name": "nap", "arguments": {"tag": tag, "seconds": seconds}}]}
+
+
+def replicas(n: int, tmp_path: Path, workspace: Path, srv, url: str) -> list[Served]:
+    (tmp_path / "tokens").write_text(f"{TOKEN} dana\n")
+    env = shou_env(tmp_path, srv)
+    args = ("--store", url, "--tokens", str(tmp_path / "tokens"), "--lease", "2",
+            "--functions", str(FIXTURES / "extra_tools.py"))
+    with ThreadPoolExecutor(n) as pool:  # started together: the schema must be made once, without errors
+        return list(pool.map(lambda i: start_serve(workspace, env, *args, "--replica", f"r{i}"), range(n)))
+
+
+def test_a_run_started_on_one_replica_streams_from_another(serve, tmp_path: Path, workspace: Path,
+                                                            postgres_url: str) -> None:
+    srv = serve([nap("one", 0.2), {"text": "rested"}])
+    a, b, c = replicas(3, tmp_path, workspace, srv, postgres_url)
+    try:
+        with a.client(TOKEN) as ca, b.client(TOKEN) as cb:
+            run = ca.post("/v1/runs", json={"task": "rest"}).json()
+            events = stream_run(cb, run["run_id"])
+            assert events[-1]["event"] == "run_finished" and events[-1]["data"]["answer"] == "rested"
+            assert cb.get(f"/v1/runs/{run['run_id']}").json()["status"] == "completed"
+            assert [s["name"] for s in cb.get("/v1/sessions").json()["sessions"]] == [run["session"]]
+            from_a = [m["id"] for m in stream_run(ca, run["run_id"]) if m["id"] is not None]
+            assert from_a == [m["id"] for m in events if m["id"] is not None]
+        for s in (a, b, c):
+            assert "Traceback" not in s.log(), s.log()
+    finally:
+        for s in (a, b, c):
+            s.stop()
+
+
+def test_killed_replica_hands_its_run_and_stream_to_another(serve, tmp_path: Path, workspace: Path,
+                                                             postgres_url: str) -> None:
+    # Step 2's reply is slow; the replica running the run is killed while it waits for it.
+    srv = serve([nap("one", 0.1), {"text": "too late", "delay": 30}, nap("two", 0.1), {"text": "both naps done"}])
+    a, b = replicas(2, tmp_path, workspace, srv, postgres_url)
+    try:
+        ca, cb = a.client(TOKEN), b.client(TOKEN)
+        run = ca.post("/v1/runs", json={"task": "two naps"}).json()
+        assert ca.get("/healthz").json()["runs"] == 1  # held by the replica it was asked on
+        seen: list[dict] = []
+        with ca.stream("GET", f"/v1/runs/{run['run_id']}/events") as resp:
+            for msg in sse_messages(resp.iter_lines()):
+                seen.append(msg)
+                if msg["event"] == "model_request" and msg["data"]["step"] == 2:
+                    a.kill()  # SIGKILL, mid-stream
+                    break
+        last = max(m["id"] for m in seen if m["id"] is not None)
+        rest: list[dict] = []
+        deadline = time.monotonic() + 60
+        while not rest or rest[-1]["event"] != "run_finished":  # the client reconnects to the other replica
+            try:
+                rest += stream_run(cb, run["run_id"], after=max([last, *[m["id"] for m in rest if m["id"]]]))
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+        assert rest[-1]["data"]["status"] == "completed" and rest[-1]["data"]["answer"] == "both naps done"
+        got = [m["id"] for m in seen + rest if m["id"] is not None]
+        everything = [m for m in stream_run(cb, run["run_id"]) if m["id"] is not None]
+        assert got == [m["id"] for m in everything]  # 0 lost, 0 duplicated
+        assert [m["data"] for m in seen + rest if m["id"] is not None] == [m["data"] for m in everything]
+        assert "run_resumed" in [m["event"] for m in rest]
+        naps = [json.loads(line) for line in (workspace / "naps.jsonl").read_text().splitlines()]
+        assert [(n["tag"], n["event"]) for n in naps] == [("one", "start"), ("one", "end"), ("two", "start"),
+                                                           ("two", "end")]  # the finished nap never ran again
+        assert cb.get(f"/v1/runs/{run['run_id']}").json()["status"] == "completed"
+        ca.close()
+        cb.close()
+    finally:
+        a.stop()
+        b.stop()
