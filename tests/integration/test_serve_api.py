@@ -123,8 +123,11 @@ def test_tenancy_tokens_and_limits(serve, served, tmp_path: Path, workspace: Pat
         assert r.status_code == 400 and "task" in r.json()["error"]["message"]
         assert alice.post("/v1/runs", json={"task": "x", "options": {"max_steps": 0}}).status_code == 400
         assert alice.post("/v1/runs", json={"task": "x", "session": "../etc"}).status_code == 400
-        assert alice.post("/v1/runs", content=b"{not json").status_code == 400
-        assert alice.post("/v1/runs", content=b"x" * (3 * 1024 * 1024)).status_code == 413
+        as_json = {"Content-Type": "application/json"}
+        assert alice.post("/v1/runs", content=b"{not json", headers=as_json).status_code == 400
+        assert alice.post("/v1/runs", content=b"x" * (3 * 1024 * 1024), headers=as_json).status_code == 413
+        assert alice.post("/v1/runs", content=b'{"task": "x"}', headers={"Content-Type": "text/plain"}
+                          ).status_code == 415
         # Deleting: the session and its log are gone.
         assert alice.delete("/v1/sessions/alice-notes").status_code == 204
         assert alice.get("/v1/sessions/alice-notes").status_code == 404
@@ -182,10 +185,10 @@ def test_approvals_through_the_api(serve, served, tmp_path: Path, workspace: Pat
         assert c.get("/v1/approvals").json()["approvals"] == []
 
 
-def test_openapi_document_and_docs(serve, served, tmp_path: Path, workspace: Path) -> None:
+def test_openapi_docs_and_loopback_defences(serve, served, tmp_path: Path, workspace: Path) -> None:
     from openapi_spec_validator import validate
 
-    s = start(served, tmp_path, workspace, None)
+    s = start(served, tmp_path, workspace, serve([{"text": "hello"}]))
     with s.client() as c:
         spec = c.get("/openapi.json").json()
         validate(spec)
@@ -196,6 +199,20 @@ def test_openapi_document_and_docs(serve, served, tmp_path: Path, workspace: Pat
         page = c.get("/docs")
         assert page.status_code == 200 and "/v1/runs/{run_id}/events" in page.text and "RunRequest" in page.text
         assert "shou serve" in c.get("/").text or c.get("/").status_code == 200
-        # No tokens: loopback only, and it says so.
+        # No tokens: loopback only, and it says so; what a web page elsewhere could send is refused.
         assert "loopback only" in s.log()
+        assert c.get("/v1/runs").status_code == 200
+        port = s.url.rsplit(":", 1)[1]
+        task = b'{"task": "rm -rf ~"}'
+        for headers, status in [
+            ({"Content-Type": "text/plain"}, 415),  # a cross-origin "simple" POST
+            ({"Content-Type": "application/json", "Origin": "http://evil.example"}, 403),
+            ({"Content-Type": "application/json", "Origin": "null"}, 403),
+            ({"Content-Type": "application/json", "Host": f"evil.example:{port}"}, 403),  # DNS rebinding
+        ]:
+            assert c.post("/v1/runs", content=task, headers=headers).status_code == status, headers
+        assert c.get("/v1/runs", headers={"Host": f"rebound.example:{port}"}).status_code == 403
+        assert c.get("/v1/runs").json()["runs"] == []  # none of them started a run
+        ok = c.post("/v1/runs", json={"task": "hi"}, headers={"Origin": s.url})
+        assert ok.status_code == 202, ok.text
     assert json.loads(json.dumps(spec))["openapi"].startswith("3.1")

@@ -90,3 +90,26 @@ def test_killed_replica_hands_its_run_and_stream_to_another(serve, tmp_path: Pat
     finally:
         a.stop()
         b.stop()
+
+
+def test_long_term_memory_is_shared_by_the_replicas(serve, tmp_path: Path, workspace: Path, postgres_url: str) -> None:
+    srv = serve([
+        {"tool_calls": [{"name": "save_memory", "arguments": {"content": "The staging deploy runs on Fridays."}}]},
+        {"text": "saved"},
+        {"tool_calls": [{"name": "search_memory", "arguments": {"query": "when does the staging deploy run"}}]},
+        {"text": "Fridays"},
+    ])
+    a, b = replicas(2, tmp_path, workspace, srv, postgres_url)
+    try:
+        with a.client(TOKEN) as ca, b.client(TOKEN) as cb:
+            saved = ca.post("/v1/runs", json={"task": "remember the deploy day"}).json()
+            assert stream_run(ca, saved["run_id"])[-1]["data"]["status"] == "completed"
+            found = cb.post("/v1/runs", json={"task": "when is the deploy?"}).json()
+            events = stream_run(cb, found["run_id"])
+            [result] = [m["data"] for m in events if m["event"] == "tool_call_finished"]
+            assert result["name"] == "search_memory" and not result["is_error"]
+            assert "The staging deploy runs on Fridays." in result["content"]
+        assert not (workspace / ".shou" / "memory.db").exists()  # it lives in PostgreSQL
+    finally:
+        a.stop()
+        b.stop()

@@ -58,14 +58,21 @@ def serve(
     option: OptionOpt = None,
 ) -> None:
     """Serve agents over HTTP: REST runs with streamed events, an OpenAI-compatible endpoint, and a web page."""
+    from ..errors import ShouError
     from ..serve.auth import Tokens
 
-    token_set = Tokens.load(tokens) if tokens is not None else None
+    try:
+        token_set = Tokens.load(tokens) if tokens is not None else None
+    except ShouError as e:
+        raise fail(str(e)) from None
     if token_set is None and not _loopback(host):
         raise fail(f"refusing to serve {host} without --tokens: anyone who can reach it could run tools here")
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, None, sandbox, None, option,
                    False, "defer")
-    agent, settings = build_agent(opts)
+    try:
+        agent, settings = build_agent(opts)
+    except ShouError as e:
+        raise fail(str(e)) from None
     try:
         asyncio.run(_serve(agent, settings, host, port, store, token_set, max_runs_per_user, max_concurrent, lease,
                            replica))
@@ -77,18 +84,26 @@ async def _serve(agent, settings, host: str, port: int, store_spec: str | None, 
                  max_concurrent: int, lease: float, replica: str) -> None:
     import uvicorn
 
+    from ..errors import ShouError
     from ..serve import open_store
     from ..serve.app import Server, create_app
     from ..serve.hub import Hub
     from ..serve.jobs import RunQueue
     from ..serve.runner import Runner
 
-    store = open_store(store_spec, settings.workspace, settings.trace_retention_days)
+    try:
+        store = open_store(store_spec, settings.workspace, settings.trace_retention_days)
+    except ShouError as e:
+        raise fail(str(e)) from None
     if store is not agent.store and agent.store is not None:
         agent.store.close()
     agent.store = store
     if getattr(store, "url", None) and not settings.memory_store:  # long-term memory in the same database
+        from ..memory.postgres import PostgresMemoryStore
+
         agent.settings = dataclasses.replace(settings, memory_store=store.url)
+        # Recalled into each run's context, as the workspace's memory.db is by `shou run`.
+        agent.memory = PostgresMemoryStore(store.url, embeddings=bool(settings.memory_embeddings))
     queue = RunQueue.open(store)
     runner = Runner(agent, store, queue, Hub(), replica=replica, max_concurrent=max_concurrent, lease=lease,
                     max_runs_per_user=max_runs_per_user)

@@ -56,8 +56,13 @@ class Server:
         return self.runner.hub
 
     def user(self, request: Request) -> str:
-        """The caller (401 without a valid token, when the server has tokens)."""
+        """The caller (401 without a valid token, when the server has tokens). Without tokens, only a request
+        addressed to loopback by name from no other origin is served: a web page the person visits cannot
+        reach the server by rebinding a name of its own to 127.0.0.1, nor post to it from another origin."""
         if self.tokens is None:
+            if not _local_host(request.headers.get("host", "")) or not _same_origin(request):
+                raise HTTPException(403, "without --tokens only requests to localhost from its own pages are "
+                                         "served")
             return LOCAL_USER
         user = self.tokens.user_of(request.headers.get("authorization"))
         if user is None:
@@ -75,15 +80,31 @@ class Server:
             raise HTTPException(404, f"no session {name!r}")
 
 
+def _local_host(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    return name.strip("[]").lower() in ("127.0.0.1", "localhost", "::1")
+
+
+def _same_origin(request: Request) -> bool:
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return origin.split("://", 1)[-1].lower() == request.headers.get("host", "").lower()
+
+
 def error(status: int, message: str, kind: str = "") -> JSONResponse:
     """The API's error shape."""
-    kinds = {400: "invalid_request", 401: "unauthorized", 404: "not_found", 409: "conflict", 413: "too_large",
-             429: "rate_limited"}
+    kinds = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "conflict",
+             413: "too_large", 415: "unsupported_media_type", 429: "rate_limited"}
     return JSONResponse({"error": {"message": message, "type": kind or kinds.get(status, "error")}}, status)
 
 
 async def read_json(request: Request, model: type[BaseModel]) -> Any:
-    """The body as `model` (400 with what is wrong; 413 past MAX_BODY, counted as it arrives)."""
+    """The body as `model` (400 with what is wrong; 413 past MAX_BODY, counted as it arrives; 415 unless it is
+    declared JSON, which a web page of another origin cannot send without the browser asking first)."""
+    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if kind != "application/json":
+        raise HTTPException(415, "send the body as JSON, with Content-Type: application/json")
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > MAX_BODY:
         raise HTTPException(413, f"the body is larger than {MAX_BODY} bytes")
@@ -279,7 +300,10 @@ async def healthz(request: Request) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return error(exc.status_code, str(exc.detail))
+    response = error(exc.status_code, str(exc.detail))
+    if exc.status_code == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="shou"'
+    return response
 
 
 async def _refused(request: Request, exc: Exception) -> Response:

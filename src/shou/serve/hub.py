@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 from ..events import Event
 
@@ -22,14 +21,21 @@ log = logging.getLogger("shou.serve")
 
 
 class Watch:
-    """One stream's subscription: `wake` is set when the session's log may have grown; `fragments` holds
-    the run's streaming fragments, in order."""
+    """One stream's subscription: `wake` is set when the session's log may have grown; `items` holds, in the
+    order the run produced them, its streaming fragments and the ids its stored events reached (an int: the
+    rows up to it may be read), so a fragment is sent after the events stored before it and before those
+    stored after it."""
 
     def __init__(self, session: str, run_id: str) -> None:
         self.session = session
         self.run_id = run_id
         self.wake = asyncio.Event()
-        self.fragments: asyncio.Queue[Event] = asyncio.Queue(maxsize=10_000)
+        self.items: asyncio.Queue[Event | int] = asyncio.Queue(maxsize=10_000)
+
+    def put(self, item: Event | int) -> None:
+        with contextlib.suppress(asyncio.QueueFull):  # a stalled reader loses fragments, not events
+            self.items.put_nowait(item)
+        self.wake.set()
 
 
 class Hub:
@@ -59,6 +65,14 @@ class Hub:
         for w in self._by_session.get(session, ()):
             w.wake.set()
 
+    def stored(self, session: str, upto: int | None) -> None:
+        """A run this process executes stored events of `session` up to id `upto` (None: unknown)."""
+        for w in self._by_session.get(session, ()):
+            if upto is None:
+                w.wake.set()
+            else:
+                w.put(upto)
+
     def notify_threadsafe(self, session: str) -> None:
         """`notify()` from any thread."""
         if self._loop is not None and session in self._by_session:
@@ -68,9 +82,7 @@ class Hub:
         """A streaming fragment of a run of `session` that this process executes."""
         for w in self._by_session.get(session, ()):
             if event.run_id == w.run_id or event.run_id.startswith(w.run_id + "."):
-                with contextlib.suppress(asyncio.QueueFull):  # a stalled reader loses fragments, not events
-                    w.fragments.put_nowait(event)
-                w.wake.set()
+                w.put(event)
 
     async def listen(self, url: str, channel: str) -> None:
         """Wake streams on PostgreSQL notifications of `channel` (payload: a session) until cancelled,
@@ -89,7 +101,3 @@ class Hub:
                 log.warning("LISTEN %s failed (%s); retrying", channel, e)
                 await asyncio.sleep(1.0)
 
-
-def wait_any(watch: Watch, timeout: float) -> Any:
-    """Wait until `watch` is woken or `timeout` passes."""
-    return asyncio.wait_for(watch.wake.wait(), timeout)

@@ -71,7 +71,9 @@ class Job:
     def public(self) -> dict[str, Any]:
         """The run as the API shows it."""
         return {"run_id": self.run_id, "session": self.session, "task": self.task, "status": self.status,
-                "answer": self.answer, "error": self.error or None, "usage": self.usage, "created": self.created,
+                "answer": self.answer, "error": self.error or None,
+                "usage": self.usage or {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": 0.0},
+                "created": self.created,
                 "finished": self.finished or None}
 
 

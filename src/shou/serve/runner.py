@@ -67,9 +67,15 @@ class Runner:
 
             self._loops.append(asyncio.create_task(self.hub.listen(url, NOTIFY_CHANNEL)))
 
-    async def stop(self) -> None:
-        """Stop the loops and this replica's runs (each recorded as cancelled)."""
-        for task in [*self._loops, *self.active.values()]:
+    async def stop(self, drain: float = 10.0) -> None:
+        """Stop taking runs, give the running ones `drain` seconds to finish, then cancel the rest (each recorded
+        as cancelled). The heartbeat goes on meanwhile, so no other replica takes a run that is finishing here."""
+        claim, *others = self._loops
+        claim.cancel()
+        if self.active:
+            await asyncio.wait(list(self.active.values()), timeout=drain)
+        self._cancelling.update(self.active)  # recorded as cancelled in the queue too
+        for task in [*others, *self.active.values()]:
             task.cancel()
         await asyncio.gather(*self._loops, *self.active.values(), return_exceptions=True)
 
@@ -187,6 +193,7 @@ class Runner:
             self.queue.finish(job.run_id, self.replica, "failed", error=f"{type(e).__name__}: {e}")
         finally:
             session.release()
+            self.store.committed.pop(job.session, None)
             self.hub.notify(job.session)
 
     async def _carry_out(self, job: Job, session: Session) -> None:
@@ -216,8 +223,8 @@ class Runner:
     def _publish(self, session: str, event: Event) -> None:
         if event.type in NOT_STORED:
             self.hub.fragment(session, event)
-        else:
-            self.hub.notify(session)  # committed before it was handed on
+        else:  # committed before it was handed on
+            self.hub.stored(session, self.store.committed.get(session))
 
     def _logged_end(self, job: Job) -> RunFinished | None:
         ends = [e for _, e in self.store.run_rows(job.session, job.run_id)

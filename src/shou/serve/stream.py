@@ -43,17 +43,32 @@ async def run_events(store: Any, hub: Hub, queue: RunQueue, session: str, run_id
     with hub.watch(session, run_id) as watch:
         while True:
             watch.wake.clear()
-            for row_id, event in store.run_rows(session, run_id, after):
+            out: list[tuple[int | None, Event]] = []
+            bounded = False
+            while not watch.items.empty():  # what this replica's run produced, in order
+                item = watch.items.get_nowait()
+                if isinstance(item, int):
+                    bounded = True
+                    last = out_after(out, after)
+                    if item > last:
+                        out += [(i, e) for i, e in store.run_rows(session, run_id, last) if i <= item]
+                else:
+                    out.append((None, item))
+            if not bounded:  # woken from elsewhere (another replica's run, a decision) or looking on its own
+                out += store.run_rows(session, run_id, out_after(out, after))
+            for row_id, event in out:
+                if row_id is None:
+                    if (event.run_id, getattr(event, "step", 0)) not in answered:
+                        yield None, event
+                    continue
                 after = row_id
                 if event.type == "model_response":
                     answered.add((event.run_id, getattr(event, "step", 0)))
                 yield row_id, event
                 if is_end(event, run_id):
                     return
-            while not watch.fragments.empty():
-                fragment = watch.fragments.get_nowait()
-                if (fragment.run_id, getattr(fragment, "step", 0)) not in answered:
-                    yield None, fragment
+            if not watch.items.empty():
+                continue
             try:
                 await asyncio.wait_for(watch.wake.wait(), 1.0)
                 idle = 0.0
@@ -67,6 +82,11 @@ async def run_events(store: Any, hub: Hub, queue: RunQueue, session: str, run_id
                 if idle >= KEEPALIVE:
                     idle = 0.0
                     yield None, {"type": ":keepalive"}
+
+
+def out_after(out: list[tuple[int | None, Event]], after: int) -> int:
+    """The last stored id in `out`, or `after`."""
+    return max((i for i, _ in out if i is not None), default=after)
 
 
 def _ended(run_id: str, job: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ apply each one once.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -51,6 +52,14 @@ _UPSERT_SESSION = (
 )
 
 
+@functools.lru_cache(maxsize=64)
+def _insert_and_notify(n: int) -> str:
+    values = ",".join(["(%s, %s, %s, %s, %s, %s)"] * n)
+    return (f"WITH added AS (INSERT INTO events(session, run_id, type, ts, data, writer) VALUES {values} "
+            f"RETURNING session, id) SELECT session, max(id), pg_notify('{NOTIFY_CHANNEL}', session) FROM added "
+            "GROUP BY session")
+
+
 def connect(url: str, **kwargs: Any) -> Any:
     """An autocommit psycopg connection to `url`; a clear `UserError` when psycopg or the server is missing."""
     try:
@@ -75,7 +84,9 @@ def _safe(url: str) -> str:
 def migrate_pg(conn: Any, migrations: Sequence[tuple[str, list[str]]], table: str = "shou_migrations") -> None:
     """Apply the named migrations `conn`'s database lacks, once, even with several replicas starting together:
     each runs under a transaction-level advisory lock, after reading again which ones are applied."""
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, applied DOUBLE PRECISION NOT NULL)")
+    with conn.transaction():  # even IF NOT EXISTS races in the catalog when two replicas run it at once
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, applied DOUBLE PRECISION NOT NULL)")
     for name, statements in migrations:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
@@ -110,6 +121,7 @@ class PostgresStore:
         self._locker: Any = None
         self._held: dict[str, int] = {}
         self._buffer: list[Row] = []
+        self.committed: dict[str, int] = {}  # session -> the id of its last row this object wrote
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._lock_lock = threading.Lock()
@@ -151,10 +163,20 @@ class PostgresStore:
 
     def _write(self, rows: list[Row]) -> None:
         db = self._conn
+        if not any(r[2] in _SESSION_EVENTS for r in rows):
+            # The usual batch: one statement, so one round trip, that inserts and notifies atomically.
+            found = db.execute(_insert_and_notify(len(rows)), [v for row in rows for v in row]).fetchall()
+            self.committed.update((session, last) for session, last, _ in found)
+            return
         with db.transaction():
             with db.cursor() as cur:
                 cur.executemany("INSERT INTO events(session, run_id, type, ts, data, writer) "
-                                "VALUES (%s, %s, %s, %s, %s, %s)", rows)
+                                "VALUES (%s, %s, %s, %s, %s, %s) RETURNING session, id", rows, returning=True)
+                while True:
+                    for session, last in cur.fetchall():
+                        self.committed[session] = max(last, self.committed.get(session, 0))
+                    if not cur.nextset():
+                        break
             for session, _, kind, ts, data, _ in rows:
                 if kind not in _SESSION_EVENTS:
                     continue

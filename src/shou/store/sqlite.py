@@ -128,6 +128,7 @@ class SQLiteStore:
                 raise UserError(f"{self.path} is locked by another process for too long ({e}); try again") from None
             raise StoreDamaged(self.path, e) from None
         self._buffer: list[Row] = []
+        self.committed: dict[str, int] = {}  # session -> the id of its last row this object wrote
         self.retention_days = retention_days
         self._lock = threading.Lock()
         self.notice = ""  # something the person should be told about the file (it was replaced, ...)
@@ -222,13 +223,13 @@ class SQLiteStore:
         sessions = [r for r in rows if r[2] in _SESSION_EVENTS]
         try:
             if len(rows) <= _MOST_ROWS and not sessions:  # the usual batch: one statement, its own transaction
-                db.execute(_insert(len(rows)), [v for row in rows for v in row])
+                self._note(rows, db.execute(_insert(len(rows)), [v for row in rows for v in row]).lastrowid)
                 return
             db.execute("BEGIN IMMEDIATE")
             try:
                 for i in range(0, len(rows), _MOST_ROWS):
                     part = rows[i: i + _MOST_ROWS]
-                    db.execute(_insert(len(part)), [v for row in part for v in row])
+                    self._note(part, db.execute(_insert(len(part)), [v for row in part for v in row]).lastrowid)
                 for session, _, kind, ts, data, _ in sessions:  # the list of sessions follows, atomically
                     event = orjson.loads(data)
                     title = str(event.get("task", ""))[:200] if kind == "run_started" else ""
@@ -243,6 +244,14 @@ class SQLiteStore:
         except BaseException:
             self._buffer[:0] = rows  # not lost: the next commit tries again
             raise
+
+    def _note(self, rows: list[Row], last: int | None) -> None:
+        """Remember the last row id written for each session (one INSERT numbers its rows consecutively)."""
+        if last is None:
+            return
+        first = last - len(rows) + 1
+        for i, row in enumerate(rows):
+            self.committed[row[0]] = first + i
 
     # ------------------------------------------------------------------ reading
 

@@ -27,26 +27,34 @@ MAX_MEMORY_CHARS = 4000
 MAX_TOP_K = 50
 MAX_FACTS = 20
 
-_stores: dict[Path, MemoryStore] = {}
+_stores: dict[Path | str, MemoryStore] = {}
 _stores_lock = threading.Lock()
 
 
 def memory_store_for(ctx: ToolContext) -> MemoryStore:
-    """The (shared, open) store the tools use for this context's workspace and settings."""
+    """The (shared, open) store the tools use for this context's workspace and settings: a `memory_store`
+    setting starting with postgresql:// or postgres:// names a PostgreSQL database (memory/postgres.py)."""
+    from ...memory.postgres import is_postgres_url
+
     configured = getattr(ctx.settings, "memory_store", None)
-    if configured:
+    where: Path | str
+    if is_postgres_url(configured):
+        where = str(configured)
+    elif configured:
         path = Path(configured)
-        path = (path if path.is_absolute() else ctx.workspace / path).resolve()
+        where = (path if path.is_absolute() else ctx.workspace / path).resolve()
     else:
-        path = state_database(ctx.workspace, "memory.db")
+        where = state_database(ctx.workspace, "memory.db")
     # `memory_embeddings = False` in the settings keeps the model out (keyword search only).
     embeddings = bool(getattr(ctx.settings, "memory_embeddings", True))
     with _stores_lock:
-        store = _stores.get(path)
+        store = _stores.get(where)
         if store is None:
             from ...memory import MemoryStore
+            from ...memory.postgres import PostgresMemoryStore
 
-            store = _stores[path] = MemoryStore(path, embeddings=embeddings)
+            store = _stores[where] = (PostgresMemoryStore(where, embeddings=embeddings) if isinstance(where, str)
+                                      else MemoryStore(where, embeddings=embeddings))
         return store
 
 
