@@ -26,9 +26,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shou.models.scripted import ScriptedServer  # noqa: E402
 from tests.fixtures.postgres import start_postgres  # noqa: E402
 from tests.fixtures.serving import start_serve  # noqa: E402
+
+from shou.models.scripted import ScriptedServer  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
 WARMUP = 3  # runs per replica before measuring
