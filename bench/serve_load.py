@@ -1,6 +1,6 @@
 """Load on `shou serve`: N concurrent runs through the API, across two replicas sharing one PostgreSQL database.
 
-    python bench/serve_load.py [--runs 200] [--replicas 2] [--max-concurrent 64]
+    python bench/serve_load.py [--runs 200] [--replicas 2] [--max-concurrent 64] [--rate PER_SECOND]
 
 Starts Debian's PostgreSQL in a temp dir (as the tests do), the scripted model over loopback HTTP, and the
 replicas as `shou serve` processes. Each run is asked for on one replica and streamed from the next one (so
@@ -44,8 +44,9 @@ def turns(runs: int) -> list[dict]:
     return out
 
 
-async def one(clients: list[httpx.AsyncClient], i: int) -> dict:
+async def one(clients: list[httpx.AsyncClient], i: int, start: float = 0.0) -> dict:
     ask, watch = clients[i % len(clients)], clients[(i + 1) % len(clients)]
+    await asyncio.sleep(start)
     t0 = time.perf_counter()
     r = await ask.post("/v1/runs", json={"task": f"double {i}"})
     r.raise_for_status()
@@ -81,7 +82,7 @@ async def stored_ids(client: httpx.AsyncClient, run_id: str) -> list[int]:
     return [int(line[4:]) for line in body.splitlines() if line.startswith("id: ")]
 
 
-async def load(urls: list[str], runs: int) -> dict:
+async def load(urls: list[str], runs: int, rate: float | None) -> dict:
     limits = httpx.Limits(max_connections=2 * runs, max_keepalive_connections=2 * runs)
     headers = {"Authorization": f"Bearer {TOKEN}"}
     clients = [httpx.AsyncClient(base_url=u, headers=headers, timeout=300, limits=limits) for u in urls]
@@ -89,7 +90,8 @@ async def load(urls: list[str], runs: int) -> dict:
         # Warm-up, not measured: each replica's first runs load the tokenizer and build its tool specs.
         await asyncio.gather(*(one([c, c], i) for c in clients for i in range(WARMUP)))
         t0 = time.perf_counter()
-        results = await asyncio.gather(*(one(clients, i) for i in range(runs)), return_exceptions=True)
+        results = await asyncio.gather(*(one(clients, i, i / rate if rate else 0.0) for i in range(runs)),
+                                       return_exceptions=True)
         wall = time.perf_counter() - t0
         ok = [r for r in results if isinstance(r, dict)]
         errors = [repr(r) for r in results if not isinstance(r, dict)]
@@ -120,6 +122,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--max-concurrent", type=int, default=64)
+    ap.add_argument("--rate", type=float, default=None,
+                    help="start runs at this many per second (default: all at once)")
     args = ap.parse_args()
     pg = start_postgres()
     model = ScriptedServer(turns(args.runs + WARMUP * args.replicas)).start()
@@ -136,12 +140,15 @@ def main() -> None:
             servers.append(start_serve(home / "ws", env, "--store", url, "--tokens", str(home / "tokens"),
                                        "--max-runs-per-user", str(10 * args.runs), "--max-concurrent",
                                        str(args.max_concurrent), "--replica", f"r{i}"))
-        result = asyncio.run(load([s.url for s in servers], args.runs))
-        result["replicas"] = args.replicas
+        result = asyncio.run(load([s.url for s in servers], args.runs, args.rate))
+        result["replicas"], result["rate"] = args.replicas, args.rate
         print(json.dumps(result, indent=2))
     finally:
         for s in servers:
             s.stop()
+            problems = [line for line in s.log().splitlines() if "failed" in line or "Error" in line]
+            if problems:
+                print(f"replica {s.url}:", *problems[:5], sep="\n  ", file=sys.stderr)
         model.close()
         pg.stop()
 

@@ -30,6 +30,23 @@ from .build import (
 )
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening, non-blocking TCP socket for uvicorn (port 0: any free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without it
+    # a response written in two parts (head, body) waits ~40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -109,14 +126,10 @@ async def _serve(agent, settings, host: str, port: int, store_spec: str | None, 
                     max_runs_per_user=max_runs_per_user)
     app = create_app(Server(runner, tokens, settings.workspace))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        sock = listening_socket(host, port)
     except OSError as e:
         raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    sock.listen(2048)
-    sock.setblocking(False)
     bound = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5,
                                            lifespan="on"))

@@ -230,8 +230,11 @@ class PostgresStore:
 
     def rows(self, session: str, after: int = 0, other_than: str = "\0") -> list[tuple[int, Event]]:
         """`(id, event)` for the stored events of `session` after id `after` (not those of writer `other_than`)."""
-        found = self._read("SELECT id, data FROM events WHERE session = %s AND id > %s AND writer != %s ORDER BY id",
-                           (session, after, other_than))
+        if "\0" in other_than:  # nobody's token (PostgreSQL text holds no NUL): every row
+            found = self._read("SELECT id, data FROM events WHERE session = %s AND id > %s ORDER BY id", (session, after))
+        else:
+            found = self._read("SELECT id, data FROM events WHERE session = %s AND id > %s AND writer != %s "
+                               "ORDER BY id", (session, after, other_than))
         return decoded(found)
 
     def run_rows(self, session: str, run_id: str, after: int = 0) -> list[tuple[int, Event]]:

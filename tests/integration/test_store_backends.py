@@ -1,0 +1,127 @@
+"""The session store's contract, on SQLite and on PostgreSQL alike: what sessions, the loop and `shou serve`
+rely on (write-ahead commits, reading a run's rows, session locks, retention, deletion)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shou.events import ModelRequest, RunFinished, RunStarted, TextDelta, ToolCallFinished
+from shou.session import Session
+from shou.store.locks import SessionBusy
+from shou.store.sqlite import SQLiteStore
+from shou.usage import Usage
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Opens stores on one database: each call is another process's view (another replica)."""
+    opened: list[Any] = []
+    if request.param == "sqlite":
+        def make() -> Any:
+            opened.append(SQLiteStore(tmp_path / "shou.db"))
+            return opened[-1]
+    else:
+        from shou.store.postgres import PostgresStore
+
+        url = request.getfixturevalue("postgres_url")
+
+        def make() -> Any:
+            opened.append(PostgresStore(url))
+            return opened[-1]
+    yield make
+    for store in opened:
+        store.close()
+
+
+def run_events(session: str, run_id: str, answer: str = "done") -> list[Any]:
+    return [RunStarted(run_id, session, "task", "m"), ModelRequest(run_id, 1, 2, 0),
+            TextDelta(run_id, 1, "not stored"), ToolCallFinished(f"{run_id}.1", 1, "c1", "calculator", "42"),
+            RunFinished(run_id, "completed", answer, 1, Usage(), 0.1)]
+
+
+def test_write_ahead_read_back_and_sessions(open_store) -> None:
+    a, b = open_store(), open_store()
+    for event in run_events("s1", "run_1"):
+        a.append("s1", event)
+    assert a.pending and b.rows("s1") == []  # nothing visible before the commit
+    a.commit()
+    rows = b.rows("s1")
+    assert [e.type for _, e in rows] == ["run_started", "model_request", "tool_call_finished", "run_finished"]
+    ids = [i for i, _ in rows]
+    assert ids == sorted(ids) and a.committed["s1"] == ids[-1]
+    # A run's rows include its sub-runs' (run_1.1) but not another run's whose id merely starts the same.
+    for event in run_events("s1", "run_10"):
+        a.append("s1", event)
+    a.commit()
+    assert [e.run_id for _, e in b.run_rows("s1", "run_1")] == ["run_1", "run_1", "run_1.1", "run_1"]
+    assert [e.type for _, e in b.run_rows("s1", "run_1", after=ids[1])] == ["tool_call_finished", "run_finished"]
+    [info] = b.sessions()
+    assert (info.name, info.title, info.status, info.runs) == ("s1", "task", "completed", 2)
+    assert b.exists("s1") and not b.exists("s2") and b.unfinished() == []
+    a.append("s2", RunStarted("run_2", "s2", "killed", "m"))
+    a.commit()
+    assert b.unfinished() == ["s2"]
+
+
+def test_session_locks_exclude_other_processes_until_released(open_store) -> None:
+    a, b = open_store(), open_store()
+    held = a.lock("s1")
+    with pytest.raises(SessionBusy):
+        b.lock("s1")
+    with pytest.raises(SessionBusy):
+        a.lock("s1")  # a second holder in the same process too
+    assert b.is_locked("s1")
+    other = b.lock("s2")  # other sessions are free
+    held.release()
+    b.lock("s1").release()
+    other.release()
+
+
+def test_a_closed_process_frees_its_sessions(open_store) -> None:
+    a, b = open_store(), open_store()
+    a.lock("s1")
+    a.close()  # as a killed process's connection or file does
+    deadline = time.monotonic() + 10  # PostgreSQL lets go when the closed connection's backend has exited
+    while True:
+        try:
+            b.lock("s1").release()
+            break
+        except SessionBusy:
+            assert time.monotonic() < deadline, "the lock outlived its process's connection"
+            time.sleep(0.05)
+
+
+def test_a_session_folds_from_either_backend(open_store) -> None:
+    a = open_store()
+    s = Session("chat", a)
+    for event in run_events("chat", "run_1", answer="42"):
+        s.record(event)
+    s.commit()
+    again = Session("chat", open_store())
+    assert again.open_run is None and again.messages[0].text == "task"
+
+
+def test_retention_drops_request_contents_only(open_store) -> None:
+    a = open_store()
+    a.append("s1", ModelRequest("run_1", 1, 2, 0, contents={"abc": {"role": "user", "content": "secret"}}))
+    a.append("s1", RunFinished("run_1", "completed", "kept", 1, Usage(), 0.1))
+    a.commit()
+    assert a.prune(time.time() + 30 * 86400) == 1
+    [(_, req), (_, end)] = a.rows("s1")
+    assert req.contents is None and req.step == 1 and end.answer == "kept"
+
+
+def test_delete_removes_a_session(open_store) -> None:
+    a = open_store()
+    for event in run_events("gone", "run_1"):
+        a.append("gone", event)
+    for event in run_events("kept", "run_2"):
+        a.append("kept", event)
+    a.commit()
+    a.delete("gone")
+    assert a.rows("gone") == [] and not a.exists("gone") and [s.name for s in a.sessions()] == ["kept"]
