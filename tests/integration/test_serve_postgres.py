@@ -113,3 +113,52 @@ def test_long_term_memory_is_shared_by_the_replicas(serve, tmp_path: Path, works
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_stopping_replica_hands_its_runs_over(serve, tmp_path: Path, workspace: Path, postgres_url: str) -> None:
+    # SIGTERM (a rolling restart): after the drain, the runs still going move to the other replica at once.
+    srv = serve([nap("long", 30), nap("after", 0.1), {"text": "finished elsewhere"}])
+    a, b = replicas(2, tmp_path, workspace, srv, postgres_url)
+    try:
+        with a.client(TOKEN) as ca, b.client(TOKEN) as cb:
+            run = ca.post("/v1/runs", json={"task": "long nap"}).json()
+            stream_run(ca, run["run_id"], until="tool_call_started")
+            a.stop()  # SIGTERM; waits for the process
+            events = stream_run(cb, run["run_id"])
+            assert events[-1]["data"]["status"] == "completed", events[-1]
+            assert events[-1]["data"]["answer"] == "finished elsewhere"
+            finished = [m["data"] for m in events if m["event"] == "tool_call_finished"]
+            assert "interrupted" in finished[0]["content"]  # the nap cut short is reported, not run again
+            assert cb.get(f"/v1/runs/{run['run_id']}").json()["status"] == "completed"
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_database_restart_is_survived(serve, tmp_path: Path, workspace: Path) -> None:
+    from ..fixtures.postgres import start_postgres
+
+    pg = start_postgres()
+    srv = serve([{"text": "before"}, {"text": "after"}])
+    (tmp_path / "tokens").write_text(f"{TOKEN} dana\n")
+    s = start_serve(workspace, shou_env(tmp_path, srv), "--store", pg.database("restart"), "--tokens",
+                    str(tmp_path / "tokens"))
+    try:
+        with s.client(TOKEN) as c:
+            first = c.post("/v1/runs", json={"task": "one"}).json()
+            assert stream_run(c, first["run_id"])[-1]["data"]["answer"] == "before"
+            pg.restart()  # every connection of the replica is dropped
+            deadline = time.monotonic() + 30
+            while True:  # the first use of each broken connection may fail; then it is opened again
+                r = c.post("/v1/runs", json={"task": "two"})
+                if r.status_code == 202:
+                    break
+                assert time.monotonic() < deadline, r.text
+                time.sleep(0.2)
+            events = stream_run(c, r.json()["run_id"])
+            assert events[-1]["data"]["status"] == "completed" and events[-1]["data"]["answer"] == "after"
+            assert c.get("/healthz").json()["ok"] is True
+            assert c.get("/v1/sessions").status_code == 200
+    finally:
+        s.stop()
+        pg.stop()

@@ -125,3 +125,15 @@ def test_delete_removes_a_session(open_store) -> None:
     a.commit()
     a.delete("gone")
     assert a.rows("gone") == [] and not a.exists("gone") and [s.name for s in a.sessions()] == ["kept"]
+
+
+def test_text_a_database_would_refuse_neither_stops_commits_nor_retention(open_store) -> None:
+    a = open_store()
+    a.append("s\x00nul", RunStarted("run_1", "s\x00nul", "a task with a NUL \x00 in it", "m"))
+    a.append("s\x00nul", ModelRequest("run_1", 1, 2, 0, contents={"k": {"role": "tool", "content": "bytes \x00 here"}}))
+    a.commit()
+    a.append("ok", RunStarted("run_2", "ok", "fine", "m"))
+    a.commit()  # not stuck behind the earlier rows
+    assert [e.type for _, e in a.rows("ok")] == ["run_started"]
+    assert a.prune(time.time() + 30 * 86400) == 1
+    assert all(getattr(e, "contents", None) is None for s in a.sessions() for _, e in a.rows(s.name))

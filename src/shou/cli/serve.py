@@ -107,6 +107,7 @@ async def _serve(agent, settings, host: str, port: int, store_spec: str | None, 
     from ..serve.hub import Hub
     from ..serve.jobs import RunQueue
     from ..serve.runner import Runner
+    from ..serve.tenancy import UserMemory
 
     try:
         store = open_store(store_spec, settings.workspace, settings.trace_retention_days)
@@ -123,7 +124,7 @@ async def _serve(agent, settings, host: str, port: int, store_spec: str | None, 
         agent.memory = PostgresMemoryStore(store.url, embeddings=bool(settings.memory_embeddings))
     queue = RunQueue.open(store)
     runner = Runner(agent, store, queue, Hub(), replica=replica, max_concurrent=max_concurrent, lease=lease,
-                    max_runs_per_user=max_runs_per_user)
+                    max_runs_per_user=max_runs_per_user, users=UserMemory(agent.settings, store))
     app = create_app(Server(runner, tokens, settings.workspace))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:

@@ -11,11 +11,13 @@ from ..errors import UserError
 
 def open_store(spec: str | None, workspace: Path, retention_days: float | None) -> Any:
     """The event store `--store` names: `postgresql://...`, a SQLite file path (or `sqlite:///PATH`), or the
-    workspace's `.shou/shou.db` when None."""
+    workspace's `.shou/serve.db` when None."""
     from ..store.sqlite import SQLiteStore
 
-    if not spec:
-        return SQLiteStore.for_workspace(workspace, retention_days)
+    if not spec:  # its own file: `shou run -c` and `shou sessions` never reach the API users' sessions
+        from ..workspace import state_database
+
+        return SQLiteStore(state_database(workspace, "serve.db"), retention_days)
     if spec.startswith(("postgresql://", "postgres://")):
         from ..store.postgres import PostgresStore
 

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -81,7 +82,9 @@ class Server:
 
 
 def _local_host(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name, port = (host, "") if host.endswith("]") or host.count(":") == 0 else host.rsplit(":", 1)
+    if port and not (port.isascii() and port.isdigit()):
+        return False
     return name.strip("[]").lower() in ("127.0.0.1", "localhost", "::1")
 
 
@@ -121,11 +124,10 @@ async def read_json(request: Request, model: type[BaseModel]) -> Any:
 
 
 def last_event_id(request: Request) -> int:
-    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    try:
-        return max(0, int(raw))
-    except ValueError:
-        raise HTTPException(400, f"Last-Event-ID must be an event id (a number), not {raw[:40]!r}") from None
+    raw = (request.headers.get("last-event-id") or request.query_params.get("after") or "0").strip()
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+        raise HTTPException(400, f"Last-Event-ID must be an event id (a number), not {raw[:40]!r}")
+    return int(raw)
 
 
 # ---------------------------------------------------------------------------------------------- runs
@@ -135,6 +137,9 @@ async def create_run(request: Request) -> Response:
     srv: Server = request.app.state.server
     user = srv.user(request)
     body: RunRequest = await read_json(request, RunRequest)
+    if body.options.code and not srv.runner.allows_code():
+        raise HTTPException(400, "options.code: this server does not offer running code (run_code is not among "
+                                 "its tools)")
     session = body.session or new_session_name()
     if body.session and srv.queue.session_owner(session) is None and srv.store.exists(session):
         raise HTTPException(404, f"no session {session!r}")  # made outside the API: nobody's to take
@@ -185,10 +190,7 @@ async def run_trace(request: Request) -> Response:
 
 async def list_sessions(request: Request) -> Response:
     srv: Server = request.app.state.server
-    mine = srv.queue.sessions_of(srv.user(request))
-    rows = [{"name": s.name, "title": s.title, "status": s.status, "runs": s.runs, "created": s.created,
-             "updated": s.updated} for s in srv.store.sessions() if s.name in mine]
-    return JSONResponse({"sessions": rows})
+    return JSONResponse({"sessions": srv.queue.sessions(srv.user(request))})
 
 
 async def get_session(request: Request) -> Response:
@@ -197,8 +199,8 @@ async def get_session(request: Request) -> Response:
     name = request.path_params["name"]
     srv.own_session(name, user)
     session = Session(name, srv.store)
-    info = next((s for s in srv.store.sessions() if s.name == name), None)
-    return JSONResponse({"name": name, "status": info.status if info else "",
+    info = next((s for s in srv.queue.sessions(user) if s["name"] == name), None)
+    return JSONResponse({"name": name, "status": info["status"] if info else "",
                          "messages": [m.to_wire() for m in session.messages],
                          "runs": [j.public() for j in srv.queue.runs(user, name)]})
 
@@ -226,11 +228,9 @@ async def delete_session(request: Request) -> Response:
 
 
 def _waiting(srv: Server, user: str) -> list[tuple[str, Any]]:
-    mine = srv.queue.sessions_of(user)
     out = []
-    for info in srv.store.sessions():
-        if info.name in mine and info.status == "waiting_approval":
-            out.extend((info.name, req) for req in Session(info.name, srv.store).pending_approvals.values())
+    for info in srv.queue.sessions(user, "waiting_approval"):
+        out.extend((info["name"], req) for req in Session(info["name"], srv.store).pending_approvals.values())
     return out
 
 
@@ -250,9 +250,15 @@ async def decide_approval(request: Request) -> Response:
     user = srv.user(request)
     call_id = request.path_params["call_id"]
     body: Decision = await read_json(request, Decision)
-    found = next((s for s, req in _waiting(srv, user) if req.call.id == call_id), None)
-    if found is None:
+    run_id = request.path_params.get("run_id") or body.run_id
+    matches = [s for s, req in _waiting(srv, user) if req.call.id == call_id
+               and (run_id is None or req.run_id.split(".", 1)[0] == run_id)]
+    if not matches:
         raise HTTPException(404, f"no call {call_id!r} is waiting for approval")
+    if len(matches) > 1:  # providers reuse call ids: deciding the wrong run's call would run it
+        raise HTTPException(409, f"calls of several runs have the id {call_id!r}: give run_id (in the body, or "
+                                 "POST /v1/runs/{run_id}/approvals/{call_id})")
+    found = matches[0]
     from ..agent.approvals import decide
 
     session = Session(found, srv.store)
@@ -290,11 +296,16 @@ async def docs(request: Request) -> Response:
 async def index(request: Request) -> Response:
     page = resources.files("shou.serve").joinpath("web/index.html").read_text(encoding="utf-8")
     return HTMLResponse(page, headers={"Content-Security-Policy": "default-src 'self'; style-src 'self' "
-                                       "'unsafe-inline'; script-src 'self' 'unsafe-inline'; img-src 'self' data:"})
+                                       "'unsafe-inline'; script-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                                       "frame-ancestors 'none'"})
 
 
 async def healthz(request: Request) -> Response:
     srv: Server = request.app.state.server
+    try:
+        srv.store.ping()
+    except Exception as e:
+        return JSONResponse({"ok": False, "replica": srv.runner.replica, "error": f"store: {e}"}, 503)
     return JSONResponse({"ok": True, "replica": srv.runner.replica, "runs": len(srv.runner.active)})
 
 
@@ -309,6 +320,27 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 async def _refused(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, Refused)
     return error(exc.status, str(exc))
+
+
+class SecurityHeaders:
+    """Headers on every answer: no page may frame ours (a hidden Approve button), no type sniffing."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-frame-options", b"DENY"),
+                                      (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer")]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
 
 
 def create_app(server: Server) -> Starlette:
@@ -331,9 +363,10 @@ def create_app(server: Server) -> Starlette:
         Route("/v1/sessions", list_sessions), Route("/v1/sessions/{name}", get_session, methods=["GET"]),
         Route("/v1/sessions/{name}", delete_session, methods=["DELETE"]),
         Route("/v1/approvals", list_approvals), Route("/v1/approvals/{call_id}", decide_approval, methods=["POST"]),
+        Route("/v1/runs/{run_id}/approvals/{call_id}", decide_approval, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]), Route("/v1/models", models),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan,
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)],
                     exception_handlers={HTTPException: _http_error, Refused: _refused})
     app.state.server = server
     return app

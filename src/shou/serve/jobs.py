@@ -89,9 +89,11 @@ class RunQueue:
     """The queue on a DB-API connection: `sqlite3` (a file) or psycopg (PostgreSQL)."""
 
     def __init__(self, conn: Any, postgres: bool) -> None:
-        self._conn = conn
+        self._link = conn if postgres else None  # a Link: reopened after the server drops it
+        self._sqlite = None if postgres else conn
+        self._cur: Any = None
         self.postgres = postgres
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         with self._tx():
             if postgres:  # replicas starting together create the tables once
                 self._x("SELECT pg_advisory_xact_lock(%s)", (0x5340_0002,))
@@ -103,9 +105,9 @@ class RunQueue:
         """A queue in the same database as `store` (its own connection)."""
         url = getattr(store, "url", None)
         if url:
-            from ..store.postgres import connect
+            from ..store.pg_link import Link
 
-            return cls(connect(url), postgres=True)
+            return cls(Link(url), postgres=True)
         conn = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False, timeout=10.0)
         conn.execute("PRAGMA busy_timeout=10000")
         return cls(conn, postgres=False)
@@ -115,22 +117,40 @@ class RunQueue:
     def _x(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
         if not self.postgres:
             sql = sql.replace("%s", "?").replace(" FOR UPDATE SKIP LOCKED", "")
-        return self._conn.execute(sql, params)
+        return self._cur.execute(sql, params)
 
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[None]:
+    def _tx(self, write: bool = True) -> Iterator[None]:
+        """One transaction (a plain read when not `write`); on PostgreSQL a broken connection is dropped, so
+        the next call opens another."""
         with self._lock:
-            if self.postgres:
-                with self._conn.transaction():
-                    yield
+            if self._link is not None:
+                from ..store.pg_link import is_connection_error
+
+                try:
+                    with self._link.lock:
+                        self._cur = self._link._get()
+                        if write:
+                            with self._cur.transaction():
+                                yield
+                        else:
+                            yield
+                except Exception as e:
+                    if is_connection_error(e):
+                        self._link.discard()
+                    raise
                 return
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._cur = self._sqlite
+            if not write:
+                yield
+                return
+            self._cur.execute("BEGIN IMMEDIATE")
             try:
                 yield
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._cur.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
+            self._cur.execute("COMMIT")
 
     def _one(self, where: str, params: tuple[Any, ...]) -> Job | None:
         row = self._x(f"SELECT {_COLUMNS} FROM serve_runs WHERE {where}", params).fetchone()
@@ -157,10 +177,10 @@ class RunQueue:
                 raise Refused(409, f"session {session!r} has a run under way ({busy[0]}); wait for it or cancel it")
             if max_active is not None:
                 (count,) = self._x("SELECT COUNT(*) FROM serve_runs WHERE username = %s AND status IN "
-                                   "('queued', 'running')", (user,)).fetchone()
+                                   "('queued', 'running', 'waiting_approval')", (user,)).fetchone()
                 if count >= max_active:
-                    raise Refused(429, f"you have {count} runs queued or running, the most allowed "
-                                       "(max_runs_per_user); wait for one to finish")
+                    raise Refused(429, f"you have {count} runs queued, running or waiting for approval, the most "
+                                       "allowed (max_runs_per_user); wait for one to finish")
             status = "running" if replica else "queued"
             self._x(f"INSERT INTO serve_runs({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, '', '', '{{}}', %s, 0, "
                     "%s, %s, 0, %s)", (run_id, user, session, task, orjson.dumps(options).decode(), status, now,
@@ -210,6 +230,36 @@ class RunQueue:
                     (status, answer, error or "", orjson.dumps(usage or {}).decode(),
                      0.0 if status == "waiting_approval" else time.time(), run_id, replica))
 
+    def hand_over(self, replica: str, run_ids: list[str]) -> None:
+        """End this replica's leases on `run_ids` now, so another replica resumes them at once."""
+        if not run_ids:
+            return
+        marks = ", ".join(["%s"] * len(run_ids))
+        with self._tx():
+            self._x(f"UPDATE serve_runs SET lease_until = 0 WHERE replica = %s AND status = 'running' AND "
+                    f"run_id IN ({marks})", (replica, *run_ids))
+
+    def waiting(self, older_than: float = 0.0, limit: int = 50) -> list[tuple[Job, int]]:
+        """Runs waiting for approvals at least `older_than` seconds, with their session's last event id (it
+        changes with every event, a decision included)."""
+        cutoff = time.time() - older_than
+        with self._tx(write=False):
+            rows = self._x(f"SELECT {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))}, "
+                           "(SELECT MAX(e.id) FROM events e WHERE e.session = r.session) FROM serve_runs r "
+                           "WHERE r.status = 'waiting_approval' AND r.created < %s ORDER BY r.created LIMIT %s",
+                           (cutoff, limit)).fetchall()
+        return [(_job(r[:-1]), r[-1]) for r in rows]
+
+    def sessions(self, user: str, status: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
+        """`user`'s sessions, most recently updated first (read with the store's own table, in one query)."""
+        where, params = ("o.username = %s AND s.status = %s", (user, status)) if status else (
+            "o.username = %s", (user,))
+        with self._tx(write=False):
+            rows = self._x("SELECT s.name, s.title, s.status, (SELECT COUNT(*) FROM serve_runs r WHERE r.session = "
+                           f"s.name), s.created, s.updated FROM sessions s JOIN serve_sessions o ON o.name = s.name "
+                           f"WHERE {where} ORDER BY s.updated DESC LIMIT %s", (*params, limit)).fetchall()
+        return [dict(zip(("name", "title", "status", "runs", "created", "updated"), r, strict=True)) for r in rows]
+
     def requeue(self, run_id: str) -> None:
         """Queue a waiting run again, to resume (its approvals were decided)."""
         with self._tx():
@@ -230,27 +280,27 @@ class RunQueue:
 
     def get(self, run_id: str, user: str | None = None) -> Job | None:
         """The run (None when it does not exist or, given `user`, belongs to someone else)."""
-        with self._lock:
+        with self._tx(write=False):
             job = self._one("run_id = %s", (run_id,))
         return job if job is not None and (user is None or job.user == user) else None
 
     def runs(self, user: str, session: str | None = None, limit: int = 100) -> list[Job]:
         """`user`'s runs (of `session`), newest first."""
         where, params = ("username = %s AND session = %s", (user, session)) if session else ("username = %s", (user,))
-        with self._lock:
+        with self._tx(write=False):
             rows = self._x(f"SELECT {_COLUMNS} FROM serve_runs WHERE {where} ORDER BY created DESC LIMIT %s",
                            (*params, limit)).fetchall()
         return [_job(r) for r in rows]
 
     def session_owner(self, session: str) -> str | None:
         """Who owns `session` (None: nobody made it through the API)."""
-        with self._lock:
+        with self._tx(write=False):
             row = self._x("SELECT username FROM serve_sessions WHERE name = %s", (session,)).fetchone()
         return row[0] if row else None
 
     def sessions_of(self, user: str) -> set[str]:
         """The names of `user`'s sessions."""
-        with self._lock:
+        with self._tx(write=False):
             return {n for (n,) in self._x("SELECT name FROM serve_sessions WHERE username = %s", (user,)).fetchall()}
 
     def forget_session(self, session: str) -> None:
@@ -262,4 +312,4 @@ class RunQueue:
     def close(self) -> None:
         """Close the connection."""
         with contextlib.suppress(Exception):
-            self._conn.close()
+            (self._link or self._sqlite).close()

@@ -24,6 +24,7 @@ from ..messages import Message
 from ..session import Session, new_session_name
 from ..usage import Usage
 from .app import SSE_HEADERS, Server, read_json
+from .jobs import Refused
 from .schema import ChatMessage, ChatRequest
 from .stream import run_events
 
@@ -83,12 +84,17 @@ async def chat_completions(request: Request) -> Response:
         raise HTTPException(404, f"no agent {body.model!r}; GET /v1/models lists them")
     task, history, instructions = split_request(body.messages)
     session = Session(new_session_name(), srv.store)
-    if history:
-        seed_history(session, history, srv.runner.agent.model.name)
     options: dict[str, Any] = {"instructions": instructions} if instructions else {}
     if body.model != AGENT:
         options["agent"] = body.model
-    job = srv.runner.submit(user, session.name, task, options)
+    try:
+        if history:
+            seed_history(session, history, srv.runner.agent.model.name)
+        job = srv.runner.submit(user, session.name, task, options)
+    except Refused:
+        if history:  # nothing of a refused request is kept
+            srv.store.delete(session.name)
+        raise
     completion_id = "chatcmpl-" + job.run_id
     events = run_events(srv.store, srv.hub, srv.queue, job.session, job.run_id)
     if body.stream:

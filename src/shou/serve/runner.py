@@ -27,6 +27,7 @@ from ..store.sqlite import NOT_STORED
 from ..tools.registry import ToolSet
 from .hub import Hub
 from .jobs import Job, RunQueue
+from .tenancy import UserMemory, tightened
 
 log = logging.getLogger("shou.serve")
 CANCELLED = "Error: not run: the run was cancelled before this call was decided."
@@ -43,7 +44,7 @@ class Runner:
 
     def __init__(self, agent: Agent, store: Any, queue: RunQueue, hub: Hub, *, replica: str = "",
                  max_concurrent: int = 64, lease: float = 15.0, max_runs_per_user: int | None = None,
-                 poll: float = 0.5) -> None:
+                 poll: float = 0.5, users: UserMemory | None = None) -> None:
         self.agent = agent
         self.store = store
         self.queue = queue
@@ -55,8 +56,12 @@ class Runner:
         self.poll = poll
         self.active: dict[str, asyncio.Task[None]] = {}
         self._cancelling: set[str] = set()
+        self._sessions: dict[str, str] = {}  # run id -> session, for the runs this replica executes
         self._kick = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
+        self._handing_over = False
+        self._seen_waiting: dict[str, int] = {}
+        self.users = users
 
     async def start(self) -> None:
         """Start taking runs and renewing leases."""
@@ -68,13 +73,20 @@ class Runner:
             self._loops.append(asyncio.create_task(self.hub.listen(url, NOTIFY_CHANNEL)))
 
     async def stop(self, drain: float = 10.0) -> None:
-        """Stop taking runs, give the running ones `drain` seconds to finish, then cancel the rest (each recorded
-        as cancelled). The heartbeat goes on meanwhile, so no other replica takes a run that is finishing here."""
+        """Stop taking runs and give the running ones `drain` seconds to finish; then hand the rest over as a
+        kill would, without its wait: nothing more is written, and their leases end now, so another replica
+        resumes them from the log at once (a rolling restart loses no run)."""
         claim, *others = self._loops
         claim.cancel()
         if self.active:
             await asyncio.wait(list(self.active.values()), timeout=drain)
-        self._cancelling.update(self.active)  # recorded as cancelled in the queue too
+        if self.active:
+            self._handing_over = True
+            self.store.freeze()
+            try:
+                self.queue.hand_over(self.replica, list(self.active))
+            except Exception as e:  # the database is away: their leases run out instead
+                log.warning("handing runs over failed: %s", e)
         for task in [*others, *self.active.values()]:
             task.cancel()
         await asyncio.gather(*self._loops, *self.active.values(), return_exceptions=True)
@@ -127,6 +139,7 @@ class Runner:
                     job = self.queue.claim(self.replica, self.lease)
                 except Exception as e:  # the database is away: try again shortly
                     log.warning("claiming a run failed: %s", e)
+                    await asyncio.sleep(1.0)
             if job is not None and job.run_id not in self.active:
                 self._spawn(job)
                 continue
@@ -139,12 +152,34 @@ class Runner:
             await asyncio.sleep(self.lease / 3)
             try:
                 held = self.queue.renew(self.replica, list(self.active), self.lease)
+                for run_id, cancel in held.items():
+                    if cancel:
+                        self._stop(run_id)
+                lost = self.store.lost()  # a session lock gone with its connection: that run must stop writing
+                for run_id, job_session in list(self._sessions.items()):
+                    if job_session in lost:
+                        log.error("run %s lost its session's lock; stopping it", run_id)
+                        self._stop(run_id)
+                self._unstick()
             except Exception as e:
                 log.warning("renewing leases failed: %s", e)
-                continue
-            for run_id, cancel in held.items():
-                if cancel:
-                    self._stop(run_id)
+
+    def _unstick(self) -> None:
+        """Queue again a run still waiting for approvals none of which is pending (the replica that recorded
+        the last decision died before it queued the run)."""
+        for job, updated in self.queue.waiting(older_than=self.lease):
+            if self._seen_waiting.get(job.run_id) == updated:
+                continue  # nothing happened in its session since it was last looked at
+            self._seen_waiting[job.run_id] = updated
+            if len(self._seen_waiting) > 10_000:
+                self._seen_waiting.clear()
+            session = Session(job.session, self.store)
+            run = session.open_run
+            if run is not None and run.waiting and not session.pending_approvals:
+                self.resume(job.run_id)
+            elif run is None:  # its end is logged (cancelled from the CLI, closed by another task)
+                end = self._logged_end(job)
+                self.queue.finish(job.run_id, "", end.status if end else "interrupted")
 
     def _stop(self, run_id: str) -> None:
         task = self.active.get(run_id)
@@ -154,44 +189,54 @@ class Runner:
 
     # ------------------------------------------------------------------ one run
 
-    def agent_for(self, options: dict[str, Any]) -> Agent:
-        """This replica's agent with a run's options applied."""
+    def allows_code(self) -> bool:
+        """Whether runs may ask for code mode: only where the operator offers running code (`run_code`)."""
+        return self.agent.code_mode or "run_code" in self.agent.tools.names
+
+    def agent_for(self, options: dict[str, Any], user: str = "") -> Agent:
+        """This replica's agent with a run's options applied, for `user` (their memory)."""
         agent = copy.copy(self.agent)
         agent._runner = None
         if options.get("agent") in agent.agents:  # an agent named as the model of an OpenAI-style request
             from ..agent.delegate import child_agent
 
             agent = child_agent(agent, agent.agents[options["agent"]])
-        for name in ("max_steps", "token_budget", "max_cost"):
-            if options.get(name) is not None:
-                setattr(agent, name, options[name])
+        tightened(agent, options)
         agent.planning = bool(options.get("plan", agent.planning))
         agent.reflect = bool(options.get("reflect", agent.reflect))
-        if options.get("code") and not agent.code_mode:
+        if options.get("code") and not agent.code_mode and self.allows_code():
             from ..agent.code import python_tool
 
             agent.code_mode, agent.tools = True, ToolSet([python_tool(agent.code_tools)])
+        if self.users is not None:
+            self.users.apply(agent, user)
         if options.get("instructions"):  # the system messages of an OpenAI-style request: the caller's own words
             agent.instructions = f"{agent.instructions}\n\n{options['instructions']}"
         return agent
 
     async def _execute(self, job: Job) -> None:
-        session = Session(job.session, self.store)
         try:
+            session = Session(job.session, self.store)
             session.acquire()
-        except SessionBusy:  # the session's previous holder has not let go yet (it may be dying): later
-            self.queue.release(job.run_id, self.replica)
+        except Exception as e:  # busy (its previous holder may be dying) or the database is away: later
+            if not isinstance(e, SessionBusy):
+                log.warning("run %s could not start: %s", job.run_id, e)
+            with contextlib.suppress(Exception):
+                self.queue.release(job.run_id, self.replica, retry_in=1.0 if isinstance(e, SessionBusy) else 3.0)
             return
+        self._sessions[job.run_id] = job.session
         try:
             await self._carry_out(job, session)
         except asyncio.CancelledError:
-            if job.run_id not in self._cancelling:
-                raise  # the server is stopping
-            self.queue.finish(job.run_id, self.replica, "cancelled", error="cancelled through the API")
+            if self._handing_over or job.run_id not in self._cancelling:
+                raise  # the server is stopping: another replica resumes it
+            self.queue.finish(job.run_id, self.replica, "cancelled", error="cancelled")
         except Exception as e:
             log.exception("run %s failed", job.run_id)
-            self.queue.finish(job.run_id, self.replica, "failed", error=f"{type(e).__name__}: {e}")
+            with contextlib.suppress(Exception):
+                self.queue.finish(job.run_id, self.replica, "failed", error=f"{type(e).__name__}: {e}")
         finally:
+            self._sessions.pop(job.run_id, None)
             session.release()
             self.store.committed.pop(job.session, None)
             self.hub.notify(job.session)
@@ -211,7 +256,7 @@ class Runner:
             self._close_cancelled(session, open_run)
             self._record_end(job, self._logged_end(job))
             return
-        agent = self.agent_for(job.options)
+        agent = self.agent_for(job.options, job.user)
         events = agent.stream_resume(session) if ours else agent.stream(job.task, session, run_id=job.run_id)
         final: RunFinished | None = None
         async for event in events:
@@ -240,7 +285,7 @@ class Runner:
     def _close_cancelled(self, session: Session, run: Any) -> None:
         for call in run.unanswered:
             session.record(ToolCallFinished(run.run_id, run.step, call.id, call.name, CANCELLED, is_error=True))
-        session.record(RunFinished(run.run_id, "cancelled", "", run.step, run.usage, 0.0, "cancelled through the API"))
+        session.record(RunFinished(run.run_id, "cancelled", "", run.step, run.usage, 0.0, "cancelled"))
         session.commit()
 
 

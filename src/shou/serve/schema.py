@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ..agent.agent import MAX_TASK_CHARS
 
 SESSION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAX_HISTORY = 200  # messages in an OpenAI-style request
+
+
+def _no_nul(value: Any) -> Any:
+    """Text with a NUL character is refused: no store keeps it, and no person means it."""
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("must not contain the NUL character (\\u0000)")
+    if isinstance(value, list):
+        for part in value:
+            if isinstance(part, dict):
+                _no_nul(part.get("text"))
+    return value
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]
 
 
 class RunOptions(BaseModel):
@@ -27,7 +42,7 @@ class RunRequest(BaseModel):
     """A task for the agent, in a new session or continuing one of the caller's."""
 
     model_config = ConfigDict(extra="forbid")
-    task: str = Field(min_length=1, max_length=MAX_TASK_CHARS)
+    task: Text = Field(min_length=1, max_length=MAX_TASK_CHARS)
     session: str | None = Field(None, pattern=SESSION_NAME)
     options: RunOptions = Field(default_factory=RunOptions)
 
@@ -84,7 +99,8 @@ class Decision(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     allow: bool
-    reason: str = Field("", max_length=4000)
+    reason: Text = Field("", max_length=4000)
+    run_id: str | None = Field(None, max_length=200, description="the run, when call ids repeat across runs")
 
 
 class DecisionOut(BaseModel):
@@ -112,7 +128,7 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: Annotated[str | list[dict[str, Any]] | None, AfterValidator(_no_nul)] = None
 
 
 class ChatRequest(BaseModel):
@@ -121,7 +137,7 @@ class ChatRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     model: str = "shou"
-    messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_HISTORY)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
 

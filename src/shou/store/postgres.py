@@ -1,19 +1,24 @@
 """The session store on PostgreSQL: the same log as `SQLiteStore`, shared by every replica of `shou serve`.
 
-Rows are written ahead exactly as in SQLite (`append()` buffers, `commit()` writes one transaction), and
-each commit also sends `NOTIFY shou_events` with the sessions it touched, so a replica streaming a run that
-another replica executes hears of new events at once. Row ids come from one sequence: within a session,
-which one writer holds at a time, they increase in commit order, so "the events after id N" is exact.
+Rows are written ahead exactly as in SQLite (`append()` buffers, `commit()` writes them), and each commit
+also sends `NOTIFY shou_events` with the sessions it touched, so a replica streaming a run that another
+replica executes hears of new events at once. Row ids come from one sequence: within a session, which one
+writer holds at a time, they increase in commit order, so "the events after id N" is exact.
 
-Session locks are PostgreSQL session-level advisory locks held on one connection per process: the server
-drops them when that connection closes, so a replica killed with SIGKILL frees its sessions as a killed
-process frees a lock file. Migrations take a transaction-level advisory lock, so replicas starting together
-apply each one once.
+Every row carries a random `uid` (unique): a commit whose connection broke before the server said whether
+it landed is simply written again, and the rows that had landed are skipped. Connections that break are
+reopened (`Link`). Session locks are session-level advisory locks held on one connection per process: the
+server drops them when that connection closes, so a replica killed with SIGKILL frees its sessions as a
+killed process frees a lock file; a lock connection that breaks under a live process is reopened and its
+locks taken again (`lost()` names any another process took meanwhile). Migrations take a transaction-level
+advisory lock, so replicas starting together apply each one once.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -21,15 +26,16 @@ from typing import Any
 
 import orjson
 
-from ..errors import UserError
 from ..events import Event
 from .locks import SessionBusy
-from .sqlite import _SESSION_EVENTS, DEFAULT_RETENTION_DAYS, NOT_STORED, Row, SessionInfo, decoded
+from .pg_link import Link, connect, is_connection_error, migrate_pg, safe_url
+from .sqlite import _SESSION_EVENTS, DEFAULT_RETENTION_DAYS, NOT_STORED, SessionInfo, decoded
 
 __all__ = ["PostgresStore", "connect", "migrate_pg"]
 
+log = logging.getLogger("shou.store")
 NOTIFY_CHANNEL = "shou_events"
-_MIGRATION_LOCK = 0x5340_0001  # pg_advisory_xact_lock key for schema changes
+PgRow = tuple[str, str, str, float, str, str, str]  # session, run_id, type, ts, data, writer, uid
 
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("001_sessions_and_events", [
@@ -43,7 +49,12 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "CREATE INDEX events_by_run ON events(run_id)",
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     ]),
+    ("002_event_uid", [
+        "ALTER TABLE events ADD COLUMN uid TEXT",
+        "CREATE UNIQUE INDEX events_by_uid ON events(uid)",
+    ]),
 ]
+_COLUMNS = "session, run_id, type, ts, data, writer, uid"
 _UPSERT_SESSION = (
     "INSERT INTO sessions(name, created, updated, title, status) VALUES (%s, %s, %s, %s, %s) "
     "ON CONFLICT(name) DO UPDATE SET updated = excluded.updated, "
@@ -54,47 +65,15 @@ _UPSERT_SESSION = (
 
 @functools.lru_cache(maxsize=64)
 def _insert_and_notify(n: int) -> str:
-    values = ",".join(["(%s, %s, %s, %s, %s, %s)"] * n)
-    return (f"WITH added AS (INSERT INTO events(session, run_id, type, ts, data, writer) VALUES {values} "
+    values = ",".join(["(%s, %s, %s, %s, %s, %s, %s)"] * n)
+    return (f"WITH added AS (INSERT INTO events({_COLUMNS}) VALUES {values} ON CONFLICT (uid) DO NOTHING "
             f"RETURNING session, id) SELECT session, max(id), pg_notify('{NOTIFY_CHANNEL}', session) FROM added "
             "GROUP BY session")
 
 
-def connect(url: str, **kwargs: Any) -> Any:
-    """An autocommit psycopg connection to `url`; a clear `UserError` when psycopg or the server is missing."""
-    try:
-        import psycopg
-    except ImportError:
-        raise UserError("a postgresql:// store needs psycopg: pip install 'shou[serve]'") from None
-    try:
-        return psycopg.connect(url, autocommit=True, **kwargs)
-    except psycopg.Error as e:
-        raise UserError(f"cannot connect to PostgreSQL at {_safe(url)}: {str(e).strip()}") from None
-
-
-def _safe(url: str) -> str:
-    """`url` without its password, for messages."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        cred, host = rest.rsplit("@", 1)
-        return f"{scheme}://{cred.split(':', 1)[0]}@{host}"
-    return url
-
-
-def migrate_pg(conn: Any, migrations: Sequence[tuple[str, list[str]]], table: str = "shou_migrations") -> None:
-    """Apply the named migrations `conn`'s database lacks, once, even with several replicas starting together:
-    each runs under a transaction-level advisory lock, after reading again which ones are applied."""
-    with conn.transaction():  # even IF NOT EXISTS races in the catalog when two replicas run it at once
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, applied DOUBLE PRECISION NOT NULL)")
-    for name, statements in migrations:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            if conn.execute(f"SELECT 1 FROM {table} WHERE name = %s", (name,)).fetchone():
-                continue
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute(f"INSERT INTO {table}(name, applied) VALUES (%s, %s)", (name, time.time()))
+def _text(value: str) -> str:
+    """PostgreSQL text holds no NUL character (JSON escapes it; names and titles are stored raw)."""
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
 
 
 class _Compat:
@@ -104,9 +83,8 @@ class _Compat:
         self._store = store
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        sql = sql.replace("json_extract(data, '$.request_id')", "(data::jsonb ->> 'request_id')")
-        with self._store._read_lock:
-            return self._store._reader.execute(sql.replace("?", "%s"), tuple(params))
+        sql = sql.replace("json_extract(data, '$.request_id')", "(data::json ->> 'request_id')")
+        return iter(self._store._reader.execute(sql.replace("?", "%s"), tuple(params)))
 
 
 class PostgresStore:
@@ -114,17 +92,17 @@ class PostgresStore:
 
     def __init__(self, url: str, retention_days: float | None = DEFAULT_RETENTION_DAYS) -> None:
         self.url = url
-        self.path = _safe(url)
-        self._conn = connect(url)
-        migrate_pg(self._conn, MIGRATIONS)
-        self._reader = connect(url)
-        self._locker: Any = None
-        self._held: dict[str, int] = {}
-        self._buffer: list[Row] = []
+        self.path = safe_url(url)
+        self._writer = Link(url)
+        self._writer.run(lambda conn: migrate_pg(conn, MIGRATIONS))
+        self._reader = Link(url)
+        self._locker = Link(url, on_reconnect=self._relock)
+        self._held: set[str] = set()
+        self._lost: set[str] = set()
+        self._buffer: list[PgRow] = []
         self.committed: dict[str, int] = {}  # session -> the id of its last row this object wrote
         self._lock = threading.Lock()
-        self._read_lock = threading.Lock()
-        self._lock_lock = threading.Lock()
+        self._frozen = False
         self.retention_days = retention_days
         self.notice = ""
         self._db = _Compat(self)  # what shou.trace reads through
@@ -139,30 +117,42 @@ class PostgresStore:
 
     def append(self, session: str, event: Event, writer: str = "", data: bytes | None = None) -> None:
         """Add an event to `session`'s log; durable at the next `commit()` (streaming fragments are skipped)."""
-        if event.type in NOT_STORED:
+        if event.type in NOT_STORED or self._frozen:
             return
         if data is None:
             data = orjson.dumps(event.to_dict())
-        self._buffer.append((session, event.run_id, event.type, time.time(), data.decode(), writer))
+        self._buffer.append((_text(session), _text(event.run_id), event.type, time.time(), data.decode(), writer,
+                             secrets.token_hex(8)))
 
     def commit(self) -> None:
-        """Write everything appended so far in one transaction, and notify listeners of the sessions."""
+        """Write everything appended so far atomically, and notify listeners of the sessions. Rows whose write
+        may or may not have landed (the connection broke) stay buffered for the next commit; rows the server
+        refused are dropped, so one bad row cannot stop every later commit of the process."""
         if not self._buffer:
             return
         with self._lock:
             rows, self._buffer = self._buffer, []
-            if not rows:
+            if not rows or self._frozen:
                 return
             try:
-                self._write(rows)
-            except BaseException:
-                self._buffer[:0] = rows  # not lost: the next commit tries again
+                self._writer.run(lambda conn: self._write(conn, rows))
+            except BaseException as e:
+                if is_connection_error(e) or not isinstance(e, Exception):
+                    self._buffer[:0] = rows  # not lost: written again (skipping what landed) next time
+                else:
+                    log.error("dropped %d events the database refused: %s", len(rows), e)
                 raise
 
     flush = commit
 
-    def _write(self, rows: list[Row]) -> None:
-        db = self._conn
+    def freeze(self) -> None:
+        """Write nothing more, from now on (a replica handing its runs over: what is logged stays as a kill
+        would leave it, for another replica to resume)."""
+        with self._lock:
+            self._frozen = True
+            self._buffer = []
+
+    def _write(self, db: Any, rows: list[PgRow]) -> None:
         if not any(r[2] in _SESSION_EVENTS for r in rows):
             # The usual batch: one statement, so one round trip, that inserts and notifies atomically.
             found = db.execute(_insert_and_notify(len(rows)), [v for row in rows for v in row]).fetchall()
@@ -170,20 +160,20 @@ class PostgresStore:
             return
         with db.transaction():
             with db.cursor() as cur:
-                cur.executemany("INSERT INTO events(session, run_id, type, ts, data, writer) "
-                                "VALUES (%s, %s, %s, %s, %s, %s) RETURNING session, id", rows, returning=True)
+                cur.executemany(f"INSERT INTO events({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                                "ON CONFLICT (uid) DO NOTHING RETURNING session, id", rows, returning=True)
                 while True:
                     for session, last in cur.fetchall():
                         self.committed[session] = max(last, self.committed.get(session, 0))
                     if not cur.nextset():
                         break
-            for session, _, kind, ts, data, _ in rows:
+            for session, _, kind, ts, data, _, _ in rows:
                 if kind not in _SESSION_EVENTS:
                     continue
                 event = orjson.loads(data)
-                title = str(event.get("task", ""))[:200] if kind == "run_started" else ""
+                title = _text(str(event.get("task", ""))[:200]) if kind == "run_started" else ""
                 status = {"run_started": "running", "run_resumed": "running"}.get(kind) or (
-                    str(event.get("status", "")) if kind == "run_finished" else "")
+                    _text(str(event.get("status", ""))) if kind == "run_finished" else "")
                 db.execute(_UPSERT_SESSION, (session, ts, ts, title, status))
             for session in {r[0] for r in rows}:
                 db.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, session[:7000]))
@@ -192,36 +182,49 @@ class PostgresStore:
         """Run `prune()` if no replica ran it in the last `every` seconds."""
         now = time.time() if now is None else now
         try:
-            with self._lock:
-                row = self._conn.execute("SELECT value FROM meta WHERE key = 'pruned_at'").fetchone()
-            if row is not None and now - float(row[0]) < every:
+            row = self._reader.execute("SELECT value FROM meta WHERE key = 'pruned_at'")
+            if row and now - float(row[0][0]) < every:
                 return 0
             count = self.prune(now)
-            with self._lock:
-                self._conn.execute("INSERT INTO meta(key, value) VALUES ('pruned_at', %s) ON CONFLICT(key) "
+            self._writer.execute("INSERT INTO meta(key, value) VALUES ('pruned_at', %s) ON CONFLICT(key) "
                                  "DO UPDATE SET value = excluded.value", (repr(now),))
             return count
-        except Exception:  # housekeeping: a busy database can wait for next time
+        except Exception as e:  # housekeeping: a busy database can wait for next time
+            log.warning("retention did not run: %s", e)
             return 0
 
     def prune(self, now: float | None = None) -> int:
-        """Remove the raw contents of requests logged more than `retention_days` ago (the events stay)."""
+        """Remove the raw contents of requests logged more than `retention_days` ago (the events stay).
+        Done in the process, row by row: a row the database's JSON type would refuse (an escaped NUL) is
+        pruned like any other."""
         if self.retention_days is None:
             return 0
         cutoff = (time.time() if now is None else now) - self.retention_days * 86400
         self.commit()
-        with self._lock:
-            cur = self._conn.execute(
-                "UPDATE events SET data = ((data::jsonb) - 'contents')::text WHERE type = 'model_request' "
-                "AND ts < %s AND jsonb_typeof((data::jsonb) -> 'contents') = 'object'", (cutoff,))
-            return cur.rowcount
+        found = self._reader.execute("SELECT id, data FROM events WHERE type = 'model_request' AND ts < %s AND "
+                                     "strpos(data, '\"contents\":{') > 0", (cutoff,))
+        count = 0
+        for row_id, data in found:
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(event.get("contents"), dict):
+                del event["contents"]
+                self._writer.execute("UPDATE events SET data = %s WHERE id = %s", (orjson.dumps(event).decode(),
+                                                                                   row_id))
+                count += 1
+        return count
 
     # ------------------------------------------------------------------ reading
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         self.commit()
-        with self._read_lock:
-            return self._reader.execute(sql, tuple(params)).fetchall()
+        return self._reader.execute(sql, params)
+
+    def ping(self) -> None:
+        """Raise unless the database answers."""
+        self._reader.execute("SELECT 1")
 
     def events(self, session: str) -> Iterator[Event]:
         """Every stored event of `session`, oldest first."""
@@ -231,16 +234,18 @@ class PostgresStore:
     def rows(self, session: str, after: int = 0, other_than: str = "\0") -> list[tuple[int, Event]]:
         """`(id, event)` for the stored events of `session` after id `after` (not those of writer `other_than`)."""
         if "\0" in other_than:  # nobody's token (PostgreSQL text holds no NUL): every row
-            found = self._read("SELECT id, data FROM events WHERE session = %s AND id > %s ORDER BY id", (session, after))
+            found = self._read("SELECT id, data FROM events WHERE session = %s AND id > %s ORDER BY id",
+                               (_text(session), after))
         else:
             found = self._read("SELECT id, data FROM events WHERE session = %s AND id > %s AND writer != %s "
-                               "ORDER BY id", (session, after, other_than))
+                               "ORDER BY id", (_text(session), after, other_than))
         return decoded(found)
 
     def run_rows(self, session: str, run_id: str, after: int = 0) -> list[tuple[int, Event]]:
         """`(id, event)` of run `run_id` and its sub-runs in `session`, after id `after`."""
-        found = self._read("SELECT id, data FROM events WHERE session = %s AND id > %s AND "
-                           "(run_id = %s OR run_id LIKE %s) ORDER BY id", (session, after, run_id, run_id + ".%"))
+        found = self._read("SELECT id, data FROM events WHERE session = %s AND id > %s AND (run_id = %s OR "
+                           "left(run_id, %s) = %s) ORDER BY id",
+                           (_text(session), after, run_id, len(run_id) + 1, run_id + "."))
         return decoded(found)
 
     def sessions(self) -> list[SessionInfo]:
@@ -259,14 +264,18 @@ class PostgresStore:
 
     def exists(self, session: str) -> bool:
         """Whether `session` has any stored event."""
-        return bool(self._read("SELECT 1 FROM sessions WHERE name = %s", (session,)))
+        return bool(self._read("SELECT 1 FROM sessions WHERE name = %s", (_text(session),)))
 
     def delete(self, session: str) -> None:
         """Remove `session` and all its events."""
         self.commit()
-        with self._lock, self._conn.transaction():
-            self._conn.execute("DELETE FROM events WHERE session = %s", (session,))
-            self._conn.execute("DELETE FROM sessions WHERE name = %s", (session,))
+
+        def work(conn: Any) -> None:
+            with conn.transaction():
+                conn.execute("DELETE FROM events WHERE session = %s", (session,))
+                conn.execute("DELETE FROM sessions WHERE name = %s", (session,))
+
+        self._writer.run(work)
 
     # ------------------------------------------------------------------ locks
 
@@ -274,21 +283,45 @@ class PostgresStore:
         """Take the session for this process (an advisory lock); `SessionBusy` when another holds it."""
         busy = SessionBusy(f"session {session!r} is being run by another shou process or run; wait for it to "
                            "finish, or use another session")
-        with self._lock_lock:
+        with self._locker.lock:
             if session in self._held:
                 raise busy
-            if self._locker is None:
-                self._locker = connect(self.url)
-            got = self._locker.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (session,)).fetchone()
-            if not got or not got[0]:
+            got = self._locker.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (_text(session),))
+            if not got or not got[0][0]:
                 raise busy
-            self._held[session] = 1
+            self._held.add(session)
+            self._lost.discard(session)
         return PgSessionLock(self, session)
 
+    def _relock(self, conn: Any) -> None:
+        """A fresh lock connection: take the held sessions again; any another process took meanwhile is lost."""
+        for session in list(self._held):
+            got = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (_text(session),)).fetchone()
+            if not got or not got[0]:
+                self._lost.add(session)
+                log.error("lost the lock of session %s with its connection; another process has it", session)
+
+    def lost(self) -> set[str]:
+        """Check the lock connection (reopening it if it broke); the held sessions whose locks were lost."""
+        if self._held:
+            try:
+                self._locker.execute("SELECT 1")
+            except Exception as e:
+                log.warning("the session-lock connection is down: %s", e)
+        return set(self._lost & self._held)
+
     def _unlock(self, session: str) -> None:
-        with self._lock_lock:
-            if self._held.pop(session, None) is not None and self._locker is not None:
-                self._locker.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (session,))
+        with self._locker.lock:
+            if session not in self._held:
+                return
+            self._held.discard(session)
+            if session in self._lost:
+                self._lost.discard(session)
+                return
+            try:
+                self._locker.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (_text(session),))
+            except Exception as e:  # the connection died: the server dropped the lock with it
+                log.warning("unlocking session %s: %s", session, e)
 
     def is_locked(self, session: str) -> bool:
         """Whether some process holds `session` now."""
@@ -303,9 +336,8 @@ class PostgresStore:
         try:
             self.commit()
         finally:
-            for conn in (self._conn, self._reader, self._locker):
-                if conn is not None:
-                    conn.close()
+            for link in (self._writer, self._reader, self._locker):
+                link.close()
 
     def __enter__(self) -> PostgresStore:
         return self

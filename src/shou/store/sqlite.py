@@ -129,6 +129,7 @@ class SQLiteStore:
             raise StoreDamaged(self.path, e) from None
         self._buffer: list[Row] = []
         self.committed: dict[str, int] = {}  # session -> the id of its last row this object wrote
+        self._frozen = False
         self.retention_days = retention_days
         self._lock = threading.Lock()
         self.notice = ""  # something the person should be told about the file (it was replaced, ...)
@@ -174,11 +175,26 @@ class SQLiteStore:
         `writer` (a `Session`'s token) can later read only the rows others wrote (`rows(..., other_than=)`).
         `data` is the event's JSON when the caller has made it already (`Redactor.checked`).
         """
-        if event.type in NOT_STORED:
+        if event.type in NOT_STORED or self._frozen:
             return
         if data is None:
             data = orjson.dumps(event.to_dict())
         self._buffer.append((session, event.run_id, event.type, time.time(), data.decode(), writer))
+
+    def freeze(self) -> None:
+        """Write nothing more, from now on (`shou serve` handing its runs over: the log stays as a kill would
+        leave it, for another process to resume)."""
+        with self._lock:
+            self._frozen = True
+            self._buffer = []
+
+    def ping(self) -> None:
+        """Raise unless the file can be read."""
+        self._db.execute("SELECT 1").fetchone()
+
+    def lost(self) -> set[str]:
+        """Sessions whose lock this process lost while holding it: none (the kernel keeps a live process's)."""
+        return set()
 
     def commit(self) -> None:
         """Write everything appended so far in one transaction, on this thread (a few tens of µs)."""

@@ -1,0 +1,103 @@
+"""What keeps one API user's runs apart from another's beyond sessions: long-term memory and limits.
+
+Each user with a token gets a memory of their own: on SQLite a file under `.shou/users/`, on PostgreSQL a
+schema of their own in the same database (`shou_u_<hash>`), so one user's `save_memory` is never found by
+another's `search_memory` or recalled into their context. The person at the machine (`local`, no tokens)
+keeps the workspace's memory, shared with `shou run`. The workspace's files are shared by every user: the
+server works on one project; users who must not see each other's files need servers of their own.
+
+Limits a request may set (`max_steps`, `token_budget`, `max_cost`) only tighten the operator's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+from .auth import LOCAL_USER
+
+
+def user_key(user: str) -> str:
+    """A name for `user`'s files and schema that says nothing about the user and needs no quoting."""
+    return hashlib.sha256(user.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def with_search_path(url: str, schema: str) -> str:
+    """`url` whose connections use `schema` alone."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "options"]
+    query.append(("options", f"-c search_path={schema}"))
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))  # libpq reads no '+'
+
+
+def is_postgres(where: Any) -> bool:
+    return isinstance(where, str) and where.startswith(("postgresql://", "postgres://"))
+
+
+class UserMemory:
+    """Gives each run's agent its user's memory (settings `memory_store` and the recall store)."""
+
+    def __init__(self, settings: Any, store: Any) -> None:
+        self.settings = settings
+        configured = getattr(settings, "memory_store", None)
+        self.url = configured if is_postgres(configured) else getattr(store, "url", None)
+        self.workspace = Path(settings.workspace)
+        self._lock = threading.Lock()
+        self._stores: dict[str, Any] = {}
+
+    def apply(self, agent: Any, user: str) -> None:
+        """Point `agent` (a per-run copy) at `user`'s memory."""
+        if user == LOCAL_USER:
+            return
+        key = user_key(user)
+        if self.url:
+            where = with_search_path(self.url, f"shou_u_{key}")
+            agent.settings = dataclasses.replace(self.settings, memory_store=where)
+            agent.memory = self._postgres(where, key)
+            return
+        path = self.workspace / ".shou" / "users" / key / "memory.db"
+        agent.settings = dataclasses.replace(self.settings, memory_store=str(path))
+        # Recall needs a file to read: none until the user's first save_memory makes one.
+        agent.memory = self._sqlite(path) if path.exists() else None
+
+    def _postgres(self, where: str, key: str) -> Any:
+        with self._lock:
+            store = self._stores.get(where)
+            if store is None:
+                from ..memory.postgres import PostgresMemoryStore
+                from ..store.pg_link import connect
+
+                conn = connect(self.url)  # the schema first: the store's migrations create its tables in it
+                try:
+                    with conn.transaction():  # IF NOT EXISTS still races when two replicas run it together
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (0x5340_0003,))
+                        conn.execute(f"CREATE SCHEMA IF NOT EXISTS shou_u_{key}")
+                finally:
+                    conn.close()
+                store = self._stores[where] = PostgresMemoryStore(
+                    where, embeddings=bool(getattr(self.settings, "memory_embeddings", True)))
+            return store
+
+    def _sqlite(self, path: Path) -> Any:
+        with self._lock:
+            store = self._stores.get(str(path))
+            if store is None:
+                from ..memory import MemoryStore
+
+                store = self._stores[str(path)] = MemoryStore(
+                    path, embeddings=bool(getattr(self.settings, "memory_embeddings", True)))
+            return store
+
+
+def tightened(agent: Any, options: dict[str, Any]) -> None:
+    """Apply the limits a request asks for, never looser than the operator's."""
+    for name in ("max_steps", "token_budget", "max_cost"):
+        asked = options.get(name)
+        if asked is None:
+            continue
+        current = getattr(agent, name)
+        setattr(agent, name, asked if current is None else min(current, asked))

@@ -1,0 +1,122 @@
+"""PostgreSQL plumbing shared by shou's stores: connecting, a connection that comes back, and migrations.
+
+A server restart, a pooler or an idle timeout can close a connection under a long-running `shou serve`;
+a `Link` notices (psycopg marks the connection broken) and the next use opens a fresh one, so a replica
+recovers by itself instead of failing every request until it is restarted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from ..errors import UserError
+
+T = TypeVar("T")
+_MIGRATION_LOCK = 0x5340_0001  # pg_advisory_xact_lock key for schema changes
+STATEMENT_TIMEOUT_MS = 30_000  # a statement stuck behind someone's lock fails instead of hanging a replica
+
+
+def connect(url: str, **kwargs: Any) -> Any:
+    """An autocommit psycopg connection to `url`; a clear `UserError` when psycopg or the server is missing."""
+    try:
+        import psycopg
+    except ImportError:
+        raise UserError("a postgresql:// store needs psycopg: pip install 'shou[serve]'") from None
+    kwargs.setdefault("connect_timeout", 10)
+    kwargs.setdefault("options", f"-c statement_timeout={STATEMENT_TIMEOUT_MS}")
+    try:
+        return psycopg.connect(url, autocommit=True, **kwargs)
+    except psycopg.Error as e:
+        raise UserError(f"cannot connect to PostgreSQL at {safe_url(url)}: {str(e).strip()}") from None
+
+
+def safe_url(url: str) -> str:
+    """`url` without its password, for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        cred, host = rest.rsplit("@", 1)
+        return f"{scheme}://{cred.split(':', 1)[0]}@{host}"
+    return url
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """Whether `error` means the connection is gone (as opposed to a bad statement)."""
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    return isinstance(error, psycopg.OperationalError)
+
+
+class Link:
+    """One connection, used by one thread at a time, reopened after it breaks. `on_reconnect(conn)` runs on
+    each fresh connection but the first (to take back what the old one held, such as advisory locks)."""
+
+    def __init__(self, url: str, on_reconnect: Callable[[Any], None] | None = None) -> None:
+        self.url = url
+        self.lock = threading.RLock()
+        self.on_reconnect = on_reconnect
+        self._conn: Any = None
+        self._opened = 0
+
+    def _get(self) -> Any:
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            conn = self._conn = connect(self.url)
+            self._opened += 1
+            if self._opened > 1 and self.on_reconnect is not None:
+                self.on_reconnect(conn)
+        return conn
+
+    def run(self, work: Callable[[Any], T], retry: bool = True) -> T:
+        """`work(connection)`; when the connection broke, once more on a fresh one if `retry` (only for work
+        that is safe to repeat: reads, and writes that skip rows already written)."""
+        with self.lock:
+            try:
+                return work(self._get())
+            except Exception as e:
+                if not is_connection_error(e):
+                    raise
+                self.discard()
+                if not retry:
+                    raise
+                return work(self._get())
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement and fetch its rows (none for a statement that returns nothing)."""
+        def work(conn: Any) -> list[tuple[Any, ...]]:
+            cur = conn.execute(sql, tuple(params))
+            return cur.fetchall() if cur.description is not None else []
+
+        return self.run(work)
+
+    def discard(self) -> None:
+        """Drop the connection (the next use opens another)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # already gone
+                conn.close()
+
+    def close(self) -> None:
+        with self.lock:
+            self.discard()
+
+
+def migrate_pg(conn: Any, migrations: Sequence[tuple[str, list[str]]], table: str = "shou_migrations") -> None:
+    """Apply the named migrations `conn`'s database lacks, once, even with several replicas starting together:
+    each runs under a transaction-level advisory lock, after reading again which ones are applied."""
+    with conn.transaction():  # even IF NOT EXISTS races in the catalog when two replicas run it at once
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, applied DOUBLE PRECISION NOT NULL)")
+    for name, statements in migrations:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            if conn.execute(f"SELECT 1 FROM {table} WHERE name = %s", (name,)).fetchone():
+                continue
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(f"INSERT INTO {table}(name, applied) VALUES (%s, %s)", (name, time.time()))
