@@ -8,6 +8,7 @@ import hashlib
 import itertools
 import os
 import re
+import secrets
 import subprocess
 import sys
 import threading
@@ -27,7 +28,7 @@ from shou.tools.builtin import memory as memory_tools
 from shou.tools.builtin.memory import memory_store_for, save_memory, search_memory
 
 from ..fixtures.needs import need, need_module
-from ..fixtures.postgres import PostgresServer, pg_bindir, start_postgres
+from ..fixtures.postgres import PostgresServer, pg_bindir
 from ..unit.test_memory_graph import OTHER_ALICE, PAIR, QUESTION, distractors
 
 need(pg_bindir() is not None, "PostgreSQL is not installed (Debian package `postgresql`)")
@@ -36,17 +37,15 @@ psycopg = need_module("psycopg")
 _names = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[PostgresServer]:
-    srv = start_postgres()
-    yield srv
-    srv.stop()
+@pytest.fixture
+def server(postgres_server: PostgresServer) -> PostgresServer:
+    return postgres_server  # the session's cluster (conftest)
 
 
 @pytest.fixture
 def new_db(server: PostgresServer) -> Callable[[], str]:
     """Creates a fresh, empty database and returns its URL."""
-    return lambda: server.database(f"mem_{next(_names)}")
+    return lambda: server.database(f"mem_{next(_names)}_{secrets.token_hex(3)}")
 
 
 @pytest.fixture

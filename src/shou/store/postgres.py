@@ -21,7 +21,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -29,7 +29,7 @@ import orjson
 from ..events import Event
 from .locks import SessionBusy
 from .pg_link import Link, connect, is_connection_error, migrate_pg, safe_url
-from .sqlite import _SESSION_EVENTS, DEFAULT_RETENTION_DAYS, NOT_STORED, SessionInfo, decoded
+from .sqlite import _SESSION_EVENTS, DEFAULT_RETENTION_DAYS, NOT_STORED, SessionInfo, StoreBasics, decoded
 
 __all__ = ["PostgresStore", "connect", "migrate_pg"]
 
@@ -87,7 +87,7 @@ class _Compat:
         return iter(self._store._reader.execute(sql.replace("?", "%s"), tuple(params)))
 
 
-class PostgresStore:
+class PostgresStore(StoreBasics):
     """Append-only event log in a PostgreSQL database (the tables are created on first use)."""
 
     def __init__(self, url: str, retention_days: float | None = DEFAULT_RETENTION_DAYS) -> None:
@@ -226,11 +226,6 @@ class PostgresStore:
         """Raise unless the database answers."""
         self._reader.execute("SELECT 1")
 
-    def events(self, session: str) -> Iterator[Event]:
-        """Every stored event of `session`, oldest first."""
-        for _, event in self.rows(session):
-            yield event
-
     def rows(self, session: str, after: int = 0, other_than: str = "\0") -> list[tuple[int, Event]]:
         """`(id, event)` for the stored events of `session` after id `after` (not those of writer `other_than`)."""
         if "\0" in other_than:  # nobody's token (PostgreSQL text holds no NUL): every row
@@ -323,14 +318,6 @@ class PostgresStore:
             except Exception as e:  # the connection died: the server dropped the lock with it
                 log.warning("unlocking session %s: %s", session, e)
 
-    def is_locked(self, session: str) -> bool:
-        """Whether some process holds `session` now."""
-        try:
-            self.lock(session).release()
-        except SessionBusy:
-            return True
-        return False
-
     def close(self) -> None:
         """Commit and close the connections (which drops this process's session locks)."""
         try:
@@ -339,11 +326,6 @@ class PostgresStore:
             for link in (self._writer, self._reader, self._locker):
                 link.close()
 
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class PgSessionLock:

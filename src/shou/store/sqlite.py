@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -114,7 +115,30 @@ class SessionInfo:
     status: str = ""
 
 
-class SQLiteStore:
+class StoreBasics:
+    """What every session store does the same way on top of `rows()` and `lock()`."""
+
+    def events(self, session: str) -> Iterator[Event]:
+        """Every stored event of `session`, oldest first."""
+        for _, event in self.rows(session):  # type: ignore[attr-defined]
+            yield event
+
+    def is_locked(self, session: str) -> bool:
+        """Whether some process holds `session` now."""
+        try:
+            self.lock(session).release()  # type: ignore[attr-defined]
+        except SessionBusy:
+            return True
+        return False
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()  # type: ignore[attr-defined]
+
+
+class SQLiteStore(StoreBasics):
     """Append-only event log in one SQLite file (created with its folder on first use)."""
 
     def __init__(self, path: str | Path, retention_days: float | None = DEFAULT_RETENTION_DAYS) -> None:
@@ -271,11 +295,6 @@ class SQLiteStore:
 
     # ------------------------------------------------------------------ reading
 
-    def events(self, session: str) -> Iterator[Event]:
-        """Every stored event of `session`, oldest first."""
-        for _, event in self.rows(session):
-            yield event
-
     def rows(self, session: str, after: int = 0, other_than: str = "\0") -> list[tuple[int, Event]]:
         """`(id, event)` for the stored events of `session` after id `after` (leaving out those appended by
         writer `other_than`), oldest first. A row that cannot be decoded (a newer shou's, damage) is skipped.
@@ -337,14 +356,6 @@ class SQLiteStore:
             self._locks = LockFile(self.path.with_name(self.path.name + ".locks"))
         return self._locks.take(session)
 
-    def is_locked(self, session: str) -> bool:
-        """Whether some process holds `session` now."""
-        try:
-            self.lock(session).release()
-        except SessionBusy:
-            return True
-        return False
-
     def close(self) -> None:
         """Commit and close the connection."""
         try:
@@ -354,11 +365,6 @@ class SQLiteStore:
             if self._locks is not None:
                 self._locks.close()
 
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def decoded(found: list[tuple[int, str]]) -> list[tuple[int, Event]]:
