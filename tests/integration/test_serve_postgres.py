@@ -135,7 +135,7 @@ def test_a_stopping_replica_hands_its_runs_over(serve, tmp_path: Path, workspace
         b.stop()
 
 
-def test_a_database_restart_is_survived(serve, tmp_path: Path, workspace: Path) -> None:
+def test_a_database_outage_is_survived(serve, tmp_path: Path, workspace: Path) -> None:
     from ..fixtures.postgres import start_postgres
 
     pg = start_postgres()
@@ -147,7 +147,11 @@ def test_a_database_restart_is_survived(serve, tmp_path: Path, workspace: Path) 
         with s.client(TOKEN) as c:
             first = c.post("/v1/runs", json={"task": "one"}).json()
             assert stream_run(c, first["run_id"])[-1]["data"]["answer"] == "before"
-            pg.restart()  # every connection of the replica is dropped
+            pg.halt()  # every connection of the replica is dropped, and none can be made
+            down = c.post("/v1/runs", json={"task": "while down"})
+            assert down.status_code == 503 and down.json()["error"]["type"] == "unavailable", down.text
+            assert c.get("/healthz").status_code == 503
+            pg.start()
             deadline = time.monotonic() + 30
             while True:  # the first use of each broken connection may fail; then it is opened again
                 r = c.post("/v1/runs", json={"task": "two"})

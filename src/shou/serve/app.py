@@ -7,6 +7,8 @@ looked up as that user's, so another user's is a 404, indistinguishable from one
 from __future__ import annotations
 
 import contextlib
+import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from importlib import resources
@@ -32,6 +34,7 @@ from .runner import Runner
 from .schema import Decision, RunRequest, openapi
 from .stream import run_events, sse
 
+log = logging.getLogger("shou.serve")
 MAX_BODY = 2 * 1024 * 1024  # a task's 400k characters as UTF-8, with room for JSON escapes
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -98,7 +101,7 @@ def _same_origin(request: Request) -> bool:
 def error(status: int, message: str, kind: str = "") -> JSONResponse:
     """The API's error shape."""
     kinds = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "conflict",
-             413: "too_large", 415: "unsupported_media_type", 429: "rate_limited"}
+             413: "too_large", 415: "unsupported_media_type", 429: "rate_limited", 503: "unavailable"}
     return JSONResponse({"error": {"message": message, "type": kind or kinds.get(status, "error")}}, status)
 
 
@@ -317,6 +320,25 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return response
 
 
+async def _unavailable(request: Request, exc: Exception) -> Response:
+    log.warning("%s %s: the store is unavailable: %s", request.method, request.url.path, exc)
+    return error(503, "the store is unavailable for the moment; try again", "unavailable")
+
+
+def _store_errors() -> list[type[Exception]]:
+    """The errors that mean the database is away (answered 503, the connection kept), not a bug (500)."""
+    from ..store.pg_link import StoreUnavailable
+
+    kinds: list[type[Exception]] = [StoreUnavailable, sqlite3.OperationalError]
+    try:
+        import psycopg
+
+        kinds.append(psycopg.OperationalError)
+    except ImportError:
+        pass
+    return kinds
+
+
 async def _refused(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, Refused)
     return error(exc.status, str(exc))
@@ -367,7 +389,8 @@ def create_app(server: Server) -> Starlette:
         Route("/v1/chat/completions", chat_completions, methods=["POST"]), Route("/v1/models", models),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)],
-                    exception_handlers={HTTPException: _http_error, Refused: _refused})
+                    exception_handlers={HTTPException: _http_error, Refused: _refused,
+                                        **dict.fromkeys(_store_errors(), _unavailable)})
     app.state.server = server
     return app
 

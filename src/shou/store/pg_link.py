@@ -20,6 +20,10 @@ _MIGRATION_LOCK = 0x5340_0001  # pg_advisory_xact_lock key for schema changes
 STATEMENT_TIMEOUT_MS = 30_000  # a statement stuck behind someone's lock fails instead of hanging a replica
 
 
+class StoreUnavailable(UserError):
+    """The database cannot be reached now (down, restarting, refusing connections)."""
+
+
 def connect(url: str, **kwargs: Any) -> Any:
     """An autocommit psycopg connection to `url`; a clear `UserError` when psycopg or the server is missing."""
     try:
@@ -31,7 +35,7 @@ def connect(url: str, **kwargs: Any) -> Any:
     try:
         return psycopg.connect(url, autocommit=True, **kwargs)
     except psycopg.Error as e:
-        raise UserError(f"cannot connect to PostgreSQL at {safe_url(url)}: {str(e).strip()}") from None
+        raise StoreUnavailable(f"cannot connect to PostgreSQL at {safe_url(url)}: {str(e).strip()}") from None
 
 
 def safe_url(url: str) -> str:
@@ -45,6 +49,8 @@ def safe_url(url: str) -> str:
 
 def is_connection_error(error: BaseException) -> bool:
     """Whether `error` means the connection is gone (as opposed to a bad statement)."""
+    if isinstance(error, StoreUnavailable):
+        return True
     try:
         import psycopg
     except ImportError:
