@@ -37,6 +37,7 @@ _MAIN = {"shell": "command", "run_code": "code", "read_file": "path", "write_fil
          "save_memory": "content", "search_memory": "query"}
 _HOST_OF = frozenset({"web_fetch", "browser"})
 SANDBOXED = frozenset({"shell", "run_code"})
+CODE_TOOL = "python"  # code mode's one tool (shou.agent.code)
 MAX_READ = 64 * 1024  # characters of a shell line read command by command
 
 
@@ -234,7 +235,11 @@ class Policy:
                granted: Iterable[Rule] = (), order: Iterable[str] = (), workspace: str | None = None) -> Decision:
         """The outcome for a call of `tool` with `args`. `declared` is the tool's own approval ("ask" for a
         dangerous tool); `granted` are rules a person allowed for this session, which lift an `ask` (never
-        a `deny`)."""
+        a `deny`). Code mode's `python` runs code as `run_code` does, so it is judged as `run_code`: its rules,
+        its default (ask when unsandboxed), its approvals."""
+        if tool == CODE_TOOL:
+            return self.decide("run_code", {"code": args.get("code", "")}, declared=declared, granted=granted,
+                               workspace=workspace)
         argument = main_argument(tool, args, order, workspace)
         # For a shell line, deny and ask rules see each of its commands too: `true; rm -r x` and ` rm -r x`
         # are both an `rm -r x`.

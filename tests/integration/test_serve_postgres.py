@@ -166,3 +166,34 @@ def test_a_database_outage_is_survived(serve, tmp_path: Path, workspace: Path) -
     finally:
         s.stop()
         pg.stop()
+
+
+def test_a_replica_that_outlived_its_lease_stops_without_writing(serve, tmp_path: Path, workspace: Path,
+                                                                  postgres_url: str) -> None:
+    # A stalls (SIGSTOP: a VM pause) past its lease mid-tool; B takes the run once A lets go of the session.
+    # When A wakes it finds its lease gone and stops the run without writing anything more of it.
+    import os
+    import signal
+
+    srv = serve([nap("first", 6), nap("second", 0.1), {"text": "done once"}])
+    a, b = replicas(2, tmp_path, workspace, srv, postgres_url)
+    try:
+        with a.client(TOKEN) as ca, b.client(TOKEN) as cb:
+            run = ca.post("/v1/runs", json={"task": "long job"}).json()
+            stream_run(ca, run["run_id"], until="tool_call_started")
+            os.kill(a.proc.pid, signal.SIGSTOP)
+            time.sleep(4)  # twice the lease
+            os.kill(a.proc.pid, signal.SIGCONT)
+            events = stream_run(cb, run["run_id"])
+            assert events[-1]["data"]["status"] == "completed" and events[-1]["data"]["answer"] == "done once"
+            time.sleep(1.5)  # A's heartbeat has run by now; anything it wrote would be in the log
+            stored = [m for m in stream_run(cb, run["run_id"]) if m["id"] is not None]
+            kinds = [m["event"] for m in stored]
+            assert kinds.count("run_finished") == 1 and kinds.count("run_resumed") == 1
+            calls = [(m["data"]["step"], m["data"]["call_id"]) for m in stored if m["event"] == "tool_call_finished"]
+            assert len(calls) == len(set(calls))  # no call answered twice
+            assert cb.get(f"/v1/runs/{run['run_id']}").json()["status"] == "completed"
+        assert "without writing" in a.log()
+    finally:
+        a.stop()
+        b.stop()

@@ -137,3 +137,40 @@ def test_text_a_database_would_refuse_neither_stops_commits_nor_retention(open_s
     assert [e.type for _, e in a.rows("ok")] == ["run_started"]
     assert a.prune(time.time() + 30 * 86400) == 1
     assert all(getattr(e, "contents", None) is None for s in a.sessions() for _, e in a.rows(s.name))
+
+
+def test_a_broken_lock_connection_fences_its_sessions(postgres_url: str) -> None:
+    """PostgreSQL: when the connection holding a session's lock breaks, another process may take the session;
+    this one then writes none of its rows (on any connection) and reports the session lost."""
+    import psycopg
+
+    from shou.store.postgres import PostgresStore
+
+    a, b = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    try:
+        held = a.lock("s1")
+        a.append("s1", RunStarted("run_1", "s1", "task", "m"))
+        a.commit()
+        pid = a._writer._conn.info.backend_pid
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 10
+        while True:  # the server lets go of the lock once the backend is gone
+            try:
+                b.lock("s1")
+                break
+            except SessionBusy:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert a.lost() == {"s1"}
+        a.append("s1", ToolCallFinished("run_1", 1, "c1", "nap", "written by the old holder"))
+        a.append("other", RunStarted("run_2", "other", "unrelated", "m"))
+        a.commit()
+        assert [e.type for _, e in b.rows("s1")] == ["run_started"]  # fenced
+        assert [e.type for _, e in b.rows("other")] == ["run_started"]  # other sessions go on
+        held.release()  # no error: the lock went with the connection
+        with pytest.raises(SessionBusy):
+            a.lock("s1")  # b has it now
+    finally:
+        a.close()
+        b.close()

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..events import Event, ToolCallFinished
 from ..messages import ToolCall
+from ..permissions import CODE_TOOL  # judged as run_code by the policy
 from ..tools.base import Tool, ToolContext, ToolResult
 from ..tools.registry import ToolSet
 
 if TYPE_CHECKING:
     from .loop import Run
 
-CODE_TOOL = "python"
 BACKSTOP = 24 * 3600.0  # the interpreter enforces the sandbox's time limit on the whole cell itself
 INTRO = (
     "Run Python code in a persistent interpreter (variables and imports stay between calls; no network). "

@@ -57,6 +57,7 @@ class Runner:
         self.active: dict[str, asyncio.Task[None]] = {}
         self._cancelling: set[str] = set()
         self._sessions: dict[str, str] = {}  # run id -> session, for the runs this replica executes
+        self._abandoned: set[str] = set()  # runs stopped because another replica holds them now
         self._kick = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._handing_over = False
@@ -150,19 +151,37 @@ class Runner:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.lease / 3)
+            try:  # first: a session lock gone with its connection means another replica may run it now
+                lost = self.store.lost()
+            except Exception as e:
+                log.warning("checking session locks failed: %s", e)
+                lost = set()
+            for run_id, session in list(self._sessions.items()):
+                if session in lost:
+                    self._abandon(run_id, "its session's lock went with a broken connection")
             try:
+                started = list(self._sessions)  # runs past taking their session (those a lease may be lost on)
                 held = self.queue.renew(self.replica, list(self.active), self.lease)
-                for run_id, cancel in held.items():
-                    if cancel:
-                        self._stop(run_id)
-                lost = self.store.lost()  # a session lock gone with its connection: that run must stop writing
-                for run_id, job_session in list(self._sessions.items()):
-                    if job_session in lost:
-                        log.error("run %s lost its session's lock; stopping it", run_id)
+                for run_id in started:
+                    if run_id not in held and run_id in self._sessions:
+                        self._abandon(run_id, "its lease ran out and another replica took it")
+                    elif held.get(run_id):
                         self._stop(run_id)
                 self._unstick()
             except Exception as e:
                 log.warning("renewing leases failed: %s", e)
+
+    def _abandon(self, run_id: str, why: str) -> None:
+        """Stop a run this replica no longer holds, writing nothing more of it: its new holder goes on."""
+        session = self._sessions.get(run_id)
+        if session is None or run_id in self._abandoned:
+            return
+        log.error("run %s: %s; stopping it here without writing", run_id, why)
+        self._abandoned.add(run_id)
+        self.store.abandon(session)
+        task = self.active.get(run_id)
+        if task is not None:
+            task.cancel()
 
     def _unstick(self) -> None:
         """Queue again a run still waiting for approvals none of which is pending (the replica that recorded
@@ -190,8 +209,14 @@ class Runner:
     # ------------------------------------------------------------------ one run
 
     def allows_code(self) -> bool:
-        """Whether runs may ask for code mode: only where the operator offers running code (`run_code`)."""
-        return self.agent.code_mode or "run_code" in self.agent.tools.names
+        """Whether runs may ask for code mode: only where the operator offers running code (`run_code`) and
+        its policy lets it run without asking (code mode's calls are judged as `run_code` too)."""
+        if self.agent.code_mode:
+            return True
+        from ..permissions import Policy
+
+        policy = self.agent.policy if self.agent.policy is not None else Policy.from_settings(self.agent.settings)
+        return "run_code" in self.agent.tools.names and policy.decide("run_code", {"code": "1"}).outcome == "allow"
 
     def agent_for(self, options: dict[str, Any], user: str = "") -> Agent:
         """This replica's agent with a run's options applied, for `user` (their memory)."""
@@ -228,6 +253,8 @@ class Runner:
         try:
             await self._carry_out(job, session)
         except asyncio.CancelledError:
+            if job.run_id in self._abandoned:
+                return  # another replica holds it: nothing of this end is recorded
             if self._handing_over or job.run_id not in self._cancelling:
                 raise  # the server is stopping: another replica resumes it
             self.queue.finish(job.run_id, self.replica, "cancelled", error="cancelled")
@@ -238,6 +265,9 @@ class Runner:
         finally:
             self._sessions.pop(job.run_id, None)
             session.release()
+            if job.run_id in self._abandoned:
+                self._abandoned.discard(job.run_id)
+                self.store.restore(job.session)
             self.store.committed.pop(job.session, None)
             self.hub.notify(job.session)
 

@@ -9,9 +9,10 @@ Every row carries a random `uid` (unique): a commit whose connection broke befor
 it landed is simply written again, and the rows that had landed are skipped. Connections that break are
 reopened (`Link`). Session locks are session-level advisory locks held on one connection per process: the
 server drops them when that connection closes, so a replica killed with SIGKILL frees its sessions as a
-killed process frees a lock file; a lock connection that breaks under a live process is reopened and its
-locks taken again (`lost()` names any another process took meanwhile). Migrations take a transaction-level
-advisory lock, so replicas starting together apply each one once.
+killed process frees a lock file. Rows are written on that same connection: when it breaks under a live
+process, its locks are gone and the rows of those sessions are dropped, never written on a new connection
+(`lost()` names them, so their runs stop): a fence against a replica that outlived its lease. Migrations
+take a transaction-level advisory lock, so replicas starting together apply each one once.
 """
 
 from __future__ import annotations
@@ -93,13 +94,17 @@ class PostgresStore(StoreBasics):
     def __init__(self, url: str, retention_days: float | None = DEFAULT_RETENTION_DAYS) -> None:
         self.url = url
         self.path = safe_url(url)
-        self._writer = Link(url)
+        self._held: set[str] = set()
+        self._lost: set[str] = set()  # sessions whose rows are dropped: abandoned, or their lock is gone
+        self._gone: set[str] = set()  # held sessions whose lock went with a broken connection
+        self._buffer: list[PgRow] = []
+        # Rows are written on the connection that holds the session locks: when it breaks, the locks are gone
+        # with it, and the rows of those sessions are never written on another (a fence: by then another
+        # replica may be running them).
+        self._writer = Link(url, on_reconnect=self._locks_gone)
         self._writer.run(lambda conn: migrate_pg(conn, MIGRATIONS))
         self._reader = Link(url)
-        self._locker = Link(url, on_reconnect=self._relock)
-        self._held: set[str] = set()
-        self._lost: set[str] = set()
-        self._buffer: list[PgRow] = []
+        self._locker = self._writer
         self.committed: dict[str, int] = {}  # session -> the id of its last row this object wrote
         self._lock = threading.Lock()
         self._frozen = False
@@ -117,7 +122,7 @@ class PostgresStore(StoreBasics):
 
     def append(self, session: str, event: Event, writer: str = "", data: bytes | None = None) -> None:
         """Add an event to `session`'s log; durable at the next `commit()` (streaming fragments are skipped)."""
-        if event.type in NOT_STORED or self._frozen:
+        if event.type in NOT_STORED or self._frozen or session in self._lost:
             return
         if data is None:
             data = orjson.dumps(event.to_dict())
@@ -135,10 +140,12 @@ class PostgresStore(StoreBasics):
             if not rows or self._frozen:
                 return
             try:
-                self._writer.run(lambda conn: self._write(conn, rows))
+                self._writer.run(lambda conn: self._write(conn, [r for r in rows if r[0] not in self._lost]))
             except BaseException as e:
                 if is_connection_error(e) or not isinstance(e, Exception):
-                    self._buffer[:0] = rows  # not lost: written again (skipping what landed) next time
+                    # Not lost: written again (skipping what landed) next time; but never a row of a session
+                    # whose lock went with the connection.
+                    self._buffer[:0] = [r for r in rows if r[0] not in self._lost]
                 else:
                     log.error("dropped %d events the database refused: %s", len(rows), e)
                 raise
@@ -286,32 +293,43 @@ class PostgresStore(StoreBasics):
                 raise busy
             self._held.add(session)
             self._lost.discard(session)
+            self._gone.discard(session)
         return PgSessionLock(self, session)
 
-    def _relock(self, conn: Any) -> None:
-        """A fresh lock connection: take the held sessions again; any another process took meanwhile is lost."""
-        for session in list(self._held):
-            got = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (_text(session),)).fetchone()
-            if not got or not got[0]:
-                self._lost.add(session)
-                log.error("lost the lock of session %s with its connection; another process has it", session)
+    def _locks_gone(self, conn: Any) -> None:
+        """The lock connection broke and a fresh one replaces it: every held session's lock went with the old
+        one (another process may hold it now), so each is lost until its run lets go of it."""
+        if self._held:
+            log.error("the connection holding %d session locks broke; their runs must stop", len(self._held))
+        self._gone |= self._held
+        self._lost |= self._held
+        self._buffer = [r for r in self._buffer if r[0] not in self._lost]
+
+    def abandon(self, session: str) -> None:
+        """Write nothing more of `session` (its run lost its lease or lock) until `restore()`."""
+        self._lost.add(session)
+        self._buffer = [r for r in self._buffer if r[0] != session]
+
+    def restore(self, session: str) -> None:
+        """Let `session` be written again (its abandoned run has stopped and let go of it)."""
+        self._lost.discard(session)
 
     def lost(self) -> set[str]:
-        """Check the lock connection (reopening it if it broke); the held sessions whose locks were lost."""
+        """Check the lock connection (a broken one is replaced, losing its locks); the held sessions lost."""
         if self._held:
             try:
                 self._locker.execute("SELECT 1")
             except Exception as e:
                 log.warning("the session-lock connection is down: %s", e)
-        return set(self._lost & self._held)
+        return set(self._gone & self._held)
 
     def _unlock(self, session: str) -> None:
         with self._locker.lock:
             if session not in self._held:
                 return
             self._held.discard(session)
-            if session in self._lost:
-                self._lost.discard(session)
+            if session in self._gone:  # its lock went with an old connection: nothing to let go of
+                self._gone.discard(session)
                 return
             try:
                 self._locker.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (_text(session),))
@@ -323,7 +341,7 @@ class PostgresStore(StoreBasics):
         try:
             self.commit()
         finally:
-            for link in (self._writer, self._reader, self._locker):
+            for link in (self._writer, self._reader):
                 link.close()
 
 

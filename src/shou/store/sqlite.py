@@ -154,6 +154,7 @@ class SQLiteStore(StoreBasics):
         self._buffer: list[Row] = []
         self.committed: dict[str, int] = {}  # session -> the id of its last row this object wrote
         self._frozen = False
+        self._lost: set[str] = set()  # sessions abandoned by their runs: nothing more of them is written
         self.retention_days = retention_days
         self._lock = threading.Lock()
         self.notice = ""  # something the person should be told about the file (it was replaced, ...)
@@ -199,7 +200,7 @@ class SQLiteStore(StoreBasics):
         `writer` (a `Session`'s token) can later read only the rows others wrote (`rows(..., other_than=)`).
         `data` is the event's JSON when the caller has made it already (`Redactor.checked`).
         """
-        if event.type in NOT_STORED or self._frozen:
+        if event.type in NOT_STORED or self._frozen or session in self._lost:
             return
         if data is None:
             data = orjson.dumps(event.to_dict())
@@ -219,6 +220,16 @@ class SQLiteStore(StoreBasics):
     def lost(self) -> set[str]:
         """Sessions whose lock this process lost while holding it: none (the kernel keeps a live process's)."""
         return set()
+
+    def abandon(self, session: str) -> None:
+        """Write nothing more of `session` (its run lost its lease) until `restore()`."""
+        with self._lock:
+            self._lost.add(session)
+            self._buffer = [r for r in self._buffer if r[0] != session]
+
+    def restore(self, session: str) -> None:
+        """Let `session` be written again."""
+        self._lost.discard(session)
 
     def commit(self) -> None:
         """Write everything appended so far in one transaction, on this thread (a few tens of µs)."""

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import ShouError, ToolError
 from ..messages import ToolCall
 from ..workspace import save_output
+from . import spills
 from .base import ToolArgumentsError, ToolContext, ToolResult
 from .registry import ToolSet
 from .truncate import truncate
@@ -117,6 +118,8 @@ class ToolExecutor:
             text = f"Error: {call.name} raised {type(e).__name__}: {e}"
             return ToolResult.error(mark_untrusted(text, call.name) if untrusted else text)
         result = self._cap(ToolResult.coerce(value), call, ctx, untrusted)
+        if ctx is not None and result.details and isinstance(result.details.get("output_path"), str):
+            spills.claim(ctx.session, result.details["output_path"])  # a sandbox's spill: this session's to read
         if untrusted:
             result = ToolResult(mark_untrusted(result.content, call.name), result.image, result.is_error,
                                 result.details)
@@ -134,6 +137,7 @@ class ToolExecutor:
             try:
                 label = f"{UNTRUSTED_SPILL}{call.name}" if untrusted else call.name
                 rel = save_output(ctx.workspace, label, text.encode("utf-8"))
+                spills.claim(ctx.session, rel)
                 hint = f"the full output ({len(text)} characters) is in {rel}; read it with read_file and offset"
             except (OSError, ShouError):
                 pass

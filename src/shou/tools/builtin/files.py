@@ -20,6 +20,7 @@ from ...errors import ToolError
 from ...workspace import Opened, open_beneath, open_file, relative_parts, write_bytes_beneath
 from ..base import ToolContext, ToolResult, tool
 from ..globbing import Glob, Walk
+from ..spills import check_readable
 from ..truncate import truncate
 
 __all__ = ["edit_file", "list_files", "read_file", "write_file"]
@@ -80,7 +81,7 @@ def read_file(path: str, ctx: ToolContext, offset: int = 1, limit: int | None = 
 def _open_for_reading(ctx: ToolContext, path: str) -> Opened:
     """The workspace file `path`, or else the file of a user skill an absolute `path` names (read-only)."""
     try:
-        relative_parts(ctx.workspace, path)
+        parts = relative_parts(ctx.workspace, path)
     except ToolError:  # outside the workspace: only a user skill's file may be read there
         from ...skills import open_user_skill_file
 
@@ -88,6 +89,7 @@ def _open_for_reading(ctx: ToolContext, path: str) -> Opened:
         if skill_file is None:
             raise
         return skill_file
+    check_readable(ctx.session, list(parts))
     return open_file(ctx.workspace, path)
 
 
@@ -164,6 +166,8 @@ def list_files(ctx: ToolContext, pattern: str = "**/*") -> str:
         pattern: Glob relative to the workspace root: '*' within a folder, '**' across folders,
             e.g. 'src/**/*.py'. The default lists everything.
     """
+    if next((p for p in pattern.split("/") if p not in ("", ".")), "").lower() == ".shou":
+        return f"no files match {pattern!r} (.shou/ is shou's own state; the output of a call names its file)"
     if not pattern.strip() or pattern.startswith("/") or ".." in pattern.split("/"):
         raise ToolError(
             f"pattern {pattern!r} must be relative to the workspace and must not contain '..'; e.g. '**/*.py'"
