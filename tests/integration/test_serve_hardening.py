@@ -186,3 +186,22 @@ def test_the_operators_own_sessions_and_the_apis_are_apart(serve, start, tmp_pat
     listed = subprocess.run([sys.executable, "-m", "shou", "sessions", "--json"], cwd=workspace,
                             env=shou_env(tmp_path, None), capture_output=True, text=True, timeout=60)
     assert "notes" not in listed.stdout and "through the API" not in listed.stdout
+
+
+def test_a_configured_agent_named_as_the_model_keeps_the_operators_step_limit(serve, start) -> None:
+    import openai
+
+    srv = serve([{"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i}+1"}}]} for i in range(8)])
+    s = start(srv, toml='max_steps = 2\n[agents.big]\nmax_steps = 40\ndescription = "a bigger one"\n')
+    client = openai.OpenAI(base_url=s.url + "/v1", api_key=ALICE, max_retries=0)
+    assert "big" in [m.id for m in client.models.list().data]
+    with pytest.raises(openai.APIStatusError):  # the run ends max_steps: not an answer
+        client.chat.completions.create(model="big", messages=[{"role": "user", "content": "count"}])
+    assert len(srv.requests) == 2
+
+
+def test_a_token_may_not_name_the_local_user(tmp_path: Path, workspace: Path) -> None:
+    (tmp_path / "tokens").write_text("some-token-0123456789 local\n")
+    r = subprocess.run([sys.executable, "-m", "shou", "serve", "--port", "0", "--tokens", str(tmp_path / "tokens")],
+                       cwd=workspace, env=shou_env(tmp_path, None), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "'local'" in r.stderr and "Traceback" not in r.stderr

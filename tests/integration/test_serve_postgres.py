@@ -197,3 +197,16 @@ def test_a_replica_that_outlived_its_lease_stops_without_writing(serve, tmp_path
     finally:
         a.stop()
         b.stop()
+
+
+def test_an_answer_with_a_nul_is_recorded(serve, tmp_path: Path, workspace: Path, postgres_url: str) -> None:
+    srv = serve([{"text": "A\u0000B"}])
+    [a] = replicas(1, tmp_path, workspace, srv, postgres_url)
+    try:
+        with a.client(TOKEN) as c:
+            run = c.post("/v1/runs", json={"task": "say it"}).json()
+            assert stream_run(c, run["run_id"])[-1]["data"]["status"] == "completed"
+            got = c.get(f"/v1/runs/{run['run_id']}").json()
+            assert got["status"] == "completed" and got["answer"].startswith("A") and got["answer"].endswith("B")
+    finally:
+        a.stop()

@@ -130,15 +130,45 @@ class StatefulPython:
             await handle.stop()
 
 
-_KERNELS: dict[tuple[int, str], StatefulPython] = {}
+_KERNELS: dict[tuple[int, str], StatefulPython] = {}  # oldest use first
+_USED: dict[tuple[int, str], float] = {}
+_CLOSING: set[asyncio.Future[None]] = set()
+MAX_KERNELS = 16  # interpreters kept at once in a process; the least recently used one is stopped past it
+IDLE_SECONDS = 900.0  # an interpreter unused this long is stopped (its session starts a fresh one)
 
 
 def kernel_for(sandbox: Starter, session: str) -> StatefulPython:
-    """The session's interpreter in `sandbox`, made on first use."""
+    """The session's interpreter in `sandbox`, made on first use. Interpreters idle for `IDLE_SECONDS`, and
+    the least recently used past `MAX_KERNELS`, are stopped: each holds a process and up to the sandbox's
+    memory, and a server has many sessions."""
     if not hasattr(sandbox, "start"):
         raise ToolError(f"stateful Python needs the bubblewrap or local backend, not {sandbox.__class__.__name__}")
     key = (id(sandbox), session)
-    kernel = _KERNELS.get(key)
+    now = time.monotonic()
+    kernel = _KERNELS.pop(key, None)
     if kernel is None:
-        kernel = _KERNELS[key] = StatefulPython(sandbox)
+        kernel = StatefulPython(sandbox)
+    _KERNELS[key] = kernel  # now the most recently used
+    _USED[key] = now
+    for old in [k for k in _KERNELS if k != key and (now - _USED.get(k, now) > IDLE_SECONDS)]:
+        _retire(old)
+    while len(_KERNELS) > MAX_KERNELS:
+        _retire(next(iter(_KERNELS)))
     return kernel
+
+
+def _retire(key: tuple[int, str]) -> None:
+    kernel = _KERNELS.pop(key, None)
+    _USED.pop(key, None)
+    if kernel is not None:
+        task = asyncio.ensure_future(kernel.close())
+        _CLOSING.add(task)  # held until done: the loop keeps only weak references to tasks
+        task.add_done_callback(_CLOSING.discard)
+
+
+async def close_session(session: str) -> None:
+    """Stop the interpreters of `session` (it was deleted: a new session of the same name starts afresh)."""
+    for key in [k for k in _KERNELS if k[1] == session]:
+        kernel = _KERNELS.pop(key)
+        _USED.pop(key, None)
+        await kernel.close()

@@ -222,6 +222,9 @@ async def delete_session(request: Request) -> Response:
     try:
         srv.store.delete(name)
         srv.queue.forget_session(name)
+        from ..sandbox.stateful import close_session
+
+        await close_session(name)  # its Python state goes with it, not to the next session of that name
     finally:
         lock.release()
     return Response(status_code=204)

@@ -33,6 +33,9 @@ class Tokens:
             parts = line.split()
             if len(parts) != 2 or len(parts[0]) < 16:
                 raise UserError(f"{path}:{number}: expected `TOKEN USER` with a token of at least 16 characters")
+            if parts[1] == LOCAL_USER:
+                raise UserError(f"{path}:{number}: the user name {LOCAL_USER!r} is the person at the machine "
+                                "(no tokens); give the token another name")
             pairs[parts[0]] = parts[1]
         if not pairs:
             raise UserError(f"{path} has no tokens")

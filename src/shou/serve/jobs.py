@@ -11,17 +11,19 @@ SQLite's writes are serialized anyway (`BEGIN IMMEDIATE`). Sessions belong to th
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from ..errors import UserError
 
+T = TypeVar("T")
 ACTIVE = ("queued", "running")
 _COLUMNS = ("run_id, username, session, task, options, status, answer, error, usage, created, finished, replica, "
             "lease_until, cancel, kind")
@@ -83,6 +85,27 @@ def _job(row: tuple[Any, ...]) -> Job:
     r[8] = orjson.loads(r[8] or "{}")
     r[13] = bool(r[13])
     return Job(*r)
+
+
+def _retried(method: Callable[..., T]) -> Callable[..., T]:
+    """Run `method` once more when the database connection broke under it (it is safe to repeat)."""
+    @functools.wraps(method)
+    def wrapper(self: RunQueue, *args: Any, **kwargs: Any) -> T:
+        from ..store.pg_link import is_connection_error
+
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:
+            if not is_connection_error(e):
+                raise
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def _clean(text: str) -> str:
+    """No NUL: PostgreSQL text cannot hold it (a model may still answer with one)."""
+    return text.replace("\x00", "\ufffd")
 
 
 class RunQueue:
@@ -202,6 +225,7 @@ class RunQueue:
                     "WHERE run_id = %s", (replica, now + lease, kind, job.run_id))
         return self.get(job.run_id)
 
+    @_retried
     def renew(self, replica: str, run_ids: list[str], lease: float = 15.0) -> dict[str, bool]:
         """Extend this replica's leases; returns run id -> cancel asked, for the runs it still holds."""
         if not run_ids:
@@ -215,21 +239,34 @@ class RunQueue:
                            f"run_id IN ({marks})", (replica, *run_ids)).fetchall()
         return {run_id: bool(cancel) for run_id, cancel in rows}
 
+    @_retried
     def release(self, run_id: str, replica: str, retry_in: float = 1.0) -> None:
         """Give a run back to the queue (its session was busy): anyone may take it after `retry_in` seconds."""
         with self._tx():
             self._x("UPDATE serve_runs SET lease_until = %s WHERE run_id = %s AND replica = %s",
                     (time.time() + retry_in, run_id, replica))
 
+    @_retried
     def finish(self, run_id: str, replica: str, status: str, answer: str = "", error: str = "",
                usage: dict[str, Any] | None = None) -> None:
         """Record how a run this replica holds ended (`waiting_approval`: it waits, held by nobody)."""
         with self._tx():
             self._x("UPDATE serve_runs SET status = %s, answer = %s, error = %s, usage = %s, finished = %s, "
                     "replica = '', lease_until = 0 WHERE run_id = %s AND (replica = %s OR status = 'queued')",
-                    (status, answer, error or "", orjson.dumps(usage or {}).decode(),
+                    (_clean(status), _clean(answer), _clean(error or ""), orjson.dumps(usage or {}).decode(),
                      0.0 if status == "waiting_approval" else time.time(), run_id, replica))
 
+    @_retried
+    def close_waiting(self, run_id: str, status: str, answer: str = "", error: str = "",
+                      usage: dict[str, Any] | None = None) -> None:
+        """Record the end of a run the queue still shows waiting for approvals (its end is in the log)."""
+        with self._tx():
+            self._x("UPDATE serve_runs SET status = %s, answer = %s, error = %s, usage = %s, finished = %s "
+                    "WHERE run_id = %s AND status = 'waiting_approval'",
+                    (_clean(status), _clean(answer), _clean(error), orjson.dumps(usage or {}).decode(), time.time(),
+                     run_id))
+
+    @_retried
     def hand_over(self, replica: str, run_ids: list[str]) -> None:
         """End this replica's leases on `run_ids` now, so another replica resumes them at once."""
         if not run_ids:
@@ -260,12 +297,14 @@ class RunQueue:
                            f"WHERE {where} ORDER BY s.updated DESC LIMIT %s", (*params, limit)).fetchall()
         return [dict(zip(("name", "title", "status", "runs", "created", "updated"), r, strict=True)) for r in rows]
 
+    @_retried
     def requeue(self, run_id: str) -> None:
         """Queue a waiting run again, to resume (its approvals were decided)."""
         with self._tx():
             self._x("UPDATE serve_runs SET status = 'queued', kind = 'resume', replica = '', lease_until = 0 "
                     "WHERE run_id = %s AND status = 'waiting_approval'", (run_id,))
 
+    @_retried
     def cancel(self, run_id: str) -> Job | None:
         """Ask for a run to stop: a queued one is cancelled now; a running one is stopped by its replica."""
         with self._tx():

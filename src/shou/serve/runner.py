@@ -198,7 +198,9 @@ class Runner:
                 self.resume(job.run_id)
             elif run is None:  # its end is logged (cancelled from the CLI, closed by another task)
                 end = self._logged_end(job)
-                self.queue.finish(job.run_id, "", end.status if end else "interrupted")
+                if end is not None:
+                    self.queue.close_waiting(job.run_id, end.status, end.answer, end.error or "",
+                                             usage_json(end.usage))
 
     def _stop(self, run_id: str) -> None:
         task = self.active.get(run_id)
@@ -226,8 +228,11 @@ class Runner:
             from ..agent.delegate import child_agent
 
             agent = child_agent(agent, agent.agents[options["agent"]])
+            agent.max_steps = min(agent.max_steps, self.agent.max_steps)  # the operator's limit holds
         tightened(agent, options)
         agent.planning = bool(options.get("plan", agent.planning))
+        if agent.planning:  # each step a loop of its own: no step may take more than the run's limit
+            agent.plan_step_max_steps = min(agent.plan_step_max_steps, agent.max_steps)
         agent.reflect = bool(options.get("reflect", agent.reflect))
         if options.get("code") and not agent.code_mode and self.allows_code():
             from ..agent.code import python_tool
@@ -259,9 +264,14 @@ class Runner:
                 raise  # the server is stopping: another replica resumes it
             self.queue.finish(job.run_id, self.replica, "cancelled", error="cancelled")
         except Exception as e:
-            log.exception("run %s failed", job.run_id)
-            with contextlib.suppress(Exception):
-                self.queue.finish(job.run_id, self.replica, "failed", error=f"{type(e).__name__}: {e}")
+            from ..store.pg_link import is_connection_error
+
+            if is_connection_error(e):  # the end could not be recorded: the lease runs out, the log says how
+                log.warning("run %s: recording its end failed (%s); another look at the log will", job.run_id, e)
+            else:
+                log.exception("run %s failed", job.run_id)
+                with contextlib.suppress(Exception):
+                    self.queue.finish(job.run_id, self.replica, "failed", error=f"{type(e).__name__}: {e}")
         finally:
             self._sessions.pop(job.run_id, None)
             session.release()
