@@ -145,7 +145,7 @@ def continued(session: str | None, continue_: bool, workspace: Path | None) -> s
     return latest
 
 
-def build_agent(opts: Options):  # -> tuple[Agent, Settings]
+def build_agent(opts: Options, *, open_store: bool = True):  # -> tuple[Agent, Settings]
     """Settings, model, tools and store for a run or chat; raises `ShouError` on a bad setup."""
     from ..agent.agent import Agent
     from ..config import load_settings
@@ -186,8 +186,8 @@ def build_agent(opts: Options):  # -> tuple[Agent, Settings]
         err.print("[dim]Using SmolLM2-135M, a small offline model: it can call a tool for a simple task but "
                   "cannot reason much. For a real model set a key (e.g. DEEPSEEK_API_KEY) or --model; see "
                   "`shou config`.[/]")
-    store = SQLiteStore.for_workspace(settings.workspace, settings.trace_retention_days)
-    if store.notice:
+    store = SQLiteStore.for_workspace(settings.workspace, settings.trace_retention_days) if open_store else None
+    if store is not None and store.notice:
         err.print(f"[yellow]warning:[/] {escape(store.notice)}")
     memory = None
     try:

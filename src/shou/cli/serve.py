@@ -87,7 +87,7 @@ def serve(
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, None, sandbox, None, option,
                    False, "defer")
     try:
-        agent, settings = build_agent(opts)
+        agent, settings = build_agent(opts, open_store=False)  # serve opens its own store
     except ShouError as e:
         raise fail(str(e)) from None
     try:

@@ -165,7 +165,15 @@ class SQLiteStore(StoreBasics):
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
-        db.execute("PRAGMA journal_mode=WAL")
+        deadline = time.monotonic() + 10.0
+        while True:  # switching a new file to WAL takes it whole, without waiting: processes opening it together
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=10000")
         db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # reads the header: a damaged file fails here
