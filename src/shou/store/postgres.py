@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from ..events import Event
+from . import sqlite
 from .locks import SessionBusy
 from .pg_link import Link, connect, is_connection_error, migrate_pg, safe_url
 from .sqlite import _SESSION_EVENTS, DEFAULT_RETENTION_DAYS, NOT_STORED, SessionInfo, StoreBasics, decoded
@@ -56,12 +57,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ]),
 ]
 _COLUMNS = "session, run_id, type, ts, data, writer, uid"
-_UPSERT_SESSION = (
-    "INSERT INTO sessions(name, created, updated, title, status) VALUES (%s, %s, %s, %s, %s) "
-    "ON CONFLICT(name) DO UPDATE SET updated = excluded.updated, "
-    "title = CASE WHEN sessions.title = '' THEN excluded.title ELSE sessions.title END, "
-    "status = CASE WHEN excluded.status = '' THEN sessions.status ELSE excluded.status END"
-)
+_UPSERT_SESSION = sqlite._UPSERT_SESSION.replace("?", "%s")  # the same statement, psycopg's placeholders
 
 
 @functools.lru_cache(maxsize=64)
