@@ -43,12 +43,10 @@ class Hub:
 
     def __init__(self) -> None:
         self._by_session: dict[str, set[Watch]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     @contextlib.contextmanager
     def watch(self, session: str, run_id: str) -> Iterator[Watch]:
         """Subscribe to `session` (and the fragments of `run_id` and its sub-runs) while the block runs."""
-        self._loop = asyncio.get_running_loop()
         w = Watch(session, run_id)
         self._by_session.setdefault(session, set()).add(w)
         try:
@@ -72,11 +70,6 @@ class Hub:
                 w.wake.set()
             else:
                 w.put(upto)
-
-    def notify_threadsafe(self, session: str) -> None:
-        """`notify()` from any thread."""
-        if self._loop is not None and session in self._by_session:
-            self._loop.call_soon_threadsafe(self.notify, session)
 
     def fragment(self, session: str, event: Event) -> None:
         """A streaming fragment of a run of `session` that this process executes."""

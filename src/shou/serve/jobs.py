@@ -337,11 +337,6 @@ class RunQueue:
             row = self._x("SELECT username FROM serve_sessions WHERE name = %s", (session,)).fetchone()
         return row[0] if row else None
 
-    def sessions_of(self, user: str) -> set[str]:
-        """The names of `user`'s sessions."""
-        with self._tx(write=False):
-            return {n for (n,) in self._x("SELECT name FROM serve_sessions WHERE username = %s", (user,)).fetchall()}
-
     def forget_session(self, session: str) -> None:
         """Drop a session's runs and ownership (its events are deleted by the store)."""
         with self._tx():

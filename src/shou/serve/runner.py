@@ -25,18 +25,14 @@ from ..session import Session
 from ..store.locks import SessionBusy
 from ..store.sqlite import NOT_STORED
 from ..tools.registry import ToolSet
+from ..trace import usage_json
+from ..usage import Usage
 from .hub import Hub
 from .jobs import Job, RunQueue
 from .tenancy import UserMemory, tightened
 
 log = logging.getLogger("shou.serve")
 CANCELLED = "Error: not run: the run was cancelled before this call was decided."
-
-
-def usage_json(usage: Any) -> dict[str, Any]:
-    """A `Usage` as the API shows it."""
-    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-            "requests": usage.requests, "cost": usage.cost}
 
 
 class Runner:
@@ -288,7 +284,7 @@ class Runner:
             ended = self._logged_end(job)
             if ended is not None or job.cancel:
                 # It ended already (its replica died before saying so), or never started and was cancelled.
-                end = ended or RunFinished(job.run_id, "cancelled", "", 0, _zero(), 0.0, "cancelled before it started")
+                end = ended or RunFinished(job.run_id, "cancelled", "", 0, Usage(), 0.0, "cancelled before it started")
                 self._record_end(job, end)
                 return
         if job.cancel:
@@ -328,8 +324,3 @@ class Runner:
         session.record(RunFinished(run.run_id, "cancelled", "", run.step, run.usage, 0.0, "cancelled"))
         session.commit()
 
-
-def _zero() -> Any:
-    from ..usage import Usage
-
-    return Usage()
