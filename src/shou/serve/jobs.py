@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import hmac
 import sqlite3
 import threading
 import time
@@ -34,7 +36,7 @@ _TABLES = [
         error TEXT NOT NULL DEFAULT '', usage TEXT NOT NULL DEFAULT '{}', created DOUBLE PRECISION NOT NULL,
         finished DOUBLE PRECISION NOT NULL DEFAULT 0, replica TEXT NOT NULL DEFAULT '',
         lease_until DOUBLE PRECISION NOT NULL DEFAULT 0, cancel INTEGER NOT NULL DEFAULT 0,
-        kind TEXT NOT NULL DEFAULT 'start')""",
+        kind TEXT NOT NULL DEFAULT 'start', sig TEXT NOT NULL DEFAULT '')""",
     "CREATE INDEX IF NOT EXISTS serve_runs_by_status ON serve_runs(status, created)",
     "CREATE INDEX IF NOT EXISTS serve_runs_by_user ON serve_runs(username, created)",
     "CREATE INDEX IF NOT EXISTS serve_runs_by_session ON serve_runs(session)",
@@ -111,7 +113,11 @@ def _clean(text: str) -> str:
 class RunQueue:
     """The queue on a DB-API connection: `sqlite3` (a file) or psycopg (PostgreSQL)."""
 
-    def __init__(self, conn: Any, postgres: bool) -> None:
+    def __init__(self, conn: Any, postgres: bool, key: bytes | None = None) -> None:
+        # With `key`, every run is signed when asked for and taken only when its signature holds: a queue in
+        # a file inside the workspace could have come with it (a cloned repository), and its runs would
+        # otherwise start as soon as the server does.
+        self._key = key
         self._link = conn if postgres else None  # a Link: reopened after the server drops it
         self._sqlite = None if postgres else conn
         self._cur: Any = None
@@ -131,9 +137,11 @@ class RunQueue:
             from ..store.pg_link import Link
 
             return cls(Link(url), postgres=True)
+        from ..agent.approvals import _key
+
         conn = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False, timeout=10.0)
         conn.execute("PRAGMA busy_timeout=10000")
-        return cls(conn, postgres=False)
+        return cls(conn, postgres=False, key=_key())
 
     # ------------------------------------------------------------------ plumbing
 
@@ -205,9 +213,11 @@ class RunQueue:
                     raise Refused(429, f"you have {count} runs queued, running or waiting for approval, the most "
                                        "allowed (max_runs_per_user); wait for one to finish")
             status = "running" if replica else "queued"
-            self._x(f"INSERT INTO serve_runs({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, '', '', '{{}}', %s, 0, "
-                    "%s, %s, 0, %s)", (run_id, user, session, task, orjson.dumps(options).decode(), status, now,
-                                       replica, now + lease if replica else 0.0, kind))
+            text = orjson.dumps(options).decode()
+            self._x(f"INSERT INTO serve_runs({_COLUMNS}, sig) VALUES (%s, %s, %s, %s, %s, %s, '', '', '{{}}', %s, 0, "
+                    "%s, %s, 0, %s, %s)", (run_id, user, session, task, text, status, now, replica,
+                                           now + lease if replica else 0.0, kind, self._sign(run_id, user, session,
+                                                                                             task, text)))
             job = self._one("run_id = %s", (run_id,))
         assert job is not None
         return job
@@ -216,14 +226,33 @@ class RunQueue:
         """Take the oldest queued run, or one whose holder's lease ran out (to resume it)."""
         now = time.time()
         with self._tx():
-            job = self._one("status = 'queued' OR (status = 'running' AND lease_until < %s) "
-                            "ORDER BY created LIMIT 1 FOR UPDATE SKIP LOCKED", (now,))
-            if job is None:
-                return None
+            while True:
+                job = self._one("status = 'queued' OR (status = 'running' AND lease_until < %s) "
+                                "ORDER BY created LIMIT 1 FOR UPDATE SKIP LOCKED", (now,))
+                if job is None:
+                    return None
+                if self._genuine(job.run_id):
+                    break
+                self._x("UPDATE serve_runs SET status = 'failed', finished = %s, error = 'not asked for through "
+                        "this server: its signature does not hold (a queue that came with the workspace?)' "
+                        "WHERE run_id = %s", (now, job.run_id))
             kind = "resume" if job.status == "running" else job.kind
             self._x("UPDATE serve_runs SET status = 'running', replica = %s, lease_until = %s, kind = %s "
                     "WHERE run_id = %s", (replica, now + lease, kind, job.run_id))
         return self.get(job.run_id)
+
+    def _sign(self, run_id: str, user: str, session: str, task: str, options: str) -> str:
+        if self._key is None:
+            return ""
+        message = "\x1e".join((run_id, user, session, task, options)).encode("utf-8", "surrogatepass")
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def _genuine(self, run_id: str) -> bool:
+        if self._key is None:
+            return True
+        row = self._x("SELECT username, session, task, options, sig FROM serve_runs WHERE run_id = %s",
+                      (run_id,)).fetchone()
+        return row is not None and hmac.compare_digest(str(row[4]), self._sign(run_id, *map(str, row[:4])))
 
     @_retried
     def renew(self, replica: str, run_ids: list[str], lease: float = 15.0) -> dict[str, bool]:
