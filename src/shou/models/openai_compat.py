@@ -28,6 +28,7 @@ from ..errors import ModelCutOffError, ModelError, ModelResponseError, ModelUnre
 from ..messages import Message
 from ..usage import Usage
 from .base import Completion, ModelEvent, ModelSettings, Retrying, TextChunk
+from .connections import new_client
 from .provider_errors import http_error, preview, provider_error, transport_error
 from .ratelimit import RateLimiter
 from .reply import Reply, json_message
@@ -36,10 +37,6 @@ from .sse import SSEDecoder
 
 DEFAULT_TIMEOUT = httpx2.Timeout(120.0, connect=10.0)
 MAX_REPLY_BYTES = 64_000_000  # no reply is this big; a server that keeps sending is not giving one
-# As many connections as concurrent runs need (a 101st session must not wait for a free one), but at most
-# 20 kept idle, httpx's own default: every request probes each idle connection, so a pool left with 100
-# idle ones after a burst made each later request ~0.4 ms slower.
-POOL_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=20)
 _SSE_START = (b"data:", b"event:", b":", b"id:", b"retry:")
 
 
@@ -83,7 +80,7 @@ class OpenAICompatible:
     def client(self) -> httpx2.AsyncClient:
         """The HTTP client, made on first use (so building a model does no I/O)."""
         if self._client is None:
-            self._client = httpx2.AsyncClient(timeout=self._timeout, limits=POOL_LIMITS)
+            self._client = new_client(self._timeout)
         return self._client
 
     async def aclose(self) -> None:
