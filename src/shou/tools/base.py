@@ -15,6 +15,7 @@ import json
 import os
 import re
 import signal
+import time
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,10 +24,13 @@ from typing import Any
 
 from ..errors import UserError
 from ..messages import ImagePart
+from .threads import run_in_daemon_thread
 
-__all__ = ["Tool", "ToolArgumentsError", "ToolContext", "ToolResult", "tool"]
+__all__ = ["Tool", "ToolArgumentsError", "ToolContext", "ToolResult", "run_in_daemon_thread", "tool"]
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+QUICK_CALL = 0.0005  # a sync call that took less (hand-off included) is waited for on the spot next time...
+QUICK_WAIT = 0.001  # ...for at most this long, the loop blocked
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +118,7 @@ class Tool:
     """
 
     __slots__ = (
-        "_model", "_spec", "_validator", "approval", "context_param", "description", "handler", "idempotent",
+        "_model", "_quick", "_spec", "_validator", "approval", "context_param", "description", "handler", "idempotent",
         "is_async", "name", "parameters", "requires_approval", "timeout", "untrusted_output",
     )
 
@@ -145,6 +149,7 @@ class Tool:
         self._model: Any = None
         self._validator: Any = None
         self._spec: dict[str, Any] | None = None
+        self._quick = False  # whether its last call answered within QUICK_CALL (a sync handler's)
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
@@ -188,80 +193,13 @@ class Tool:
             args = {**args, self.context_param: ctx}
         if self.is_async:
             return await self.handler(**args)
-        return await run_in_daemon_thread(self.handler, args)
-
-
-class _DaemonPool:
-    """Reusable daemon worker threads for sync tools.
-
-    A timed-out sync tool cannot be stopped, only abandoned: daemon threads do not keep the process alive
-    at exit the way the default executor's would, and reusing them saves starting a thread per call. A
-    worker stuck in an abandoned call is replaced by a new one when all are busy.
-    """
-
-    def __init__(self, max_idle: int = 8) -> None:
-        import queue
-        import threading
-
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], None]]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-        self._max_idle = max_idle
-
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            if self._idle:
-                self._idle -= 1
-                start = False
-            else:
-                start = True
-        self._jobs.put((job,))
-        if start:
-            import threading
-
-            threading.Thread(target=self._work, daemon=True, name="shou-tool").start()
-
-    def _work(self) -> None:
-        import queue
-
-        while True:
-            try:
-                (job,) = self._jobs.get(timeout=60)
-            except queue.Empty:
-                with self._lock:  # idle for a minute: leave, unless a job was handed to us meanwhile
-                    if self._idle and self._jobs.empty():
-                        self._idle -= 1
-                        return
-                continue
-            job()
-            with self._lock:
-                if self._idle >= self._max_idle:
-                    return
-                self._idle += 1
-
-
-_POOL = _DaemonPool()
-
-
-def run_in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Awaitable[Any]:
-    """Run a sync function on a daemon worker thread and await its result."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[Any] = loop.create_future()
-
-    def settle(ok: bool, value: Any) -> None:
-        if not fut.done():
-            fut.set_result(value) if ok else fut.set_exception(value)
-
-    def work() -> None:
+        # Waited for on the spot while it keeps answering quickly (tools/threads.py): a hand-off to the
+        # worker and back through the loop costs more than most small functions take.
+        start = time.perf_counter()
         try:
-            value, ok = fn(**kwargs), True
-        except BaseException as e:
-            value, ok = e, False
-        with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
-            loop.call_soon_threadsafe(settle, ok, value)
-
-    _POOL.submit(work)
-    return fut
+            return await run_in_daemon_thread(self.handler, args, QUICK_WAIT if self._quick else 0.0)
+        finally:
+            self._quick = time.perf_counter() - start < QUICK_CALL
 
 
 def _pydantic_message(err: Any) -> str:

@@ -1,0 +1,115 @@
+"""Sync tools on worker threads: quick calls are waited for on the spot, slow ones never stall the loop for
+more than the short wait, results and errors arrive exactly once either way, and timeouts still hold."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+
+import pytest
+
+from shou import tool
+from shou.tools.threads import run_in_daemon_thread
+
+
+def add(a: int, b: int) -> int:
+    """Add."""
+    return a + b
+
+
+async def test_a_quick_call_is_answered_on_the_spot() -> None:
+    future = run_in_daemon_thread(add, {"a": 2, "b": 3}, wait=5.0)
+    assert future.done()  # no trip through the loop: the result is there when the call returns
+    assert await future == 5
+
+
+async def test_without_a_wait_the_loop_is_woken_with_the_result() -> None:
+    gate = threading.Event()
+
+    def held() -> str:
+        gate.wait(5)
+        return "done"
+
+    future = run_in_daemon_thread(held, {})
+    assert not future.done()
+    gate.set()
+    assert await asyncio.wait_for(future, 5) == "done"
+
+
+async def test_errors_arrive_on_both_paths() -> None:
+    def boom() -> None:
+        raise ValueError("no")
+
+    for wait in (0.0, 5.0):
+        with pytest.raises(ValueError, match="no"):
+            await run_in_daemon_thread(boom, {}, wait=wait)
+
+
+async def test_results_that_come_just_as_the_wait_ends_are_delivered_once() -> None:
+    # Calls that finish around the wait's end: before, during and after the hand-back to the loop.
+    rng = random.Random(7)
+    delays = [rng.uniform(0, 0.002) for _ in range(300)]
+
+    def slow(i: int, d: float) -> int:
+        time.sleep(d)
+        return i
+
+    results = [await asyncio.wait_for(run_in_daemon_thread(slow, {"i": i, "d": d}, wait=0.001), 5)
+               for i, d in enumerate(delays)]
+    assert results == list(range(len(delays)))
+
+
+async def test_a_tool_turned_slow_stalls_the_loop_once_by_the_short_wait_only() -> None:
+    calls = {"n": 0}
+
+    def sometimes_slow() -> str:
+        """Quick, then slow."""
+        calls["n"] += 1
+        if calls["n"] > 1:
+            time.sleep(0.2)
+        return "ok"
+
+    t = tool(sometimes_slow)
+    assert await t.call({}, None) == "ok"
+    assert t._quick  # answered quickly: the next call is waited for on the spot
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.005)
+            ticks += 1
+
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    try:
+        assert await t.call({}, None) == "ok"  # 200 ms on the worker; the loop was blocked at most ~1 ms
+    finally:
+        ticking.cancel()
+    assert ticks >= 10  # a loop blocked for the whole call would have ticked at most once
+    assert not t._quick
+
+
+async def test_a_hanging_quick_tool_still_times_out() -> None:
+    release = threading.Event()
+    calls = {"n": 0}
+
+    def hangs_second_time() -> str:
+        """Quick, then hangs."""
+        calls["n"] += 1
+        if calls["n"] > 1:
+            release.wait(10)
+        return "ok"
+
+    t = tool(hangs_second_time)
+    await t.call({}, None)
+    assert t._quick
+    started = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.1):
+            await t.call({}, None)
+    release.set()
+    assert time.perf_counter() - started < 5
+    assert not t._quick
