@@ -17,6 +17,18 @@ need(*local_available())
 MODEL = LocalModel(seed=0)
 
 
+def test_the_weights_load_without_extra_buffers() -> None:
+    # A native build on a CPU with AMX puts the weights in an AMX buffer; where the VM does not back AMX
+    # state, the first matrix product killed the process (SIGSEGV), and every later test with it.
+    import llama_cpp.llama_cpp as native
+
+    stock = native.llama_model_default_params
+    llama = MODEL.llama()
+    assert llama.model_params.use_extra_bufts is False
+    assert native.llama_model_default_params is stock and stock().use_extra_bufts is True  # put back
+    assert llama.tokenize(b"123 * 45") and llama.eval(llama.tokenize(b"Hello")) is None  # a product ran
+
+
 async def test_streams_a_plain_answer() -> None:
     events = [e async for e in MODEL.stream([Message.user("Say hello in one short sentence.")], [])]
     chunks = [e.text for e in events if isinstance(e, TextChunk)]

