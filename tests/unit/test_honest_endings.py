@@ -11,7 +11,6 @@ import json
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 from shou.errors import ModelError, ModelResponseError, ModelUnavailableError
 from shou.messages import Message
 from shou.models.base import Completion, Retrying, TextChunk
+from shou.models.connections import Timeout
 from shou.models.openai_compat import OpenAICompatible
 from shou.models.runtime import RetryPolicy
 from shou.models.scripted import ScriptedServer
@@ -154,7 +154,7 @@ async def test_non_streamed_body_broken_midway_is_retried() -> None:
 async def test_stall_longer_than_the_read_timeout_is_retried() -> None:
     turn = {"text": "slowly, then nothing", "chunk_size": 4, "stall": 3}
     with ScriptedServer([turn, {"text": "ok"}]) as srv:
-        events = await collect(srv, timeout=httpx2.Timeout(0.5, connect=2))
+        events = await collect(srv, timeout=Timeout(read=0.5, connect=2))
     [retry] = [e for e in events if isinstance(e, Retrying)]
     assert "no answer" in retry.reason and "in time" in retry.reason
     assert completions(events)[0].message.text == "ok"
@@ -162,7 +162,7 @@ async def test_stall_longer_than_the_read_timeout_is_retried() -> None:
 
 async def test_stall_shorter_than_the_read_timeout_just_waits() -> None:
     with ScriptedServer([{"text": "slowly but surely", "chunk_size": 4, "stall": 0.3}]) as srv:
-        events = await collect(srv, timeout=httpx2.Timeout(5, connect=2))
+        events = await collect(srv, timeout=Timeout(read=5, connect=2))
     assert not any(isinstance(e, Retrying) for e in events)
     assert completions(events)[0].message.text == "slowly but surely"
 

@@ -1,111 +1,140 @@
-"""The model client's HTTP connections: a pool sized for concurrent runs whose idle connections cost little.
+"""The model client's HTTP connections: aiohttp sessions, one per event loop, closed when their loop ends.
 
-Before each request, and again when a response is closed, httpcore2's pool asks every idle connection
-whether the server has closed it. Its stock answer goes through anyio's attribute lookup (a dictionary of
-a dozen closures built per call) to find the socket, then builds a `poll` object: about 15 µs a
-connection. After a burst of concurrent runs the pool keeps up to 20 idle connections, so every later
-request paid for some 40 of those questions, ~0.5 ms a model call even on a quiet agent.
-Here each connection finds its socket once and keeps one `poll` object registered on it, so the question
-is a single `poll(0)`. What it answers is unchanged: readable while idle means the server hung up.
+Why aiohttp: against a zero-latency server on loopback, one chat completion costs about 470 µs of client
+CPU through httpx2's client and connection pool here, and about 120 µs through aiohttp (bench/README,
+"HTTP client"). On a three-call task that difference was most of what shou added over a hand-written loop.
+
+A session belongs to the event loop it was made on, so a model keeps one per loop it is used from: the
+private loop of `Agent.run()`, `asyncio.run()` in a script, a server's loop. Each session is closed when
+its loop shuts down: an async generator started on the loop is finalised by `loop.shutdown_asyncgens()`,
+which `asyncio.run()` and `asyncio.Runner.close()` call, and its `finally` closes the session there. A
+session handed in by the caller (`client=`) is theirs: used on its loop, never closed here. A loop that is
+never closed (a script's own `new_event_loop()`) has its sessions closed at exit, on that loop; without
+that, aiohttp would report every kept connection as unclosed when the process ends.
+
+The pool holds up to 1,000 connections (a 101st concurrent run must not wait for a free one). Idle
+connections stay registered with the loop, so one the server hangs up on is dropped when it does, not
+found dead by the next request; they are closed after `KEEPALIVE` seconds of rest.
 """
 
-# ruff: noqa: ASYNC109  (the `timeout` parameters are httpcore2's network interface, passed through)
 from __future__ import annotations
 
-import select
-import socket
-import ssl
-from collections.abc import Iterable
-from typing import Any
+import asyncio
+import atexit
+import warnings
+import weakref
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import httpcore2
-import httpx2
+if TYPE_CHECKING:
+    import aiohttp
 
-# As many connections as concurrent runs need (a 101st session must not wait for a free one), but at most
-# 20 kept idle, httpx's own default.
-POOL_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=20)
+POOL_SIZE = 1000
+KEEPALIVE = 15.0  # seconds an idle connection is kept (aiohttp's default)
+CONNECT_TIMEOUT = 10.0
+# Every session made here and its loop, for the exit (weak keys: a closed session that is gone leaves).
+_MADE: weakref.WeakKeyDictionary[Any, asyncio.AbstractEventLoop] = weakref.WeakKeyDictionary()
 
 
-class _Stream(httpcore2.AsyncNetworkStream):
-    """A network stream whose idle probe is one `poll(0)` on a socket looked up once."""
+@dataclass(frozen=True, slots=True)
+class Timeout:
+    """How long a model request may wait: `connect` seconds to open a connection, `read` seconds for each
+    next piece of the reply (a stream may run for minutes as long as it keeps coming)."""
 
-    __slots__ = ("_inner", "_poll", "_sock")
+    read: float = 120.0
+    connect: float = CONNECT_TIMEOUT
 
-    def __init__(self, inner: httpcore2.AsyncNetworkStream) -> None:
-        self._inner = inner
-        self._sock: socket.socket | None = None
-        self._poll: Any = None
+    @classmethod
+    def of(cls, value: Timeout | float) -> Timeout:
+        """`value` as a `Timeout`: a number is the read timeout, with the default connect timeout (or less)."""
+        if isinstance(value, Timeout):
+            return value
+        seconds = float(value)
+        return cls(seconds, min(seconds, CONNECT_TIMEOUT))
 
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, timeout)
 
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, timeout)
+class Connections:
+    """A model's HTTP sessions, one per event loop (see the module's docstring)."""
+
+    def __init__(self, timeout: Timeout | float, session: aiohttp.ClientSession | None = None) -> None:
+        self.timeout = Timeout.of(timeout)
+        self._given = session
+        self._proxies: dict[str, tuple[Any, dict[str, str] | None]] = {}
+        # loop -> (session, the async generator that closes it with the loop); entries of closed loops are
+        # dropped when the next session is made (not weak keys: the session holds its loop)
+        self._sessions: dict[asyncio.AbstractEventLoop, tuple[Any, Any]] = {}
+
+    async def session(self) -> aiohttp.ClientSession:
+        """The session for the running loop (made on first use there)."""
+        if self._given is not None:
+            return self._given
+        loop = asyncio.get_running_loop()
+        entry = self._sessions.get(loop)
+        if entry is not None and not entry[0].closed:
+            return entry[0]
+        import aiohttp
+
+        for old in [other for other in self._sessions if other.is_closed()]:
+            del self._sessions[old]
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=0, keepalive_timeout=KEEPALIVE),
+            timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=self.timeout.connect,
+                                          sock_read=self.timeout.read),
+            # Not trust_env: it reads the proxy variables (and ~/.netrc) again for every request, ~0.6 ms of
+            # a model call here. `proxy()` reads them once per URL instead.
+            auto_decompress=True,
+        )
+        closer = _close_with_loop(session)
+        await anext(closer)  # started on this loop: the loop finalises it (closing the session) when it ends
+        self._sessions[loop] = (session, closer)
+        _MADE[session] = loop
+        return session
+
+    def proxy(self, url: str) -> tuple[Any, dict[str, str] | None]:
+        """The proxy the environment names for `url` (`HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY`, by aiohttp's own
+        rules) and the headers that log in to it (credentials in its URL), or (None, None). Read once per URL,
+        as httpx read them once per client."""
+        found = self._proxies.get(url)
+        if found is None:
+            from aiohttp.helpers import get_env_proxy_for_url
+            from yarl import URL
+
+            try:
+                proxy, auth = get_env_proxy_for_url(URL(url))
+                found = (proxy, {"Proxy-Authorization": auth.encode()} if auth is not None else None)
+            except LookupError:
+                found = (None, None)
+            self._proxies[url] = found
+        return found
 
     async def aclose(self) -> None:
-        self._poll = None
-        await self._inner.aclose()
-
-    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                        timeout: float | None = None) -> httpcore2.AsyncNetworkStream:
-        return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
-
-    def get_extra_info(self, info: str) -> Any:
-        if info != "is_readable":
-            return self._inner.get_extra_info(info)
-        sock = self._sock
-        if sock is None:
-            sock = self._sock = self._inner.get_extra_info("socket")
-            if sock is None:  # no socket to ask (a test double): the stock answer
-                return self._inner.get_extra_info(info)
-        fd = sock.fileno()
-        if fd < 0:  # closed: the next read would return b"", as for a hung-up server
-            return True
-        if self._poll is None:
-            self._poll = select.poll()
-            self._poll.register(fd, select.POLLIN)
-        return bool(self._poll.poll(0))
+        """Close the running loop's session (the others close with their loops)."""
+        loop = asyncio.get_running_loop()
+        entry = self._sessions.pop(loop, None)
+        if entry is not None:
+            await entry[1].aclose()
 
 
-class _Backend(httpcore2.AsyncNetworkBackend):
-    """The pool's own backend, its streams wrapped in `_Stream`."""
-
-    def __init__(self, inner: httpcore2.AsyncNetworkBackend) -> None:
-        self._inner = inner
-
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                          socket_options: Iterable[Any] | None = None) -> httpcore2.AsyncNetworkStream:
-        return _Stream(await self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
-
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Iterable[Any] | None = None) -> httpcore2.AsyncNetworkStream:
-        return _Stream(await self._inner.connect_unix_socket(path, timeout, socket_options))
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+async def _close_with_loop(session: aiohttp.ClientSession) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await session.close()
 
 
-def cheap_probes(client: httpx2.AsyncClient) -> bool:
-    """Give the pools of `client` (its own and those of proxies from the environment) streams with cheap idle
-    probes. Returns whether every pool took them: False means httpx2 changed shape, and the client works
-    as it came, at the stock cost."""
-    transports = [client._transport, *client._mounts.values()]  # no public way to reach the pool
-    done = True
-    for transport in transports:
-        if transport is None:
+@atexit.register
+def _close_at_exit() -> None:
+    """Close the sessions whose loops never ended (those that did closed theirs)."""
+    for session, loop in list(_MADE.items()):
+        if session.closed or loop.is_running():  # running in another thread: not ours to touch
             continue
-        pool = getattr(transport, "_pool", None)
-        backend = getattr(pool, "_network_backend", None)
-        if not isinstance(backend, httpcore2.AsyncNetworkBackend):
-            done = False
-            continue
-        if not isinstance(backend, _Backend):
-            pool._network_backend = _Backend(backend)  # type: ignore[union-attr]
-    return done
-
-
-def new_client(timeout: httpx2.Timeout | float) -> httpx2.AsyncClient:
-    """The HTTP client a model makes for itself: `POOL_LIMITS`, cheap idle probes."""
-    client = httpx2.AsyncClient(timeout=timeout, limits=POOL_LIMITS)
-    cheap_probes(client)
-    return client
+        if not loop.is_closed():
+            try:
+                loop.run_until_complete(session.close())
+                continue
+            except Exception:  # a loop left in a state that cannot run: close what can be closed below
+                pass
+        with warnings.catch_warnings():  # the connector says close() should be awaited; its loop is gone
+            warnings.simplefilter("ignore")
+            session.connector.close()  # marks it closed: no report of its connections when it is collected

@@ -1,4 +1,4 @@
-"""Chat Completions over httpx2: OpenAI, DeepSeek, Qwen, Ollama, vLLM, llama.cpp and any compatible server.
+"""Chat Completions over aiohttp: OpenAI, DeepSeek, Qwen, Ollama, vLLM, llama.cpp and any compatible server.
 
 Streaming parses the event stream to the spec (`sse.py`), surfaces text as it comes, and assembles tool
 calls from their fragments by stream position (`reply.py`). A reply is complete only when it carries a
@@ -18,9 +18,6 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-# httpx's successor, as the openai SDK uses it: httpx 1's connection pool does O(connections²) work per
-# request, which at 50 concurrent runs cost more CPU than all of shou (bench/README).
-import httpx2
 import orjson
 
 from ..config import redact_urls
@@ -28,14 +25,14 @@ from ..errors import ModelCutOffError, ModelError, ModelResponseError, ModelUnre
 from ..messages import Message
 from ..usage import Usage
 from .base import Completion, ModelEvent, ModelSettings, Retrying, TextChunk
-from .connections import new_client
+from .connections import Connections, Timeout
 from .provider_errors import http_error, preview, provider_error, transport_error
 from .ratelimit import RateLimiter
 from .reply import Reply, json_message
 from .runtime import RetryPolicy
 from .sse import SSEDecoder
 
-DEFAULT_TIMEOUT = httpx2.Timeout(120.0, connect=10.0)
+DEFAULT_TIMEOUT = Timeout(read=120.0, connect=10.0)
 MAX_REPLY_BYTES = 64_000_000  # no reply is this big; a server that keeps sending is not giving one
 _SSE_START = (b"data:", b"event:", b":", b"id:", b"retry:")
 
@@ -45,14 +42,16 @@ class OpenAICompatible:
 
     `key_setting` and `model_setting` name where the user configures the key and the model, so errors
     can tell them exactly what to change (e.g. `DEEPSEEK_API_KEY`). With a `limiter`, every attempt waits
-    until it keeps the provider's requests and tokens per minute (`ratelimit.py`).
+    until it keeps the provider's requests and tokens per minute (`ratelimit.py`). `timeout` is a
+    `Timeout` (connect, and each next piece of the reply) or seconds for the reply's pieces. `client` is
+    an `aiohttp.ClientSession` to send through instead of the model's own (shou.models.connections).
     """
 
     def __init__(
         self, model: str, *, base_url: str, api_key: str | None = None, provider: str = "openai",
-        stream: bool = True, retry: RetryPolicy | None = None, timeout: httpx2.Timeout | float = DEFAULT_TIMEOUT,
+        stream: bool = True, retry: RetryPolicy | None = None, timeout: Timeout | float = DEFAULT_TIMEOUT,
         headers: dict[str, str] | None = None, key_setting: str = "SHOU_API_KEY",
-        model_setting: str = "--model / SHOU_MODEL", client: httpx2.AsyncClient | None = None,
+        model_setting: str = "--model / SHOU_MODEL", client: Any = None,
         limiter: RateLimiter | None = None,
     ) -> None:
         self.model = model
@@ -68,26 +67,15 @@ class OpenAICompatible:
         self._headers = {"Content-Type": "application/json", **(headers or {})}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._timeout = timeout
-        self._client = client
-        self._own_client = client is None
+        self.connections = Connections(timeout, client)
         self.limiter = limiter  # shared by every model of the provider: `ratelimit.limiter_for`
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAICompatible({self.name!r}, base_url={self._where!r})"
 
-    @property
-    def client(self) -> httpx2.AsyncClient:
-        """The HTTP client, made on first use (so building a model does no I/O)."""
-        if self._client is None:
-            self._client = new_client(self._timeout)
-        return self._client
-
     async def aclose(self) -> None:
-        """Close the connection pool if this model made it."""
-        if self._client is not None and self._own_client:
-            await self._client.aclose()
-            self._client = None
+        """Close this event loop's connections, if this model made them (others close with their loops)."""
+        await self.connections.aclose()
 
     def request_body(
         self, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None
@@ -150,20 +138,32 @@ class OpenAICompatible:
 
     async def _attempt(self, body: bytes) -> AsyncIterator[ModelEvent]:
         """One request: its text and call fragments, then the `Completion`, or a `ModelError`."""
+        import aiohttp
+
         reply = Reply(self.model)
         try:
-            async with self.client.stream("POST", self._url, content=body, headers=self._headers) as resp:
-                reply.response = resp
-                if resp.status_code >= 400:
-                    await resp.aread()
-                    raise http_error(self._where, resp, model=self.model, key_setting=self.key_setting,
-                                     model_setting=self.model_setting)
-                chunks = resp.aiter_bytes()
-                is_stream, raw = await self._body_kind(resp, chunks)
+            connections = self.connections
+            session = await connections.session()
+            proxy, proxy_headers = connections.proxy(self._url)
+            headers = self._headers
+            if proxy_headers and not self._url.startswith("https:"):
+                # aiohttp sends proxy_headers only on the CONNECT of an https target; a plain-http request goes to
+                # the proxy itself, so its login rides on the request
+                headers, proxy_headers = {**headers, **proxy_headers}, None
+            # No redirects: a POST sent elsewhere is not what the user configured (httpx did not follow either).
+            async with session.post(self._url, data=body, headers=headers, allow_redirects=False,
+                                    proxy=proxy, proxy_headers=proxy_headers) as resp:
+                reply.started = True
+                if resp.status >= 400:
+                    raise http_error(self._where, resp.status, resp.reason or "", resp.headers,
+                                     await self._read_capped(reply, resp), model=self.model,
+                                     key_setting=self.key_setting, model_setting=self.model_setting)
+                is_stream, raw = await self._body_kind(reply, resp)
                 if not is_stream:
                     for event in self._json_reply(raw, resp):
                         yield event
                     return
+                chunks = resp.content.iter_any()
                 decoder = SSEDecoder()
                 done = False
                 while True:
@@ -184,42 +184,48 @@ class OpenAICompatible:
                             yield event
                     if done or (raw := await anext(chunks, None)) is None:
                         break
-                    if resp.num_bytes_downloaded > MAX_REPLY_BYTES:
+                    reply.received += len(raw)
+                    if reply.received > MAX_REPLY_BYTES:
                         raise self._too_big()
                 async for _ in chunks:  # what follows [DONE]: read it, so the connection can be reused
                     pass
-        except httpx2.TransportError as e:
+        except aiohttp.ClientPayloadError as e:
+            if reply.finish is None:
+                if _undecodable(e):
+                    raise ModelResponseError(f"{self._where} sent a body that cannot be decoded ({e})") from None
+                raise transport_error(self._where, e, reply) from None
+        except aiohttp.ClientError as e:
             if reply.finish is None:
                 raise transport_error(self._where, e, reply) from None
             # the reply was complete; only its usage or the closing [DONE] was lost
-        except httpx2.DecodingError as e:
-            raise ModelResponseError(f"{self._where} sent a body that cannot be decoded ({e})") from None
         if reply.finish is None:
             raise ModelCutOffError(self._cut(reply, "the stream ended"))
         yield reply.completion()
 
-    async def _body_kind(self, resp: httpx2.Response, chunks: AsyncIterator[bytes]) -> tuple[bool, bytes]:
+    async def _body_kind(self, reply: Reply, resp: Any) -> tuple[bool, bytes]:
         """Whether the body is an event stream, and what of it was read to tell: all of it when it is not."""
         mime = resp.headers.get("content-type", "").partition(";")[0].strip().lower()
         if self.streaming and mime == "text/event-stream":
             return True, b""
         if self.streaming and mime not in ("application/json", "text/html") and not mime.endswith("+json"):
             head = b""  # unlabelled or mislabelled: look at how it starts
-            async for chunk in chunks:
+            async for chunk in resp.content.iter_any():
                 head += chunk
+                reply.received += len(chunk)
                 if len(head) >= 64:
                     break
             if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(_SSE_START):
                 return True, head
-            return False, head + await self._read_capped(resp, chunks)
-        return False, await self._read_capped(resp, chunks)
+            return False, head + await self._read_capped(reply, resp)
+        return False, await self._read_capped(reply, resp)
 
-    async def _read_capped(self, resp: httpx2.Response, chunks: AsyncIterator[bytes]) -> bytes:
+    async def _read_capped(self, reply: Reply, resp: Any) -> bytes:
         """The rest of a body, refusing one larger than any reply (a broken or hostile server)."""
         parts = []
-        async for chunk in chunks:
+        async for chunk in resp.content.iter_any():
             parts.append(chunk)
-            if resp.num_bytes_downloaded > MAX_REPLY_BYTES:
+            reply.received += len(chunk)
+            if reply.received > MAX_REPLY_BYTES:
                 raise self._too_big()
         return b"".join(parts)
 
@@ -252,7 +258,7 @@ class OpenAICompatible:
             message += f"; it began: {preview(reply.head)!r}"
         return message
 
-    def _json_reply(self, raw: bytes, resp: httpx2.Response) -> list[ModelEvent]:
+    def _json_reply(self, raw: bytes, resp: Any) -> list[ModelEvent]:
         """A whole (non-streamed) chat completion, or the error its body names."""
         try:
             data = _loads(raw)
@@ -272,7 +278,7 @@ class OpenAICompatible:
                               choice.get("finish_reason"), data.get("model") or self.model, self.model)
             return [TextChunk(message.text), done] if message.text else [done]
         if isinstance(data, dict) and "error" in data:
-            raise provider_error(self._where, data, f"in an HTTP {resp.status_code} response")
+            raise provider_error(self._where, data, f"in an HTTP {resp.status} response")
         ctype = resp.headers.get("content-type") or "no Content-Type"
         wanted = "an event stream" if self.streaming else "a chat completion"
         body = f"{preview(raw)!r}" if raw else "an empty body"
@@ -280,13 +286,13 @@ class OpenAICompatible:
         if "html" in ctype.lower() or raw.lstrip()[:1] == b"<":
             hint = ". Is the base URL (--base-url / SHOU_BASE_URL) the API's root, e.g. https://host/v1?"
         raise ModelResponseError(
-            f"{self._where} answered HTTP {resp.status_code} with {ctype}, not {wanted}: {body}{hint}",
-            status=resp.status_code,
+            f"{self._where} answered HTTP {resp.status} with {ctype}, not {wanted}: {body}{hint}",
+            status=resp.status,
         )
 
 
 def _dumps(body: dict[str, Any]) -> bytes:
-    """The request body as JSON: by orjson (~25x faster than json on a long conversation), else as httpx2 would."""
+    """The request body as JSON: by orjson (~25x faster than json on a long conversation), else by json."""
     try:
         return orjson.dumps(body)
     except TypeError:  # what orjson refuses (integers beyond 64 bits, non-string keys)
@@ -299,6 +305,16 @@ def _loads(data: str | bytes) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return json.loads(data)
+
+
+def _undecodable(e: BaseException) -> bool:
+    """Whether a payload error is a body that could not be decompressed, rather than a cut connection."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if "ContentEncoding" in type(seen).__name__ or "decompress" in str(seen).lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _int(value: Any) -> int:

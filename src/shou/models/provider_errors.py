@@ -8,9 +8,9 @@ transient; a refused key, an unknown model or a rejected request are not.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
-
-import httpx2
 
 from ..config import redact_urls
 from ..errors import (
@@ -33,28 +33,29 @@ _TERMINAL_KINDS = ("invalid_request", "context_length", "content_filter", "conte
                    "authentication", "permission", "not_found", "unsupported")
 
 
-def transport_error(where: str, e: httpx2.TransportError, reply: Reply) -> ModelError:
-    """A failure to connect, or a connection that broke or timed out before or during the reply."""
+def transport_error(where: str, e: BaseException, reply: Reply) -> ModelError:
+    """A failure to connect, or a connection that broke or timed out before or during the reply (an aiohttp
+    `ClientError`)."""
+    import aiohttp
+
     what = _describe(e)
-    if isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout | httpx2.ProxyError):
+    if isinstance(e, aiohttp.InvalidURL):
+        return ModelError(f"cannot reach {where} ({what}); the base URL (--base-url / SHOU_BASE_URL) must "
+                          "start with http:// or https://")
+    if isinstance(e, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError | aiohttp.ClientHttpProxyError):
         return ModelUnreachableError(
             f"cannot reach {where} ({what}); is the server running and the base URL right (--base-url / "
             "SHOU_BASE_URL)?"
         )
-    if isinstance(e, httpx2.UnsupportedProtocol):
-        return ModelError(f"cannot reach {where} ({what}); the base URL (--base-url / SHOU_BASE_URL) must "
-                          "start with http:// or https://")
-    if isinstance(e, httpx2.PoolTimeout):
-        return ModelUnavailableError(f"no connection to {where} came free in time ({what}); too many "
-                                     "requests at once")
-    if reply.response is None:  # connected, but no response began
-        if isinstance(e, httpx2.TimeoutException):
+    timed_out = isinstance(e, aiohttp.ServerTimeoutError)
+    if not reply.started:  # connected, but no response began
+        if timed_out:
             return ModelUnavailableError(f"no answer from {where} in time ({what}); the server may be overloaded")
         return ModelUnavailableError(
             f"the connection to {where} closed before any reply ({what}); if this repeats, check the base URL "
             "(--base-url / SHOU_BASE_URL)"
         )
-    if isinstance(e, httpx2.TimeoutException):
+    if timed_out:
         return ModelCutOffError(
             f"no answer from {where} in time: the reply stalled after {reply.progress()} ({what})"
         )
@@ -63,11 +64,11 @@ def transport_error(where: str, e: httpx2.TransportError, reply: Reply) -> Model
     )
 
 
-def http_error(where: str, resp: httpx2.Response, *, model: str, key_setting: str, model_setting: str) -> ModelError:
+def http_error(where: str, status: int, reason: str, headers: Mapping[str, str], body: bytes, *, model: str,
+               key_setting: str, model_setting: str) -> ModelError:
     """An HTTP error status, with what the body says. `key_setting` and `model_setting` name where the user
     configures the key and the model."""
-    status = resp.status_code
-    detail = redact_urls(_error_detail(resp))
+    detail = redact_urls(_error_detail(body, reason))
     where = f"{where} answered HTTP {status}: {detail}"
     if status in (401, 403):
         return ModelAuthError(
@@ -79,7 +80,7 @@ def http_error(where: str, resp: httpx2.Response, *, model: str, key_setting: st
             f"model {model!r} was not found ({where}). Set {model_setting} to a model this "
             "provider serves, and check the base URL.", status=status,
         )
-    retry_after = parse_retry_after(resp.headers.get("retry-after"))
+    retry_after = parse_retry_after(headers.get("retry-after"))
     if status == 429:
         return ModelRateLimitError(f"rate limited ({where})", status=status, retry_after=retry_after)
     if status >= 500 or status == 408:
@@ -129,8 +130,8 @@ def _message_of(data: Any) -> str:
     return str(data)
 
 
-def _error_detail(resp: httpx2.Response) -> str:
+def _error_detail(body: bytes, reason: str) -> str:
     try:
-        return _message_of(resp.json())[:300]
+        return _message_of(json.loads(body))[:300]
     except ValueError:
-        return resp.text[:300] or resp.reason_phrase
+        return body[:1200].decode("utf-8", "replace")[:300] or reason

@@ -13,8 +13,6 @@ import json
 import secrets
 from typing import Any
 
-import httpx2
-
 from ..messages import Message, ToolCall
 from ..usage import Usage
 from .base import Completion, ModelEvent, TextChunk, ToolCallChunk
@@ -25,7 +23,7 @@ __all__ = ["Reply", "json_message"]
 class Reply:
     """A streamed reply as it arrives: text, calls, finish reason, usage, and how much came."""
 
-    __slots__ = ("calls", "events", "finish", "head", "model", "response", "sent", "text", "usage")
+    __slots__ = ("calls", "events", "finish", "head", "model", "received", "sent", "started", "text", "usage")
 
     def __init__(self, model: str) -> None:
         self.model = model
@@ -36,7 +34,8 @@ class Reply:
         self.usage: dict[str, Any] | None = None
         self.events = 0
         self.head = b""
-        self.response: httpx2.Response | None = None
+        self.started = False  # a response (its status line and headers) arrived
+        self.received = 0  # bytes of its body so far
 
     def take(self, chunk: dict[str, Any]) -> list[ModelEvent]:
         """Take in one chunk; return its text and call fragments."""
@@ -63,9 +62,8 @@ class Reply:
 
     def progress(self) -> str:
         """What arrived, for error messages."""
-        size = self.response.num_bytes_downloaded if self.response is not None else 0
         chars = sum(map(len, self.text))
-        return (f"{size} bytes in {_count(self.events, 'event')} ({_count(chars, 'character')} of text, "
+        return (f"{self.received} bytes in {_count(self.events, 'event')} ({_count(chars, 'character')} of text, "
                 f"{_count(self.calls.fragments, 'tool-call fragment')})")
 
     def completion(self) -> Completion:
