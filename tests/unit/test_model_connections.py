@@ -68,8 +68,7 @@ class KeepAliveServer:
 
 async def post(connections: Connections, url: str) -> int:
     session = await connections.session()
-    proxy, headers = connections.proxy(url)
-    async with session.post(url, data=b"{}", proxy=proxy, proxy_headers=headers) as resp:
+    async with session.post(url, data=b"{}") as resp:
         await resp.read()
         return resp.status
 

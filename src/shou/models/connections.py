@@ -14,18 +14,24 @@ that, aiohttp would report every kept connection as unclosed when the process en
 
 The pool holds up to 1,000 connections (a 101st concurrent run must not wait for a free one). Idle
 connections stay registered with the loop, so one the server hangs up on is dropped when it does, not
-found dead by the next request; they are closed after `KEEPALIVE` seconds of rest.
+found dead by the next request; they are closed after `KEEPALIVE` seconds of rest. Proxies come from the
+environment by shou's rules (`proxies.py`), read once per URL. Response headers may be as large as httpx
+took them (aiohttp's own limits refuse a 9 KB header or 129 headers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
+import inspect
 import warnings
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from .proxies import Proxy, proxy_for
 
 if TYPE_CHECKING:
     import aiohttp
@@ -33,6 +39,8 @@ if TYPE_CHECKING:
 POOL_SIZE = 1000
 KEEPALIVE = 15.0  # seconds an idle connection is kept (aiohttp's default)
 CONNECT_TIMEOUT = 10.0
+MAX_HEADER_BYTES = 256 * 1024  # one header line, and one field
+MAX_HEADERS = 1000
 # Every session made here and its loop, for the exit (weak keys: a closed session that is gone leaves).
 _MADE: weakref.WeakKeyDictionary[Any, asyncio.AbstractEventLoop] = weakref.WeakKeyDictionary()
 
@@ -46,10 +54,14 @@ class Timeout:
     connect: float = CONNECT_TIMEOUT
 
     @classmethod
-    def of(cls, value: Timeout | float) -> Timeout:
+    def of(cls, value: Timeout | float | Any) -> Timeout:
         """`value` as a `Timeout`: a number is the read timeout, with the default connect timeout (or less)."""
         if isinstance(value, Timeout):
             return value
+        read, connect = getattr(value, "read", None), getattr(value, "connect", None)
+        if read is not None or connect is not None:  # an httpx Timeout, as this parameter took before
+            return cls(float(read if read is not None else cls.read), float(connect if connect is not None else
+                                                                            CONNECT_TIMEOUT))
         seconds = float(value)
         return cls(seconds, min(seconds, CONNECT_TIMEOUT))
 
@@ -60,7 +72,7 @@ class Connections:
     def __init__(self, timeout: Timeout | float, session: aiohttp.ClientSession | None = None) -> None:
         self.timeout = Timeout.of(timeout)
         self._given = session
-        self._proxies: dict[str, tuple[Any, dict[str, str] | None]] = {}
+        self._proxies: dict[str, Proxy | None] = {}
         # loop -> (session, the async generator that closes it with the loop); entries of closed loops are
         # dropped when the next session is made (not weak keys: the session holds its loop)
         self._sessions: dict[asyncio.AbstractEventLoop, tuple[Any, Any]] = {}
@@ -76,14 +88,17 @@ class Connections:
         import aiohttp
 
         for old in [other for other in self._sessions if other.is_closed()]:
-            del self._sessions[old]
+            _abandon(self._sessions.pop(old)[0])  # its loop ended without finalising it (loop.close() alone)
         session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=0, keepalive_timeout=KEEPALIVE),
-            timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=self.timeout.connect,
+            # `connect` bounds all of getting a connection: the name lookup, every address, a proxy's tunnel;
+            # `sock_connect` each address, `sock_read` each wait for the reply
+            timeout=aiohttp.ClientTimeout(total=None, connect=self.timeout.connect, sock_connect=self.timeout.connect,
                                           sock_read=self.timeout.read),
-            # Not trust_env: it reads the proxy variables (and ~/.netrc) again for every request, ~0.6 ms of
-            # a model call here. `proxy()` reads them once per URL instead.
+            # Not trust_env: it reads the proxy variables (and ~/.netrc) again for every request, ~0.6 ms of a
+            # model call here, and by narrower rules. `proxy()` reads them once per URL, by shou's.
             auto_decompress=True,
+            **_header_limits(),
         )
         closer = _close_with_loop(session)
         await anext(closer)  # started on this loop: the loop finalises it (closing the session) when it ends
@@ -91,22 +106,12 @@ class Connections:
         _MADE[session] = loop
         return session
 
-    def proxy(self, url: str) -> tuple[Any, dict[str, str] | None]:
-        """The proxy the environment names for `url` (`HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY`, by aiohttp's own
-        rules) and the headers that log in to it (credentials in its URL), or (None, None). Read once per URL,
-        as httpx read them once per client."""
-        found = self._proxies.get(url)
-        if found is None:
-            from aiohttp.helpers import get_env_proxy_for_url
-            from yarl import URL
-
-            try:
-                proxy, auth = get_env_proxy_for_url(URL(url))
-                found = (proxy, {"Proxy-Authorization": auth.encode()} if auth is not None else None)
-            except LookupError:
-                found = (None, None)
-            self._proxies[url] = found
-        return found
+    def proxy(self, url: str) -> Proxy | None:
+        """The proxy the environment names for `url` (`proxies.proxy_for`), read once per URL, as httpx read the
+        environment once per client. `ModelError` for a proxy setting that cannot be used."""
+        if url not in self._proxies:
+            self._proxies[url] = proxy_for(url)
+        return self._proxies[url]
 
     async def aclose(self) -> None:
         """Close the running loop's session (the others close with their loops)."""
@@ -135,6 +140,31 @@ def _close_at_exit() -> None:
                 continue
             except Exception:  # a loop left in a state that cannot run: close what can be closed below
                 pass
-        with warnings.catch_warnings():  # the connector says close() should be awaited; its loop is gone
-            warnings.simplefilter("ignore")
-            session.connector.close()  # marks it closed: no report of its connections when it is collected
+        _abandon(session)
+
+
+def _abandon(session: aiohttp.ClientSession) -> None:
+    """Close what can be closed of a session whose loop cannot run it any more, without aiohttp's report of
+    unclosed connections (its loop is gone, or will never run again)."""
+    if session.closed or session.connector is None:
+        return
+    with warnings.catch_warnings():  # older aiohttp says close() should be awaited: its loop cannot
+        warnings.simplefilter("ignore")
+        closing = session.connector.close()  # marks it closed; the sockets go when their transports are collected
+        if inspect.iscoroutine(closing):  # aiohttp 3.14: a coroutine, which on a dead loop has nothing to wait for
+            try:
+                closing.send(None)
+            except StopIteration:
+                pass
+            else:
+                closing.close()
+
+
+@functools.cache
+def _header_limits() -> dict[str, int]:
+    """The parser limits this aiohttp lets a session raise (`max_headers` is recent)."""
+    import aiohttp
+
+    names = inspect.signature(aiohttp.ClientSession.__init__).parameters
+    limits = {"max_line_size": MAX_HEADER_BYTES, "max_field_size": MAX_HEADER_BYTES, "max_headers": MAX_HEADERS}
+    return {k: v for k, v in limits.items() if k in names}

@@ -13,15 +13,24 @@ Failures become the `ModelError` tree with messages that name the setting to cha
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import orjson
 
 from ..config import redact_urls
-from ..errors import ModelCutOffError, ModelError, ModelResponseError, ModelUnreachableError
+from ..errors import (
+    ConfigError,
+    ModelCutOffError,
+    ModelError,
+    ModelResponseError,
+    ModelUnavailableError,
+    ModelUnreachableError,
+)
 from ..messages import Message
 from ..usage import Usage
 from .base import Completion, ModelEvent, ModelSettings, Retrying, TextChunk
@@ -65,8 +74,12 @@ class OpenAICompatible:
         self._url = self.base_url + "/chat/completions"
         self._where = redact_urls(self.base_url)  # how errors name it: never with credentials in it
         self._headers = {"Content-Type": "application/json", **(headers or {})}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+        key = (api_key or "").strip()  # a key pasted with its line break
+        if any(ord(c) < 32 or ord(c) == 127 for c in key):
+            raise ConfigError(f"the API key ({key_setting}) contains a control character; set it again without it")
+        if key:
+            self._headers["Authorization"] = f"Bearer {key}"
+        self._target: tuple[str, dict[str, str]] | None = None
         self.connections = Connections(timeout, client)
         self.limiter = limiter  # shared by every model of the provider: `ratelimit.limiter_for`
 
@@ -142,22 +155,42 @@ class OpenAICompatible:
 
         reply = Reply(self.model)
         try:
+            url, headers = self._request_target()
             connections = self.connections
             session = await connections.session()
-            proxy, proxy_headers = connections.proxy(self._url)
-            headers = self._headers
-            if proxy_headers and not self._url.startswith("https:"):
-                # aiohttp sends proxy_headers only on the CONNECT of an https target; a plain-http request goes to
-                # the proxy itself, so its login rides on the request
-                headers, proxy_headers = {**headers, **proxy_headers}, None
-            # No redirects: a POST sent elsewhere is not what the user configured (httpx did not follow either).
-            async with session.post(self._url, data=body, headers=headers, allow_redirects=False,
-                                    proxy=proxy, proxy_headers=proxy_headers) as resp:
+            proxy = connections.proxy(url)
+            proxy_url = proxy_headers = None
+            if proxy is not None:
+                proxy_url = proxy.url
+                if proxy.headers and url.startswith("https:"):
+                    proxy_headers = proxy.headers  # sent on the CONNECT only; the provider never sees them
+                elif proxy.headers:  # a plain-http request goes to the proxy itself: its login rides on it
+                    headers = {**headers, **proxy.headers}
+            limit = connections.timeout.connect + 2 * connections.timeout.read
+            try:
+                # aiohttp bounds connecting and each wait for the reply, not the sending of a large body: this
+                # bounds everything until the reply begins, as httpx's write timeout did
+                async with asyncio.timeout(limit):
+                    # No redirects: a POST sent elsewhere is not what the user configured (nor was it with httpx).
+                    resp = await session.post(url, data=body, headers=headers, allow_redirects=False,
+                                              proxy=proxy_url, proxy_headers=proxy_headers)
+            except TimeoutError as e:
+                if isinstance(e, aiohttp.ClientError):  # aiohttp's own connect or read timeout: mapped below
+                    raise
+                raise ModelUnavailableError(f"no answer from {self._where} in time: sending the request and the "
+                                            f"start of the reply took over {limit:g} s") from None
+            except ValueError as e:
+                if isinstance(e, aiohttp.ClientError):
+                    raise
+                raise ModelError(f"the request to {self._where} could not be made ({redact_urls(str(e))}); check "
+                                 "the base URL (--base-url / SHOU_BASE_URL) and the configured headers") from None
+            async with resp:
                 reply.started = True
                 if resp.status >= 400:
                     raise http_error(self._where, resp.status, resp.reason or "", resp.headers,
                                      await self._read_capped(reply, resp), model=self.model,
-                                     key_setting=self.key_setting, model_setting=self.model_setting)
+                                     key_setting=self.key_setting, model_setting=self.model_setting,
+                                     charset=resp.charset)
                 is_stream, raw = await self._body_kind(reply, resp)
                 if not is_stream:
                     for event in self._json_reply(raw, resp):
@@ -201,6 +234,29 @@ class OpenAICompatible:
         if reply.finish is None:
             raise ModelCutOffError(self._cut(reply, "the stream ended"))
         yield reply.completion()
+
+    def _request_target(self) -> tuple[str, dict[str, str]]:
+        """Where requests go and their headers, worked out once. A base URL that no request can go to is an
+        error at once, not one retried for minutes; `user:password@` in it becomes basic auth in place of the
+        key (as httpx sent it) and leaves the URL."""
+        if self._target is None:
+            hint = "the base URL (--base-url / SHOU_BASE_URL)"
+            try:
+                parts = urlsplit(self._url)
+                host, _ = parts.hostname, parts.port
+            except ValueError as e:
+                raise ModelError(f"cannot reach {self._where} ({e}); {hint} is not a valid URL") from None
+            if parts.scheme.lower() not in ("http", "https"):
+                raise ModelError(f"cannot reach {self._where}; {hint} must start with http:// or https://")
+            if not host:
+                raise ModelError(f"cannot reach {self._where}; {hint} names no host")
+            url, headers = self._url, self._headers
+            if parts.username is not None:
+                login = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+                headers = {**headers, "Authorization": "Basic " + base64.b64encode(login).decode()}
+                url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+            self._target = (url, headers)
+        return self._target
 
     async def _body_kind(self, reply: Reply, resp: Any) -> tuple[bool, bytes]:
         """Whether the body is an event stream, and what of it was read to tell: all of it when it is not."""
@@ -279,6 +335,12 @@ class OpenAICompatible:
             return [TextChunk(message.text), done] if message.text else [done]
         if isinstance(data, dict) and "error" in data:
             raise provider_error(self._where, data, f"in an HTTP {resp.status} response")
+        if data is None and raw.lstrip()[:1] in (b"{", b"[") and _unframed(resp):
+            # A body without a length ends when the connection does, and aiohttp ends it the same way when the
+            # connection was reset: JSON that stops part way is a reply cut off, not one that is not a reply.
+            raise ModelCutOffError(f"the reply from {self._where} was cut off: its body stopped after {len(raw)} "
+                                   "bytes, before its JSON was complete (it had no length, so the connection "
+                                   "closing was its only end)")
         ctype = resp.headers.get("content-type") or "no Content-Type"
         wanted = "an event stream" if self.streaming else "a chat completion"
         body = f"{preview(raw)!r}" if raw else "an empty body"
@@ -305,6 +367,12 @@ def _loads(data: str | bytes) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return json.loads(data)
+
+
+def _unframed(resp: Any) -> bool:
+    """Whether a response body had neither a length nor chunks: it ends where the connection ends."""
+    headers = resp.headers
+    return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "").lower()
 
 
 def _undecodable(e: BaseException) -> bool:

@@ -39,7 +39,7 @@ def transport_error(where: str, e: BaseException, reply: Reply) -> ModelError:
     import aiohttp
 
     what = _describe(e)
-    if isinstance(e, aiohttp.InvalidURL):
+    if isinstance(e, aiohttp.InvalidURL) or type(e).__name__.endswith("UrlClientError"):
         return ModelError(f"cannot reach {where} ({what}); the base URL (--base-url / SHOU_BASE_URL) must "
                           "start with http:// or https://")
     if isinstance(e, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError | aiohttp.ClientHttpProxyError):
@@ -48,6 +48,10 @@ def transport_error(where: str, e: BaseException, reply: Reply) -> ModelError:
             "SHOU_BASE_URL)?"
         )
     timed_out = isinstance(e, aiohttp.ServerTimeoutError)
+    if isinstance(e, aiohttp.ClientResponseError) and not reply.started:  # the response could not be parsed
+        return ModelUnavailableError(f"{where} sent a response that is not valid HTTP ({type(e).__name__}: "
+                                     f"{redact_urls(str(e.message))}); if this repeats, check the base URL "
+                                     "(--base-url / SHOU_BASE_URL)")
     if not reply.started:  # connected, but no response began
         if timed_out:
             return ModelUnavailableError(f"no answer from {where} in time ({what}); the server may be overloaded")
@@ -65,10 +69,10 @@ def transport_error(where: str, e: BaseException, reply: Reply) -> ModelError:
 
 
 def http_error(where: str, status: int, reason: str, headers: Mapping[str, str], body: bytes, *, model: str,
-               key_setting: str, model_setting: str) -> ModelError:
+               key_setting: str, model_setting: str, charset: str | None = None) -> ModelError:
     """An HTTP error status, with what the body says. `key_setting` and `model_setting` name where the user
     configures the key and the model."""
-    detail = redact_urls(_error_detail(body, reason))
+    detail = redact_urls(_error_detail(body, reason, charset))
     where = f"{where} answered HTTP {status}: {detail}"
     if status in (401, 403):
         return ModelAuthError(
@@ -130,8 +134,13 @@ def _message_of(data: Any) -> str:
     return str(data)
 
 
-def _error_detail(body: bytes, reason: str) -> str:
+def _error_detail(body: bytes, reason: str, charset: str | None = None) -> str:
     try:
         return _message_of(json.loads(body))[:300]
     except ValueError:
-        return body[:1200].decode("utf-8", "replace")[:300] or reason
+        pass
+    try:
+        text = body[:1200].decode(charset or "utf-8", "replace")
+    except LookupError:  # a charset Python does not know
+        text = body[:1200].decode("utf-8", "replace")
+    return text[:300] or reason
