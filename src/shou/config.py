@@ -320,7 +320,9 @@ def mask(secret: str | None) -> str:
 
 
 # The userinfo runs to the last "@" before the path ("user:p@ss@host"); key-like query values go too.
-_URL_SECRETS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@|([?&][^=&#\s]*(?:key|token|secret|sig|password)"
+# userinfo runs to the last @ before whitespace or a quote: a password with an unencoded / ? # is masked too
+# (a path with an @ in it is masked with it: the safe side)
+_URL_SECRETS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s'\"<>]*@|([?&][^=&#\s]*(?:key|token|secret|sig|password)"
                           r"[^=&#\s]*=)[^&#\s]+")
 
 

@@ -123,11 +123,12 @@ async def test_all_proxy_and_a_proxy_without_a_scheme_are_used(clean_proxies: py
     assert proxy.heads[0].startswith(b"POST http://models.example.invalid/v1/chat/completions ")
 
 
-async def test_a_socks_proxy_is_refused_with_a_message_and_gets_no_plaintext_request(
+async def test_without_the_socks_extra_a_socks_proxy_is_refused_and_gets_no_plaintext_request(
         clean_proxies: pytest.MonkeyPatch) -> None:
+    clean_proxies.setitem(sys.modules, "aiohttp_socks", None)  # as if `shou[socks]` were not installed
     async with Recorder() as socks:
         clean_proxies.setenv("ALL_PROXY", f"socks5://127.0.0.1:{socks.port}")
-        with pytest.raises(ModelError, match="SOCKS") as e:
+        with pytest.raises(ModelError, match=r"SOCKS.*shou\[socks\]") as e:
             await ask(model("https://models.example.invalid/v1", api_key="sk-SECRET"))
     assert not e.value.retryable and socks.heads == []
 
@@ -197,7 +198,7 @@ async def test_a_server_that_stops_reading_the_body_ends_at_the_timeout(clean_pr
     m = model(f"http://127.0.0.1:{listener.getsockname()[1]}/v1", timeout=0.5)
     t0 = time.monotonic()
     try:
-        with pytest.raises(ModelUnavailableError, match="in time"):
+        with pytest.raises(ModelUnavailableError, match="stalled"):
             _ = [e async for e in m.stream([Message.user("x" * 8_000_000)], [])]
     finally:
         await m.aclose()
@@ -367,3 +368,171 @@ print(loop.run_until_complete(ask()))
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["hi"] * 4
     assert "Unclosed" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- what the second review found
+
+
+async def test_an_upper_case_https_base_url_sends_the_proxy_login_on_the_connect_only(
+        clean_proxies: pytest.MonkeyPatch) -> None:
+    async with Recorder(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n") as proxy:
+        clean_proxies.setenv("HTTPS_PROXY", f"http://puser:PROXY-SECRET@127.0.0.1:{proxy.port}")
+        with pytest.raises(ModelUnreachableError) as e:
+            await ask(model("HTTPS://models.example.invalid/v1", api_key="sk-x"))
+    assert proxy.heads[0].startswith(b"CONNECT models.example.invalid:443 ")
+    assert b"Proxy-Authorization: Basic " + base64.b64encode(b"puser:PROXY-SECRET") in proxy.heads[0]
+    assert "PROXY-SECRET" not in str(e.value)
+
+
+@pytest.mark.parametrize("url", ["http://bob:pa#ss-SECRET@127.0.0.1:9/v1", "http://bob:pa/ss-SECRET@127.0.0.1:9/v1",
+                                 "http://bob:1234?SECRET@127.0.0.1:9/v1"])
+async def test_a_password_with_an_unencoded_separator_never_shows_in_the_error(url: str) -> None:
+    with pytest.raises(ModelError) as e:
+        await ask(model(url))
+    assert "SECRET" not in str(e.value) and "pa" not in str(e.value).split("cannot reach")[-1].split(";")[0]
+
+
+async def test_a_proxy_password_with_an_unencoded_separator_never_shows_in_the_error(
+        clean_proxies: pytest.MonkeyPatch) -> None:
+    clean_proxies.setenv("HTTPS_PROXY", "http://me:pa#ss-SECRET@proxy.corp:3128")
+    with pytest.raises(ModelError) as e:
+        await ask(model("https://api.example.com/v1"))
+    assert "SECRET" not in str(e.value)
+
+
+@pytest.mark.parametrize("charset", ["idna", "punycode", "undefined", "no-such-charset"])
+async def test_an_error_body_in_a_charset_that_is_no_text_encoding_is_still_a_model_error(
+        clean_proxies: pytest.MonkeyPatch, charset: str) -> None:
+    body = b"\xffoverloaded"
+    answer = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=%s\r\nConnection: close\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (charset.encode(), len(body), body))
+    async with Recorder(answer) as server:
+        with pytest.raises(ModelUnavailableError, match="overloaded"):
+            await ask(model(f"http://127.0.0.1:{server.port}/v1"))
+
+
+class Writer:
+    """aiohttp's side of a connection as a request body sees it: each write returns when the socket took it."""
+
+    def __init__(self, delay: float | None) -> None:
+        self.delay, self.pieces = delay, 0
+
+    async def write(self, data: bytes) -> None:
+        await (asyncio.sleep(self.delay) if self.delay is not None else asyncio.Event().wait())
+        self.pieces += 1
+
+
+async def test_a_large_body_that_keeps_going_out_is_not_cut_and_one_that_stops_is() -> None:
+    from shou.models.connections import UPLOAD_PIECE, Timeout, UploadStalled, request_body
+
+    body = b"x" * (UPLOAD_PIECE * 40)
+    assert request_body(b"{}", Timeout(read=0.2)) == b"{}"  # a small body goes out at once, as bytes
+    steady = request_body(body, Timeout(read=0.2))
+    writer = Writer(0.05)  # each piece well within the timeout, the whole 10 times past it
+    await steady.write_with_length(writer, None)
+    assert writer.pieces == 40 and steady.size == len(body)  # sent with its length, not chunked
+    with pytest.raises(UploadStalled):
+        await request_body(body, Timeout(read=0.2)).write_with_length(Writer(None), None)
+
+
+async def socks5_server(seen: list[bytes], target_port: int,
+                        login: tuple[bytes, bytes] | None = None) -> asyncio.Server:
+    """A minimal real SOCKS5 proxy (RFC 1928, with RFC 1929 user/password when `login` is given)."""
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        version, count = await reader.readexactly(2)
+        methods = await reader.readexactly(count)
+        seen.append(bytes([version, count]) + methods)
+        if login is None:
+            writer.write(b"\x05\x00")
+        else:
+            writer.write(b"\x05\x02")
+            await reader.readexactly(1)
+            user = await reader.readexactly((await reader.readexactly(1))[0])
+            password = await reader.readexactly((await reader.readexactly(1))[0])
+            seen.append(user + b":" + password)
+            writer.write(b"\x01\x00" if (user, password) == login else b"\x01\x01")
+        _, _, _, kind = await reader.readexactly(4)
+        if kind == 3:
+            seen.append(await reader.readexactly((await reader.readexactly(1))[0]))
+        else:
+            await reader.readexactly(4 if kind == 1 else 16)
+        await reader.readexactly(2)
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", target_port)
+        writer.write(b"\x05\x00\x00\x01" + bytes(6))
+        await writer.drain()
+
+        async def pipe(a: asyncio.StreamReader, b: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await a.read(65536):
+                    b.write(data)
+                    await b.drain()
+            b.close()
+
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0)
+
+
+@pytest.mark.parametrize(("scheme", "login"), [("socks5h", None), ("socks5", (b"me", b"p@ss"))])
+async def test_model_requests_go_through_a_socks5_proxy(clean_proxies: pytest.MonkeyPatch, scheme: str,
+                                                        login: tuple[bytes, bytes] | None) -> None:
+    pytest.importorskip("aiohttp_socks")
+    seen: list[bytes] = []
+    async with Recorder() as target:
+        server = await socks5_server(seen, target.port, login)
+        port = server.sockets[0].getsockname()[1]
+        auth = "me:p%40ss@" if login else ""
+        clean_proxies.setenv("ALL_PROXY", f"{scheme}://{auth}127.0.0.1:{port}")
+        try:
+            events = await ask(model(f"http://localhost:{target.port}/v1", api_key="sk-x"))
+        finally:
+            server.close()
+    assert events[-1].message.text == "hello"
+    assert seen[0][:1] == b"\x05" and len(target.heads) == 1  # spoke SOCKS5, then the request went through
+    if login:
+        assert seen[1] == b"me:p@ss"
+    else:
+        assert seen[1] == b"localhost"  # socks5h: the proxy looked the name up
+
+
+def test_a_model_dropped_after_its_loop_was_closed_leaves_no_noise(tmp_path: Path) -> None:
+    script = tmp_path / "drop.py"
+    script.write_text('''
+import asyncio, gc, json
+from shou.messages import Message
+from shou.models.openai_compat import OpenAICompatible
+REPLY = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                    "finish_reason": "stop"}]}).encode()
+async def handle(reader, writer):
+    head = await reader.readuntil(b"\\r\\n\\r\\n")
+    n = [int(l.split(b":")[1]) for l in head.split(b"\\r\\n") if l.lower().startswith(b"content-length")]
+    await reader.readexactly(n[0])
+    writer.write(b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\n"
+                 b"Content-Length: %d\\r\\n\\r\\n%s" % (len(REPLY), REPLY))
+    await writer.drain()
+loop = asyncio.new_event_loop()
+server = loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))
+model = OpenAICompatible("m", base_url=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1", stream=False)
+async def ask():
+    return [e async for e in model.stream([Message.user("hi")], [])][-1].message.text
+print(loop.run_until_complete(ask()))
+server.close()
+loop.close()
+del model
+gc.collect()
+print("dropped")
+''')
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["hi", "dropped"]
+    assert "Unclosed" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_an_httpx_timeout_still_works_none_included() -> None:
+    import httpx2
+
+    from shou.models.connections import Timeout
+
+    assert Timeout.of(httpx2.Timeout(5.0, connect=2.0)) == Timeout(read=5.0, connect=2.0)
+    assert Timeout.of(httpx2.Timeout(None)) == Timeout(None, None) == Timeout.of(None)
+    model("http://127.0.0.1:1/v1", timeout=httpx2.Timeout(None))  # constructs: no limits, as it meant before

@@ -65,8 +65,8 @@ def test_credentials_in_the_proxy_url_become_its_login_and_leave_the_url() -> No
     assert got.headers == {"Proxy-Authorization": "Basic dXM6ZXI6cEBzcw=="}  # base64 of "us:er:p@ss"
 
 
-@pytest.mark.parametrize("value", ["socks5://127.0.0.1:1080", "socks5h://user:pw@p:1", "ftp://p.test",
-                                   "http://", "http://p.test:99999"])
+@pytest.mark.parametrize("value", ["socks6://user:pw@127.0.0.1:1080", "ftp://user:pw@p.test", "http://",
+                                   "http://user:pw@p.test:99999", "http://me:pa#ss-pw@proxy.corp:3128"])
 def test_a_proxy_that_cannot_be_used_is_an_error_naming_it_never_a_silent_bypass(value: str) -> None:
     with pytest.raises(ModelError, match="proxy") as e:
         proxy_for("https://api.test/v1", {"ALL_PROXY": value})
@@ -83,3 +83,14 @@ def test_any_settings_give_a_proxy_none_or_a_model_error(env: dict[str, str], ur
     except ModelError:
         return
     assert got is None or got.url.startswith(("http://", "https://"))
+
+
+@pytest.mark.parametrize("entry", ["localhost:\u00b2", "localhost:abc", "[::1]:x"])
+def test_a_no_proxy_port_that_is_not_a_number_matches_nothing_and_raises_nothing(entry: str) -> None:
+    assert proxy_for("http://localhost:8000/v1", {"HTTP_PROXY": P, "NO_PROXY": entry}) == Proxy(P)
+
+
+def test_socks_proxies_are_read_with_their_login_and_name_lookup() -> None:
+    got = proxy_for("https://x/v1", {"ALL_PROXY": "socks5h://me:p%40ss@127.0.0.1:1080"})
+    assert got == Proxy("socks5://127.0.0.1:1080", login=("me", "p@ss"), remote_dns=True) and got.socks
+    assert proxy_for("http://x/v1", {"ALL_PROXY": "socks4://p.test"}) == Proxy("socks4://p.test:1080")

@@ -34,7 +34,7 @@ from ..errors import (
 from ..messages import Message
 from ..usage import Usage
 from .base import Completion, ModelEvent, ModelSettings, Retrying, TextChunk
-from .connections import Connections, Timeout
+from .connections import Connections, Timeout, UploadStalled, request_body
 from .provider_errors import http_error, preview, provider_error, transport_error
 from .ratelimit import RateLimiter
 from .reply import Reply, json_message
@@ -155,30 +155,24 @@ class OpenAICompatible:
 
         reply = Reply(self.model)
         try:
-            url, headers = self._request_target()
+            url, headers, https = self._request_target()
             connections = self.connections
-            session = await connections.session()
             proxy = connections.proxy(url)
+            session = await connections.session(proxy)
             proxy_url = proxy_headers = None
-            if proxy is not None:
+            if proxy is not None and not proxy.socks:  # a SOCKS proxy is the session's connection already
                 proxy_url = proxy.url
-                if proxy.headers and url.startswith("https:"):
+                if proxy.headers and https:
                     proxy_headers = proxy.headers  # sent on the CONNECT only; the provider never sees them
                 elif proxy.headers:  # a plain-http request goes to the proxy itself: its login rides on it
                     headers = {**headers, **proxy.headers}
-            limit = connections.timeout.connect + 2 * connections.timeout.read
             try:
-                # aiohttp bounds connecting and each wait for the reply, not the sending of a large body: this
-                # bounds everything until the reply begins, as httpx's write timeout did
-                async with asyncio.timeout(limit):
-                    # No redirects: a POST sent elsewhere is not what the user configured (nor was it with httpx).
-                    resp = await session.post(url, data=body, headers=headers, allow_redirects=False,
-                                              proxy=proxy_url, proxy_headers=proxy_headers)
-            except TimeoutError as e:
-                if isinstance(e, aiohttp.ClientError):  # aiohttp's own connect or read timeout: mapped below
-                    raise
-                raise ModelUnavailableError(f"no answer from {self._where} in time: sending the request and the "
-                                            f"start of the reply took over {limit:g} s") from None
+                # No redirects: a POST sent elsewhere is not what the user configured (nor was it with httpx).
+                resp = await session.post(url, data=request_body(body, connections.timeout), headers=headers,
+                                          allow_redirects=False, proxy=proxy_url, proxy_headers=proxy_headers)
+            except UploadStalled as e:
+                raise ModelUnavailableError(f"sending the request to {self._where} stalled: {e}; the server or the "
+                                            "network stopped taking it") from None
             except ValueError as e:
                 if isinstance(e, aiohttp.ClientError):
                     raise
@@ -235,27 +229,29 @@ class OpenAICompatible:
             raise ModelCutOffError(self._cut(reply, "the stream ended"))
         yield reply.completion()
 
-    def _request_target(self) -> tuple[str, dict[str, str]]:
-        """Where requests go and their headers, worked out once. A base URL that no request can go to is an
-        error at once, not one retried for minutes; `user:password@` in it becomes basic auth in place of the
-        key (as httpx sent it) and leaves the URL."""
+    def _request_target(self) -> tuple[str, dict[str, str], bool]:
+        """Where requests go, their headers, and whether they are https, worked out once. A base URL that no
+        request can go to is an error at once, not one retried for minutes; `user:password@` in it becomes
+        basic auth in place of the key (as httpx sent it) and leaves the URL; the scheme is lower-cased (an
+        `HTTPS://` base URL is https, and a proxy's login goes on its CONNECT only)."""
         if self._target is None:
             hint = "the base URL (--base-url / SHOU_BASE_URL)"
-            try:
+            try:  # the error never quotes what could not be parsed: part of a password may be in it
                 parts = urlsplit(self._url)
                 host, _ = parts.hostname, parts.port
-            except ValueError as e:
-                raise ModelError(f"cannot reach {self._where} ({e}); {hint} is not a valid URL") from None
-            if parts.scheme.lower() not in ("http", "https"):
+            except ValueError:
+                raise ModelError(f"cannot reach {self._where}; {hint} is not a valid URL") from None
+            scheme = parts.scheme.lower()
+            if scheme not in ("http", "https"):
                 raise ModelError(f"cannot reach {self._where}; {hint} must start with http:// or https://")
             if not host:
                 raise ModelError(f"cannot reach {self._where}; {hint} names no host")
-            url, headers = self._url, self._headers
+            headers = self._headers
             if parts.username is not None:
                 login = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
                 headers = {**headers, "Authorization": "Basic " + base64.b64encode(login).decode()}
-                url = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-            self._target = (url, headers)
+            url = urlunsplit(parts._replace(scheme=scheme, netloc=parts.netloc.rpartition("@")[2]))
+            self._target = (url, headers, scheme == "https")
         return self._target
 
     async def _body_kind(self, reply: Reply, resp: Any) -> tuple[bool, bytes]:

@@ -50,7 +50,8 @@ def transport_error(where: str, e: BaseException, reply: Reply) -> ModelError:
     timed_out = isinstance(e, aiohttp.ServerTimeoutError)
     if isinstance(e, aiohttp.ClientResponseError) and not reply.started:  # the response could not be parsed
         return ModelUnavailableError(f"{where} sent a response that is not valid HTTP ({type(e).__name__}: "
-                                     f"{redact_urls(str(e.message))}); if this repeats, check the base URL "
+                                     f"{redact_urls(' '.join(str(e.message).split()))[:300]}); if this repeats, "
+                                     "check the base URL "
                                      "(--base-url / SHOU_BASE_URL)")
     if not reply.started:  # connected, but no response began
         if timed_out:
@@ -141,6 +142,6 @@ def _error_detail(body: bytes, reason: str, charset: str | None = None) -> str:
         pass
     try:
         text = body[:1200].decode(charset or "utf-8", "replace")
-    except LookupError:  # a charset Python does not know
+    except (LookupError, UnicodeError):  # a charset Python does not know, or one that is not a text encoding
         text = body[:1200].decode("utf-8", "replace")
     return text[:300] or reason

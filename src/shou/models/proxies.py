@@ -6,9 +6,10 @@ a leading `.` or `*.`), `host:port`, IP addresses and CIDR networks.
 
 aiohttp's own reading of the environment is narrower (no port, wildcard or CIDR in `no_proxy`, no
 `all_proxy`, no https:// proxy, credentials from ~/.netrc), so the model client picks the proxy here and
-hands aiohttp the result. Credentials in a proxy's URL become its `Proxy-Authorization` header; nothing
-else is ever sent to a proxy. A SOCKS proxy is refused with a message: aiohttp cannot speak SOCKS, and
-sending the request to a SOCKS port in plain HTTP would be wrong twice.
+hands aiohttp the result. Credentials in a proxy's URL become its `Proxy-Authorization` header (or the
+SOCKS login); nothing else is ever sent to a proxy. SOCKS proxies (`socks4`, `socks4a`, `socks5`,
+`socks5h`: the `h`/`a` forms let the proxy look names up) need the extra `socks` (aiohttp-socks), as httpx
+needed its own; without it they are refused with that advice, never sent plain HTTP.
 """
 
 from __future__ import annotations
@@ -26,14 +27,23 @@ from ..errors import ModelError
 __all__ = ["Proxy", "proxy_for"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_SOCKS = {"socks4": "socks4", "socks4a": "socks4", "socks5": "socks5", "socks5h": "socks5"}
 
 
 @dataclass(frozen=True, slots=True)
 class Proxy:
-    """A proxy to send through: its URL without credentials, and the headers that log in to it."""
+    """A proxy to send through: its URL without credentials, and the headers that log in to it. For a SOCKS
+    proxy, `url` is its `socks4://` or `socks5://` address and `login` its user and password."""
 
     url: str
     headers: dict[str, str] | None = None
+    login: tuple[str, str] | None = None
+    remote_dns: bool = False
+
+    @property
+    def socks(self) -> bool:
+        """Whether this is a SOCKS proxy (it needs a connection of its own kind, not a request option)."""
+        return self.url.startswith("socks")
 
 
 def proxy_for(url: str, environ: Mapping[str, str] | None = None) -> Proxy | None:
@@ -43,7 +53,11 @@ def proxy_for(url: str, environ: Mapping[str, str] | None = None) -> Proxy | Non
     target = urlsplit(url)
     scheme = target.scheme.lower()
     chosen = proxies.get(scheme) or proxies.get("all")
-    if not chosen or _bypassed(target.hostname or "", _port(target, scheme), proxies.get("no", "")):
+    try:
+        host = target.hostname or ""
+    except ValueError:  # a malformed base URL: the request itself says so
+        return None
+    if not chosen or _bypassed(host, _port(target, scheme), proxies.get("no", "")):
         return None
     return _parse(chosen, scheme)
 
@@ -80,16 +94,21 @@ def _parse(value: str, scheme: str) -> Proxy:
     if "://" not in raw:
         raw = "http://" + raw  # `host:port`, as curl and httpx take it
     where = redact_urls(raw)
-    try:
+    try:  # the error never quotes what it could not parse: part of a password may be in it
         parts = urlsplit(raw)
         host, port = parts.hostname, parts.port
-    except ValueError as e:
-        raise ModelError(f"the proxy for {scheme}:// requests ({where}) is not a valid URL ({e}); fix or unset "
+    except ValueError:
+        raise ModelError(f"the proxy for {scheme}:// requests ({where}) is not a valid URL; fix or unset "
                          f"{scheme}_proxy / all_proxy") from None
     kind = parts.scheme.lower()
+    if kind in _SOCKS and host:
+        login = (unquote(parts.username), unquote(parts.password or "")) if parts.username is not None else None
+        netloc = f"[{host}]" if ":" in host else host
+        remote = kind in ("socks4a", "socks5h")
+        return Proxy(f"{_SOCKS[kind]}://{netloc}:{port or 1080}", login=login, remote_dns=remote)
     if kind.startswith("socks"):
-        raise ModelError(f"the proxy for {scheme}:// requests is a SOCKS proxy ({where}), which shou's model client "
-                         "cannot use: name an HTTP proxy, or list the model's host in NO_PROXY")
+        raise ModelError(f"the proxy for {scheme}:// requests ({where}) is a SOCKS proxy of a kind shou does not "
+                         "know; use socks4, socks4a, socks5 or socks5h")
     if kind not in ("http", "https") or not host:
         raise ModelError(f"the proxy for {scheme}:// requests ({where}) must be an http:// or https:// URL with a "
                          f"host; fix or unset {scheme}_proxy / all_proxy")
@@ -114,7 +133,7 @@ def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
         if "://" in entry:
             entry = urlsplit(entry).netloc
         name, want = _split_port(entry)
-        if want is not None and want != port:
+        if want == -1 or (want is not None and want != port):  # a port that is not a number matches nothing
             continue
         if address is not None:
             try:
@@ -130,16 +149,20 @@ def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
 
 
 def _split_port(entry: str) -> tuple[str, int | None]:
-    """`host:port`, `[v6]:port`, or a name, address or network without a port."""
+    """`host:port`, `[v6]:port`, or a name, address or network without a port (None); -1 for a port that
+    is not a number."""
     if entry.startswith("["):
         close = entry.find("]")
         rest = entry[close + 1:]
-        port = rest[1:] if rest.startswith(":") else ""
-        return entry[1:close], int(port) if port.isdigit() else None
+        return entry[1:close], _number(rest[1:]) if rest.startswith(":") else None
     if entry.count(":") == 1:
         name, _, port = entry.partition(":")
-        return name, int(port) if port.isdigit() else None
+        return name, _number(port)
     return entry, None  # a name, or an IPv6 address or network written bare
+
+
+def _number(port: str) -> int:
+    return int(port) if port.isascii() and port.isdigit() else -1  # "²" is a digit to str.isdigit
 
 
 def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
