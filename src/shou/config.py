@@ -82,7 +82,7 @@ class Ignored:
         # Names come from the file: one with control characters could rewrite the person's terminal.
         names = ", ".join(n if n.isprintable() else repr(n) for n in self.names)
         return (f"{self.path} is not trusted, so its settings {names} were ignored (harmless "
-                f"ones such as max_steps still apply). Review the file, then run `shou trust` in "
+                f"ones apply, and lower limits such as max_steps). Review the file, then run `shou trust` in "
                 f"{self.path.parent} to use them.")
 
 
@@ -127,8 +127,21 @@ NARROWING: dict[str, Callable[[Any, Any], Any]] = {
     "max_parallel_tools": min,
     "local_threads": min,
     "local_ctx": min,
+    # How much one run may do, spend and wait: an untrusted workspace may lower these, never raise them.
+    "max_steps": min,
+    "run_timeout": min,
+    "tool_timeout": min,
+    "max_tokens": _tighter,
+    "plan_step_max_steps": min,
+    "plan_step_timeout": min,
+    "max_replans": min,
+    "max_reviews": min,
+    "web_timeout": min,
+    "browser_timeout": min,
+    "delegation": lambda trusted, asked: trusted and asked,
+    # An alert may be made more sensitive (a lower share), never quieter.
+    "alert_threshold": min,
 }
-_MODEL_PREFIXES = ("local", "scripted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,8 +229,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
 
 
 def _harmless(key: str, value: Any) -> bool:
-    if key == "model":  # a bare model name is harmless; a provider prefix or a local file is not
-        return value is None or value.split(":", 1)[0] not in (*PROVIDERS, *_MODEL_PREFIXES)
+    # Not the model either, even a bare name: it decides what every call costs (and a provider prefix or a
+    # local file where requests go or what runs).
     return key in SAFE_SETTINGS
 
 

@@ -138,7 +138,9 @@ class ModelResponse(Event):
     """The model's complete answer for a step, with usage (tokens and cost) and latency (seconds).
 
     `ttft` is the time to the first streamed token, `retries` how many attempts failed before this one,
-    `cached` whether shou's response cache answered (no provider request, no cost).
+    `cached` whether shou's response cache answered (no provider request, no cost). `model` is the model the
+    provider says answered; `sent_model` the name the answering request was sent with, when it is not the
+    request's own (a fallback model answered): what its cost was priced at.
     """
 
     type: ClassVar[str] = "model_response"
@@ -152,6 +154,7 @@ class ModelResponse(Event):
     ttft: float | None = None
     retries: int = 0
     cached: bool = False
+    sent_model: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,12 +183,16 @@ class ToolCallFinished(Event):
 
 @dataclass(frozen=True, slots=True)
 class Notice(Event):
-    """Something the loop decided that a person should see (a guard warning, a retry)."""
+    """Something the loop decided that a person should see (a guard warning, a retry, a model error).
+
+    `usage` is what a void attempt of a model call used when it streamed part of a reply before it failed
+    (kind `retry`): a provider bills it, so it counts toward what was spent (shou's estimate)."""
 
     type: ClassVar[str] = "notice"
     step: int
     kind: str
     text: str
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +205,11 @@ class HistoryCleared(Event):
 @dataclass(frozen=True, slots=True)
 class Compacted(Event):
     """Older history was summarised: `summary` stands for the session's first `upto` messages in the
-    context from now on (the log keeps them all). Token counts are of the context before and after."""
+    context from now on (the log keeps them all). Token counts are of the context before and after.
+
+    `calls` names the summary's model calls, logged as calls of their own (a sub-run, purpose `summary`);
+    then `usage` is their sum, for people, and counted there, not here. Logs from before that have no
+    `calls`, and `usage` is the summary's spending itself."""
 
     type: ClassVar[str] = "compacted"
     summary: str
@@ -208,6 +219,12 @@ class Compacted(Event):
     usage: Usage = field(default_factory=Usage)
     model: str = ""
     latency: float = 0.0
+    calls: tuple[str, ...] = ()
+
+    @property
+    def spent(self) -> Usage:
+        """What this event itself adds to what was spent (nothing when its calls are logged on their own)."""
+        return Usage() if self.calls else self.usage
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ price has an unknown cost, shown as unknown: never as zero, which would make a b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -91,6 +92,10 @@ class PriceTable:
 
 def _merge(base: Price | None, entry: Mapping[str, Any], name: str) -> Price:
     values = {k: float(v) for k, v in entry.items() if k in PRICE_KEYS}
+    for key, value in values.items():
+        if not 0 <= value < math.inf:  # a NaN price would turn every budget off, a negative one lower it
+            raise ValueError(f'[models."{name}"] {key} must be a finite number of US dollars per million tokens, '
+                             f"not {value}")
     if base is None:
         if "input_price" not in values or "output_price" not in values:
             raise ValueError(f'[models."{name}"] needs input_price and output_price (USD per million tokens)')

@@ -22,7 +22,7 @@ import orjson
 from .events import Event, field_names
 from .messages import Message, TextPart, ToolCall
 
-__all__ = ["REDACTED", "Redactor", "secrets_of"]
+__all__ = ["REDACTED", "Redactor", "secrets_of", "url_secrets"]
 
 REDACTED = "[redacted]"
 _SECRET_NAME = re.compile(r"(?:^|_)(?:API_KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
@@ -38,13 +38,51 @@ def secrets_of(settings: Any = None, environ: Mapping[str, str] | None = None) -
         value = getattr(settings, name, None)
         if value:
             found.add(str(value))
+    for name in _URL_FIELDS:
+        found.update(url_secrets(getattr(settings, name, None)))
     envs = [os.environ if environ is None else environ, getattr(settings, "env", None) or {},
             _workspace_dotenv(getattr(settings, "workspace", None))]
     for env in envs:
         for name, value in env.items():
-            if value and _SECRET_NAME.search(name):
+            if not value:
+                continue
+            if _SECRET_NAME.search(name):
                 found.add(str(value))
+            elif _URL_NAME.search(name):
+                found.update(url_secrets(str(value)))
     return sorted((v for v in found if len(v) >= MIN_LENGTH), key=len, reverse=True)
+
+
+# Settings and variables that hold URLs, which may carry a login or a key: a base URL with `user:pass@`
+# (sent as basic auth), a proxy's login, `?api_key=` in a webhook.
+_URL_FIELDS = ("base_url", "searxng_url", "alert_webhook")
+_URL_NAME = re.compile(r"(?:^|_)(?:URL|URI|ENDPOINT|PROXY)$", re.IGNORECASE)
+_KEY_QUERY = re.compile(r"(?:key|token|secret|sig|password|auth)", re.IGNORECASE)
+
+
+def url_secrets(url: str | None) -> set[str]:
+    """The secrets a URL carries: the password of its `user:password@` (also as the `user:password` pair and
+    the basic-auth header value made of it) and the values of key-like query parameters."""
+    if not url or "://" not in url:
+        return set()
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    found: set[str] = set()
+    rest = url.split("://", 1)[1]
+    if "@" in rest:  # by hand: the userinfo runs to the last @, and a password may hold / ? # unencoded
+        user, _, raw = rest.rpartition("@")[0].partition(":")
+        user, password = unquote(user), unquote(raw)
+        if password:
+            import base64
+
+            login = f"{user}:{password}"
+            found.update({raw, password, login, base64.b64encode(login.encode()).decode()})
+    try:
+        query = urlsplit(url).query
+    except ValueError:
+        return found
+    found.update(value for name, value in parse_qsl(query) if _KEY_QUERY.search(name) and value)
+    return found
 
 
 def _workspace_dotenv(workspace: Any) -> Mapping[str, str]:

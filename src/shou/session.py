@@ -27,6 +27,7 @@ from .events import (
     HistoryCleared,
     ModelRequest,
     ModelResponse,
+    Notice,
     PlanUpdated,
     RunFinished,
     RunStarted,
@@ -101,7 +102,11 @@ class MessageFold:
     def apply(self, event: Event) -> None:
         """Update the state with one event."""
         if event.parent:  # a sub-run's: it has its own context; only its spending and trace count here
-            if isinstance(event, ModelResponse | Compacted):
+            if isinstance(event, ModelResponse):
+                self.spent = self.spent + event.usage
+            elif isinstance(event, Compacted):
+                self.spent = self.spent + event.spent
+            elif isinstance(event, Notice) and event.usage is not None:
                 self.spent = self.spent + event.usage
             elif isinstance(event, ModelRequest) and event.contents:
                 self.trace_keys.update(event.contents)
@@ -171,7 +176,11 @@ class MessageFold:
                 run.usage = event.usage  # the run's running total, compaction included
         elif isinstance(event, Compacted):
             self.summary, self.summary_upto = event.summary, event.upto
+            self.spent = self.spent + event.spent
+        elif isinstance(event, Notice) and event.usage is not None:  # a void attempt that was billed
             self.spent = self.spent + event.usage
+            if run is not None:
+                run.usage = run.usage + event.usage
         elif isinstance(event, HistoryCleared):
             self.messages.clear()
             self.summary, self.summary_upto, self.working_memory = "", 0, ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -27,9 +28,9 @@ MODEL_OPTIONS = ("temperature", "max_tokens", "top_p", "seed")
 
 
 def _s(default: Any, help: str, *, env: str | None = None, safe: bool = False, secret: bool = False,
-       minimum: float | None = None, positive: bool = False) -> Any:
+       minimum: float | None = None, positive: bool = False, maximum: float | None = None) -> Any:
     return field(default=default, metadata={"help": help, "env": env, "safe": safe, "secret": secret,
-                                            "minimum": minimum, "positive": positive})
+                                            "minimum": minimum, "positive": positive, "maximum": maximum})
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +42,9 @@ class Settings:
     base_url: str | None = _s(None, "any OpenAI-compatible endpoint")
     api_key: str | None = field(default=None, repr=False, metadata={"help": "key for base_url", "secret": True})
     workspace: Path = field(default_factory=Path.cwd, metadata={"help": "folder the file tools work in"})
-    max_steps: int = _s(20, "most model calls in one run", safe=True, minimum=1)
-    run_timeout: float = _s(300.0, "seconds a run may take", safe=True, positive=True)
-    tool_timeout: float = _s(30.0, "seconds any one tool call may take (shell and run_code included)", safe=True,
-                             positive=True)
+    max_steps: int = _s(20, "most model calls in one run", minimum=1)
+    run_timeout: float = _s(300.0, "seconds a run may take", positive=True)
+    tool_timeout: float = _s(30.0, "seconds any one tool call may take (shell and run_code included)", positive=True)
     max_parallel_tools: int = _s(4, "tool calls of one step run at once", minimum=1)
     token_budget: int | None = _s(None, "most tokens (input + output) one run may use, checked before each model "
                                         "call against its worst case", minimum=1)
@@ -62,12 +62,12 @@ class Settings:
     model_retries: int = _s(8, "retries of a failing model request before giving up (or falling back)", minimum=0)
     fallback_models: tuple[str, ...] = _s((), "models tried in order when the model's provider keeps failing")
     summary_model: str | None = _s(None, "model that writes compaction summaries (default: the model)")
-    plan_step_max_steps: int = _s(8, "most model calls of one plan step (shou run --plan)", safe=True, minimum=1)
-    plan_step_timeout: float = _s(120.0, "seconds one plan step may take", safe=True, positive=True)
-    max_replans: int = _s(2, "new plans after a failed step before a planned run gives up", safe=True, minimum=0)
-    max_reviews: int = _s(1, "reviews of a final answer before it stands (shou run --reflect)", safe=True, minimum=0)
+    plan_step_max_steps: int = _s(8, "most model calls of one plan step (shou run --plan)", minimum=1)
+    plan_step_timeout: float = _s(120.0, "seconds one plan step may take", positive=True)
+    max_replans: int = _s(2, "new plans after a failed step before a planned run gives up", minimum=0)
+    max_reviews: int = _s(1, "reviews of a final answer before it stands (shou run --reflect)", minimum=0)
     review_model: str | None = _s(None, "model that reviews answers (--reflect; default: the model)")
-    delegation: bool = _s(True, "offer the delegate tool (sub-agents) in shou run and chat", safe=True)
+    delegation: bool = _s(True, "offer the delegate tool (sub-agents) in shou run and chat")
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
         "help": "MCP servers whose tools are offered as NAME__TOOL: [mcp_servers.NAME] command, args, env (stdio) "
                 "or url, headers (streamable HTTP), timeout (SHOU_MCP_SERVERS: the same as JSON)"})
@@ -80,14 +80,13 @@ class Settings:
     otel: bool = _s(False, "export traces by OpenTelemetry, OTLP over HTTP (also on when "
                            "OTEL_EXPORTER_OTLP_ENDPOINT is set)")
     otel_content: bool = _s(False, "put messages, tool arguments and results in exported spans")
-    alert_window: int = _s(20, "how many recent model (and tool) calls the failure alert looks at", safe=True,
-                           minimum=1)
-    alert_threshold: float = _s(0.5, "share of failed calls in the window that raises an alert", safe=True,
-                                positive=True)
+    alert_window: int = _s(20, "how many recent model (and tool) calls the failure alert looks at", minimum=1)
+    alert_threshold: float = _s(0.5, "share of failed calls in the window that raises an alert (0 to 1)",
+                                positive=True, maximum=1)
     alert_webhook: str | None = _s(None, "URL that gets a JSON POST when an alert fires")
     stream: bool = _s(True, "stream the model's output", safe=True)
     temperature: float | None = _s(None, "sampling temperature sent to the model", safe=True, minimum=0)
-    max_tokens: int | None = _s(None, "most tokens in one model reply", safe=True, minimum=1)
+    max_tokens: int | None = _s(None, "most tokens in one model reply", minimum=1)
     top_p: float | None = _s(None, "nucleus sampling share sent to the model", safe=True, minimum=0)
     seed: int | None = _s(None, "sampling seed sent to the model (where supported)", safe=True)
     tools: tuple[str, ...] | None = _s(None, "offer only these tools (comma-separated)")
@@ -104,13 +103,12 @@ class Settings:
     memory_store: str | None = _s(None, "long-term memory file (default .shou/memory.db; relative to the workspace)")
     memory_embeddings: bool = _s(True, "rank memories with embeddings too (when installed)", safe=True)
     web_allow_hosts: tuple[str, ...] = _s((), "private hosts web_fetch/browser may reach (host, host:port, CIDR)")
-    web_timeout: float = _s(30.0, "seconds one web request may take", safe=True, positive=True)
+    web_timeout: float = _s(30.0, "seconds one web request may take", positive=True)
     web_max_bytes: int = _s(5_000_000, "most bytes read from one web response", minimum=1)
     web_search_backends: tuple[str, ...] | None = _s(None, "web_search backends in order: tavily, duckduckgo, searxng")
     tavily_api_key: str | None = _s(None, "Tavily key for web_search", env="TAVILY_API_KEY", secret=True)
     searxng_url: str | None = _s(None, "SearXNG instance for web_search", env="SEARXNG_URL")
-    browser_timeout: float | None = _s(None, "seconds one browser action may take (default 30)", safe=True,
-                                       positive=True)
+    browser_timeout: float = _s(15.0, "seconds one browser action may take (a page load: twice that)", positive=True)
     browser_executable: str | None = _s(None, "Chromium binary for the browser tool")
     browser_headless: bool = _s(True, "run the browser without a window")
     permissions_allow: tuple[str, ...] = _s((), "rules TOOL or TOOL(PATTERN) run without asking ([permissions] allow)")
@@ -195,14 +193,20 @@ def convert(key: str, raw: Any, source: str) -> Any:
         if kind in (int, float):
             if isinstance(raw, bool):
                 raise ValueError("expected a number")
+            if isinstance(raw, float) and not math.isfinite(raw):  # NaN passes every comparison below
+                raise ValueError("expected a finite number")
             value = kind(raw) if kind is float or not isinstance(raw, str) else int(raw.strip())
+            if not math.isfinite(value):
+                raise ValueError("expected a finite number")
             if kind is int and isinstance(raw, float) and not raw.is_integer():
                 raise ValueError("expected a whole number")
             if spec.metadata.get("positive") and value <= 0:
                 raise ValueError("must be positive")
-            minimum = spec.metadata.get("minimum")
+            minimum, maximum = spec.metadata.get("minimum"), spec.metadata.get("maximum")
             if minimum is not None and value < minimum:
                 raise ValueError(f"must be at least {minimum}")
+            if maximum is not None and value > maximum:
+                raise ValueError(f"must be at most {maximum}")
             return value
         if typing.get_origin(kind) is tuple:
             items = raw.split(",") if isinstance(raw, str) else list(raw)
@@ -267,9 +271,9 @@ def _price_table(raw: Any) -> dict[str, dict[str, float]]:
                              f"{', '.join(PRICE_KEYS)}")
         prices = {}
         for key, value in entry.items():
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ValueError(f'[models."{name}"] {key} must be a number of US dollars per million tokens, '
-                                 "not negative")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+                raise ValueError(f'[models."{name}"] {key} must be a finite number of US dollars per million '
+                                 "tokens, not negative")
             prices[key] = float(value)
         from .pricing import DEFAULT_PRICES
 

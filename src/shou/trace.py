@@ -57,6 +57,7 @@ class ModelCallTrace:
     model: str = ""
     purpose: str = ""  # "" for a ReAct step; "plan", "review" or "answer"
     response_model: str = ""
+    sent_model: str = ""  # the name a fallback model that answered was asked with (its price went by it)
     provider: str = ""
     message_refs: tuple[str, ...] = ()
     tools_ref: str = ""
@@ -74,6 +75,7 @@ class ModelCallTrace:
     cached: bool = False
     error: str | None = None
     notes: list[str] = field(default_factory=list)  # retry notices logged while it ran
+    void_usage: Usage | None = None  # what its failed attempts that streamed used (estimated), if any
     messages: list[dict[str, Any]] | None = None  # resolved: wire messages; {"_pruned": hash} where deleted
     tools: list[dict[str, Any]] | None = None  # resolved tool specs
     pruned: int = 0  # how many of the request's messages retention deleted
@@ -117,10 +119,14 @@ class CompactionTrace:
     model: str
     latency: float
     usage: Usage | None
+    calls: tuple[str, ...] = ()  # its model calls, traced as calls of their own (a sub-run, purpose `summary`)
 
     @property
     def spent(self) -> Usage:
-        """Its usage; from a log before summaries were accounted, one call of unknown tokens and cost."""
+        """What it adds to a run's spending: nothing when its calls are traced on their own (they count
+        there); from a log before summaries were accounted, one call of unknown tokens and cost."""
+        if self.calls:
+            return Usage()
         return self.usage if self.usage is not None else Usage(requests=1, cost=None)
 
 
@@ -152,6 +158,7 @@ class RunTrace:
     steps: list[StepTrace] = field(default_factory=list)
     compactions: list[CompactionTrace] = field(default_factory=list)
     notices: list[tuple[int, str, str]] = field(default_factory=list)  # (step or 0, kind, text): guards, retries
+    stray: list[Usage] = field(default_factory=list)  # usage noticed for no logged call
 
     @property
     def model_calls(self) -> list[ModelCallTrace]:
@@ -167,7 +174,8 @@ class RunTrace:
     def usage(self) -> tuple[Usage, float]:
         """The run's tokens and cost (None if any call's is unknown), and the known part of the cost."""
         return total([c.usage for c in self.model_calls if c.usage is not None]
-                     + [c.spent for c in self.compactions])
+                     + [c.void_usage for c in self.model_calls if c.void_usage is not None]
+                     + [c.spent for c in self.compactions] + self.stray)
 
 
 def total(usages: Iterable[Usage]) -> tuple[Usage, float]:
@@ -192,7 +200,7 @@ def logged_rows(store: SQLiteStore, where: str, params: Sequence[Any] = ()) -> l
             f"SELECT session, ts, data FROM events WHERE {where} ORDER BY id", tuple(params)):
         try:
             out.append((session, ts, event_from_dict(orjson.loads(data))))
-        except (ValueError, TypeError, KeyError):  # a newer shou's event, or damage: left out, as rows() does
+        except (ValueError, TypeError, KeyError, AttributeError):  # a newer shou's event, or damage: left out
             continue
     return out
 
@@ -278,6 +286,7 @@ class _Builder:
                 call = waiting[-1] if waiting else self.new_call(run, step, ev.request_id)
             call.response_model, call.message, call.usage, call.latency = ev.model, ev.message, ev.usage, ev.latency
             call.ttft, call.retries, call.finish_reason, call.cached = ev.ttft, ev.retries, ev.finish_reason, ev.cached
+            call.sent_model = ev.sent_model
             call.model = call.model or ev.model  # logs from before requests named their model
             call.error = None
             for tc in ev.message.tool_calls:
@@ -297,8 +306,16 @@ class _Builder:
         elif isinstance(ev, Notice):
             run.notices.append((ev.step, ev.kind, ev.text))
             step = self.steps.get((run.run_id, ev.step))
-            if ev.kind == "retry" and step is not None and step.model_calls and not step.model_calls[-1].answered:
-                step.model_calls[-1].notes.append(ev.text)
+            call = step.model_calls[-1] if step is not None and step.model_calls else None
+            if call is not None and not call.answered and ev.kind in ("retry", "model_error"):
+                if ev.kind == "retry":
+                    call.notes.append(ev.text)
+                else:
+                    call.error = ev.text
+                if ev.usage is not None:
+                    call.void_usage = ev.usage if call.void_usage is None else call.void_usage + ev.usage
+            elif ev.usage is not None:  # its call is not in the log (damage): still counted
+                run.stray.append(ev.usage)
         elif isinstance(ev, Compacted):
             run.compactions.append(compaction_trace(ev, self.last_step.get(run.run_id, 0) + 1))
 
@@ -307,7 +324,7 @@ def compaction_trace(ev: Compacted, step: int = 0) -> CompactionTrace:
     """A compaction as a trace entry (its usage None when the log predates accounting for summaries)."""
     logged = bool(ev.usage.requests or ev.model)  # logs from before summaries were accounted have neither
     return CompactionTrace(step, ev.upto, ev.tokens_before, ev.tokens_after, ev.summary, ev.model, ev.latency,
-                           ev.usage if logged else None)
+                           ev.usage if logged else None, ev.calls)
 
 
 def _build(rows: Iterable[tuple[str, float, Event]]) -> list[RunTrace]:
@@ -379,13 +396,15 @@ def call_json(call: ModelCallTrace) -> dict[str, Any]:
     """A model call as JSON: the request's full messages when resolved (null when not recorded)."""
     return {
         "id": call.id, "run_id": call.run_id, "step": call.step, "model": call.model, "purpose": call.purpose,
-        "response_model": call.response_model, "provider": call.provider, "at": call.at,
+        "response_model": call.response_model, "sent_model": call.sent_model, "provider": call.provider,
+        "at": call.at,
         "request": {"recorded": call.recorded, "messages": call.messages, "tools": call.tools, "params": call.params,
                     "tokens_estimate": call.prompt_tokens, "message_count": call.message_count,
                     "tool_count": call.tool_count, "pruned": call.pruned},
         "response": None if call.message is None else {"message": call.message.to_wire(),
                                                        "finish_reason": call.finish_reason},
-        "usage": usage_json(call.usage), "latency": call.latency, "ttft": call.ttft, "retries": call.retries,
+        "usage": usage_json(call.usage), "failed_attempts_usage": usage_json(call.void_usage),
+        "latency": call.latency, "ttft": call.ttft, "retries": call.retries,
         "cached": call.cached, "error": call.error, "notes": call.notes,
     }
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .events import Compacted, ModelRequest, ModelResponse, RunStarted
+from .events import Compacted, ModelRequest, ModelResponse, Notice, RunStarted
 from .trace import compaction_trace, logged_rows
 from .usage import Usage
 
@@ -55,7 +55,8 @@ def usage_report(store: SQLiteStore, by: Sequence[str] = GROUPS, since: float | 
     groups: dict[tuple[str, str, str], tuple[Usage, float]] = {}
     # run_started rows of any age: a call since `since` may belong to an older run, whose model it falls back to
     rows = logged_rows(store, "type = 'run_started' OR (type IN ('model_request', 'model_response', 'compacted') "
-                          "AND ts >= ?)", (since or 0.0,))
+                          "AND ts >= ?) OR (type = 'notice' AND ts >= ? AND json_extract(data, '$.usage') IS NOT "
+                          "NULL)", (since or 0.0, since or 0.0))
     for session, ts, ev in rows:
         if isinstance(ev, RunStarted):
             run_model[ev.run_id] = ev.model
@@ -64,9 +65,12 @@ def usage_report(store: SQLiteStore, by: Sequence[str] = GROUPS, since: float | 
             asked[ev.run_id] = ev.model
             continue
         if isinstance(ev, ModelResponse):
-            usage, model = ev.usage, asked.get(ev.run_id) or ev.model  # the name asked for: what prices go by
+            # the name the answer was asked with (a fallback's, when one answered): what its price went by
+            usage, model = ev.usage, ev.sent_model or asked.get(ev.run_id) or ev.model
         elif isinstance(ev, Compacted):
             usage, model = compaction_trace(ev).spent, ev.model
+        elif isinstance(ev, Notice) and ev.usage is not None:  # a failed attempt that was billed
+            usage, model = ev.usage, asked.get(ev.run_id, "")
         else:
             continue
         model = model or run_model.get(ev.run_id, "") or "?"

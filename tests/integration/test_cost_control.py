@@ -116,6 +116,72 @@ def test_compaction_summaries_go_to_the_summary_model(serve, workspace: Path) ->
     store.close()
 
 
+def _compacting_agent(main, cheap, workspace: Path, store: SQLiteStore, **kw: Any) -> Agent:
+    from shou.pricing import PriceTable
+
+    table = PriceTable({"big": {"input_price": 0.0, "output_price": 1.0},
+                        "cheap": {"input_price": 0.0, "output_price": 1000.0}})
+    return Agent(OpenAICompatible("big", base_url=main.base_url), [fetch_log], max_steps=20, workspace=workspace,
+                 store=store, context=ContextPolicy(window=6000, reserve_output=500), prices=table,
+                 summary_model=OpenAICompatible("cheap", base_url=cheap.base_url), **kw)
+
+
+def test_a_summary_call_is_budgeted_limited_and_traced_like_any_model_call(serve, workspace: Path) -> None:
+    """A compaction summary is a model call: checked against the budget before it is sent, with a reply limit,
+    its tokens estimated when the provider reports none, its request in the trace, counted once."""
+    from shou.trace import resolve, traces
+
+    turns = [{"text": f"Reading log {i}.", "tool_calls": [{"name": "fetch_log", "arguments": {"n": i}}]}
+             for i in range(14)]
+    main = serve([*turns, {"text": "read them all"}])
+    # the summariser writes ~600 tokens and says nothing of what it used
+    cheap = serve([{"summary": True, "text": "Summary: " + "logs read. " * 200, "no_usage": True}
+                   for _ in range(20)])
+    store = SQLiteStore.for_workspace(workspace)
+    result = _compacting_agent(main, cheap, workspace, store).run("Read logs 0 to 13.", "s")
+    assert result.status == "completed", result.error
+    assert cheap.requests and all(0 < r["max_tokens"] <= 4096 for r in cheap.requests)
+    runs = traces(store, "s")
+    summaries = [c for r in runs for c in r.model_calls if c.purpose == "summary"]
+    assert len(summaries) == len(cheap.requests)
+    resolve(store, summaries)
+    assert all("[shou:compact]" in str(c.messages[0]["content"]) for c in summaries)  # the request as sent
+    assert all(c.usage is not None and c.usage.estimated and c.usage.output_tokens > 100 for c in summaries)
+    summary_cost = sum(c.usage.cost for c in summaries)
+    assert summary_cost > 0.1  # ~600 estimated tokens at $1000 per million each: not $0
+    compacted = [e for e in store.events("s") if isinstance(e, Compacted)]
+    assert compacted and {i for e in compacted for i in e.calls} == {c.id for c in summaries}
+    # counted once: the run's total is its own calls plus the summaries, not the summaries twice
+    main_cost = sum(c.usage.cost for r in runs for c in r.model_calls if c.purpose != "summary")
+    assert result.usage.cost == pytest.approx(main_cost + summary_cost)
+    store.close()
+    with SQLiteStore.for_workspace(workspace) as again:  # the session's spending, as a budget sees it
+        assert agent_session_spent(again, "s").cost == pytest.approx(result.usage.cost)
+
+
+def agent_session_spent(store: SQLiteStore, name: str) -> Any:
+    from shou.session import Session
+
+    return Session(name, store).spent
+
+
+def test_max_cost_is_kept_when_compaction_would_break_it(serve, workspace: Path) -> None:
+    """A summary at $1000 per million output tokens could reply with at most 200 tokens under a $0.20 budget:
+    too little to be worth asking (256), so it is not asked for, and the run stays within its budget."""
+    turns = [{"text": f"Reading log {i}.", "tool_calls": [{"name": "fetch_log", "arguments": {"n": i}}]}
+             for i in range(14)]
+    main = serve([*turns, {"text": "read them all"}])
+    cheap = serve([{"summary": True, "text": "Summary.", "usage": {"prompt_tokens": 10, "completion_tokens": 4000}}
+                   for _ in range(20)])
+    store = SQLiteStore.for_workspace(workspace)
+    result = _compacting_agent(main, cheap, workspace, store, max_cost=0.2).run("Read logs 0 to 13.", "s")
+    assert cheap.requests == []
+    assert result.usage.cost is not None and result.usage.cost <= 0.2
+    notices = [e.text for e in store.events("s") if isinstance(e, Notice) and e.kind == "compaction"]
+    assert notices and "not compacted" in notices[0] and "--max-cost" in notices[0]
+    store.close()
+
+
 class _Hook(BaseHTTPRequestHandler):
     received: list[dict[str, Any]]
 
@@ -282,3 +348,82 @@ def test_summary_model_setting_names_a_model_of_the_same_endpoint_or_another_pro
                   workspace=tmp_path)
     assert (agent.summary_model.model, agent.summary_model.provider) == ("deepseek-chat", "deepseek")
     assert agent.summary_model.base_url == "https://api.deepseek.com/v1"
+
+
+LONG = " ".join(f"word{i}" for i in range(3000))  # ~6,000 tokens of reply
+
+
+def _cut(after: int = 14_000) -> dict[str, Any]:
+    return {"text": LONG, "chunk_size": 400, "cut_after": after}
+
+
+def test_a_failed_attempt_that_streamed_is_billed_and_counted(serve, workspace: Path) -> None:
+    """A reply cut off mid-stream is retried; the cut attempt was billed by the provider, so its prompt and
+    what it streamed count (estimated) in the run, the trace and the usage report."""
+    from shou.trace import traces
+    from shou.usage_report import usage_report, usage_total
+
+    srv = serve([_cut(), _cut(), {"text": "done", "usage": {"prompt_tokens": 50, "completion_tokens": 5}}])
+    store = SQLiteStore.for_workspace(workspace)
+    model = OpenAICompatible("m", base_url=srv.base_url, retry=RetryPolicy(max_retries=3, base=0.01))
+    result = Agent(model, [], workspace=workspace, store=store).run("hi", "s")
+    assert result.status == "completed" and len(srv.requests) == 3, result.error
+    assert result.usage.output_tokens > 2 * 1000 and result.usage.estimated  # two cut attempts of ~2,500 each
+    call = traces(store, "s")[0].model_calls[0]
+    assert call.usage is not None and call.usage.output_tokens == 5  # the answer itself, as reported
+    assert call.void_usage is not None and call.void_usage.output_tokens == result.usage.output_tokens - 5
+    assert all("the failed attempt used about" in note for note in call.notes)
+    assert usage_total(usage_report(store)).output_tokens == result.usage.output_tokens
+    store.close()
+
+
+def test_a_budget_stops_retrying_when_a_failed_attempt_leaves_no_room(serve, workspace: Path) -> None:
+    srv = serve([_cut(), _cut(), {"text": "done"}])
+    model = OpenAICompatible("m", base_url=srv.base_url, retry=RetryPolicy(max_retries=8, base=0.01))
+    # a 6,000-token budget holds one attempt's worst case (prompt + 4,096); after a cut attempt that streamed
+    # ~2,500 tokens, another does not fit
+    result = Agent(model, [], workspace=workspace, token_budget=6000).run("hi")
+    assert result.status == "budget" and "failed attempt" in (result.error or ""), result.error
+    assert len(srv.requests) == 1
+    assert 2000 < result.usage.total_tokens <= 6000
+
+
+def test_a_reply_whose_output_count_is_missing_or_garbled_is_estimated(serve, workspace: Path) -> None:
+    for reported in ({"prompt_tokens": 100}, {"prompt_tokens": 100, "completion_tokens": -5}):
+        body = {"id": "x", "object": "chat.completion", "model": "m", "usage": reported,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": LONG},
+                             "finish_reason": "stop"}]}
+        srv = serve([{"raw_body": json.dumps(body), "content_type": "application/json"}])
+        result = Agent(OpenAICompatible("m", base_url=srv.base_url), [], workspace=workspace).run("hi")
+        assert result.status == "completed", result.error
+        assert result.usage.input_tokens == 100 and result.usage.output_tokens > 3000 and result.usage.estimated
+
+
+def test_a_model_call_that_fails_without_a_retry_counts_toward_the_alert(serve, workspace: Path) -> None:
+    srv = serve([{"error": 500} for _ in range(10)])
+    monitor = AlertMonitor(window=4, threshold=0.5, stderr=io.StringIO())
+    model = OpenAICompatible("m", base_url=srv.base_url, retry=RetryPolicy(max_retries=0))
+    agent = Agent(model, [], workspace=workspace, observers=[monitor])
+    for _ in range(4):
+        assert agent.run("hi").status == "error"
+    assert len(monitor.fired) == 1 and monitor.fired[0]["kind"] == "model"
+
+
+def test_a_login_in_the_base_url_is_a_secret_like_a_key(serve, shou, tmp_path: Path, workspace: Path) -> None:
+    """`user:password@` in the base URL is sent as basic auth: the password, the pair and the header value
+    never reach the log or `shou trace --json`, whoever echoes them (a provider, the model, a tool)."""
+    import base64
+
+    password = "pa55-Hunter2-SECRET"
+    basic = base64.b64encode(f"bob:{password}".encode()).decode()
+    srv = serve([{"text": f"I saw {password} and Basic {basic} and bob:{password}"}])
+    url = srv.base_url.replace("http://", f"http://bob:{password}@")
+    r = shou("run", "hi", server=srv, SHOU_BASE_URL=url)
+    assert r.returncode == 0, r.stderr
+    store = SQLiteStore.for_workspace(workspace)
+    logged = "".join(data for (data,) in store._db.execute("SELECT data FROM events"))
+    store.close()
+    trace = shou("trace", "--json")
+    assert "I saw [redacted]" in logged and "I saw [redacted]" in trace.stdout
+    for text in (logged, trace.stdout):
+        assert password not in text and basic not in text and "Hunter2" not in text

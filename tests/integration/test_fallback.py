@@ -138,3 +138,64 @@ async def test_the_answering_model_is_named_in_sent_model(serve) -> None:
     assert isinstance(done, Completion) and done.sent_model == "local-backup"
     assert done.message.text == "offline answer"
     await model.aclose()
+
+
+async def test_a_budget_holds_a_call_at_the_dearest_model_that_may_answer(serve, workspace: Path) -> None:
+    """The fallback costs 100x the primary. The call's worst case is held at the fallback's price, so when it
+    answers it cannot take the run over its budget; a call that only fits at the primary's price is not made."""
+    from shou.pricing import PriceTable
+    from shou.trace import traces
+
+    down = serve([ANSWER] * 4, faults=DOWN)
+    backup = serve([{"text": "from the backup", "usage": {"prompt_tokens": 10, "completion_tokens": 4000}}] * 2)
+    table = PriceTable({"cheap": {"input_price": 0.0, "output_price": 1.0},
+                        "dear": {"input_price": 0.0, "output_price": 100.0}})
+    model = FallbackModel([client(down, "cheap"), client(backup, "dear")])
+    assert model.model == "cheap" and model.provider == "openai"
+    store_path = workspace / "s.db"
+    from shou import SQLiteStore
+
+    store = SQLiteStore(store_path)
+    # $0.05 buys 500 reply tokens at the fallback's price (50,000 at the primary's): max_tokens is 500
+    result = await Agent(model, [], workspace=workspace, prices=table, max_cost=0.05, store=store).arun("hi", "s")
+    assert result.status == "completed", result.error
+    assert backup.requests[0]["max_tokens"] == 500 and down.requests[0]["max_tokens"] == 500
+    # the scripted backup says it wrote 4000 tokens; a real provider stops at max_tokens. What it reports is
+    # what is charged, at the fallback's price.
+    assert result.usage.cost == pytest.approx(4000 * 100 / 1e6)
+    call = traces(store, "s")[0].model_calls[0]
+    assert call.model == "cheap" and call.sent_model == "dear"
+    store.close()
+    # $0.02 leaves 200 reply tokens at the fallback's price: below what a call is worth, so none is made
+    few = await Agent(model, [], workspace=workspace, prices=table, max_cost=0.02).arun("hi")
+    assert few.status == "budget" and "cheap or dear" in (few.error or "")
+    assert len(backup.requests) == 1
+    await model.aclose()
+
+
+async def test_a_budget_with_a_fallback_of_unknown_price_says_so(serve, workspace: Path) -> None:
+    from shou.pricing import PriceTable
+
+    up = serve([ANSWER])
+    model = FallbackModel([client(up, "cheap"), client(up, "mystery")])
+    table = PriceTable({"cheap": {"input_price": 0.0, "output_price": 1.0}})
+    result = await Agent(model, [], workspace=workspace, prices=table, max_cost=1.0).arun("hi")
+    assert result.status == "budget" and "'mystery'" in (result.error or "") and up.requests == []
+    await model.aclose()
+
+
+def test_usage_by_model_names_the_fallback_that_answered(serve, shou, tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    (config / "shou.toml").write_text('fallback_models = ["openai:backup"]\nmodel_retries = 0\n'
+                                      '[models."backup"]\ninput_price = 1.0\noutput_price = 1.0\n')
+    failing = serve([{"error": 500, "retry_after": 0} for _ in range(4)])
+    backup = serve([{"text": "from the backup", "usage": {"prompt_tokens": 1000, "completion_tokens": 10}}])
+    r = shou("run", "hi", server=failing, OPENAI_BASE_URL=backup.base_url, OPENAI_API_KEY="k")
+    assert r.returncode == 0, r.stderr
+    usage = shou("usage", "--by", "model", "--json")
+    assert usage.returncode == 0, usage.stderr
+    import json
+
+    rows = json.loads(usage.stdout)["rows"]
+    assert [row["model"] for row in rows] == ["backup"] and rows[0]["cost"] == pytest.approx(1010 / 1e6)

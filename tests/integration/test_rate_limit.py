@@ -59,3 +59,22 @@ async def test_tokens_per_minute_are_settled_from_the_real_usage(workspace: Path
     assert requests == 2
     # what the provider reported (prompt + completion of both replies), not the estimate from body sizes
     assert tokens == result.usage.total_tokens
+
+
+async def test_a_long_wait_for_the_limit_is_announced_with_its_reason(serve, workspace: Path, monkeypatch) -> None:
+    """A run held back by the limiter says so (a notice naming the limit), instead of seeming stuck; a request
+    larger than tpm is named as such."""
+    import shou.models.openai_compat as oc
+
+    monkeypatch.setattr(oc, "ANNOUNCED_WAIT", 0.3)  # the real threshold is 5 s; the window here is 1 s
+    srv = serve([{"text": "one"}, {"text": "two"}])
+    limiter = RateLimiter(tpm=50, period=1.0, margin=0.1)
+    model = OpenAICompatible("m", base_url=srv.base_url, limiter=limiter)
+    agent = Agent(model, [], workspace=workspace, model_settings=None)
+    first = [e async for e in agent.stream("hi")]
+    second = [e async for e in agent.stream("hi again")]
+    await model.aclose()
+    assert first[-1].status == second[-1].status == "completed"
+    waits = [e.text for e in second if e.type == "notice" and e.kind == "rate_limit"]
+    assert len(waits) == 1 and "more than tpm = 50" in waits[0] and "raise tpm" in waits[0]
+    assert not [e for e in first if e.type == "notice" and e.kind == "rate_limit"]  # the first had no wait

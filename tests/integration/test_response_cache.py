@@ -7,6 +7,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from shou import Agent
 from shou.messages import Message
 from shou.models.base import Completion, ModelSettings, Retrying, TextChunk, ToolCallChunk
@@ -184,3 +186,42 @@ async def test_the_cache_is_a_wal_sqlite_file_made_on_first_use(serve, tmp_path:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         rows = db.execute("SELECT key, created FROM responses").fetchall()
     assert len(rows) == 1 and len(rows[0][0]) == 64 and rows[0][1] > 0
+
+
+def test_with_fallback_models_each_provider_has_its_own_entries(serve, shou, tmp_path: Path) -> None:
+    """The cache sits in front of each model of the chain: a reply of provider A never answers a request that
+    goes to provider B, even for the same model name and messages."""
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    (config / "shou.toml").write_text('cache = true\nfallback_models = ["openai:backup"]\n')
+    a = serve([{"text": "answer from provider A"}])
+    b = serve([{"text": "answer from provider B"}])
+    first = shou("run", "hi", server=a, OPENAI_BASE_URL=b.base_url, OPENAI_API_KEY="k")
+    assert first.returncode == 0 and "provider A" in first.stdout, first.stderr
+    second = shou("run", "hi", server=b, OPENAI_BASE_URL=a.base_url, OPENAI_API_KEY="k")
+    assert second.returncode == 0 and "provider B" in second.stdout, second.stderr
+    assert len(b.requests) == 1
+    third = shou("run", "hi", server=a, OPENAI_BASE_URL=b.base_url, OPENAI_API_KEY="k")  # A again: a hit
+    assert "provider A" in third.stdout and len(a.requests) == 1
+
+
+@pytest.mark.parametrize("damage", ["garbage", "locked"])
+async def test_a_cache_that_cannot_be_used_is_a_miss_never_a_failed_call(serve, tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "cache" / "responses.db"
+    path.parent.mkdir()
+    holder = None
+    if damage == "garbage":
+        path.write_bytes(b"this is not a database" * 100)
+    else:
+        ResponseCache(path).put("k", {})  # a real cache, then another process holds its write lock
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+    srv = serve([{"text": "hello"}, {"text": "hello"}])
+    model = cached(srv, tmp_path)
+    for _ in range(2):
+        assert completion(await collect(model)).message.text == "hello"
+    assert len(srv.requests) == 2  # asked each time: nothing could be kept or read, nothing failed
+    if holder is not None:
+        holder.rollback()
+        holder.close()
+    await model.aclose()

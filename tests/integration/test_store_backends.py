@@ -10,9 +10,19 @@ from typing import Any
 
 import pytest
 
-from shou.events import ModelRequest, RunFinished, RunStarted, TextDelta, ToolCallFinished
+from shou.events import (
+    ModelRequest,
+    ModelResponse,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from shou.messages import Message, ToolCall
 from shou.session import Session
 from shou.store.locks import SessionBusy
+from shou.store.retention import PRUNED
 from shou.store.sqlite import SQLiteStore
 from shou.usage import Usage
 
@@ -114,6 +124,29 @@ def test_retention_drops_request_contents_only(open_store) -> None:
     assert a.prune(time.time() + 30 * 86400) == 1
     [(_, req), (_, end)] = a.rows("s1")
     assert req.contents is None and req.step == 1 and end.answer == "kept"
+
+
+def test_retention_drops_what_sub_runs_said_and_keeps_the_conversation(open_store) -> None:
+    """A plan's, a review's or a summary's reply and a sub-agent's tool calls are trace, not conversation: old
+    ones lose their contents; the session's own messages stay (they are what it continues from)."""
+    a = open_store()
+    call = ToolCall("c1", "read_file", '{"path": "diary.txt"}')
+    a.append("s1", ModelResponse("run_1.1", 1, Message.assistant("the plan: secret steps", (call,)), Usage(3, 4, 1),
+                                 0.1, parent="run_1"))
+    a.append("s1", ToolCallStarted("run_1.1", 1, call, parent="run_1"))
+    a.append("s1", ToolCallFinished("run_1.1", 1, "c1", "read_file", "private diary text",
+                                    details={"path": "diary.txt"}, parent="run_1"))
+    a.append("s1", ModelResponse("run_1", 2, Message.assistant("the answer"), Usage(5, 6, 1), 0.2))
+    a.commit()
+    assert a.prune(time.time() - 86400) == 0  # nothing is old yet
+    assert a.prune(time.time() + 30 * 86400) == 3
+    assert a.prune(time.time() + 30 * 86400) == 0  # nothing left to remove
+    [(_, reply), (_, started), (_, finished), (_, own)] = a.rows("s1")
+    assert reply.message.text == PRUNED and not reply.message.tool_calls and reply.usage == Usage(3, 4, 1)
+    assert started.call.arguments == "{}" and finished.content == PRUNED and finished.details is None
+    assert own.message.text == "the answer"
+    raw = "".join(str(e) for _, e in a.rows("s1"))
+    assert "secret steps" not in raw and "private diary" not in raw and "diary.txt" not in raw
 
 
 def test_delete_removes_a_session(open_store) -> None:

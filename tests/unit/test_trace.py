@@ -250,3 +250,31 @@ def test_terminal_control_sequences_from_the_log_never_reach_the_terminal(store:
         shown = CliRunner(env={"COLUMNS": "120"}).invoke(app, args)
         assert shown.exit_code == 0, shown.output
         assert "\x1b" not in shown.output and "\x07" not in shown.output, (args, shown.output)
+    # --json keeps the text, with what a terminal could act on escaped (JSON escapes C0 controls; C1 and
+    # the line separators it leaves raw), and stays the same JSON
+    c1 = "csi\x9b2J osc\x9d0;pwned\x9c line\u2028end"
+    session.record(ModelResponse("run_x", 2, Message.assistant(c1), Usage(1, 1, 1), 0.1, request_id="mc_y"))
+    session.commit()
+    for args in (["trace", "--json", "-w", ws], ["trace", "show", "mc_y", "--json", "-w", ws]):
+        shown = CliRunner(env={"COLUMNS": "120"}).invoke(app, args)
+        assert shown.exit_code == 0, shown.output
+        assert not any(ch in shown.output for ch in "\x9b\x9d\x9c\u2028"), args
+        assert json.dumps(c1)[1:-1] in json.dumps(json.loads(shown.output))  # the same text, parsed back
+
+
+@pytest.mark.parametrize("message", [
+    {"role": "assistant", "content": "x", "tool_calls": ["not a call", 7, None]},
+    {"role": "assistant", "content": [{"type": "image_url", "image_url": "not a table"}, "text?", 3]},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": "not a table"}]},
+    {"role": "user", "content": {"odd": True}, "tool_calls": "calls"},
+])
+def test_a_planted_log_with_odd_request_messages_cannot_crash_trace_show(store: SQLiteStore, message) -> None:
+    """A cloned repository can ship `.shou/shou.db`: whatever shape a recorded message has, `shou trace show`
+    prints what it can and exits cleanly."""
+    session = Session("s", store)
+    session.record(RunStarted("run_p", "s", "task", "m"))
+    session.record(ModelRequest("run_p", 1, 1, 0, 10, "mc_p", "m", "p", ("k1",), contents={"k1": message}))
+    session.commit()
+    shown = CliRunner(env={"COLUMNS": "120"}).invoke(app, ["trace", "show", "mc_p", "-w", str(store.path.parent.parent)])
+    assert shown.exit_code == 0, shown.output
+    assert "Traceback" not in shown.output

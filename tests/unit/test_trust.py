@@ -92,12 +92,50 @@ def test_trusting_the_exact_content_applies_it_and_any_change_revokes(dirs: tupl
     assert store.revoke(ws / "shou.toml") and load(ws, cfg).sandbox == "auto"
 
 
-def test_a_bare_model_name_is_harmless_a_provider_or_file_is_not(dirs: tuple[Path, Path]) -> None:
+def test_an_untrusted_workspace_cannot_choose_the_model(dirs: tuple[Path, Path]) -> None:
+    """Not even a bare name: the model decides what every call costs (o1-pro for gpt-4o-mini is 1,000x)."""
     ws, cfg = dirs
-    for value, kept in (("gpt-4o", True), ("qwen2.5:7b", True), ("deepseek:deepseek-chat", False),
-                        ("local:/tmp/evil.gguf", False), ("scripted:plan.json", False), ("local", False)):
+    for value in ("gpt-4o", "o1-pro", "qwen2.5:7b", "deepseek:deepseek-chat", "local:/tmp/evil.gguf",
+                  "scripted:plan.json", "local"):
         (ws / "shou.toml").write_text(f'model = "{value}"\n')
-        assert (load(ws, cfg).model == value) is kept, value
+        s = load(ws, cfg, SHOU_MODEL="gpt-4o-mini")
+        assert s.model == "gpt-4o-mini" and "model" in s.ignored[0].names, value
+        assert load(ws, cfg).model is None, value
+
+
+def test_an_untrusted_workspace_may_lower_run_limits_never_raise_them(dirs: tuple[Path, Path]) -> None:
+    ws, cfg = dirs
+    (cfg / "shou.toml").write_text("max_steps = 10\nmax_tokens = 500\nrun_timeout = 100\nalert_threshold = 0.2\n"
+                                   "delegation = false\n")
+    raised = {"max_steps": 1000, "max_tokens": 100000, "run_timeout": 9999.0, "tool_timeout": 999.0,
+              "plan_step_max_steps": 99, "plan_step_timeout": 9999.0, "max_replans": 50, "max_reviews": 50,
+              "web_timeout": 999.0, "browser_timeout": 999.0, "alert_threshold": 1.0, "delegation": True}
+    (ws / "shou.toml").write_text("".join(f"{k} = {str(v).lower()}\n" for k, v in raised.items()))
+    s = load(ws, cfg)
+    assert (s.max_steps, s.max_tokens, s.run_timeout, s.alert_threshold, s.delegation) == (10, 500, 100, 0.2, False)
+    assert (s.tool_timeout, s.plan_step_max_steps, s.plan_step_timeout, s.max_replans, s.max_reviews) == \
+        (30, 8, 120, 2, 1)
+    assert (s.web_timeout, s.browser_timeout) == (30, 15)
+    (ws / "shou.toml").write_text("max_steps = 3\nmax_tokens = 200\nalert_threshold = 0.1\nalert_window = 3\n")
+    s = load(ws, cfg)
+    assert (s.max_steps, s.max_tokens, s.alert_threshold, s.alert_window) == (3, 200, 0.1, 20)
+    assert "alert_window" in s.ignored[0].names  # neither looser nor tighter: the user's to set
+
+
+@pytest.mark.parametrize("line", ["max_cost = nan", "max_cost = inf", "session_max_cost = nan",
+                                  "alert_threshold = nan", "alert_threshold = 5", "run_timeout = inf",
+                                  'models = { "m" = { input_price = nan, output_price = 1.0 } }',
+                                  'models = { "m" = { input_price = 1.0, output_price = inf } }'])
+def test_a_number_that_is_not_finite_or_out_of_range_is_a_config_error(dirs: tuple[Path, Path], line: str) -> None:
+    from shou.errors import ConfigError
+
+    ws, cfg = dirs
+    (cfg / "shou.toml").write_text(line + "\n")
+    with pytest.raises(ConfigError, match=r"finite|at most"):
+        load(ws, cfg)
+    (cfg / "shou.toml").write_text("")
+    with pytest.raises(ConfigError, match="finite"):
+        load(ws, cfg, SHOU_MAX_COST="nan")
 
 
 def test_links_and_fifos_are_not_read(dirs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -127,7 +165,7 @@ def test_every_new_setting_is_sensitive_unless_declared(dirs: tuple[Path, Path])
                          # prices (a zero price would void a cost budget), where requests go and how often,
                          # what is kept and where traces and alerts are sent
                          "models", "model_retries", "fallback_models", "summary_model", "cache",
-                         "trace_retention_days", "otel", "otel_content", "alert_webhook",
+                         "trace_retention_days", "otel", "otel_content", "alert_webhook", "alert_window",
                          # which model reviews answers, and sub-agents (their model, tools and instructions)
                          "review_model", "agents",
                          # MCP servers are commands to run and places to send data
@@ -140,6 +178,6 @@ def test_an_untrusted_env_cannot_copy_a_secret_into_a_harmless_setting(dirs: tup
     (ws / ".env").write_text("FAMILY=qwen\nSHOU_MODEL=${FAMILY}-${OPENAI_API_KEY}\nSHOU_MAX_STEPS=4\n")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-real-user-key")  # python-dotenv expands from the process environment
     s = load(ws, cfg)
-    assert s.model == "${FAMILY}-${OPENAI_API_KEY}" and s.max_steps == 4  # taken literally
+    assert s.model is None and s.max_steps == 4  # the model is not the workspace's to choose
     TrustStore(cfg).trust(ws / ".env", (ws / ".env").read_bytes())
     assert load(ws, cfg).model == "qwen-sk-real-user-key"  # a person's own trusted file may expand them

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,8 +146,8 @@ class Agent:
         self.redactor = Redactor(secrets_of(settings))
         self.max_parallel_tools = max_parallel_tools
         self.repeat_limit = repeat_limit
-        if (token_budget is not None and token_budget < 1) or (max_cost is not None and max_cost < 0):
-            raise UserError("token_budget must be positive and max_cost not negative")
+        if (token_budget is not None and token_budget < 1) or (max_cost is not None and not 0 <= max_cost < math.inf):
+            raise UserError("token_budget must be positive and max_cost a number of US dollars, not negative")
         self.token_budget = token_budget
         self.max_cost = max_cost
         self.prices = prices if prices is not None else PriceTable(getattr(settings, "models", None))
@@ -199,7 +200,9 @@ class Agent:
         """Summarise all of `session` but its newest block now (what `/compact` does in chat)."""
         from .context import RunContext
 
-        run = RunContext(self, session, "", lambda e: session.record(self.redactor.event(e)))
+        # Not a run of the session (no run events): a holder of the budgets and the caller the summary's calls
+        # go through, as in a run; the Compacted event itself belongs to no run.
+        run = RunContext(Run(self, "", session, lambda e: None), run_id="")
         upto = session.summary_upto
         history = session.messages
         blocks = blocks_of(history[upto:])

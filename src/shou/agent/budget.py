@@ -45,6 +45,13 @@ class Reservation:
         """The call failed before using anything countable: give the reservation back."""
         self.settle(Usage())
 
+    def spend(self, usage: Usage) -> bool:
+        """Count what a failed attempt of the call used (billed too) while its worst case stays held for the
+        next attempt; whether the budget still holds both."""
+        budget = self.budget
+        budget.spent = budget.spent + usage
+        return budget.holds()
+
 
 @dataclass
 class Budget:
@@ -90,6 +97,15 @@ class Budget:
                 room = min(room, int((left - prompt_cost) * 1_000_000 / price.output))
         return room
 
+    def holds(self) -> bool:
+        """Whether what was spent and what is held fit the limits."""
+        if self.max_tokens is not None and self.spent.total_tokens + self.reserved_tokens > self.max_tokens:
+            return False
+        if self.max_cost is not None:
+            spent = self.spent.cost
+            return spent is not None and spent + self.reserved_cost <= self.max_cost * (1 + 1e-9)
+        return True
+
     def hold(self, prompt_tokens: int, reply_tokens: int, price: Price | None) -> Reservation:
         """Reserve a call's worst case (checked with `room()` first)."""
         cost = price.worst_case(prompt_tokens, reply_tokens) if price is not None and self.max_cost is not None else 0.0
@@ -121,31 +137,50 @@ class Accounts:
         self.budgets = [b for b in budgets if b.limited]
         self.model = model
         self.prompt_ratio = 1.0
+        self._dearest: dict[tuple[str, ...], tuple[Price | None, str]] = {}
 
     def reserve(self, prompt_tokens: int, settings: ModelSettings | None,
-                model: str | None = None) -> tuple[ModelSettings | None, list[Reservation] | str]:
+                model: str | tuple[str, ...] | None = None) -> tuple[ModelSettings | None, list[Reservation] | str]:
         """The settings to send and the reservations, or why the call may not be made. While a budget
         applies, the request's `max_tokens` is at most what the budgets have left, so its worst case (prompt
-        plus `max_tokens`) is what was checked."""
+        plus `max_tokens`) is what was checked. `model` is the model's name, or the names of every model that
+        may answer (a fallback chain: the call is priced at the dearest, as any of them may be the one)."""
         if not self.budgets:
             return settings, []
-        model = model or self.model
         prompt = math.ceil(prompt_tokens * self.prompt_ratio)
         want = settings.max_tokens if settings is not None and settings.max_tokens else DEFAULT_REPLY_RESERVE
-        price = self.prices.lookup(model)
+        price, model = self.dearest((model,) if isinstance(model, str) else model or (self.model,))
         reply = want
         for budget in self.budgets:
             room = budget.room(prompt, price, model)
             if isinstance(room, str):
                 return settings, room
             if room < min(want, MIN_REPLY):
+                priced = f" at the price of {model}" if budget.max_cost is not None else ""
                 return settings, (f"the next call (about {prompt:,} prompt tokens) would leave room for a reply of "
-                                  f"only {max(room, 0):,} tokens under the {budget.describe()}; "
+                                  f"only {max(room, 0):,} tokens under the {budget.describe()}{priced}; "
                                   f"{budget.spent_text()}")
             reply = min(reply, room)
         if settings is None or settings.max_tokens != reply:
             settings = replace(settings or ModelSettings(), max_tokens=reply)
         return settings, [budget.hold(prompt, reply, price) for budget in self.budgets]
+
+    def dearest(self, models: tuple[str, ...]) -> tuple[Price | None, str]:
+        """The price to hold a call to any of `models` at (the highest input and output prices of them), and
+        the name to give in messages; None and the first model without a price when any has none."""
+        found = self._dearest.get(models)
+        if found is None:
+            prices = [(self.prices.lookup(m), m) for m in models]
+            unknown = [m for p, m in prices if p is None]
+            if unknown:
+                found = None, unknown[0]
+            elif len(prices) == 1:
+                found = prices[0]
+            else:
+                known = [p for p, _ in prices if p is not None]
+                found = Price(max(p.input for p in known), max(p.output for p in known)), " or ".join(models)
+            self._dearest[models] = found
+        return found
 
     def calibrate(self, estimated: int, reported: int) -> None:
         """Learn how far shou's prompt estimate falls short of the provider's count (never assume it is over)."""
@@ -157,8 +192,3 @@ class Accounts:
         # built directly, not by dataclasses.replace(): this runs for every call
         u, cost = usage, self.prices.cost(model or self.model, usage)
         return Usage(u.input_tokens, u.output_tokens, u.requests, u.estimated, u.cached_tokens, cost)
-
-    def charge(self, usage: Usage) -> None:
-        """Count a call that reserved nothing (a compaction summary) against every budget."""
-        for budget in self.budgets:
-            budget.spent = budget.spent + usage

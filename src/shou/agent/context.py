@@ -10,32 +10,32 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..context.builder import ContextBuilder, ContextPolicy, system_text
-from ..context.compaction import summarize
+from ..context.compaction import SUMMARY_MAX_TOKENS, summarize
 from ..context.relevance import select_tools
 from ..context.tokens import TokenCounter, context_window
 from ..events import Compacted, Event, Notice
 from ..messages import Message
-from ..models.base import model_id
+from ..models.base import ModelSettings, model_id
 from ..usage import Usage
 from ..workspace import read_state_text
 
 if TYPE_CHECKING:
-    from ..session import Session
-    from .agent import Agent
+    from .loop import Run
+    from .turn import Turn
 
 
 class RunContext:
-    """The context side of one run."""
+    """The context side of one run. `run_id` is what its `Compacted` events carry (default: the run's)."""
 
-    def __init__(self, agent: Agent, session: Session, run_id: str, emit: Callable[[Event], None]) -> None:
-        self.agent = agent
-        self.session = session
-        self.run_id = run_id
-        self.emit = emit
+    def __init__(self, run: Run, run_id: str | None = None) -> None:
+        agent = self.agent = run.agent
+        session = self.session = run.session
+        self.run = run
+        self.run_id = run.run_id if run_id is None else run_id
+        self.emit: Callable[[Event], None] = run.emit
         self.policy: ContextPolicy = agent.context
         self.counter: TokenCounter = agent.token_counter
         self.builder = ContextBuilder(self.counter, context_window(agent.model.name, self.policy.window), self.policy)
@@ -46,7 +46,6 @@ class RunContext:
         self.catalog = skills.catalog() if skills is not None else ""
         self.untrusted = any(getattr(t, "untrusted_output", False) for t in agent.tools)
         self.pinned = max(0, len(session.messages) - 1)  # the task, recorded just before the first step
-        self.usage = Usage()
         self._tool_tokens: dict[tuple[str, ...], tuple[list[dict[str, Any]], int]] = {}
 
     def recall(self, task: str) -> None:
@@ -109,23 +108,46 @@ class RunContext:
         return built.messages, specs, built.tokens
 
     async def compact(self, step: int, cut: int) -> Compacted | None:
-        """Summarise the session's messages up to `cut` into the running summary."""
+        """Summarise the session's messages up to `cut` into the running summary. Each summary call is a
+        model call like any other (through the run's `Caller`: reserved against the budgets, its request and
+        reply logged and traced, as a sub-run of purpose `summary`); one the budgets do not allow is not made."""
         history = self.session.messages
         start = self.session.summary_upto
         before = self.counter.text(self.session.summary) + self.builder.history_tokens(history[start:])
-        model = self.agent.summary_model or self.agent.model  # cheap work may go to a cheaper model
+        agent = self.agent
+        model = agent.summary_model or agent.model  # cheap work may go to a cheaper model
+        run = self.run
+        sub_id = run.sub_id()
+        limit = agent.model_settings.max_tokens if agent.model_settings is not None else None
+        settings = ModelSettings(temperature=0, max_tokens=min(limit or SUMMARY_MAX_TOKENS, SUMMARY_MAX_TOKENS))
+        turns: list[Turn] = []
+
+        async def ask(request: list[Message]) -> str:
+            turn = await run.caller.call(request, [], step, settings=settings, model=model, run_id=sub_id,
+                                         parent=run.run_id, purpose="summary", deltas=False)
+            if isinstance(turn, str):
+                raise BudgetExceeded(turn)
+            turns.append(turn)
+            return turn.completion.message.text
+
         t0 = time.perf_counter()
         try:
-            summary, usage = await summarize(model, self.counter, history[start:cut],
-                                             self.session.summary, self.builder.budget // 2)
+            summary = await summarize(ask, self.counter, history[start:cut], self.session.summary,
+                                      self.builder.budget // 2)
         except Exception as e:  # the builder still trims by budget; the run goes on
-            self.emit(Notice(self.run_id, step, "compaction", f"compaction failed ({type(e).__name__}: {e}); "
-                                                                "older messages are left out instead"))
+            why = f"not compacted: {e}" if isinstance(e, BudgetExceeded) else \
+                f"compaction failed ({type(e).__name__}: {e})"
+            self.emit(Notice(self.run_id, step, "compaction", f"{why}; older messages are left out instead"))
             return None
-        usage = replace(usage, cost=self.agent.prices.cost(model_id(model), usage))
-        self.usage = self.usage + usage
+        usage = sum((t.usage for t in turns), Usage())
         after = self.counter.text(summary) + self.builder.history_tokens(history[cut:])
+        # The summary calls are logged (and counted) as model calls of their own: `calls` names them, and the
+        # usage here is their sum, for people, never counted again.
         event = Compacted(self.run_id, summary, cut, before, after, usage, model_id(model),
-                          time.perf_counter() - t0)
+                          time.perf_counter() - t0, calls=tuple(t.request_id for t in turns))
         self.emit(event)
         return event
+
+
+class BudgetExceeded(Exception):
+    """A summary call the budgets do not allow (its text says why)."""

@@ -220,7 +220,7 @@ class Run:
         agent = self.agent
         guard = RepeatGuard(agent.repeat_limit)
         executor, ctx = self.tools_and_context()
-        context = RunContext(agent, self.session, self.run_id, self.emit)
+        context = RunContext(self)
         if self.resume is None:
             context.recall(self.task)
         else:
@@ -235,10 +235,6 @@ class Run:
             self.step += 1
             step = self.step
             messages, specs, tokens = await context.messages(step)
-            if context.usage.requests:  # a compaction summary was made for this step
-                self.usage = self.usage + context.usage
-                self.accounts.charge(context.usage)
-            context.usage = Usage()
             ctx.state["working_memory"] = self.session.working_memory
             turn = await self.caller.call(messages, specs, step, tokens)
             if isinstance(turn, str):

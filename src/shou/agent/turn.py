@@ -25,10 +25,13 @@ from ..models.base import (
     Retrying,
     TextChunk,
     ToolCallChunk,
+    Waiting,
     model_id,
+    model_ids,
     provider_of,
 )
 from ..usage import Usage
+from .budget import Reservation
 from .recorder import RequestRecorder, request_params
 
 if TYPE_CHECKING:
@@ -49,6 +52,7 @@ class Turn:
     usage: Usage
     message: Message  # the completion's, with arguments over MAX_ARGUMENT_CHARS replaced by a note
     oversized: frozenset[str]  # the ids of those calls: they are never run
+    request_id: str = ""  # the call's id in the log (`ModelRequest.request_id`)
 
 
 class Caller:
@@ -76,7 +80,8 @@ class Caller:
             counter = agent.token_counter
             tokens = counter.messages(messages) + (counter.text(json.dumps(list(specs))) if specs else 0)
         accounts = run.accounts
-        settings, held = accounts.reserve(tokens, settings if settings is not None else agent.model_settings, name)
+        settings, held = accounts.reserve(tokens, settings if settings is not None else agent.model_settings,
+                                          model_ids(model))
         if isinstance(held, str):  # before the call that could break a budget, not after it
             return held
         recorder = self.recorder
@@ -88,62 +93,109 @@ class Caller:
         t0 = time.perf_counter()
         try:
             completion, ttft, retries = await self._stream(model, messages, list(specs), step, settings, run_id,
-                                                           parent, deltas)
-        except BaseException:
+                                                           parent, deltas, tokens, held)
+        except _OverBudget as e:  # a billed attempt failed and another would not fit the budget
             for r in held:
                 r.release()
+            return str(e)
+        except BaseException as e:
+            for r in held:
+                r.release()
+            if isinstance(e, ModelError):  # a failed call: the failure-rate alert counts it
+                run.emit(Notice(run_id, step, "model_error", f"{name}: {e}", parent=parent))
             raise
         usage = completion.usage
         if completion.cached:  # answered from shou's response cache: nothing was sent or spent
             usage = Usage(cost=0.0)
         else:
-            if not usage.input_tokens and not usage.output_tokens:  # the provider sent no counts
-                usage = Usage(tokens, _output_tokens(run, completion.message), usage.requests or 1, estimated=True)
-            elif not usage.input_tokens:  # no prompt was free: a missing (or garbled) count is estimated
-                usage = Usage(tokens, usage.output_tokens, usage.requests, True, usage.cached_tokens)
+            # A count the provider did not send (or sent garbled) is estimated, each side on its own: no
+            # prompt is free, and a reply with any text or call has output tokens.
+            inputs, outputs, estimated = usage.input_tokens, usage.output_tokens, usage.estimated
+            if not inputs:
+                inputs, estimated = tokens, True
             else:
-                accounts.calibrate(tokens, usage.input_tokens)
+                accounts.calibrate(tokens, inputs)
+            if not outputs and (completion.message.text or completion.message.tool_calls):
+                outputs, estimated = _output_tokens(run, completion.message), True
+            if estimated != usage.estimated or inputs != usage.input_tokens or outputs != usage.output_tokens:
+                usage = Usage(inputs, outputs, usage.requests or 1, estimated, usage.cached_tokens)
             usage = accounts.priced(usage, completion.sent_model or name)
         for r in held:
             r.settle(usage)
         run.usage = run.usage + usage
         message, oversized = bounded(completion.message)
+        sent = completion.sent_model if completion.sent_model != name else ""
         run.emit(ModelResponse(run_id, step, message, usage, time.perf_counter() - t0,
                                completion.finish_reason, completion.model, request_id, ttft, retries,
-                               completion.cached, parent=parent))
-        return Turn(completion, usage, message, oversized)
+                               completion.cached, sent, parent=parent))
+        return Turn(completion, usage, message, oversized, request_id)
 
     async def _stream(self, model: Model, messages: list[Message], specs: list[dict[str, Any]], step: int,
-                      settings: ModelSettings | None, run_id: str, parent: str,
-                      deltas: bool) -> tuple[Completion, float | None, int]:
+                      settings: ModelSettings | None, run_id: str, parent: str, deltas: bool, tokens: int,
+                      held: list[Reservation]) -> tuple[Completion, float | None, int]:
         """One model turn, streamed to the consumer as it comes; with the time to its first token and how
-        many failed attempts came before it."""
+        many failed attempts came before it. An attempt that streamed part of a reply before it failed was
+        billed: what it used is counted (estimated) against the budgets at once, and when another attempt's
+        worst case no longer fits, none is made (`_OverBudget`)."""
         emit = self.run.emit
         completion: Completion | None = None
         t0 = time.perf_counter()
         ttft: float | None = None
         retries = 0
-        async for ev in model.stream(messages, specs, settings):
-            if isinstance(ev, TextChunk):
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
-                if deltas:
-                    emit(TextDelta(run_id, step, ev.text, parent=parent))
-            elif isinstance(ev, ToolCallChunk):
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
-                if deltas:
-                    emit(ToolCallDelta(run_id, step, ev.index, ev.name, ev.arguments, parent=parent))
-            elif isinstance(ev, Completion):
-                completion = ev
-            elif isinstance(ev, Retrying):
-                retries += 1
-                ttft = None  # what streamed is void; the reply that counts starts again
-                emit(Notice(run_id, step, "retry", f"{ev.reason}; retry {ev.attempt} in {ev.delay:.1f} s",
-                            parent=parent))
+        streamed: list[str] = []  # what this attempt streamed, for the estimate if it turns out void
+        events = model.stream(messages, specs, settings)
+        try:
+            async for ev in events:
+                if isinstance(ev, TextChunk):
+                    if ttft is None:
+                        ttft = time.perf_counter() - t0
+                    streamed.append(ev.text)
+                    if deltas:
+                        emit(TextDelta(run_id, step, ev.text, parent=parent))
+                elif isinstance(ev, ToolCallChunk):
+                    if ttft is None:
+                        ttft = time.perf_counter() - t0
+                    streamed.append(ev.arguments)
+                    if deltas:
+                        emit(ToolCallDelta(run_id, step, ev.index, ev.name, ev.arguments, parent=parent))
+                elif isinstance(ev, Completion):
+                    completion = ev
+                elif isinstance(ev, Waiting):
+                    emit(Notice(run_id, step, "rate_limit", f"waiting {ev.delay:.0f} s before the request: {ev.reason}",
+                                parent=parent))
+                elif isinstance(ev, Retrying):
+                    retries += 1
+                    void = self._void(model, tokens, streamed) if ttft is not None else None
+                    ttft, streamed = None, []  # what streamed is void; the reply that counts starts again
+                    text = f"{ev.reason}; retry {ev.attempt} in {ev.delay:.1f} s"
+                    if void is not None:
+                        text += f" (the failed attempt used about {void.total_tokens:,} tokens)"
+                    emit(Notice(run_id, step, "retry", text, void, parent=parent))
+                    if void is not None:
+                        self.run.usage = self.run.usage + void
+                        over = [r.budget for r in held if not r.spend(void)]
+                        if over:
+                            raise _OverBudget(f"a failed attempt of the call used about {void.total_tokens:,} "
+                                              f"tokens, and another attempt no longer fits the "
+                                              f"{over[0].describe()}; {over[0].spent_text()}")
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
         if completion is None:
             raise ModelError("the model stream ended without a response")
         return completion, ttft, retries
+
+    def _void(self, model: Model, tokens: int, streamed: list[str]) -> Usage:
+        """What a failed attempt that streamed `streamed` was billed, as shou estimates it: the prompt and the
+        part of the reply it sent."""
+        usage = Usage(tokens, self.run.agent.token_counter.text("".join(streamed)), 0, estimated=True)
+        price, _ = self.run.accounts.dearest(model_ids(model))
+        return Usage(usage.input_tokens, usage.output_tokens, 0, True, 0, None if price is None else price.cost(usage))
+
+
+class _OverBudget(Exception):
+    """A billed failed attempt left no room in a budget for the next one (the text says why)."""
 
 
 def bounded(message: Message) -> tuple[Message, frozenset[str]]:

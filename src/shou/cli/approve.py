@@ -9,7 +9,6 @@ the calls are decided here, from any process, then `shou resume` goes on.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from rich.markup import escape
 from ..agent.approvals import Answer, ApprovalRequest, decide, describe_arguments
 from ..tools.executor import parse_arguments
 from .build import WorkspaceOpt, err, fail
-from .render import printable
+from .render import json_text, printable
 
 _ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no", "s": "session",
                                "session": "session", "a": "always", "always": "always"}
@@ -90,7 +89,7 @@ def approvals(workspace: WorkspaceOpt = None,
                                  "arguments": args if isinstance(args, dict) else req.call.arguments,
                                  "why": req.why, "since": req.at})
     if json_out:
-        typer.echo(json.dumps(rows, ensure_ascii=False))
+        typer.echo(json_text(rows))
         return
     if not rows:
         err.print("no call is waiting for approval")

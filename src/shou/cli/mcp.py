@@ -9,7 +9,6 @@ says so when its shou.toml tried.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 from typing import Annotated, Any
@@ -37,7 +36,7 @@ from .build import (
     err,
     fail,
 )
-from .render import printable, short
+from .render import json_text, printable, short
 
 mcp_app = typer.Typer(help="MCP servers: list them and their tools.", no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
@@ -60,7 +59,7 @@ def list_servers(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> N
                       "they are ignored (`shou trust` to allow them)")
     rows = asyncio.run(_probe(specs))
     if json_out:
-        typer.echo(json.dumps(rows, ensure_ascii=False))
+        typer.echo(json_text(rows))
         return
     if not rows:
         err.print("no MCP servers: name them under [mcp_servers.NAME] in shou.toml (command and args, or url)")

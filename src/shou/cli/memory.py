@@ -21,6 +21,7 @@ from ..errors import ShouError
 from ..memory import Fact, Memory, MemoryStore, NewMemory
 from ..memory.records import validate
 from ..workspace import state_database
+from .render import json_text
 
 memory_app = typer.Typer(
     name="memory", help="Long-term memory: add, search, list, forget and import memories.",
@@ -155,7 +156,7 @@ def search(
             found = db.search(text, top_k, tags=tag or (), session=session)
             if json_lines or queries is not None:
                 results = [{"id": m.id, "score": m.score, "text": m.text} for m in found]
-                typer.echo(json.dumps({"id": qid, "results": results}, ensure_ascii=False))
+                typer.echo(json_text({"id": qid, "results": results}))
             else:
                 _table(found, scored=True)
 
@@ -172,7 +173,7 @@ def list_memories(
         total = db.count()
     if json_lines:
         for m in found:
-            typer.echo(json.dumps(_as_json(m), ensure_ascii=False))
+            typer.echo(json_text(_as_json(m)))
         return
     _table(found, scored=False)
     err.print(f"{len(found)} of {total} memories")
@@ -255,12 +256,12 @@ def graph(
     if view is None:
         raise _fail(f"no memory names {entity!r}")
     if json_out:
-        typer.echo(json.dumps({
+        typer.echo(json_text({
             "entity": view.name, "memories": [{"id": i, "text": t} for i, t in view.memories],
             "relations": [{"subject": r.subject, "relation": r.predicate, "object": r.object, "memory": r.memory,
                            "stated": r.stated} for r in view.relations],
             "alongside": [{"entity": n, "memories": c} for n, c in view.alongside],
-        }, ensure_ascii=False))
+        }))
         return
     out = Console(highlight=False)
     out.print(f"[bold]{escape(view.name)}[/]: named in {len(view.memories)} memories")

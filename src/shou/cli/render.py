@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -35,6 +35,17 @@ from ..usage import format_cost
 # the cursor, rewrite what was printed, set the title or the clipboard). Model text, tool output and file
 # names are untrusted, so they are shown with these replaced.
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+# What JSON leaves as it is with ensure_ascii=False that a terminal may still act on: DEL, the C1 controls
+# (0x9b is CSI to some terminals) and the line and paragraph separators. JSON escapes C0 controls itself.
+_JSON_RAW = re.compile("[\x7f-\x9f\u2028\u2029]")
+
+
+def json_text(value: Any) -> str:
+    """`value` as one line of JSON for the terminal or a pipe: other scripts' text as itself, but with the
+    characters a terminal could act on escaped (`\\u009b`), so it is still the same JSON."""
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))
 
 
 def printable(text: str) -> str:
@@ -79,7 +90,7 @@ class Renderer:
 
     def __call__(self, event: Event) -> None:
         if self.json_lines:
-            self.out.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
+            self.out.write(json_text(event.to_dict()) + "\n")
             self.out.flush()
             return
         if event.parent:

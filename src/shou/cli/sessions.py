@@ -5,7 +5,6 @@ Both read the session log (`.shou/shou.db`) and never write it; `--json` gives s
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +18,7 @@ from rich.table import Table
 
 from ..errors import ShouError
 from .build import WorkspaceOpt, err, fail
-from .render import STATUS_STYLE, format_arguments, printable
+from .render import STATUS_STYLE, format_arguments, json_text, printable
 
 if TYPE_CHECKING:
     from ..store.sqlite import SQLiteStore
@@ -71,8 +70,8 @@ def sessions(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
                 status = "interrupted"  # its process died without finishing it: `shou resume`
             rows.append((info, status))
     if json_out:
-        typer.echo(json.dumps([{"session": i.name, "status": s, "runs": i.runs, "created": i.created,
-                                "updated": i.updated, "first_task": i.title} for i, s in rows], ensure_ascii=False))
+        typer.echo(json_text([{"session": i.name, "status": s, "runs": i.runs, "created": i.created,
+                                "updated": i.updated, "first_task": i.title} for i, s in rows]))
         return
     table = Table("session", "status", "runs", "updated", "first task", box=None)
     for info, status in rows:
@@ -97,7 +96,7 @@ def show(
             raise fail(f"no session {name!r} in this workspace (`shou sessions` lists them)")
         events = list(store.events(name))
     if json_out:
-        typer.echo(json.dumps({"session": name, "events": [e.to_dict() for e in events]}, ensure_ascii=False))
+        typer.echo(json_text({"session": name, "events": [e.to_dict() for e in events]}))
         return
     out = Console(highlight=False, soft_wrap=True)
     out.print(f"[bold]session {escape(name)}[/]")

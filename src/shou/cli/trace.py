@@ -21,7 +21,7 @@ from rich.table import Table
 from .. import trace as tr
 from .. import usage_report as ur
 from .build import WorkspaceOpt, fail
-from .render import STATUS_STYLE, format_arguments, printable, short
+from .render import STATUS_STYLE, format_arguments, json_text, printable, short
 
 
 def escape(text: str) -> str:
@@ -68,7 +68,7 @@ def trace(
         runs, session = _runs(store, target)
         if json_out:
             tr.resolve(store, [c for r in runs for c in r.model_calls])
-            typer.echo(json.dumps({"session": session, "runs": [tr.run_json(r) for r in runs]}, ensure_ascii=False))
+            typer.echo(json_text({"session": session, "runs": [tr.run_json(r) for r in runs]}))
             return
         running = store.is_locked(session) if runs and runs[-1].status == tr.UNFINISHED else False
     out = Console(highlight=False)
@@ -143,7 +143,8 @@ def _timeline(out: Console, run: tr.RunTrace, full: bool, running: bool) -> None
     table.add_column("time", justify="right", no_wrap=True)
     compactions = list(run.compactions)
     # retries show on their call; the sort keeps log order within a step
-    notices = sorted(((n, kind, text) for n, kind, text in run.notices if kind != "retry"), key=lambda n: n[0])
+    notices = sorted(((n, kind, text) for n, kind, text in run.notices if kind not in ("retry", "model_error")),
+                     key=lambda n: n[0])
     for step in run.steps:
         while notices and notices[0][0] < step.step:  # outside any step (a failed recall, an alert)
             _notice_row(table, "", notices.pop(0)[2])
@@ -171,7 +172,9 @@ def _call_row(table: Table, label: str, call: tr.ModelCallTrace, full: bool) -> 
     parts = [f"[bold]{escape(call.model or 'model')}[/]"]
     if call.purpose:
         parts.append(f"[magenta]{escape(call.purpose)}[/]")
-    if call.response_model and not call.response_model.startswith(call.model):  # a dated version is no news
+    if call.sent_model:  # a fallback model answered
+        parts.append(f"[yellow]answered by fallback {escape(call.sent_model)}[/]")
+    elif call.response_model and not call.response_model.startswith(call.model):  # a dated version is no news
         parts.append(f"[dim]answered by {escape(call.response_model)}[/]")
     if call.finish_reason:
         parts.append(escape(call.finish_reason))
@@ -215,8 +218,9 @@ def _tool_text(tc: tr.ToolCallTrace, full: bool) -> str:
 
 def _compaction_row(table: Table, c: tr.CompactionTrace) -> None:
     u = c.usage
+    calls = f" (call{'s' if len(c.calls) > 1 else ''} {escape(', '.join(c.calls))})" if c.calls else ""
     table.add_row("", f"[dim]compacted {c.tokens_before:,} → {c.tokens_after:,} tokens"
-                      f"{' by ' + escape(c.model) if c.model else ''}[/]",
+                      f"{' by ' + escape(c.model) if c.model else ''}{calls}[/]",
                   tokens(u) if u else "?", money(u.cost) if u else "unknown", secs(c.latency) if u else "-")
 
 
@@ -248,7 +252,7 @@ def _show_call(store: SQLiteStore, call_id: str, json_out: bool, full: bool) -> 
         raise fail(f"no model call {call_id!r} in this workspace (`shou trace` lists the calls' ids)")
     run, call = found
     if json_out:
-        typer.echo(json.dumps({"session": run.session, "task": run.task, **tr.call_json(call)}, ensure_ascii=False))
+        typer.echo(json_text({"session": run.session, "task": run.task, **tr.call_json(call)}))
         return
     out = Console(highlight=False, soft_wrap=True)
     out.print(f"[bold]model call {escape(call.id)}[/] [dim]· run {escape(run.run_id)} step {call.step} · session "
@@ -313,13 +317,19 @@ def _message_lines(message: Any, full: bool) -> list[str]:
         for part in content:
             if isinstance(part, dict) and part.get("type") == "text":
                 lines.append(_text(str(part.get("text", "")), full))
-            else:
-                url = str(((part or {}).get("image_url") or {}).get("url", "")) if isinstance(part, dict) else ""
-                lines.append(f"[dim]\\[image, {len(url):,} characters of data URL][/]")
-    for c in message.get("tool_calls") or []:
-        fn = c.get("function") or {}
+            else:  # whatever a damaged or planted log holds, as long as it is not text: its size, no crash
+                image = part.get("image_url") if isinstance(part, dict) else None
+                url = image.get("url", "") if isinstance(image, dict) else image
+                lines.append(f"[dim]\\[image, {len(str(url or '')):,} characters of data URL][/]")
+    calls = message.get("tool_calls")
+    for c in calls if isinstance(calls, list) else []:
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict):
+            lines.append(escape(short(json.dumps(c), 400)))
+            continue
         args = format_arguments(str(fn.get("arguments", "")), 100_000 if full else 400)
-        lines.append(f"[cyan]→ {escape(str(fn.get('name')))}[/]({escape(args)}) [dim]{escape(str(c.get('id')))}[/]")
+        lines.append(f"[cyan]→ {escape(short(str(fn.get('name')), 200))}[/]({escape(args)}) "
+                     f"[dim]{escape(short(str(c.get('id')), 200))}[/]")
     return lines
 
 
@@ -358,8 +368,8 @@ def usage(
         rows = ur.usage_report(store, groups, start) if store is not None else []
     total = ur.usage_total(rows)
     if json_out:
-        typer.echo(json.dumps({"by": groups, "since": start, "rows": [r.to_json() for r in rows],
-                               "total": total.to_json()}, ensure_ascii=False))
+        typer.echo(json_text({"by": groups, "since": start, "rows": [r.to_json() for r in rows],
+                               "total": total.to_json()}))
         return
     table = Table(box=None, pad_edge=False, header_style="bold")
     for g in groups:

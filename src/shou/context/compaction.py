@@ -6,9 +6,9 @@ The session log keeps every original message; only the context sent to the model
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from ..messages import Message
-from ..models.base import Completion, Model, ModelSettings
-from ..usage import Usage
 from .tokens import TokenCounter
 
 MARKER = "[shou:compact]"
@@ -18,6 +18,7 @@ Keep every fact the user stated (names, preferences, numbers), decisions and the
 commands and their outcomes, errors met, results obtained, and the open to-dos. Drop pleasantries and
 repetition. Plain text or terse bullets; no preamble."""
 PER_MESSAGE_CHARS = 2000
+SUMMARY_MAX_TOKENS = 4096  # one summary's reply limit: its worst case must be finite for a budget to hold
 
 
 def transcript(messages: list[Message]) -> str:
@@ -38,10 +39,10 @@ def transcript(messages: list[Message]) -> str:
     return "\n".join(lines)
 
 
-async def summarize(model: Model, counter: TokenCounter, messages: list[Message], previous: str,
-                    max_input_tokens: int) -> tuple[str, Usage]:
-    """Fold `messages` into `previous` summary, in as many model calls as the window needs."""
-    usage = Usage()
+async def summarize(ask: Callable[[list[Message]], Awaitable[str]], counter: TokenCounter, messages: list[Message],
+                    previous: str, max_input_tokens: int) -> str:
+    """Fold `messages` into `previous` summary, in as many model calls as the window needs. `ask` makes one
+    call (budgeted and logged by the caller) and returns the reply's text."""
     summary = previous
     chunk: list[Message] = []
     budget = max(512, max_input_tokens - counter.text(PROMPT) - counter.text(previous) - 256)
@@ -59,12 +60,8 @@ async def summarize(model: Model, counter: TokenCounter, messages: list[Message]
     for part in pending:
         request = [Message.system(PROMPT), Message.user(
             (f"Previous summary:\n{summary}\n\n" if summary else "") + "Conversation:\n" + transcript(part))]
-        done: Completion | None = None
-        async for ev in model.stream(request, [], ModelSettings(temperature=0)):
-            if isinstance(ev, Completion):
-                done = ev
-        if done is None or not done.message.text.strip():
+        text = (await ask(request)).strip()
+        if not text:
             raise RuntimeError("the model returned an empty summary")
-        summary = done.message.text.strip()
-        usage = usage + done.usage
-    return summary, usage
+        summary = text
+    return summary

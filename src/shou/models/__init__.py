@@ -68,18 +68,21 @@ def get_model(spec: str | None = None, settings: Settings | None = None) -> Mode
 
 def build_model(settings: Settings) -> Model:
     """The model a run uses, as the settings describe it: `get_model()`, then the `fallback_models` tried
-    when its provider keeps failing, then (with `cache = true`) the response cache in front of them."""
-    model = get_model(settings=settings)
-    if settings.fallback_models:
-        from .fallback import FallbackModel
-
-        model = FallbackModel([model, *(get_model(settings=other_model(settings, spec))
-                                        for spec in settings.fallback_models)])
+    when its provider keeps failing. With `cache = true` the response cache is in front of each of them, so
+    an entry is keyed on the request one model really gets (its endpoint and name included): a reply of one
+    provider never answers a request to another."""
+    models = [get_model(settings=settings),
+              *(get_model(settings=other_model(settings, spec)) for spec in settings.fallback_models)]
     if settings.cache:
         from .cache import CachedModel, ResponseCache
 
-        model = CachedModel(model, ResponseCache(cache_dir(settings.env) / "responses.db"))
-    return model
+        cache = ResponseCache(cache_dir(settings.env) / "responses.db")
+        models = [CachedModel(m, cache) for m in models]
+    if len(models) == 1:
+        return models[0]
+    from .fallback import FallbackModel
+
+    return FallbackModel(models)
 
 
 def cache_dir(env: Mapping[str, str]) -> Path:

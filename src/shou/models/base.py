@@ -70,7 +70,7 @@ class Model(Protocol):
 
     def stream(
         self, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None = None
-    ) -> AsyncIterator[ModelEvent | Retrying]:
+    ) -> AsyncIterator[ModelEvent | Retrying | Waiting]:
         """Stream one response to `messages`, offering `tools` (wire specs)."""
         ...
 
@@ -92,10 +92,28 @@ class Retrying:
 
 
 
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """The request waits `delay` seconds before it is sent (a client-side rate limit, `reason` says which);
+    nothing is void. Only long waits are announced, so that a run that seems stuck says why."""
+
+    delay: float
+    reason: str
+
+
 def model_id(model: Model) -> str:
     """The model name a request is sent with (what prices are keyed on): `gpt-4o-mini`, not `openai:gpt-4o-mini`."""
     sent = getattr(model, "model", None)
     return sent if isinstance(sent, str) and sent else model.name
+
+
+def model_ids(model: Model) -> tuple[str, ...]:
+    """The names of every model that may answer a request to `model`: its own, or each of a fallback chain's
+    (`models`), in order. A budget prices a call at the dearest of them."""
+    chain = getattr(model, "models", None)
+    if isinstance(chain, tuple) and chain:
+        return tuple(name for m in chain for name in model_ids(m))
+    return (model_id(model),)
 
 
 def provider_of(model: Model) -> str:

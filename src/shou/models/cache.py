@@ -12,8 +12,10 @@ Meant for development and tests (re-running a task replays it for free), so it i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -29,9 +31,12 @@ from .base import Completion, Model, ModelEvent, ModelSettings, Retrying, TextCh
 
 __all__ = ["CachedModel", "ResponseCache", "cache_key"]
 
+_log = logging.getLogger("shou.cache")
+
 STORED_FINISHES = ("stop", "tool_calls")  # complete replies; "length" is cut, and None never completes
 _KEY_VERSION = 1  # bump when what goes into the key or the value changes: old entries then simply miss
 _TRANSPORT_FIELDS = ("stream", "stream_options")  # how the answer travels, not what it is
+BUSY_MS = 250
 
 
 class ResponseCache:
@@ -45,6 +50,7 @@ class ResponseCache:
         self.path = Path(path)
         self._db: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self._warned = False
 
     def __repr__(self) -> str:
         return f"ResponseCache({str(self.path)!r})"
@@ -56,18 +62,29 @@ class ResponseCache:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             os.close(fd)
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")  # a lost entry after a power cut is only a miss
-            db.execute("PRAGMA busy_timeout=5000")  # another process writing the same cache
-            db.execute("CREATE TABLE IF NOT EXISTS responses "
-                       "(key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)")
+            try:
+                # Another process writing the same cache: wait briefly (this runs on the event loop), then it
+                # is a miss, or a reply not kept.
+                db.execute(f"PRAGMA busy_timeout={BUSY_MS}")
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")  # a lost entry after a power cut is only a miss
+                db.execute("CREATE TABLE IF NOT EXISTS responses "
+                           "(key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)")
+            except BaseException:
+                db.close()
+                raise
             self._db = db
         return self._db
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The stored value for `key`, or None (also when it cannot be read: that is only a miss)."""
-        with self._lock:
-            row = self._conn().execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+        """The stored value for `key`, or None (also when it cannot be read: a damaged or busy cache is only a
+        miss, never the end of a run)."""
+        try:
+            with self._lock:
+                row = self._conn().execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+        except (sqlite3.Error, OSError) as e:
+            self._unusable(e)
+            return None
         if row is None:
             return None
         try:
@@ -77,11 +94,27 @@ class ResponseCache:
         return value if isinstance(value, dict) else None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        """Store `value` (JSON-able) under `key`, replacing what was there."""
+        """Store `value` (JSON-able) under `key`, replacing what was there; a cache that cannot be written
+        keeps nothing (the reply itself was already paid for and is used)."""
         raw = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        try:
+            with self._lock:
+                self._conn().execute("INSERT OR REPLACE INTO responses (key, value, created) VALUES (?, ?, ?)",
+                                     (key, raw, time.time()))
+        except (sqlite3.Error, OSError) as e:
+            self._unusable(e)
+
+    def _unusable(self, error: BaseException) -> None:
+        """Say once per cache that it cannot be used, and drop the connection (the next call tries again)."""
+        if not self._warned:
+            self._warned = True
+            _log.warning("the response cache %s cannot be used (%s: %s); requests go to the provider",
+                         self.path, type(error).__name__, error)
         with self._lock:
-            self._conn().execute("INSERT OR REPLACE INTO responses (key, value, created) VALUES (?, ?, ?)",
-                                 (key, raw, time.time()))
+            if self._db is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.close()
+                self._db = None
 
     def __len__(self) -> int:
         with self._lock:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import ModelError, ModelRateLimitError, ModelUnavailableError, UserError
 from ..messages import Message
-from .base import Completion, Model, ModelEvent, ModelSettings, Retrying
+from .base import Completion, Model, ModelEvent, ModelSettings, Retrying, model_id, provider_of
 
 __all__ = ["FallbackModel"]
 
@@ -42,6 +42,10 @@ class FallbackModel:
             raise UserError(f"cooldown must not be negative, not {cooldown}")
         self.models: tuple[Model, ...] = tuple(models)
         self.name = self.models[0].name
+        # The name a request is first sent with, and its provider (what traces and prices go by); the model
+        # that answered is named in its Completion (`sent_model`).
+        self.model = model_id(self.models[0])
+        self.provider = provider_of(self.models[0])
         self.cooldown = cooldown
         self._failed_at: dict[int, float] = {}  # model index → when it last failed (monotonic)
 
@@ -85,7 +89,7 @@ class FallbackModel:
                     if isinstance(event, Completion):
                         self._failed_at.pop(index, None)  # it answered: healthy again
                         if not event.sent_model:
-                            event = replace(event, sent_model=getattr(model, "model", None) or model.name)
+                            event = replace(event, sent_model=model_id(model))
                     yield event
                 return
             except FAILOVER_ERRORS as e:

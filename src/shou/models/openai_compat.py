@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..messages import Message
 from ..usage import Usage
-from .base import Completion, ModelEvent, ModelSettings, Retrying, TextChunk
+from .base import Completion, ModelEvent, ModelSettings, Retrying, TextChunk, Waiting
 from .connections import Connections, Timeout, UploadStalled, request_body
 from .provider_errors import http_error, preview, provider_error, transport_error
 from .ratelimit import RateLimiter
@@ -43,6 +43,7 @@ from .sse import SSEDecoder
 
 DEFAULT_TIMEOUT = Timeout(read=120.0, connect=10.0)
 MAX_REPLY_BYTES = 64_000_000  # no reply is this big; a server that keeps sending is not giving one
+ANNOUNCED_WAIT = 5.0  # seconds: a rate-limit wait this long is announced (`Waiting`), so a run never seems stuck
 _SSE_START = (b"data:", b"event:", b":", b"id:", b"retry:")
 
 
@@ -114,7 +115,7 @@ class OpenAICompatible:
 
     async def stream(
         self, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None = None
-    ) -> AsyncIterator[ModelEvent | Retrying]:
+    ) -> AsyncIterator[ModelEvent | Retrying | Waiting]:
         """One complete response. 429/5xx/408, timeouts and cut or broken replies are retried from scratch:
         after a `Retrying`, the text and call fragments of the failed attempt are void."""
         request = self.request_body(messages, tools, settings)
@@ -126,6 +127,9 @@ class OpenAICompatible:
         attempt = 1
         while True:
             if limiter is not None:
+                wait = limiter.expected_wait(estimate)
+                if wait >= ANNOUNCED_WAIT:
+                    yield Waiting(wait, limiter.why(estimate))
                 grant = await limiter.acquire(estimate)  # every attempt: a retry is a request the provider counts
             try:
                 async with contextlib.aclosing(self._attempt(body)) as events:

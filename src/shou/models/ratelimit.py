@@ -134,6 +134,19 @@ class RateLimiter:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(state.changed.wait(), wait)
 
+    def expected_wait(self, tokens: int = 0) -> float:
+        """Seconds a request of `tokens` tokens would wait if asked for now, waiters ahead of it aside."""
+        with self._guard:
+            return max(0.0, self._wait(time.monotonic(), max(0, int(tokens))))
+
+    def why(self, tokens: int) -> str:
+        """Which limit holds a request of `tokens` tokens back, for people."""
+        if self.tpm is not None and tokens > self.tpm:
+            return (f"this request alone counts about {tokens:,} tokens, more than tpm = {self.tpm:,}: each such "
+                    "request waits for a minute with no other traffic (raise tpm, or lower max_tokens)")
+        limits = [f"{name} = {value:,}" for name, value in (("rpm", self.rpm), ("tpm", self.tpm)) if value]
+        return f"the provider's rate limit ({', '.join(limits)}) is used up for now"
+
     def usage(self) -> tuple[int, int]:
         """The requests and tokens counted in the current window."""
         with self._guard:

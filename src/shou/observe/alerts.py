@@ -2,7 +2,8 @@
 
 `AlertMonitor` watches the event stream of every run it is attached to (one monitor per process, shared
 by its runs, like a provider's failures are). Model calls count as failed when an attempt fails (a
-`retry` notice) and as good when a response arrives; tool calls by their results. When the share of
+`retry` notice) or the call fails for good (`model_error`: no retry left, or an error no retry helps),
+and as good when a response arrives; tool calls by their results. When the share of
 failures among the last `window` calls of a kind reaches `threshold` (once at least `min_calls` are
 known), the monitor fires once: the run gets a `notice` event of kind `alert`, stderr gets a line, and
 the webhook, if one is set, gets a JSON POST (on a thread of its own: an alert never slows a run).
@@ -50,7 +51,7 @@ class AlertMonitor:
             return self._count("model", event, failed=False)
         if isinstance(event, ToolCallFinished):
             return self._count("tool", event, failed=event.is_error)
-        if isinstance(event, Notice) and event.kind == "retry":
+        if isinstance(event, Notice) and event.kind in ("retry", "model_error"):  # an attempt, or a call, failed
             return self._count("model", event, failed=True)
         return None
 

@@ -212,7 +212,8 @@ class OtelObserver:
         usage = event.usage
         _set(span, {
             "gen_ai.usage.input_tokens": usage.input_tokens, "gen_ai.usage.output_tokens": usage.output_tokens,
-            "gen_ai.response.model": event.model or None, "shou.retries": event.retries,
+            "gen_ai.response.model": event.model or event.sent_model or None, "shou.retries": event.retries,
+            "shou.fallback_model": event.sent_model or None,
             "gen_ai.response.finish_reasons": [event.finish_reason] if event.finish_reason else None,
             "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens or None, "shou.cost_usd": usage.cost,
             "shou.usage.estimated": usage.estimated or None, "shou.cached": event.cached or None,

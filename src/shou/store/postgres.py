@@ -31,6 +31,7 @@ from ..events import Event
 from . import sqlite
 from .locks import SessionBusy
 from .pg_link import Link, connect, is_connection_error, migrate_pg, safe_url
+from .retention import PRUNABLE_TYPES, pruned
 from .sqlite import _SESSION_EVENTS, DEFAULT_RETENTION_DAYS, NOT_STORED, SessionInfo, StoreBasics, decoded
 
 __all__ = ["PostgresStore", "connect", "migrate_pg"]
@@ -197,23 +198,23 @@ class PostgresStore(StoreBasics):
             return 0
 
     def prune(self, now: float | None = None) -> int:
-        """Remove the raw contents of requests logged more than `retention_days` ago (the events stay).
-        Done in the process, row by row: a row the database's JSON type would refuse (an escaped NUL) is
-        pruned like any other."""
+        """Remove the raw contents of events logged more than `retention_days` ago, as `store.retention`
+        says (the events stay). Done in the process, row by row: a row the database's JSON type would refuse
+        (an escaped NUL) is pruned like any other."""
         if self.retention_days is None:
             return 0
         cutoff = (time.time() if now is None else now) - self.retention_days * 86400
         self.commit()
-        found = self._reader.execute("SELECT id, data FROM events WHERE type = 'model_request' AND ts < %s AND "
-                                     "strpos(data, '\"contents\":{') > 0", (cutoff,))
+        found = self._reader.execute("SELECT id, data FROM events WHERE ts < %s AND type = ANY(%s) AND "
+                                     "(strpos(data, '\"contents\":{') > 0 OR strpos(data, '\"parent\":') > 0)",
+                                     (cutoff, list(PRUNABLE_TYPES)))
         count = 0
         for row_id, data in found:
             try:
-                event = orjson.loads(data)
+                event = pruned(orjson.loads(data))
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(event.get("contents"), dict):
-                del event["contents"]
+            if event is not None:
                 self._writer.execute("UPDATE events SET data = %s WHERE id = %s", (orjson.dumps(event).decode(),
                                                                                    row_id))
                 count += 1

@@ -32,6 +32,7 @@ from ..errors import UserError
 from ..events import Event, event_from_dict
 from .locks import LockFile, SessionBusy, SessionLock
 from .migrate import Migration, migrate
+from .retention import PRUNABLE_TYPES, pruned
 
 __all__ = ["LockFile", "SQLiteStore", "SessionBusy", "SessionInfo", "SessionLock", "StoreDamaged"]
 
@@ -263,17 +264,34 @@ class SQLiteStore(StoreBasics):
             return 0
 
     def prune(self, now: float | None = None) -> int:
-        """Remove the raw contents (`ModelRequest.contents`) of requests logged more than `retention_days`
-        ago (None: keep them). Every event stays, with its tokens, cost and status. Returns how many
-        requests lost their contents."""
+        """Remove the raw contents of events logged more than `retention_days` ago (None: keep them), as
+        `store.retention` says: requests' recorded messages, sub-runs' replies and tool results. Every
+        event stays, with its tokens, cost and status. Returns how many events lost contents."""
         if self.retention_days is None:
             return 0
         cutoff = (time.time() if now is None else now) - self.retention_days * 86400
         self.commit()
-        return self._db.execute(
-            # json_valid first: one damaged (or planted) row must not stop retention for the whole file
-            "UPDATE events SET data = json_remove(data, '$.contents') WHERE type = 'model_request' AND ts < ? "
-            "AND json_valid(data) AND json_type(data, '$.contents') = 'object'", (cutoff,)).rowcount
+        found = self._db.execute(
+            f"SELECT id, data FROM events WHERE ts < ? AND type IN ({', '.join('?' * len(PRUNABLE_TYPES))}) AND "
+            "(instr(data, '\"contents\":{') > 0 OR instr(data, '\"parent\":') > 0)",
+            (cutoff, *PRUNABLE_TYPES)).fetchall()
+        changed = []
+        for row_id, data in found:
+            try:
+                event = pruned(orjson.loads(data))
+            except orjson.JSONDecodeError:  # one damaged (or planted) row must not stop retention for the file
+                continue
+            if event is not None:
+                changed.append((orjson.dumps(event).decode(), row_id))
+        if changed:  # one transaction (the connection is in autocommit mode)
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("UPDATE events SET data = ? WHERE id = ?", changed)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return len(changed)
 
     flush = commit  # the name callers used when writes went through a writer thread
 
@@ -392,7 +410,7 @@ def decoded(found: list[tuple[int, str]]) -> list[tuple[int, Event]]:
     for row_id, data in found:
         try:
             out.append((row_id, event_from_dict(orjson.loads(data))))
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, AttributeError):
             continue
     return out
 
