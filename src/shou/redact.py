@@ -4,7 +4,9 @@ nothing stored (the session log, traces) and nothing sent to a model (requests a
 Known keys: every secret setting (`api_key`, `tavily_api_key`, ...), and every variable of the process's
 environment and of the workspace's `.env` (trusted or not: an untrusted file's values are never used, but
 a program can still print them) whose name ends in `_API_KEY`, `_KEY`, `_TOKEN`, `_SECRET` or
-`_PASSWORD`. Values shorter than 8 characters are left alone: not secret enough to find without false hits.
+`_PASSWORD`; and what URLs carry (`url_secrets`: a login, key-like query values) in the base URL and the
+other URL settings, and in variables whose name ends in `_URL`, `_URI`, `_ENDPOINT` or `_PROXY`. Values
+shorter than 8 characters are left alone: not secret enough to find without false hits.
 A secret is also found inside tool-call arguments written with JSON escapes.
 """
 
