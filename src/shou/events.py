@@ -380,8 +380,8 @@ def _decoder(hint: Any) -> typing.Callable[[Any], Any] | None:
         return ToolCall.from_wire
     if hint is ImagePart:
         return part_from_wire
-    if hint is Usage:  # a log written before costs were kept: the cost is unknown, not zero
-        return lambda v: Usage(**{"cost": None, **v})
+    if hint is Usage:  # checked: a negative count in a planted log must not lower what budgets see
+        return Usage.from_log
     if typing.get_origin(hint) is tuple:
         if typing.get_args(hint)[:1] == (PlanStep,):
             return lambda v: tuple(PlanStep.from_wire(x) for x in v)

@@ -42,16 +42,21 @@ def secrets_of(settings: Any = None, environ: Mapping[str, str] | None = None) -
             found.add(str(value))
     for name in _URL_FIELDS:
         found.update(url_secrets(getattr(settings, name, None)))
-    envs = [os.environ if environ is None else environ, getattr(settings, "env", None) or {},
-            _workspace_dotenv(getattr(settings, "workspace", None))]
-    for env in envs:
+    trusted = {**(os.environ if environ is None else environ), **(getattr(settings, "env", None) or {})}
+    dotenv = _workspace_dotenv(getattr(settings, "workspace", None))
+    for env, sure in ((trusted, True), ({k: v for k, v in dotenv.items() if k not in trusted}, False)):
         for name, value in env.items():
             if not value:
                 continue
             if _SECRET_NAME.search(name):
-                found.add(str(value))
+                # An untrusted `.env` could name any word a secret ("function"), and every event would lose
+                # it: from there, only what looks like a key.
+                if sure or looks_secret(value):
+                    found.add(str(value))
+            elif _HEADERS_NAME.search(name):  # `OTEL_EXPORTER_OTLP_HEADERS=api-key=...,x-team=...`
+                found.update(v for v in _header_values(value) if sure or looks_secret(v))
             elif _URL_NAME.search(name):
-                found.update(url_secrets(str(value)))
+                found.update(url_secrets(str(value), bare=bool(_SENT_URL.search(name)) and sure))
     return sorted((v for v in found if len(v) >= MIN_LENGTH), key=len, reverse=True)
 
 
@@ -59,31 +64,70 @@ def secrets_of(settings: Any = None, environ: Mapping[str, str] | None = None) -
 # (sent as basic auth), a proxy's login, `?api_key=` in a webhook.
 _URL_FIELDS = ("base_url", "searxng_url", "alert_webhook")
 _URL_NAME = re.compile(r"(?:^|_)(?:URL|URI|ENDPOINT|PROXY)$", re.IGNORECASE)
+_SENT_URL = re.compile(r"(?:^|_)(?:BASE_URL|PROXY)$", re.IGNORECASE)  # URLs shou itself sends requests to
+_HEADERS_NAME = re.compile(r"(?:^|_)HEADERS$", re.IGNORECASE)
 _KEY_QUERY = re.compile(r"(?:key|token|secret|sig|password|auth)", re.IGNORECASE)
 
 
-def url_secrets(url: str | None) -> set[str]:
-    """The secrets a URL carries: the password of its `user:password@` (also as the `user:password` pair and
-    the basic-auth header value made of it) and the values of key-like query parameters."""
+def looks_secret(value: str) -> bool:
+    """Whether `value` looks like a key or password rather than a word: long, or mixing kinds of characters."""
+    if len(value) < 12 or any(c.isspace() for c in value):
+        return len(value) >= 24 and not any(c.isspace() for c in value)
+    kinds = sum((any(c.islower() for c in value), any(c.isupper() for c in value), any(c.isdigit() for c in value),
+                 any(not c.isalnum() for c in value)))
+    return kinds >= 2 or len(value) >= 24
+
+
+def url_secrets(url: str | None, bare: bool = True) -> set[str]:
+    """The secrets a URL carries: its login (`user:password@`: the pair, its basic-auth value, and with `bare`
+    the password alone; a user name alone, as a token, the same way) and the values of key-like query
+    parameters. Without `bare` (a URL in a variable shou does not send to, `DATABASE_URL`), a bare password
+    counts only when it looks like a key: "postgres" must not vanish from every answer."""
     if not url or "://" not in url:
         return set()
+    import base64
     from urllib.parse import parse_qsl, unquote, urlsplit
 
     found: set[str] = set()
     rest = url.split("://", 1)[1]
-    if "@" in rest:  # by hand: the userinfo runs to the last @, and a password may hold / ? # unencoded
-        user, _, raw = rest.rpartition("@")[0].partition(":")
-        user, password = unquote(user), unquote(raw)
-        if password:
-            import base64
-
-            login = f"{user}:{password}"
-            found.update({raw, password, login, base64.b64encode(login.encode()).decode()})
+    logins = set()
+    if "@" in rest:
+        # As the client reads it (the host part ends at the first / ? #), and as a person may have meant it
+        # (the userinfo runs to the last @: a password may hold / ? # unencoded).
+        logins.add(re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")[0])
+        logins.add(rest.rpartition("@")[0])
+    for userinfo in filter(None, logins):
+        user_raw, _, pass_raw = userinfo.partition(":")
+        user, password = unquote(user_raw), unquote(pass_raw)
+        login = f"{user}:{password}"
+        secret = password or user  # `https://sk-live-...@host`: the user name is the token
+        if password or bare or looks_secret(secret):  # the pair, as written, decoded and as basic auth
+            found.update({userinfo, login, base64.b64encode(login.encode()).decode()})
+        if bare or looks_secret(secret):
+            found.update({secret, pass_raw or user_raw})
     try:
         query = urlsplit(url).query
     except ValueError:
-        return found
-    found.update(value for name, value in parse_qsl(query) if _KEY_QUERY.search(name) and value)
+        query = rest.partition("?")[2]
+    for name, value in parse_qsl(query):
+        if _KEY_QUERY.search(name) and value:
+            found.add(value)
+    for part in query.split("&"):  # as written, percent-encoding and all
+        name, _, value = part.partition("=")
+        if _KEY_QUERY.search(unquote(name)) and value:
+            found.add(value)
+    return found
+
+
+def _header_values(value: str) -> set[str]:
+    """The whole of a `key=value,key=value` headers variable, and each value in it."""
+    from urllib.parse import unquote
+
+    found = {value}
+    for part in value.split(","):
+        _, _, item = part.partition("=")
+        if item.strip():
+            found.update({item.strip(), unquote(item.strip())})
     return found
 
 

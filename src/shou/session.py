@@ -70,6 +70,7 @@ class OpenRun:
     cut: bool = False  # the last model turn was cut at the output limit: its calls must never run
     waiting: bool = False  # it stopped for approvals (`waiting_approval`), not because its process died
     plan: PlanUpdated | None = None  # a planned run's plan as last logged
+    subs: int = 0  # the highest number of its sub-runs' ids (`run_x.3`): a resumed run's go on from there
 
     @property
     def unanswered(self) -> list[ToolCall]:
@@ -101,17 +102,24 @@ class MessageFold:
 
     def apply(self, event: Event) -> None:
         """Update the state with one event."""
+        run = self.open_run
         if event.parent:  # a sub-run's: it has its own context; only its spending and trace count here
-            if isinstance(event, ModelResponse):
-                self.spent = self.spent + event.usage
-            elif isinstance(event, Compacted):
-                self.spent = self.spent + event.spent
-            elif isinstance(event, Notice) and event.usage is not None:
-                self.spent = self.spent + event.usage
+            mine = run is not None and event.run_id.startswith(run.run_id + ".")
+            if mine:  # the open run's (a plan call, a review, a summary, a plan step, a sub-agent)
+                assert run is not None
+                head = event.run_id[len(run.run_id) + 1:].split(".", 1)[0]
+                if head.isdigit() and int(head) > run.subs:
+                    run.subs = int(head)
+            spent = event.usage if isinstance(event, ModelResponse) else event.spent \
+                if isinstance(event, Compacted) else event.usage if isinstance(event, Notice) else None
+            if spent is not None:
+                self.spent = self.spent + spent
+                if mine:  # what the open run spent so far, should it be resumed (its next StepFinished agrees)
+                    assert run is not None
+                    run.usage = run.usage + spent
             elif isinstance(event, ModelRequest) and event.contents:
                 self.trace_keys.update(event.contents)
             return
-        run = self.open_run
         if isinstance(event, ToolCallFinished):
             if event.details and not event.is_error:
                 if "working_memory" in event.details:

@@ -49,6 +49,20 @@ class Usage:
                    cached_tokens=_count(cached), cost=None)
 
 
+    @classmethod
+    def from_log(cls, data: dict) -> Usage:
+        """A usage as stored in a log, checked: a log may be damaged or planted (a cloned repository's), and a
+        negative count or cost would lower what a budget sees as spent. Counts are whole numbers from 0; a
+        cost that is missing (a log from before costs were kept), negative or not finite is unknown."""
+        if not isinstance(data, dict):
+            return cls(requests=1, cost=None)
+        cost = data.get("cost")
+        if isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost < float("inf"):
+            cost = None
+        return cls(_count(data.get("input_tokens")), _count(data.get("output_tokens")), _count(data.get("requests")),
+                   data.get("estimated") is True, _count(data.get("cached_tokens")), cost)
+
+
 _MOST = 2**53  # more tokens than any reply has; beyond it a count would not even survive JSON
 
 

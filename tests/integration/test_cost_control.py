@@ -15,6 +15,7 @@ import pytest
 from shou import Agent, SQLiteStore, tool
 from shou.context.builder import ContextPolicy
 from shou.events import Compacted, ModelResponse, Notice
+from shou.models.base import ModelSettings
 from shou.models.openai_compat import OpenAICompatible
 from shou.models.runtime import RetryPolicy
 from shou.observe.alerts import AlertMonitor
@@ -427,3 +428,60 @@ def test_a_login_in_the_base_url_is_a_secret_like_a_key(serve, shou, tmp_path: P
     assert "I saw [redacted]" in logged and "I saw [redacted]" in trace.stdout
     for text in (logged, trace.stdout):
         assert password not in text and basic not in text and "Hunter2" not in text
+
+
+def test_the_last_failed_attempt_counts_too(serve, workspace: Path) -> None:
+    """No retry is left (retries 0): the cut attempt that streamed ~2,500 tokens was billed all the same, so it
+    counts in the run, the session and the trace, on the `model_error` notice."""
+    from shou.session import Session
+    from shou.trace import traces
+
+    srv = serve([_cut()])
+    store = SQLiteStore.for_workspace(workspace)
+    model = OpenAICompatible("m", base_url=srv.base_url, retry=RetryPolicy(max_retries=0))
+    result = Agent(model, [], workspace=workspace, store=store).run("hi", "s")
+    assert result.status == "error" and len(srv.requests) == 1
+    assert result.usage.output_tokens > 1000 and result.usage.estimated
+    assert Session("s", store).spent.output_tokens == result.usage.output_tokens
+    call = traces(store, "s")[0].model_calls[0]
+    assert call.void_usage is not None and call.void_usage.output_tokens == result.usage.output_tokens
+    store.close()
+
+
+def test_a_failed_attempt_counts_at_most_its_reply_limit(serve, workspace: Path) -> None:
+    srv = serve([_cut(), {"text": "done", "usage": {"prompt_tokens": 10, "completion_tokens": 1}}])
+    model = OpenAICompatible("m", base_url=srv.base_url, retry=RetryPolicy(max_retries=1, base=0.01))
+    result = Agent(model, [], workspace=workspace, model_settings=ModelSettings(max_tokens=300)).run("hi")
+    assert result.status == "completed" and srv.requests[0]["max_tokens"] == 300
+    assert result.usage.output_tokens == 300 + 1  # the cut attempt streamed ~2,500: no provider bills past 300
+
+
+def test_streamed_reasoning_of_a_failed_attempt_counts(serve, workspace: Path) -> None:
+    """DeepSeek-style `reasoning_content` is output the provider bills, though no one sees it."""
+    thought = " ".join(f"step{i}" for i in range(400))
+    chunks = [{"id": "x", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": {"reasoning_content": thought[i:i + 200]}}]}
+              for i in range(0, len(thought), 200)]
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)  # then the stream just ends: a cut reply
+    srv = serve([{"raw_body": body, "content_type": "text/event-stream"}])
+    model = OpenAICompatible("m", base_url=srv.base_url, retry=RetryPolicy(max_retries=0))
+    result = Agent(model, [], workspace=workspace).run("think")
+    assert result.status == "error"
+    assert result.usage.output_tokens > 500 and result.usage.estimated
+
+
+def test_a_planted_negative_usage_in_the_log_cannot_lift_a_session_budget(serve, shou, tmp_path: Path,
+                                                                          workspace: Path) -> None:
+    prices(tmp_path, "session_token_budget = 5000\n")
+    srv = serve([{"text": "one", "usage": {"prompt_tokens": 3000, "completion_tokens": 100}}, {"text": "two"}])
+    first = shou("run", "-s", "s", "first", server=srv)
+    assert first.returncode == 0, first.stderr
+    store = SQLiteStore.for_workspace(workspace)
+    planted = {"type": "notice", "run_id": "run_x", "step": 1, "kind": "retry", "text": "planted",
+               "usage": {"input_tokens": -1_000_000_000, "output_tokens": 0, "requests": 0, "cost": -1000.0}}
+    store._db.execute("INSERT INTO events (session, run_id, type, ts, data) VALUES ('s', 'run_x', 'notice', 0, ?)",
+                      (json.dumps(planted),))
+    store.close()
+    second = shou("run", "-s", "s", "second", server=srv)
+    assert second.returncode == 1 and "session_token_budget of 5,000" in second.stderr, second.stderr
+    assert len(srv.requests) == 1

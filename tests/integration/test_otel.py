@@ -143,3 +143,26 @@ def test_the_cli_exports_when_the_endpoint_variable_is_set(shou, serve, collecto
     # content was asked for: the request's messages come back from the stored trace
     assert "what is 123 * 45?" in chats[0].attributes["gen_ai.input.messages"]
     assert tool.attributes["gen_ai.tool.call.result"] == "5535"
+
+
+async def test_a_planned_run_and_its_sub_runs_are_one_trace(collector: OtlpCollector, tmp_path: Path) -> None:
+    """The plan call, each step's own run and the final answer hang under the run's span: one trace."""
+    script = [{"tool_calls": [{"name": "submit_plan", "arguments": {"steps": ["Compute 6*7", "Say it"]}}]},
+              {"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]}, {"text": "42"},
+              {"text": "It is 42."}, {"text": "6*7 is 42."}]
+    srv = ScriptedServer(script).start()
+    observer = OtelObserver(endpoint=collector.endpoint)
+    try:
+        model = OpenAICompatible("scripted", base_url=srv.base_url, api_key="k", provider="openai")
+        agent = Agent(model, [calculator], workspace=tmp_path, observers=[observer], planning=True)
+        result = await agent.arun("What is 6*7? Plan it.")
+        assert result.status == "completed", result.error
+        assert observer.force_flush(10)
+    finally:
+        observer.shutdown()
+        srv.close()
+    spans = collector.spans
+    roots = [s for s in spans if not s.parent_span_id]
+    assert len(roots) == 1 and roots[0].attributes["shou.run.id"] == result.run_id
+    assert len(collector.named("invoke_agent")) >= 3 and len(collector.named("chat ")) == len(script)
+    assert {s.trace_id for s in spans} == {roots[0].trace_id}

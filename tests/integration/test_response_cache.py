@@ -225,3 +225,19 @@ async def test_a_cache_that_cannot_be_used_is_a_miss_never_a_failed_call(serve, 
         holder.rollback()
         holder.close()
     await model.aclose()
+
+
+def test_a_reply_that_echoes_a_known_secret_is_kept_without_it(serve, shou, tmp_path: Path) -> None:
+    """The cache outlives the workspace and a hit replays into other logs: what it keeps is redacted like the
+    log is."""
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    (config / "shou.toml").write_text("cache = true\n")
+    key = "sk-live-Echo1234567890abcdef"
+    srv = serve([{"text": f"your key is {key}"}])
+    r = shou("run", "hi", server=srv, SHOU_API_KEY=key)
+    assert r.returncode == 0, r.stderr
+    raw = (tmp_path / ".cache" / "shou" / "responses.db").read_bytes()
+    wal = tmp_path / ".cache" / "shou" / "responses.db-wal"
+    raw += wal.read_bytes() if wal.exists() else b""
+    assert key.encode() not in raw and b"your key is [redacted]" in raw

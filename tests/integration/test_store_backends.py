@@ -149,6 +149,27 @@ def test_retention_drops_what_sub_runs_said_and_keeps_the_conversation(open_stor
     assert "secret steps" not in raw and "private diary" not in raw and "diary.txt" not in raw
 
 
+def test_retention_keeps_what_newer_requests_of_the_session_still_refer_to(open_store) -> None:
+    """Contents are stored once, by the first request that sent them; a session continued today refers to
+    them from its new requests. Pruning the old request must not take them from today's trace."""
+    a = open_store()
+    old = ModelRequest("run_1", 1, 2, 0, messages=("sys", "task1"), tools_ref="tools",
+                       contents={"sys": {"role": "system", "content": "be brief"},
+                                 "task1": {"role": "user", "content": "old task"}, "tools": []})
+    a.append("s1", old)
+    a.commit()
+    a._db.execute("UPDATE events SET ts = ts - 30 * 86400") if hasattr(a, "_db") else \
+        a._writer.execute("UPDATE events SET ts = ts - 30 * 86400")
+    a.append("s1", ModelRequest("run_2", 1, 2, 0, messages=("sys", "task2"), tools_ref="tools",
+                                contents={"task2": {"role": "user", "content": "new task"}}))
+    a.commit()
+    assert a.prune(time.time() - 86400) == 1
+    [(_, first), (_, second)] = a.rows("s1")
+    assert first.contents == {"sys": {"role": "system", "content": "be brief"}, "tools": []}  # still referred to
+    assert second.contents == {"task2": {"role": "user", "content": "new task"}}
+    assert a.prune(time.time() - 86400) == 0
+
+
 def test_delete_removes_a_session(open_store) -> None:
     a = open_store()
     for event in run_events("gone", "run_1"):

@@ -145,3 +145,35 @@ def test_an_untrusted_workspace_may_lower_a_budget_but_not_raise_it_nor_set_pric
     assert settings.rpm == 60
     assert settings.models == {}  # prices that would make a budget free are not the workspace's to set
     assert any("models" in i.names for i in settings.ignored)
+
+
+def test_the_prompt_calibration_is_per_model_only_grows_and_is_shared_with_sub_runs() -> None:
+    prices = PriceTable()
+    parent = Accounts(prices, [Budget(max_tokens=100_000)], "big")
+    child = Accounts(prices, [Budget(max_tokens=100_000)], "big", parent.ratios)  # a sub-agent's
+    parent.calibrate(1000, 10_000, "big")  # the provider counts 10x shou's estimate
+    parent.calibrate(1000, 1000, "cheap")  # another model's call must not reset what was learned for "big"
+    parent.calibrate(1000, 2000, "big")  # a smaller shortfall later: the larger one stands
+    assert parent.ratios == {"big": 10.0}
+    _, held = child.reserve(1000, ModelSettings(max_tokens=500), "big")
+    assert not isinstance(held, str) and held[0].tokens == 10_000 + 500
+
+
+def test_nan_and_infinite_budgets_are_refused_by_the_agent(tmp_path: Path) -> None:
+    from shou import Agent
+    from shou.errors import UserError
+    from shou.models.scripted import ScriptedModel
+
+    for kw in ({"token_budget": float("nan")}, {"token_budget": float("inf")}, {"max_cost": float("nan")},
+               {"max_cost": float("inf")}, {"max_cost": -1.0}):
+        with pytest.raises(UserError):
+            Agent(ScriptedModel([{"text": "hi"}]), [], workspace=tmp_path, **kw)
+
+
+def test_a_usage_read_from_a_log_cannot_be_negative_or_a_made_up_cost() -> None:
+    assert Usage.from_log({"input_tokens": -1e9, "output_tokens": "3", "cost": -1000.0}) == \
+        Usage(0, 0, 0, False, 0, None)
+    assert Usage.from_log({"input_tokens": 5, "output_tokens": 3, "requests": 1, "cost": float("nan")}).cost is None
+    assert Usage.from_log({"input_tokens": 5, "output_tokens": 3, "requests": 1}).cost is None  # before costs
+    assert Usage.from_log({"input_tokens": 5, "output_tokens": 3, "requests": 1, "cost": 0.25, "estimated": True}) \
+        == Usage(5, 3, 1, True, 0, 0.25)

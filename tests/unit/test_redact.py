@@ -53,3 +53,44 @@ def test_checked_passes_clean_events_with_their_json_and_redacts_the_rest() -> N
         assert data is None and out is not dirty
         assert KEY not in str(out.to_dict()) and "0123456789abcdef" not in str(out.to_dict())
         assert 'pa"ss' not in str(out.to_dict())
+
+
+def test_what_a_url_carries_is_found_as_the_client_reads_it() -> None:
+    from shou.redact import url_secrets
+
+    cases = {  # url -> what must be found among its secrets
+        "http://bob:Secretpw1x@host/v1/@cf": {"Secretpw1x", "bob:Secretpw1x", "Ym9iOlNlY3JldHB3MXg="},
+        "http://bob:Secretpw1x@host/v1?x=@y": {"Secretpw1x", "Ym9iOlNlY3JldHB3MXg="},
+        "http://sk-live-abcdef123456@host/v1": {"sk-live-abcdef123456", "c2stbGl2ZS1hYmNkZWYxMjM0NTY6"},
+        "http://u:p%40ss-Secret9@[::1]:8080/v1": {"p@ss-Secret9", "p%40ss-Secret9"},
+        "https://h/hook?token=abc%2Fdef12345&x=1": {"abc/def12345", "abc%2Fdef12345"},
+    }
+    for url, wanted in cases.items():
+        assert wanted <= url_secrets(url), url
+
+
+def test_a_common_password_in_someone_elses_url_does_not_blank_out_the_word() -> None:
+    """`DATABASE_URL=postgres://postgres:postgres@...` is the project's, not a URL shou sends to: its pair goes,
+    never the word "postgres" from every answer. A planted `.env` cannot make a word a secret either."""
+    from shou.redact import secrets_of
+
+    found = secrets_of(None, {"DATABASE_URL": "postgres://postgres:postgres@localhost:5432/app",
+                              "REDIS_URL": "redis://default:Xk29-fPq7-Lm3z@cache:6379",
+                              "HTTPS_PROXY": "http://me:plainword@proxy:3128"})
+    assert "postgres" not in found and "postgres:postgres" in found
+    assert "Xk29-fPq7-Lm3z" in found  # looks like a key: found wherever it appears
+    assert "plainword" in found  # a proxy shou sends through: its password goes, whatever it looks like
+
+
+def test_an_untrusted_dotenv_cannot_make_an_ordinary_word_a_secret(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from shou.redact import secrets_of
+
+    (tmp_path / ".env").write_text("FOO_KEY=function\nBAR_TOKEN=sk-proj-9f8e7d6c5b4a3\n"
+                                   "OTEL_EXPORTER_OTLP_HEADERS=x-honeycomb-team=hc-AbC123xyz987\n")
+    found = secrets_of(SimpleNamespace(workspace=tmp_path, env={}), {})
+    assert "function" not in found and "sk-proj-9f8e7d6c5b4a3" in found and "hc-AbC123xyz987" in found
+    trusted = secrets_of(SimpleNamespace(workspace=tmp_path, env={}),
+                         {"OTEL_EXPORTER_OTLP_HEADERS": "api-key=plainvalue1,x-other=two22222"})
+    assert {"plainvalue1", "two22222"} <= set(trusted)

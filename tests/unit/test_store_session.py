@@ -155,3 +155,33 @@ def test_session_names_made_in_one_second_do_not_collide() -> None:
 
     names = [new_session_name() for _ in range(20_000)]
     assert len(set(names)) == len(names)
+
+
+def test_a_killed_run_counts_what_its_sub_runs_spent_and_its_sub_ids_go_on(tmp_path: Path) -> None:
+    """A planned run killed mid-step: the plan call, the step's calls and a summary were spent by the run, and a
+    resumed run's budget must start from all of it; its next sub-run takes a new id, not `run_1.1` again."""
+    from shou import Agent
+    from shou.agent.loop import Run
+    from shou.events import Compacted, ModelRequest, Notice
+    from shou.models.scripted import ScriptedModel
+
+    with SQLiteStore(tmp_path / "db") as store:
+        s = Session("p", store)
+        s.record(RunStarted("run_1", "p", "plan it", "m"))
+        s.record(ModelResponse("run_1.1", 1, Message.assistant("plan"), Usage(100, 10, 1), 0.1, parent="run_1"))
+        s.record(ModelRequest("run_1.2", 1, 1, 0, parent="run_1"))
+        s.record(ModelResponse("run_1.2", 1, Message.assistant(None, CALLS), Usage(200, 20, 1), 0.1,
+                               parent="run_1"))
+        s.record(Notice("run_1.2", 1, "retry", "cut", Usage(50, 5, 0, True), parent="run_1"))
+        s.record(ModelResponse("run_1.3", 1, Message.assistant("summary"), Usage(300, 30, 1), 0.1, parent="run_1"))
+        s.record(Compacted("run_1", "summary", 1, 100, 10, Usage(300, 30, 1), "m", 0.1, calls=("mc_x",)))
+        s.record(ModelResponse("other_9.1", 1, Message.assistant("x"), Usage(7, 7, 1), 0.1, parent="other_9"))
+        s.commit()
+    with SQLiteStore(tmp_path / "db") as store:
+        s = Session("p", store)
+        run = s.open_run
+        assert run is not None and run.usage.total_tokens == 110 + 220 + 55 + 330 and run.subs == 3
+        assert s.spent.total_tokens == 110 + 220 + 55 + 330 + 14  # the session's: the summary counted once
+        resumed = Run(Agent(ScriptedModel([{"text": "ok"}]), [], workspace=tmp_path), run.task, s,
+                      lambda e: None, resume=run)
+        assert resumed.usage.total_tokens == 715 and resumed.sub_id() == "run_1.4"

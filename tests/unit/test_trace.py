@@ -275,6 +275,7 @@ def test_a_planted_log_with_odd_request_messages_cannot_crash_trace_show(store: 
     session.record(RunStarted("run_p", "s", "task", "m"))
     session.record(ModelRequest("run_p", 1, 1, 0, 10, "mc_p", "m", "p", ("k1",), contents={"k1": message}))
     session.commit()
-    shown = CliRunner(env={"COLUMNS": "120"}).invoke(app, ["trace", "show", "mc_p", "-w", str(store.path.parent.parent)])
+    ws = str(store.path.parent.parent)
+    shown = CliRunner(env={"COLUMNS": "120"}).invoke(app, ["trace", "show", "mc_p", "-w", ws])
     assert shown.exit_code == 0, shown.output
     assert "Traceback" not in shown.output

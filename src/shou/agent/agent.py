@@ -146,7 +146,8 @@ class Agent:
         self.redactor = Redactor(secrets_of(settings))
         self.max_parallel_tools = max_parallel_tools
         self.repeat_limit = repeat_limit
-        if (token_budget is not None and token_budget < 1) or (max_cost is not None and not 0 <= max_cost < math.inf):
+        if (token_budget is not None and not 1 <= token_budget < math.inf) or \
+                (max_cost is not None and not 0 <= max_cost < math.inf):  # NaN fails both: it is no limit
             raise UserError("token_budget must be positive and max_cost a number of US dollars, not negative")
         self.token_budget = token_budget
         self.max_cost = max_cost

@@ -132,11 +132,14 @@ class Accounts:
     """A run's money side: prices its calls, and holds each call's worst case against every budget that
     applies (the run's, the session's, a parent's)."""
 
-    def __init__(self, prices: PriceTable, budgets: list[Budget], model: str) -> None:
+    def __init__(self, prices: PriceTable, budgets: list[Budget], model: str,
+                 ratios: dict[str, float] | None = None) -> None:
         self.prices = prices
         self.budgets = [b for b in budgets if b.limited]
         self.model = model
-        self.prompt_ratio = 1.0
+        # How far shou's prompt estimate fell short of each model's own count: learned from every reply, shared
+        # with the run's sub-runs (`ratios` is the parent's), so parallel sub-agents start from what was learned.
+        self.ratios: dict[str, float] = {} if ratios is None else ratios
         self._dearest: dict[tuple[str, ...], tuple[Price | None, str]] = {}
 
     def reserve(self, prompt_tokens: int, settings: ModelSettings | None,
@@ -147,9 +150,11 @@ class Accounts:
         may answer (a fallback chain: the call is priced at the dearest, as any of them may be the one)."""
         if not self.budgets:
             return settings, []
-        prompt = math.ceil(prompt_tokens * self.prompt_ratio)
+        models = (model,) if isinstance(model, str) else model or (self.model,)
+        ratios = self.ratios
+        prompt = math.ceil(prompt_tokens * max((ratios.get(m, 1.0) for m in models), default=1.0))
         want = settings.max_tokens if settings is not None and settings.max_tokens else DEFAULT_REPLY_RESERVE
-        price, model = self.dearest((model,) if isinstance(model, str) else model or (self.model,))
+        price, model = self.dearest(models)
         reply = want
         for budget in self.budgets:
             room = budget.room(prompt, price, model)
@@ -182,10 +187,14 @@ class Accounts:
             self._dearest[models] = found
         return found
 
-    def calibrate(self, estimated: int, reported: int) -> None:
-        """Learn how far shou's prompt estimate falls short of the provider's count (never assume it is over)."""
+    def calibrate(self, estimated: int, reported: int, model: str | None = None) -> None:
+        """Learn how far shou's prompt estimate falls short of `model`'s count. It only ever grows: a budget
+        must not assume the estimate is over, nor forget a shortfall it saw."""
         if estimated > 0 and reported > 0:
-            self.prompt_ratio = max(1.0, reported / estimated)
+            model = model or self.model
+            ratio = reported / estimated
+            if ratio > self.ratios.get(model, 1.0):
+                self.ratios[model] = ratio
 
     def priced(self, usage: Usage, model: str | None = None) -> Usage:
         """`usage` with its cost at `model`'s price (None when unknown)."""

@@ -89,7 +89,7 @@ class Run:
 
     def __init__(self, agent: Agent, task: str, session: Session, emit: Callable[[Event], None], *,
                  resume: OpenRun | None = None, run_id: str | None = None,
-                 budgets: list[Budget] | None = None) -> None:
+                 budgets: list[Budget] | None = None, ratios: dict[str, float] | None = None) -> None:
         self.agent = agent
         self.task = task
         self.session = session
@@ -102,9 +102,10 @@ class Run:
         self.truncated = 0
         self._gate: Gate | None = None
         self.accounts = Accounts(agent.prices, self._budgets() if budgets is None else budgets,
-                                 model_id(agent.model))
+                                 model_id(agent.model), ratios)
         self.caller = Caller(self)
-        self._subs = itertools.count(1)
+        # Sub-run ids go on from the ones the killed process used: a resumed run's are new ones.
+        self._subs = itertools.count((resume.subs if resume is not None else 0) + 1)
 
     def sub_id(self) -> str:
         """A new run id for a sub-run of this run (a plan step, a sub-agent, a review)."""

@@ -69,7 +69,8 @@ async def run_sub(parent: Run, agent: Agent, task: str, run_id: str | None = Non
     def forward(event: Event) -> None:  # a grandchild's events keep the parent they name
         parent.emit(event if event.parent else replace(event, parent=me))
 
-    run = Run(agent, task, session, forward, run_id=run_id or parent.sub_id(), budgets=parent.accounts.budgets)
+    run = Run(agent, task, session, forward, run_id=run_id or parent.sub_id(), budgets=parent.accounts.budgets,
+              ratios=parent.accounts.ratios)
     done = await run.execute()
     parent.usage = parent.usage + done.usage  # the parent's total includes what its sub-runs spent
     return done, session

@@ -22,6 +22,7 @@ from ..models.base import (
     Completion,
     Model,
     ModelSettings,
+    ReasoningChunk,
     Retrying,
     TextChunk,
     ToolCallChunk,
@@ -91,35 +92,45 @@ class Caller:
                               tools_ref, request_params(settings), recorder.take(), purpose, parent=parent))
         run.commit()  # every tool result and the request itself are durable before the model sees them
         t0 = time.perf_counter()
+        attempt = _Attempt(model, tokens, settings)
         try:
             completion, ttft, retries = await self._stream(model, messages, list(specs), step, settings, run_id,
-                                                           parent, deltas, tokens, held)
+                                                           parent, deltas, attempt, held)
         except _OverBudget as e:  # a billed attempt failed and another would not fit the budget
             for r in held:
                 r.release()
             return str(e)
         except BaseException as e:
+            # The attempt in flight was billed for what it streamed, whatever stopped it (an error no retry
+            # fixes, the last retry, a deadline, a cancel): it counts, on the notice that says so.
+            void = self._void(attempt)
             for r in held:
-                r.release()
+                r.settle(void or Usage())
+            if void is not None:
+                run.usage = run.usage + void
             if isinstance(e, ModelError):  # a failed call: the failure-rate alert counts it
-                run.emit(Notice(run_id, step, "model_error", f"{name}: {e}", parent=parent))
+                run.emit(Notice(run_id, step, "model_error", f"{name}: {e}", void, parent=parent))
+            elif void is not None:
+                run.emit(Notice(run_id, step, "interrupted", f"{name}: the call stopped after it streamed about "
+                                f"{void.output_tokens:,} tokens, which count", void, parent=parent))
             raise
         usage = completion.usage
         if completion.cached:  # answered from shou's response cache: nothing was sent or spent
             usage = Usage(cost=0.0)
         else:
             # A count the provider did not send (or sent garbled) is estimated, each side on its own: no
-            # prompt is free, and a reply with any text or call has output tokens.
+            # prompt is free, and a reply with any text, call or reasoning has output tokens.
             inputs, outputs, estimated = usage.input_tokens, usage.output_tokens, usage.estimated
+            sent_as = completion.sent_model or name
             if not inputs:
                 inputs, estimated = tokens, True
             else:
-                accounts.calibrate(tokens, inputs)
-            if not outputs and (completion.message.text or completion.message.tool_calls):
-                outputs, estimated = _output_tokens(run, completion.message), True
+                accounts.calibrate(tokens, inputs, sent_as)
+            if not outputs and (completion.message.text or completion.message.tool_calls or attempt.reasoning):
+                outputs, estimated = _output_tokens(run, completion.message) + self._count(attempt.reasoning), True
             if estimated != usage.estimated or inputs != usage.input_tokens or outputs != usage.output_tokens:
                 usage = Usage(inputs, outputs, usage.requests or 1, estimated, usage.cached_tokens)
-            usage = accounts.priced(usage, completion.sent_model or name)
+            usage = accounts.priced(usage, sent_as)
         for r in held:
             r.settle(usage)
         run.usage = run.usage + usage
@@ -131,7 +142,7 @@ class Caller:
         return Turn(completion, usage, message, oversized, request_id)
 
     async def _stream(self, model: Model, messages: list[Message], specs: list[dict[str, Any]], step: int,
-                      settings: ModelSettings | None, run_id: str, parent: str, deltas: bool, tokens: int,
+                      settings: ModelSettings | None, run_id: str, parent: str, deltas: bool, attempt: _Attempt,
                       held: list[Reservation]) -> tuple[Completion, float | None, int]:
         """One model turn, streamed to the consumer as it comes; with the time to its first token and how
         many failed attempts came before it. An attempt that streamed part of a reply before it failed was
@@ -142,7 +153,7 @@ class Caller:
         t0 = time.perf_counter()
         ttft: float | None = None
         retries = 0
-        streamed: list[str] = []  # what this attempt streamed, for the estimate if it turns out void
+        streamed = attempt.streamed  # what this attempt streamed, for the estimate if it turns out void
         events = model.stream(messages, specs, settings)
         try:
             async for ev in events:
@@ -158,6 +169,11 @@ class Caller:
                     streamed.append(ev.arguments)
                     if deltas:
                         emit(ToolCallDelta(run_id, step, ev.index, ev.name, ev.arguments, parent=parent))
+                elif isinstance(ev, ReasoningChunk):  # billed as output, shown to nobody
+                    if ttft is None:
+                        ttft = time.perf_counter() - t0
+                    streamed.append(ev.text)
+                    attempt.reasoning.append(ev.text)
                 elif isinstance(ev, Completion):
                     completion = ev
                 elif isinstance(ev, Waiting):
@@ -165,8 +181,10 @@ class Caller:
                                 parent=parent))
                 elif isinstance(ev, Retrying):
                     retries += 1
-                    void = self._void(model, tokens, streamed) if ttft is not None else None
-                    ttft, streamed = None, []  # what streamed is void; the reply that counts starts again
+                    void = self._void(attempt)
+                    ttft = None  # what streamed is void; the reply that counts starts again
+                    streamed.clear()
+                    attempt.reasoning.clear()
                     text = f"{ev.reason}; retry {ev.attempt} in {ev.delay:.1f} s"
                     if void is not None:
                         text += f" (the failed attempt used about {void.total_tokens:,} tokens)"
@@ -184,14 +202,37 @@ class Caller:
                 await close()
         if completion is None:
             raise ModelError("the model stream ended without a response")
+        streamed.clear()  # it completed: nothing of it is void
         return completion, ttft, retries
 
-    def _void(self, model: Model, tokens: int, streamed: list[str]) -> Usage:
-        """What a failed attempt that streamed `streamed` was billed, as shou estimates it: the prompt and the
-        part of the reply it sent."""
-        usage = Usage(tokens, self.run.agent.token_counter.text("".join(streamed)), 0, estimated=True)
-        price, _ = self.run.accounts.dearest(model_ids(model))
-        return Usage(usage.input_tokens, usage.output_tokens, 0, True, 0, None if price is None else price.cost(usage))
+    def _count(self, pieces: list[str]) -> int:
+        return self.run.agent.token_counter.text("".join(pieces)) if pieces else 0
+
+    def _void(self, attempt: _Attempt) -> Usage | None:
+        """What the current attempt was billed if it streamed and turns out void, as shou estimates it: the
+        prompt and the part of the reply it sent (at most the reply limit: no provider bills past it); None
+        when it streamed nothing."""
+        if not attempt.streamed:
+            return None
+        output = self._count(attempt.streamed)
+        limit = attempt.settings.max_tokens if attempt.settings is not None else None
+        if limit:
+            output = min(output, limit)
+        usage = Usage(attempt.tokens, output, 0, estimated=True)
+        price, _ = self.run.accounts.dearest(model_ids(attempt.model))
+        return Usage(usage.input_tokens, output, 0, True, 0, None if price is None else price.cost(usage))
+
+
+class _Attempt:
+    """The model call's attempt in flight: what it streamed (text, call arguments, reasoning) and what it was
+    asked with, for the estimate of what it cost if it fails."""
+
+    __slots__ = ("model", "reasoning", "settings", "streamed", "tokens")
+
+    def __init__(self, model: Model, tokens: int, settings: ModelSettings | None) -> None:
+        self.model, self.tokens, self.settings = model, tokens, settings
+        self.streamed: list[str] = []
+        self.reasoning: list[str] = []
 
 
 class _OverBudget(Exception):

@@ -74,10 +74,12 @@ def build_model(settings: Settings) -> Model:
     models = [get_model(settings=settings),
               *(get_model(settings=other_model(settings, spec)) for spec in settings.fallback_models)]
     if settings.cache:
+        from ..redact import Redactor, secrets_of
         from .cache import CachedModel, ResponseCache
 
         cache = ResponseCache(cache_dir(settings.env) / "responses.db")
-        models = [CachedModel(m, cache) for m in models]
+        redact = Redactor(secrets_of(settings)).text
+        models = [CachedModel(m, cache, redact) for m in models]
     if len(models) == 1:
         return models[0]
     from .fallback import FallbackModel

@@ -37,6 +37,14 @@ class TextChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningChunk:
+    """A piece of the model's reasoning (`reasoning_content`, DeepSeek's and others'): not part of the reply,
+    but billed as output, so it counts when an attempt fails and when a provider sends no counts."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallChunk:
     """A fragment of tool call number `index`: the name when first seen, then argument pieces."""
 
@@ -59,7 +67,7 @@ class Completion:
     cached: bool = False
 
 
-ModelEvent = TextChunk | ToolCallChunk | Completion
+ModelEvent = TextChunk | ToolCallChunk | ReasoningChunk | Completion
 
 
 @runtime_checkable

@@ -20,7 +20,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -157,10 +157,13 @@ class CachedModel:
     Attributes it does not have (`model`, `provider`, `base_url`, ...) are the inner model's.
     """
 
-    def __init__(self, inner: Model, cache: ResponseCache) -> None:
+    def __init__(self, inner: Model, cache: ResponseCache, redact: Callable[[str], str] | None = None) -> None:
         self.inner = inner
         self.cache = cache
         self.name = inner.name
+        # Known secrets a reply echoed leave it before it is kept: the cache outlives the workspace, and a hit
+        # replays into logs whose redactor may not know them.
+        self.redact = redact
 
     def __repr__(self) -> str:
         return f"CachedModel({self.inner!r}, {self.cache!r})"
@@ -194,12 +197,26 @@ class CachedModel:
                 elif isinstance(event, Retrying):
                     recorded.clear()  # what streamed before a retry is void: it is not part of the reply
                 elif isinstance(event, Completion) and event.finish_reason in STORED_FINISHES:
-                    self.cache.put(key, _stored(recorded, event))  # before passing it on: a consumer may stop there
+                    value = _stored(recorded, event)
+                    if self.redact is not None:
+                        value = _strings(value, self.redact)
+                    self.cache.put(key, value)  # before passing it on: a consumer may stop there
                 yield event
         finally:
             close = getattr(events, "aclose", None)
             if close is not None:
                 await close()
+
+
+def _strings(value: Any, change: Callable[[str], str]) -> Any:
+    """`value` (JSON-able) with `change` applied to every string in it."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, list):
+        return [_strings(v, change) for v in value]
+    if isinstance(value, dict):
+        return {k: _strings(v, change) for k, v in value.items()}
+    return value
 
 
 def _stored(chunks: list[TextChunk | ToolCallChunk], done: Completion) -> dict[str, Any]:

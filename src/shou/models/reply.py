@@ -15,7 +15,7 @@ from typing import Any
 
 from ..messages import Message, ToolCall
 from ..usage import Usage
-from .base import Completion, ModelEvent, TextChunk, ToolCallChunk
+from .base import Completion, ModelEvent, ReasoningChunk, TextChunk, ToolCallChunk
 
 __all__ = ["Reply", "json_message"]
 
@@ -52,6 +52,9 @@ class Reply:
             if content and isinstance(content, str):
                 self.text.append(content)
                 out.append(TextChunk(content))
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning and isinstance(reasoning, str):
+                out.append(ReasoningChunk(reasoning))
             for tc in delta.get("tool_calls") or ():
                 piece = self.calls.add(tc)
                 if piece is not None:

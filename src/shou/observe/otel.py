@@ -33,6 +33,7 @@ from ..events import (
     Event,
     ModelRequest,
     ModelResponse,
+    Notice,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -109,7 +110,7 @@ class OtelObserver:
         self._handlers: dict[type[Event], Callable[[Any, int], None]] = {
             RunStarted: self._run_started, RunResumed: self._run_started, RunFinished: self._run_finished,
             ModelRequest: self._model_request, ModelResponse: self._model_response,
-            ToolCallStarted: self._tool_started, ToolCallFinished: self._tool_finished,
+            ToolCallStarted: self._tool_started, ToolCallFinished: self._tool_finished, Notice: self._notice,
         }
 
     def __call__(self, event: Event) -> None:
@@ -138,9 +139,12 @@ class OtelObserver:
             _release(self._shared, timeout_s)
             self._shared = None
 
-    def _start(self, name: str, run_id: str | None, kind: SpanKind, start: int, attrs: dict[str, Any]) -> Span:
-        """A span, the child of run `run_id`'s span when that is open."""
-        state = self._runs.get(run_id) if run_id else None
+    def _start(self, name: str, run_id: str | None, kind: SpanKind, start: int, attrs: dict[str, Any],
+               parent: str = "") -> Span:
+        """A span, the child of run `run_id`'s span when that is open, else of the run it works for (`parent`:
+        a plan or review call, a summary, a sub-agent), so a run and its sub-runs are one trace."""
+        runs = self._runs
+        state = (runs.get(run_id) if run_id else None) or (runs.get(parent) if parent else None)
         return self._tracer.start_span(name, context=state[1] if state else None, kind=kind, start_time=start,
                                        attributes={k: v for k, v in attrs.items() if v is not None})
 
@@ -159,7 +163,7 @@ class OtelObserver:
                 attrs["gen_ai.input.messages"] = _json([{"role": "user", "parts": _text_parts(event.task)}])
         else:
             attrs["shou.run.resumed_at_step"] = event.step
-        span = self._start(f"invoke_agent {self.agent_name}", None, SpanKind.INTERNAL, now, attrs)
+        span = self._start(f"invoke_agent {self.agent_name}", None, SpanKind.INTERNAL, now, attrs, event.parent)
         _put(self._runs, event.run_id, (span, trace.set_span_in_context(span), spec))
 
     def _run_finished(self, event: RunFinished, now: int) -> None:
@@ -200,7 +204,8 @@ class OtelObserver:
                 attrs["gen_ai.input.messages"] = _json([_genai_message(m) for m in wire]) if wire else None
             except Exception:  # a resolver that fails (a pruned blob) costs the messages, not the span
                 log.debug("messages_of failed for request %s", event.request_id, exc_info=True)
-        span = self._start(f"chat {model}" if model else "chat", event.run_id, SpanKind.CLIENT, now, attrs)
+        span = self._start(f"chat {model}" if model else "chat", event.run_id, SpanKind.CLIENT, now, attrs,
+                           event.parent)
         _put(self._chats, (event.run_id, event.request_id or f"step-{event.step}"), span)
 
     def _model_response(self, event: ModelResponse, now: int) -> None:
@@ -222,6 +227,18 @@ class OtelObserver:
             if self.content else None,
         })
         span.end(now)
+
+    def _notice(self, event: Notice, now: int) -> None:
+        """A failed attempt that was billed: an event on its call's span, with what it used."""
+        usage = event.usage
+        if usage is None:
+            return
+        span = next((self._chats[k] for k in reversed(self._chats) if k[0] == event.run_id), None)
+        if span is not None:
+            span.add_event("shou.failed_attempt", {
+                k: v for k, v in {"gen_ai.usage.input_tokens": usage.input_tokens,
+                                  "gen_ai.usage.output_tokens": usage.output_tokens, "shou.cost_usd": usage.cost,
+                                  "shou.notice.kind": event.kind}.items() if v is not None}, now)
 
     def _tool_span(self, run_id: str, name: str, call_id: str, step: int, start: int) -> Span:
         return self._start(f"execute_tool {name}", run_id, SpanKind.INTERNAL, start, {

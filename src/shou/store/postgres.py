@@ -31,7 +31,7 @@ from ..events import Event
 from . import sqlite
 from .locks import SessionBusy
 from .pg_link import Link, connect, is_connection_error, migrate_pg, safe_url
-from .retention import PRUNABLE_TYPES, pruned
+from .retention import PRUNABLE_TYPES, pruned, referenced
 from .sqlite import _SESSION_EVENTS, DEFAULT_RETENTION_DAYS, NOT_STORED, SessionInfo, StoreBasics, decoded
 
 __all__ = ["PostgresStore", "connect", "migrate_pg"]
@@ -205,13 +205,17 @@ class PostgresStore(StoreBasics):
             return 0
         cutoff = (time.time() if now is None else now) - self.retention_days * 86400
         self.commit()
-        found = self._reader.execute("SELECT id, data FROM events WHERE ts < %s AND type = ANY(%s) AND "
+        found = self._reader.execute("SELECT id, session, data FROM events WHERE ts < %s AND type = ANY(%s) AND "
                                      "(strpos(data, '\"contents\":{') > 0 OR strpos(data, '\"parent\":') > 0)",
                                      (cutoff, list(PRUNABLE_TYPES)))
+        sessions = sorted({session for _, session, _ in found})
+        live = referenced(self._reader.execute(
+            "SELECT session, data FROM events WHERE type = 'model_request' AND ts >= %s AND session = ANY(%s)",
+            (cutoff, sessions))) if sessions else {}
         count = 0
-        for row_id, data in found:
+        for row_id, session, data in found:
             try:
-                event = pruned(orjson.loads(data))
+                event = pruned(orjson.loads(data), live.get(session, ()))
             except orjson.JSONDecodeError:
                 continue
             if event is not None:

@@ -9,7 +9,10 @@ is, and what `-c` continues: it stays as long as the session does.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from typing import Any
+
+import orjson
 
 __all__ = ["PRUNABLE_TYPES", "PRUNED", "pruned"]
 
@@ -18,12 +21,41 @@ PRUNABLE_TYPES = ("model_request", "model_response", "tool_call_started", "tool_
 _REPLY = {"role": "assistant", "content": PRUNED}
 
 
-def pruned(event: dict[str, Any]) -> dict[str, Any] | None:
+def referenced(requests: Iterable[tuple[str, str | bytes]]) -> dict[str, set[str]]:
+    """Per session, the content hashes that the given requests (`(session, JSON)` of `model_request` rows
+    newer than the cutoff) refer to: an older request that holds one keeps it, or the newer request's
+    trace would lose a message it sent."""
+    out: dict[str, set[str]] = {}
+    for session, data in requests:
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            continue
+        refs = out.setdefault(session, set())
+        messages = event.get("messages")
+        if isinstance(messages, list):
+            refs.update(m for m in messages if isinstance(m, str))
+        if isinstance(event.get("tools_ref"), str):
+            refs.add(event["tools_ref"])
+    return out
+
+
+def pruned(event: dict[str, Any], keep: Collection[str] = ()) -> dict[str, Any] | None:
     """`event` (its JSON form, changed in place) without its raw contents, or None when it has none left to
-    remove."""
+    remove. A request keeps the contents whose hashes are in `keep` (newer requests still refer to them)."""
     kind = event.get("type")
     if kind == "model_request":
-        return event if isinstance(event.pop("contents", None), dict) else None
+        contents = event.get("contents")
+        if not isinstance(contents, dict):
+            return None
+        kept = {k: v for k, v in contents.items() if k in keep}
+        if len(kept) == len(contents):
+            return None
+        if kept:
+            event["contents"] = kept
+        else:
+            del event["contents"]
+        return event
     if not event.get("parent"):  # the conversation itself
         return None
     if kind == "model_response":

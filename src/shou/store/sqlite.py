@@ -32,7 +32,7 @@ from ..errors import UserError
 from ..events import Event, event_from_dict
 from .locks import LockFile, SessionBusy, SessionLock
 from .migrate import Migration, migrate
-from .retention import PRUNABLE_TYPES, pruned
+from .retention import PRUNABLE_TYPES, pruned, referenced
 
 __all__ = ["LockFile", "SQLiteStore", "SessionBusy", "SessionInfo", "SessionLock", "StoreDamaged"]
 
@@ -272,13 +272,18 @@ class SQLiteStore(StoreBasics):
         cutoff = (time.time() if now is None else now) - self.retention_days * 86400
         self.commit()
         found = self._db.execute(
-            f"SELECT id, data FROM events WHERE ts < ? AND type IN ({', '.join('?' * len(PRUNABLE_TYPES))}) AND "
+            f"SELECT id, session, data FROM events WHERE ts < ? AND type IN "
+            f"({', '.join('?' * len(PRUNABLE_TYPES))}) AND "
             "(instr(data, '\"contents\":{') > 0 OR instr(data, '\"parent\":') > 0)",
             (cutoff, *PRUNABLE_TYPES)).fetchall()
+        sessions = {session for _, session, _ in found}
+        live = referenced(row for row in self._db.execute(
+            "SELECT session, data FROM events WHERE type = 'model_request' AND ts >= ?", (cutoff,))
+            if row[0] in sessions) if sessions else {}
         changed = []
-        for row_id, data in found:
+        for row_id, session, data in found:
             try:
-                event = pruned(orjson.loads(data))
+                event = pruned(orjson.loads(data), live.get(session, ()))
             except orjson.JSONDecodeError:  # one damaged (or planted) row must not stop retention for the file
                 continue
             if event is not None:
