@@ -186,13 +186,16 @@ class Notice(Event):
     """Something the loop decided that a person should see (a guard warning, a retry, a model error).
 
     `usage` is what a void attempt of a model call used when it streamed part of a reply before it failed
-    (kind `retry`): a provider bills it, so it counts toward what was spent (shou's estimate)."""
+    (kinds `retry`, `model_error`, `interrupted`), or what a call a killed process left under way may have
+    cost (`unanswered`): a provider bills it, so it counts toward what was spent (shou's estimate), priced
+    as `model` (the name that attempt was sent with, when known)."""
 
     type: ClassVar[str] = "notice"
     step: int
     kind: str
     text: str
     usage: Usage | None = None
+    model: str = ""
 
 
 @dataclass(frozen=True, slots=True)

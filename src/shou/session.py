@@ -78,12 +78,16 @@ class OpenRun:
         return [c for c in self.calls if c.id not in self.finished]
 
 
+# Notices that end a model call without an answer (it failed, was stopped, or was counted after a kill).
+ENDED_CALL_NOTICES = ("model_error", "interrupted", "unanswered")
+
+
 class MessageFold:
     """Folds events into the session's state: its messages (tool results in call order), the summary
     that stands for compacted ones, the working memory, and the run that has not finished, if any."""
 
-    __slots__ = ("_pending", "_results", "decisions", "granted", "loaded_skills", "messages", "open_run", "requested",
-                 "spent", "summary", "summary_upto", "trace_keys", "working_memory")
+    __slots__ = ("_asked", "_pending", "_results", "decisions", "granted", "loaded_skills", "messages", "open_run",
+                 "requested", "spent", "summary", "summary_upto", "trace_keys", "working_memory")
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
@@ -99,9 +103,16 @@ class MessageFold:
         self.spent = Usage()  # every model call of every run, compaction summaries included
         self.trace_keys: set[str] = set()  # hashes of request contents the log holds (ModelRequest.contents)
         self.loaded_skills: dict[str, str] = {}  # skill name -> body, loaded by use_skill (kept past compaction)
+        # run id -> its model request with no answer (nor failure) logged yet: a killed process's may be billed
+        self._asked: dict[str, ModelRequest] = {}
 
     def apply(self, event: Event) -> None:
         """Update the state with one event."""
+        if isinstance(event, ModelRequest):
+            self._asked[event.run_id] = event
+        elif (isinstance(event, ModelResponse | RunFinished) or
+              (isinstance(event, Notice) and event.kind in ENDED_CALL_NOTICES)):
+            self._asked.pop(event.run_id, None)
         run = self.open_run
         if event.parent:  # a sub-run's: it has its own context; only its spending and trace count here
             mine = run is not None and event.run_id.startswith(run.run_id + ".")
@@ -337,6 +348,15 @@ class Session:
         if self._lock is not None:
             lock, self._lock = self._lock, None
             lock.release()
+
+    def unanswered_requests(self) -> list[ModelRequest]:
+        """The model requests of the open run (and of its sub-runs) that a killed process made and never logged
+        an answer or a failure for: the provider may have billed them."""
+        run = self._fold.open_run
+        if run is None:
+            return []
+        prefix = run.run_id + "."
+        return [r for rid, r in self._fold._asked.items() if rid == run.run_id or rid.startswith(prefix)]
 
     def close_interrupted(self, why: str = INTERRUPTED) -> OpenRun | None:
         """End a run that was killed: its unanswered calls get `why` as an error result, and the run a

@@ -37,10 +37,12 @@ from .usage import Usage
 if TYPE_CHECKING:
     from .store.sqlite import SQLiteStore
 
-__all__ = ["UNFINISHED", "CompactionTrace", "ModelCallTrace", "RunTrace", "StepTrace", "ToolCallTrace",
-           "call_json", "find_model_call", "find_run", "resolve", "run_json", "total", "traces", "usage_json"]
+__all__ = ["INTERRUPTED", "UNFINISHED", "CompactionTrace", "ModelCallTrace", "RunTrace", "StepTrace", "ToolCallTrace",
+           "call_json", "find_model_call", "find_run", "recent_outcomes", "resolve", "run_json", "total", "traces",
+           "usage_json"]
 
 UNFINISHED = "unfinished"  # no run_finished after the run's last start: killed, or running now
+INTERRUPTED = "interrupted"  # a sub-run its process stopped in, whose parent went on without it
 
 
 @dataclass(slots=True)
@@ -155,6 +157,7 @@ class RunTrace:
     ended: float = 0.0  # the last logged event's time
     wall_time: float | None = None
     resumed: int = 0
+    resumed_at: float = 0.0  # when it was last resumed
     steps: list[StepTrace] = field(default_factory=list)
     compactions: list[CompactionTrace] = field(default_factory=list)
     notices: list[tuple[int, str, str]] = field(default_factory=list)  # (step or 0, kind, text): guards, retries
@@ -201,6 +204,23 @@ def logged_rows(store: SQLiteStore, where: str, params: Sequence[Any] = ()) -> l
         try:
             out.append((session, ts, event_from_dict(orjson.loads(data))))
         except (ValueError, TypeError, KeyError, AttributeError):  # a newer shou's event, or damage: left out
+            continue
+    return out
+
+
+def recent_outcomes(store: SQLiteStore, limit: int) -> list[Event]:
+    """The workspace's last `limit` events that say how a model or tool call went (responses, tool results,
+    failed attempts), oldest first: what a process's failure-rate alert starts from."""
+    store.commit()
+    rows = store._db.execute(
+        "SELECT data FROM events WHERE type IN ('model_response', 'tool_call_finished') OR (type = 'notice' AND "
+        "json_valid(data) AND json_extract(data, '$.kind') IN ('retry', 'model_error')) ORDER BY id DESC LIMIT ?",
+        (limit,)).fetchall()
+    out = []
+    for (data,) in reversed(rows):
+        try:
+            out.append(event_from_dict(orjson.loads(data)))
+        except (ValueError, TypeError, KeyError, AttributeError):
             continue
     return out
 
@@ -259,6 +279,7 @@ class _Builder:
             run.task, run.model, run.started = ev.task, ev.model, ts
         elif isinstance(ev, RunResumed):
             run.resumed += 1
+            run.resumed_at = ts
             for call in run.model_calls:  # asked when the process was killed: the resumed run asks again
                 if not call.answered and call.error is None:
                     call.error = "no answer: the process stopped before it came (the run was resumed)"
@@ -307,7 +328,8 @@ class _Builder:
             run.notices.append((ev.step, ev.kind, ev.text))
             step = self.steps.get((run.run_id, ev.step))
             call = step.model_calls[-1] if step is not None and step.model_calls else None
-            if call is not None and not call.answered and ev.kind in ("retry", "model_error"):
+            if call is not None and not call.answered and ev.kind in ("retry", "model_error", "interrupted",
+                                                                     "unanswered"):
                 if ev.kind == "retry":
                     call.notes.append(ev.text)
                 else:
@@ -338,6 +360,15 @@ def _build(rows: Iterable[tuple[str, float, Event]]) -> list[RunTrace]:
         calls = run.model_calls
         if run.parent and not run.task and run.status == UNFINISHED and calls and all(c.answered for c in calls):
             run.status = "completed"  # a plan or review call made for its parent: no run events of its own
+    for run in builder.runs.values():
+        parent = builder.runs.get(run.parent) if run.parent else None
+        if run.status == UNFINISHED and parent is not None and (parent.status != UNFINISHED or
+                                                                 parent.resumed_at > run.ended):
+            # a sub-run the process stopped in: its parent went on (resumed, or ended) without it
+            run.status = INTERRUPTED
+            for call in run.model_calls:
+                if not call.answered and call.error is None:
+                    call.error = "no answer: the process stopped before it came"
     return list(builder.runs.values())
 
 

@@ -70,7 +70,7 @@ def usage_report(store: SQLiteStore, by: Sequence[str] = GROUPS, since: float | 
         elif isinstance(ev, Compacted):
             usage, model = compaction_trace(ev).spent, ev.model
         elif isinstance(ev, Notice) and ev.usage is not None:  # a failed attempt that was billed
-            usage, model = ev.usage, asked.get(ev.run_id, "")
+            usage, model = ev.usage, ev.model or asked.get(ev.run_id, "")
         else:
             continue
         model = model or run_model.get(ev.run_id, "") or "?"

@@ -485,3 +485,53 @@ def test_a_planted_negative_usage_in_the_log_cannot_lift_a_session_budget(serve,
     second = shou("run", "-s", "s", "second", server=srv)
     assert second.returncode == 1 and "session_token_budget of 5,000" in second.stderr, second.stderr
     assert len(srv.requests) == 1
+
+
+def test_a_repeated_run_under_a_budget_is_answered_from_the_cache_too(serve, shou, tmp_path: Path) -> None:
+    """A budget lowers each request's max_tokens to what is left, which differs once the cache answers for
+    free: the reply limit is not part of the key, and a stored reply answers when it fits the limit."""
+    prices(tmp_path, "cache = true\n" + PRICED)
+    srv = serve([calc("6*7", 10, 20), {"text": "42", "usage": {"prompt_tokens": 10, "completion_tokens": 2}}])
+    first = shou("run", "--max-cost", "2", "6*7?", server=srv)
+    assert first.returncode == 0 and len(srv.requests) == 2, first.stderr
+    assert srv.requests[0]["max_tokens"] != srv.requests[1]["max_tokens"]  # the budget left shrank
+    second = shou("run", "--max-cost", "2", "6*7?", server=srv)
+    assert second.returncode == 0 and "42" in second.stdout, second.stderr
+    assert len(srv.requests) == 2  # no provider request at all
+
+
+async def test_a_stored_reply_longer_than_the_requests_limit_is_a_miss(serve, tmp_path: Path) -> None:
+    from shou.messages import Message
+    from shou.models.cache import CachedModel, ResponseCache
+
+    srv = serve([{"text": "a long answer", "usage": {"prompt_tokens": 5, "completion_tokens": 300}},
+                 {"text": "short", "finish_reason": "length", "usage": {"prompt_tokens": 5, "completion_tokens": 100}}])
+    model = CachedModel(OpenAICompatible("m", base_url=srv.base_url), ResponseCache(tmp_path / "c.db"))
+    ask = [Message.user("hi")]
+    for limit, requests in ((400, 1), (300, 1), (100, 2)):
+        _ = [e async for e in model.stream(ask, [], ModelSettings(max_tokens=limit))]
+        assert len(srv.requests) == requests, limit  # 300 tokens fit 400 and 300; not 100
+    await model.aclose()
+
+
+def test_an_alert_webhook_is_delivered_though_the_run_ends_at_once(serve, shou, tmp_path: Path, webhook) -> None:
+    url, received = webhook
+    prices(tmp_path, f'alert_webhook = "{url}"\nalert_window = 4\nalert_threshold = 0.5\n')
+    reads = [{"tool_calls": [{"name": "read_file", "arguments": {"path": f"missing{i}.txt"}}]} for i in range(5)]
+    srv = serve([*reads, {"text": "gave up"}])
+    r = shou("run", "read them", server=srv)
+    assert r.returncode == 0 and "shou alert:" in r.stderr, r.stderr
+    assert received and received[0]["kind"] == "tool"  # the process waited for the post before it exited
+
+
+def test_the_alert_window_spans_runs_of_the_workspace(serve, shou, tmp_path: Path) -> None:
+    """Each `shou run` is a new process; "the last 4 calls" are the workspace's, not only this process's."""
+    prices(tmp_path, "alert_window = 4\nalert_threshold = 0.5\n")
+    fail = {"tool_calls": [{"name": "read_file", "arguments": {"path": "missing.txt"}}]}
+    srv = serve([fail, fail, {"text": "no"}, fail, fail, {"text": "no"}, fail, fail, {"text": "no"}])
+    first = shou("run", "-s", "a", "read", server=srv)
+    assert first.returncode == 0 and "shou alert:" not in first.stderr  # 2 calls: too few to judge
+    second = shou("run", "-s", "b", "read", server=srv)
+    assert "shou alert:" in second.stderr and "4 of the last 4 tool calls failed" in second.stderr, second.stderr
+    third = shou("run", "-s", "c", "read", server=srv)
+    assert "shou alert:" not in third.stderr  # it fired already and the share never dropped: not again

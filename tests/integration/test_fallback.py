@@ -199,3 +199,30 @@ def test_usage_by_model_names_the_fallback_that_answered(serve, shou, tmp_path: 
 
     rows = json.loads(usage.stdout)["rows"]
     assert [row["model"] for row in rows] == ["backup"] and rows[0]["cost"] == pytest.approx(1010 / 1e6)
+
+
+async def test_a_failed_attempt_is_priced_as_the_model_that_made_it(serve, workspace: Path) -> None:
+    """m1 cuts its reply twice, then m2 (dearer) answers: the cut attempts were m1's, priced and reported as
+    m1's, not at the chain's dearest price."""
+    from shou import SQLiteStore
+    from shou.pricing import PriceTable
+    from shou.usage_report import usage_report
+
+    long = " ".join(f"w{i}" for i in range(2000))
+    cut = {"text": long, "chunk_size": 400, "cut_after": 6000}
+    m1 = serve([cut, cut])
+    m2 = serve([{"text": "from m2", "usage": {"prompt_tokens": 10, "completion_tokens": 5}}])
+    table = PriceTable({"m1": {"input_price": 1.0, "output_price": 2.0},
+                        "m2": {"input_price": 3.0, "output_price": 4.0}})
+    store = SQLiteStore(workspace / "s.db")
+    model = FallbackModel([client(m1, "m1", retries=1), client(m2, "m2")])
+    result = await Agent(model, [], workspace=workspace, prices=table, store=store).arun("hi", "s")
+    assert result.status == "completed" and result.answer == "from m2"
+    rows = {r.model: r for r in usage_report(store, by=("model",))}
+    assert set(rows) == {"m1", "m2"}
+    m1_row = rows["m1"]
+    assert m1_row.output_tokens > 0 and m1_row.cost == pytest.approx(
+        (m1_row.input_tokens * 1.0 + m1_row.output_tokens * 2.0) / 1e6)
+    assert rows["m2"].cost == pytest.approx((10 * 3.0 + 5 * 4.0) / 1e6)
+    store.close()
+    await model.aclose()

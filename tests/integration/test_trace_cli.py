@@ -104,7 +104,7 @@ def _logged(db: Path, kind: str) -> int:
 
 def test_a_killed_run_is_traced_as_unfinished(serve, tmp_path: Path, workspace: Path) -> None:
     priced(tmp_path)
-    srv = serve([calc("6 * 7", 300, 30), {"hang": True}])
+    srv = serve([calc("6 * 7", 300, 30), {"hang": True}, {"text": "after"}])
     env = shou_env(tmp_path, srv)
     proc = subprocess.Popen([sys.executable, "-m", "shou", "run", "6 * 7?", "-s", "killed"], cwd=workspace, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -135,3 +135,19 @@ def test_a_killed_run_is_traced_as_unfinished(serve, tmp_path: Path, workspace: 
     text = subprocess.run([sys.executable, "-m", "shou", "trace", "killed"], cwd=workspace, env=env,
                           capture_output=True, text=True, timeout=60)
     assert "unfinished" in text.stdout and "its process stopped" in text.stdout, text.stdout + text.stderr
+    # The second call was under way when the process died: the provider may have billed it. When the session
+    # goes on, it counts at its worst case (prompt + reply limit, estimated), in the trace and in `shou usage`.
+    again = subprocess.run([sys.executable, "-m", "shou", "run", "-s", "killed", "next"],
+                           cwd=workspace, env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "after" in again.stdout, again.stderr
+    t = subprocess.run([sys.executable, "-m", "shou", "trace", "killed", "--json"], cwd=workspace, env=env,
+                       capture_output=True, text=True, timeout=60)
+    first_run = json.loads(t.stdout)["runs"][0]
+    killed_call = first_run["model_calls"][1]
+    void = killed_call["failed_attempts_usage"]
+    assert first_run["status"] == "interrupted" and void is not None and void["estimated"]
+    assert void["input_tokens"] == second["request"]["tokens_estimate"] > 0
+    u = subprocess.run([sys.executable, "-m", "shou", "usage", "--json"], cwd=workspace, env=env,
+                       capture_output=True, text=True, timeout=60)
+    total = json.loads(u.stdout)["total"]
+    assert total["input_tokens"] >= 300 + void["input_tokens"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from shou.agent.guards import RepeatGuard
 from shou.events import ModelResponse, RunStarted, StepFinished, ToolCallFinished
 from shou.messages import ImagePart, Message, ToolCall
@@ -185,3 +187,29 @@ def test_a_killed_run_counts_what_its_sub_runs_spent_and_its_sub_ids_go_on(tmp_p
         resumed = Run(Agent(ScriptedModel([{"text": "ok"}]), [], workspace=tmp_path), run.task, s,
                       lambda e: None, resume=run)
         assert resumed.usage.total_tokens == 715 and resumed.sub_id() == "run_1.4"
+
+
+def test_a_call_a_killed_process_left_under_way_counts_at_its_worst_case(tmp_path: Path) -> None:
+    from shou import Agent
+    from shou.events import ModelRequest, Notice
+    from shou.models.scripted import ScriptedModel
+    from shou.pricing import PriceTable
+
+    with SQLiteStore(tmp_path / "db") as store:
+        s = Session("u", store)
+        s.record(RunStarted("run_1", "u", "task", "m"))
+        s.record(ModelRequest("run_1", 1, 1, 0, 1000, "mc_1", "m", "p", params={"max_tokens": 500}))
+        s.record(ModelRequest("run_1.1", 1, 1, 0, 200, "mc_2", "m", "p", parent="run_1"))  # a child's, too
+        s.commit()  # ... killed while both were streaming
+    with SQLiteStore(tmp_path / "db") as store:
+        s = Session("u", store)
+        agent = Agent(ScriptedModel([{"text": "ok"}]), [], workspace=tmp_path, store=store,
+                      prices=PriceTable({"m": {"input_price": 1.0, "output_price": 2.0}}))
+        run = agent._new_run("", s, True, lambda e: None)
+        assert run.usage.total_tokens == 1000 + 500 + 200 and run.usage.estimated
+        assert run.usage.cost == pytest.approx((1200 * 1.0 + 500 * 2.0) / 1e6)
+        notices = [e for e in store.events("u") if isinstance(e, Notice) and e.kind == "unanswered"]
+        assert {n.run_id for n in notices} == {"run_1", "run_1.1"} and s.unanswered_requests() == []
+        s.commit()
+    with SQLiteStore(tmp_path / "db") as store:  # counted once: the notices end those calls
+        assert Session("u", store).unanswered_requests() == []

@@ -279,3 +279,19 @@ def test_a_planted_log_with_odd_request_messages_cannot_crash_trace_show(store: 
     shown = CliRunner(env={"COLUMNS": "120"}).invoke(app, ["trace", "show", "mc_p", "-w", ws])
     assert shown.exit_code == 0, shown.output
     assert "Traceback" not in shown.output
+
+
+def test_a_sub_run_its_process_died_in_is_interrupted_once_its_parent_went_on(store: SQLiteStore) -> None:
+    session = Session("s", store)
+    session.record(RunStarted("run_p", "s", "delegate", "m"))
+    session.record(RunStarted("run_p.1", "s", "child task", "m", parent="run_p"))
+    session.record(ModelRequest("run_p.1", 1, 1, 0, 10, "mc_c", "m", "p", parent="run_p"))
+    session.commit()
+    [parent, child] = tr.traces(store, "s")
+    assert child.status == tr.UNFINISHED  # nothing says yet that it will not go on
+    session.record(RunResumed("run_p", "s", 1, 0.0))
+    session.record(RunFinished("run_p", "completed", "done", 1, Usage(), 0.1))
+    session.commit()
+    [parent, child] = tr.traces(store, "s")
+    assert parent.status == "completed" and child.status == tr.INTERRUPTED
+    assert child.model_calls[0].error and "process stopped" in child.model_calls[0].error

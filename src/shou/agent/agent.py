@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..context.builder import ContextPolicy, blocks_of
 from ..context.tokens import TokenCounter
 from ..errors import UserError
-from ..events import Compacted, Event, RunStatus
+from ..events import Compacted, Event, Notice, RunStatus
 from ..models.base import Model, ModelSettings
 from ..models.capabilities import supports_vision
 from ..pricing import PriceTable
@@ -245,6 +245,7 @@ class Agent:
                  run_id: str | None = None) -> Run:
         """The run to execute on `session` (which this process holds): `task`, or the one a killed process
         left unfinished."""
+        self._count_unanswered(session)
         if resume:
             open_run = session.open_run
             if open_run is None:
@@ -252,6 +253,22 @@ class Agent:
             return Run(self, open_run.task, session, emit, resume=open_run)
         session.close_interrupted()
         return Run(self, task, session, emit, run_id=run_id)
+
+    def _count_unanswered(self, session: Session) -> None:
+        """Log what the model calls a killed process left under way may have cost, at their worst case (the
+        prompt and the reply limit, estimated): the provider may have billed them, so the resumed run's
+        budget, the session's and the trace count them."""
+        for request in session.unanswered_requests():
+            limit = (request.params or {}).get("max_tokens")
+            reply = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else 0
+            usage = Usage(max(0, request.tokens), reply, 0, True)
+            cost = self.prices.cost(request.model, usage) if request.model else None
+            session.record(Notice(
+                request.run_id, request.step, "unanswered",
+                f"{request.model or 'the model'}: the process stopped while this call was under way; it counts at "
+                f"its worst case, estimated (the prompt{' and the reply limit' if reply else ''}): the provider "
+                "may have billed it", Usage(usage.input_tokens, reply, 0, True, 0, cost), request.model,
+                parent=request.parent))
 
     async def _stream(self, task: str, session: Session | str | None, *, resume: bool,
                       run_id: str | None = None) -> AsyncIterator[Event]:

@@ -103,16 +103,16 @@ class Caller:
         except BaseException as e:
             # The attempt in flight was billed for what it streamed, whatever stopped it (an error no retry
             # fixes, the last retry, a deadline, a cancel): it counts, on the notice that says so.
-            void = self._void(attempt)
+            void, priced_as = self._void(attempt)
             for r in held:
                 r.settle(void or Usage())
             if void is not None:
                 run.usage = run.usage + void
             if isinstance(e, ModelError):  # a failed call: the failure-rate alert counts it
-                run.emit(Notice(run_id, step, "model_error", f"{name}: {e}", void, parent=parent))
+                run.emit(Notice(run_id, step, "model_error", f"{name}: {e}", void, priced_as, parent=parent))
             elif void is not None:
                 run.emit(Notice(run_id, step, "interrupted", f"{name}: the call stopped after it streamed about "
-                                f"{void.output_tokens:,} tokens, which count", void, parent=parent))
+                                f"{void.output_tokens:,} tokens, which count", void, priced_as, parent=parent))
             raise
         usage = completion.usage
         if completion.cached:  # answered from shou's response cache: nothing was sent or spent
@@ -181,14 +181,14 @@ class Caller:
                                 parent=parent))
                 elif isinstance(ev, Retrying):
                     retries += 1
-                    void = self._void(attempt)
+                    void, priced_as = self._void(attempt, ev.model)
                     ttft = None  # what streamed is void; the reply that counts starts again
                     streamed.clear()
                     attempt.reasoning.clear()
                     text = f"{ev.reason}; retry {ev.attempt} in {ev.delay:.1f} s"
                     if void is not None:
                         text += f" (the failed attempt used about {void.total_tokens:,} tokens)"
-                    emit(Notice(run_id, step, "retry", text, void, parent=parent))
+                    emit(Notice(run_id, step, "retry", text, void, priced_as if void else "", parent=parent))
                     if void is not None:
                         self.run.usage = self.run.usage + void
                         over = [r.budget for r in held if not r.spend(void)]
@@ -208,19 +208,26 @@ class Caller:
     def _count(self, pieces: list[str]) -> int:
         return self.run.agent.token_counter.text("".join(pieces)) if pieces else 0
 
-    def _void(self, attempt: _Attempt) -> Usage | None:
-        """What the current attempt was billed if it streamed and turns out void, as shou estimates it: the
-        prompt and the part of the reply it sent (at most the reply limit: no provider bills past it); None
-        when it streamed nothing."""
+    def _void(self, attempt: _Attempt, sent_as: str = "") -> tuple[Usage | None, str]:
+        """What the current attempt was billed if it streamed and turns out void, as shou estimates it (the
+        prompt and the part of the reply it sent, at most the reply limit: no provider bills past it), and
+        the model it is priced as: `sent_as` (the attempt's own, when the model said), else the only one, or
+        the dearest a fallback chain may have used. None when it streamed nothing."""
         if not attempt.streamed:
-            return None
+            return None, ""
         output = self._count(attempt.streamed)
         limit = attempt.settings.max_tokens if attempt.settings is not None else None
         if limit:
             output = min(output, limit)
         usage = Usage(attempt.tokens, output, 0, estimated=True)
-        price, _ = self.run.accounts.dearest(model_ids(attempt.model))
-        return Usage(usage.input_tokens, output, 0, True, 0, None if price is None else price.cost(usage))
+        accounts = self.run.accounts
+        if sent_as:
+            price = accounts.prices.lookup(sent_as)
+        else:
+            ids = model_ids(attempt.model)
+            price, _ = accounts.dearest(ids)
+            sent_as = ids[0] if len(ids) == 1 else ""
+        return Usage(usage.input_tokens, output, 0, True, 0, None if price is None else price.cost(usage)), sent_as
 
 
 class _Attempt:

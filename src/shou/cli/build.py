@@ -223,17 +223,25 @@ def build_agent(opts: Options, *, open_store: bool = True):  # -> tuple[Agent, S
         max_reviews=settings.max_reviews, review_model=settings.review_model,
         agents=agent_specs(settings.agents), delegation=settings.delegation and offered("delegate"),
         mcp_servers=server_specs(settings.mcp_servers), code_mode=opts.code,
-        observers=observers(settings, opts.otel), context=ContextPolicy(embed=default_embed()),
+        observers=observers(settings, opts.otel, store), context=ContextPolicy(embed=default_embed()),
     )
     return agent, settings
 
 
-def observers(settings, otel: bool = False) -> list:  # -> list[observer]
-    """The observers the settings ask for: the failure-rate alert monitor (shared by the process's runs) and,
-    when enabled, OpenTelemetry export."""
+def observers(settings, otel: bool = False, store=None) -> list:  # -> list[observer]
+    """The observers the settings ask for: the failure-rate alert monitor (shared by the process's runs,
+    starting from the last calls the workspace's log holds) and, when enabled, OpenTelemetry export."""
     from ..observe.alerts import shared_monitor
 
-    out: list = [shared_monitor(settings.alert_window, settings.alert_threshold, settings.alert_webhook)]
+    monitor = shared_monitor(settings.alert_window, settings.alert_threshold, settings.alert_webhook)
+    if store is not None and not monitor.seeded:
+        from ..trace import recent_outcomes
+
+        try:
+            monitor.seed(recent_outcomes(store, 4 * settings.alert_window))
+        except Exception:  # a log that cannot be read: the alert starts from nothing, as before
+            monitor.seeded = True
+    out: list = [monitor]
     env = settings.env
     if otel or settings.otel or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         try:

@@ -143,8 +143,8 @@ def _timeline(out: Console, run: tr.RunTrace, full: bool, running: bool) -> None
     table.add_column("time", justify="right", no_wrap=True)
     compactions = list(run.compactions)
     # retries show on their call; the sort keeps log order within a step
-    notices = sorted(((n, kind, text) for n, kind, text in run.notices if kind not in ("retry", "model_error")),
-                     key=lambda n: n[0])
+    notices = sorted(((n, kind, text) for n, kind, text in run.notices  # these show on their call
+                      if kind not in ("retry", "model_error", "interrupted", "unanswered")), key=lambda n: n[0])
     for step in run.steps:
         while notices and notices[0][0] < step.step:  # outside any step (a failed recall, an alert)
             _notice_row(table, "", notices.pop(0)[2])

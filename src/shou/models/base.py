@@ -97,6 +97,7 @@ class Retrying:
     attempt: int
     delay: float
     reason: str
+    model: str = ""  # the name the failed attempt was sent with (in a fallback chain, the model that failed)
 
 
 

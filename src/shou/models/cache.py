@@ -34,8 +34,12 @@ __all__ = ["CachedModel", "ResponseCache", "cache_key"]
 _log = logging.getLogger("shou.cache")
 
 STORED_FINISHES = ("stop", "tool_calls")  # complete replies; "length" is cut, and None never completes
-_KEY_VERSION = 1  # bump when what goes into the key or the value changes: old entries then simply miss
+_KEY_VERSION = 2  # bump when what goes into the key or the value changes: old entries then simply miss
 _TRANSPORT_FIELDS = ("stream", "stream_options")  # how the answer travels, not what it is
+# The reply limit only cuts a reply short; it does not change a complete one. It is left out of the key (a
+# budget lowers it to what is left, which differs from run to run), and a stored reply answers a request
+# only when it fits the request's limit.
+_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens")
 BUSY_MS = 250
 
 
@@ -139,12 +143,14 @@ def cache_key(model: Any, messages: list[Message], tools: list[dict[str, Any]], 
     request_body = getattr(model, "request_body", None)
     if callable(request_body):
         # The body is exactly what the provider sees, so nothing that matters can be left out by mistake.
-        body = {k: v for k, v in request_body(messages, tools, settings).items() if k not in _TRANSPORT_FIELDS}
+        body = {k: v for k, v in request_body(messages, tools, settings).items()
+                if k not in _TRANSPORT_FIELDS and k not in _LIMIT_FIELDS}
         what: dict[str, Any] = {"body": body, "base_url": getattr(model, "base_url", "")}
     else:
         settings = settings or ModelSettings()
         what = {"model": model.name, "messages": [m.to_wire() for m in messages], "tools": tools,
-                "settings": {f.name: getattr(settings, f.name) for f in fields(ModelSettings)}}
+                "settings": {f.name: getattr(settings, f.name) for f in fields(ModelSettings)
+                             if f.name not in _LIMIT_FIELDS}}
     what["v"] = _KEY_VERSION
     # default=repr: a setting JSON cannot hold still gets a stable spelling instead of failing the call
     raw = json.dumps(what, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=repr)
@@ -183,7 +189,7 @@ class CachedModel:
         """The stored reply when there is one, else the inner model's, stored when it is complete."""
         key = cache_key(self.inner, messages, tools, settings)
         hit = self.cache.get(key)
-        replay = _replay(hit) if hit is not None else None
+        replay = _replay(hit) if hit is not None and _fits(hit, settings) else None
         if replay is not None:
             for event in replay:
                 yield event
@@ -219,6 +225,17 @@ def _strings(value: Any, change: Callable[[str], str]) -> Any:
     return value
 
 
+def _fits(value: dict[str, Any], settings: ModelSettings | None) -> bool:
+    """Whether a stored reply fits the request's reply limit (with none, any complete reply does)."""
+    limit = settings.max_tokens if settings is not None else None
+    if not limit:
+        return True
+    try:
+        return int(value.get("reply_tokens", 1 << 62)) <= limit
+    except (TypeError, ValueError):
+        return False
+
+
 def _stored(chunks: list[TextChunk | ToolCallChunk], done: Completion) -> dict[str, Any]:
     """The JSON form of a reply: its fragments in order and its completion."""
     return {
@@ -230,6 +247,10 @@ def _stored(chunks: list[TextChunk | ToolCallChunk], done: Completion) -> dict[s
         "sent_model": done.sent_model,
         # what it cost when it was asked: for reports of what the cache saved (never charged again)
         "usage": {"input_tokens": done.usage.input_tokens, "output_tokens": done.usage.output_tokens},
+        # its length in tokens, to check a later request's reply limit against: as reported, else its UTF-8
+        # bytes (an upper bound: a token is at least one byte)
+        "reply_tokens": done.usage.output_tokens or sum(len((c.text if isinstance(c, TextChunk) else
+                                                             (c.name or "") + c.arguments).encode()) for c in chunks),
     }
 
 

@@ -97,7 +97,7 @@ class FallbackModel:
                 failures.append((model, e))
                 if n + 1 < len(order):
                     following = self.models[order[n + 1]]
-                    yield Retrying(n + 1, 0.0, f"{model.name} failed ({e}); trying {following.name}")
+                    yield Retrying(n + 1, 0.0, f"{model.name} failed ({e}); trying {following.name}", model_id(model))
             finally:
                 close = getattr(events, "aclose", None)
                 if close is not None:

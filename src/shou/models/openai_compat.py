@@ -149,7 +149,7 @@ class OpenAICompatible:
                                       retry_after=error.retry_after) from None
                 raise error from None
             delay = self.retry.delay(attempt - 1, error.retry_after)
-            yield Retrying(attempt, delay, str(error))
+            yield Retrying(attempt, delay, str(error), self.model)
             await asyncio.sleep(delay)
             attempt += 1
 
