@@ -78,3 +78,25 @@ async def test_a_long_wait_for_the_limit_is_announced_with_its_reason(serve, wor
     waits = [e.text for e in second if e.type == "notice" and e.kind == "rate_limit"]
     assert len(waits) == 1 and "more than tpm = 50" in waits[0] and "raise tpm" in waits[0]
     assert not [e for e in first if e.type == "notice" and e.kind == "rate_limit"]  # the first had no wait
+
+
+async def test_rpm_from_the_settings_keeps_twenty_runs_under_a_real_per_minute_limit(tmp_path: Path,
+                                                                                     workspace: Path) -> None:
+    """The acceptance line as a user meets it, in real time: `rpm = 10` in shou.toml, a provider that allows
+    10 requests per rolling minute, 20 runs at once in one process. Takes a minute: the second ten wait."""
+    from shou.config import load_settings
+    from shou.models import build_model
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "shou.toml").write_text("rpm = 10\nmodel_retries = 0\n")
+    with LimitedProvider([{"text": "ok"}], limit=10, window=60.0) as provider:
+        settings = load_settings(env={"SHOU_CONFIG_DIR": str(tmp_path / "config"), "SHOU_WORKSPACE": str(workspace),
+                                      "SHOU_BASE_URL": provider.base_url, "SHOU_MODEL": "m", "HOME": str(tmp_path)})
+        model = build_model(settings)
+        agent = Agent(model, [], workspace=workspace)
+        try:
+            results = await asyncio.gather(*(agent.arun(f"hello {i}") for i in range(20)))
+        finally:
+            await model.aclose()
+    assert [r.status for r in results] == ["completed"] * 20, [r.error for r in results if r.error]
+    assert provider.rejected == 0 and provider.answered == 20 and provider.most_in_a_window() <= 10
