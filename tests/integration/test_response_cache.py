@@ -97,7 +97,11 @@ async def test_a_different_temperature_or_message_misses(serve, tmp_path: Path) 
     assert len(srv.requests) == 2
     await collect(model, [Message.user("say goodbye")], settings=ModelSettings(temperature=0.0))
     assert len(srv.requests) == 3
-    other = await collect(model, settings=ModelSettings(temperature=0.0, max_tokens=50))
+    # the reply limit is not part of the key: the stored reply (a few tokens) answers a request it fits...
+    fits = await collect(model, settings=ModelSettings(temperature=0.0, max_tokens=50))
+    assert len(srv.requests) == 3 and completion(fits).message.text == "answer 0" and completion(fits).cached
+    # ...and not one it would be cut by
+    other = await collect(model, settings=ModelSettings(temperature=0.0, max_tokens=1))
     assert len(srv.requests) == 4 and completion(other).message.text == "answer 3"
     await model.aclose()
 
