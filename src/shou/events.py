@@ -388,10 +388,33 @@ def _decoder(hint: Any) -> typing.Callable[[Any], Any] | None:
     if typing.get_origin(hint) is tuple:
         if typing.get_args(hint)[:1] == (PlanStep,):
             return lambda v: tuple(PlanStep.from_wire(x) for x in v)
-        return tuple
-    return None
+        return _strings
+    # A log may be damaged or planted (a cloned repository's .shou/shou.db): a field of the wrong kind makes
+    # the row undecodable (left out, as damage is), never a value that crashes whoever reads it later.
+    if typing.get_origin(hint) is dict:
+        return _kind(dict)
+    if typing.get_origin(hint) is Literal:
+        return _kind(str)
+    return _SCALARS.get(hint)
 
 
+def _kind(*kinds: type) -> typing.Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if type(value) in kinds:
+            return value
+        raise ValueError(f"expected {' or '.join(k.__name__ for k in kinds)}, not {type(value).__name__}")
+
+    return check
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("expected a list of strings")
+    return tuple(value)
+
+
+_SCALARS: dict[Any, typing.Callable[[Any], Any]] = {int: _kind(int), str: _kind(str), bool: _kind(bool),
+                                                    float: _kind(float, int)}
 _DECODERS: dict[type[Event], dict[str, typing.Callable[[Any], Any] | None]] = {}
 
 

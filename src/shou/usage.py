@@ -63,7 +63,7 @@ class Usage:
                    data.get("estimated") is True, _count(data.get("cached_tokens")), cost)
 
 
-_MOST = 2**53  # more tokens than any reply has; beyond it a count would not even survive JSON
+MOST_TOKENS = 2**53  # more tokens than any reply has; beyond it a count would not even survive JSON
 
 
 def _count(value: object) -> int:
@@ -72,7 +72,7 @@ def _count(value: object) -> int:
     estimates the counts itself)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         return 0
-    return int(min(max(value, 0), _MOST))
+    return int(min(max(value, 0), MOST_TOKENS))
 
 
 def format_cost(cost: float | None) -> str:

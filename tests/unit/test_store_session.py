@@ -213,3 +213,30 @@ def test_a_call_a_killed_process_left_under_way_counts_at_its_worst_case(tmp_pat
         s.commit()
     with SQLiteStore(tmp_path / "db") as store:  # counted once: the notices end those calls
         assert Session("u", store).unanswered_requests() == []
+
+
+@pytest.mark.parametrize("field", [{"tokens": "lots"}, {"tokens": [1]}, {"model": {"x": 1}}, {"params": [1, 2]},
+                                   {"messages": "abc"}, {"step": 1.5}])
+def test_a_planted_row_of_the_wrong_shape_is_left_out_not_a_crash_later(tmp_path: Path, field: dict) -> None:
+    """A cloned repository may ship `.shou/shou.db`: a field of the wrong kind makes its row undecodable (as
+    damage is), so resuming or continuing the session cannot crash on it."""
+    import json
+
+    from shou import Agent
+    from shou.events import event_from_dict
+    from shou.models.scripted import ScriptedModel
+
+    request = {"type": "model_request", "run_id": "run_p", "step": 1, "message_count": 1, "tool_count": 0,
+               "tokens": 10, "model": "m", **field}
+    with pytest.raises(ValueError):
+        event_from_dict(request)
+    with SQLiteStore(tmp_path / "db") as store:
+        s = Session("p", store)
+        s.record(RunStarted("run_p", "p", "task", "m"))
+        s.commit()
+        store._db.execute("INSERT INTO events (session, run_id, type, ts, data) VALUES ('p', 'run_p', "
+                          "'model_request', 0, ?)", (json.dumps(request),))
+    with SQLiteStore(tmp_path / "db") as store:
+        s = Session("p", store)
+        agent = Agent(ScriptedModel([{"text": "ok"}]), [], workspace=tmp_path, store=store)
+        assert agent._new_run("", s, True, lambda e: None).run_id == "run_p"

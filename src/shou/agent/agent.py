@@ -20,7 +20,7 @@ from ..redact import Redactor, secrets_of
 from ..session import Session
 from ..tools.base import Tool
 from ..tools.registry import ToolSet
-from ..usage import Usage
+from ..usage import MOST_TOKENS, Usage
 from .loop import Run
 
 if TYPE_CHECKING:
@@ -259,9 +259,11 @@ class Agent:
         prompt and the reply limit, estimated): the provider may have billed them, so the resumed run's
         budget, the session's and the trace count them."""
         for request in session.unanswered_requests():
+            # what the log says is checked (events.py), but it may still be any whole number: kept in range
             limit = (request.params or {}).get("max_tokens")
-            reply = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else 0
-            usage = Usage(max(0, request.tokens), reply, 0, True)
+            reply = min(limit, MOST_TOKENS) if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 \
+                else 0
+            usage = Usage(min(max(0, request.tokens), MOST_TOKENS), reply, 0, True)
             cost = self.prices.cost(request.model, usage) if request.model else None
             session.record(Notice(
                 request.run_id, request.step, "unanswered",
