@@ -198,6 +198,13 @@ class Notice(Event):
     model: str = ""
 
 
+# Notice kinds about one model call. A failed attempt or call (the failure-rate alert counts these); those
+# that end a call without an answer; and all of them, which a trace shows on their call.
+FAILED_CALL_NOTICES = ("retry", "model_error")
+ENDED_CALL_NOTICES = ("model_error", "interrupted", "unanswered")
+CALL_NOTICES = ("retry", "model_error", "interrupted", "unanswered")
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryCleared(Event):
     """The conversation was cleared (`/clear`); earlier messages stay in the log but leave the context."""

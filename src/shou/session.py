@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .events import (
+    ENDED_CALL_NOTICES,
     ApprovalDecided,
     ApprovalRequested,
     Compacted,
@@ -76,10 +77,6 @@ class OpenRun:
     def unanswered(self) -> list[ToolCall]:
         """Calls of the last model turn with no result, in call order."""
         return [c for c in self.calls if c.id not in self.finished]
-
-
-# Notices that end a model call without an answer (it failed, was stopped, or was counted after a kill).
-ENDED_CALL_NOTICES = ("model_error", "interrupted", "unanswered")
 
 
 class MessageFold:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .events import (
+    CALL_NOTICES,
+    FAILED_CALL_NOTICES,
     ApprovalDecided,
     ApprovalRequested,
     Compacted,
@@ -214,8 +216,8 @@ def recent_outcomes(store: SQLiteStore, limit: int) -> list[Event]:
     store.commit()
     rows = store._db.execute(
         "SELECT data FROM events WHERE type IN ('model_response', 'tool_call_finished') OR (type = 'notice' AND "
-        "json_valid(data) AND json_extract(data, '$.kind') IN ('retry', 'model_error')) ORDER BY id DESC LIMIT ?",
-        (limit,)).fetchall()
+        f"json_valid(data) AND json_extract(data, '$.kind') IN ({', '.join('?' * len(FAILED_CALL_NOTICES))})) "
+        "ORDER BY id DESC LIMIT ?", (*FAILED_CALL_NOTICES, limit)).fetchall()
     out = []
     for (data,) in reversed(rows):
         try:
@@ -328,8 +330,7 @@ class _Builder:
             run.notices.append((ev.step, ev.kind, ev.text))
             step = self.steps.get((run.run_id, ev.step))
             call = step.model_calls[-1] if step is not None and step.model_calls else None
-            if call is not None and not call.answered and ev.kind in ("retry", "model_error", "interrupted",
-                                                                     "unanswered"):
+            if call is not None and not call.answered and ev.kind in CALL_NOTICES:
                 if ev.kind == "retry":
                     call.notes.append(ev.text)
                 else:

@@ -112,8 +112,11 @@ def test_a_killed_run_is_traced_as_unfinished(serve, tmp_path: Path, workspace: 
     try:
         # the calculator's result is committed with the second request, which then hangs
         deadline = time.monotonic() + 30
-        while _logged(db, "model_request") < 2 and time.monotonic() < deadline and proc.poll() is None:
+        # the request is logged before it is sent: wait until the server has it, so that the hanging turn is
+        # the killed process's and the next run gets the turn after it
+        while len(srv.requests) < 2 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
+        assert _logged(db, "model_request") == 2
         assert _logged(db, "tool_call_finished") == 1, "the first tool call never finished"
     finally:
         proc.send_signal(signal.SIGKILL)

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from .. import trace as tr
 from .. import usage_report as ur
+from ..events import CALL_NOTICES
 from .build import WorkspaceOpt, fail
 from .render import STATUS_STYLE, format_arguments, json_text, printable, short
 
@@ -143,8 +144,8 @@ def _timeline(out: Console, run: tr.RunTrace, full: bool, running: bool) -> None
     table.add_column("time", justify="right", no_wrap=True)
     compactions = list(run.compactions)
     # retries show on their call; the sort keeps log order within a step
-    notices = sorted(((n, kind, text) for n, kind, text in run.notices  # these show on their call
-                      if kind not in ("retry", "model_error", "interrupted", "unanswered")), key=lambda n: n[0])
+    notices = sorted(((n, kind, text) for n, kind, text in run.notices if kind not in CALL_NOTICES),
+                     key=lambda n: n[0])  # those show on their call
     for step in run.steps:
         while notices and notices[0][0] < step.step:  # outside any step (a failed recall, an alert)
             _notice_row(table, "", notices.pop(0)[2])

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import TextIO
 
 from ..config import redact_urls
-from ..events import Event, ModelResponse, Notice, ToolCallFinished
+from ..events import FAILED_CALL_NOTICES, Event, ModelResponse, Notice, ToolCallFinished
 
 __all__ = ["AlertMonitor"]
 
@@ -132,7 +132,6 @@ def _outcome(event: Event) -> tuple[str, bool] | None:
     return None
 
 
-FAILED_CALL_NOTICES = ("retry", "model_error")
 _SHARED: dict[tuple[int, float, str | None], AlertMonitor] = {}
 
 
