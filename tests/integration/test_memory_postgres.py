@@ -301,8 +301,9 @@ def test_keyword_ranking_matches_the_sqlite_store(url: str, tmp_path: Path) -> N
         pg.add_many(items)
         for q in queries:
             want, got = lite.search(q, k=10), pg.search(q, k=10)
-            assert len(got) >= 3 and [(m.id, m.score) for m in got] == pytest.approx(
-                [(m.id, m.score) for m in want]), q
+            # ids exactly, scores within float noise (pytest 9.2 no longer compares tuples approximately)
+            assert len(got) >= 3 and [m.id for m in got] == [m.id for m in want], q
+            assert [m.score for m in got] == pytest.approx([m.score for m in want]), q
         top = ids(pg.search(QUESTION, k=5))  # the office shares no word with the question: found through Quillon
         assert "alice-job" in top and "quillon-office" in top, top
         assert ids(pg.search("agencies", session="S1")) == ids(lite.search("agencies", session="S1"))
