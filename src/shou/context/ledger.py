@@ -77,8 +77,9 @@ def note_text(entries: Sequence[Entry], spill: Spill | None, omitted: int, cap_t
         return ""
     lines = []
     for e in entries:
-        path = spill(f"result:{e.result.tool_call_id}:{len(e.result.text)}",
-                     ("untrusted-" if e.untrusted else "") + e.name, e.result.text) if spill else None
+        whole = not e.untrusted and len(" ".join(e.result.text.split())) <= RESULT_CHARS  # the line shows it all
+        path = None if whole or spill is None else spill(f"result:{e.result.tool_call_id}:{len(e.result.text)}",
+                                                 ("untrusted-" if e.untrusted else "") + e.name, e.result.text)
         lines.append(line(e, path))
     keep = _fit([count(x) for x in lines], [e.idempotent for e in entries], cap_tokens - count(HEADER) - 40)
     parts = [HEADER]
