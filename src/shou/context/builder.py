@@ -198,12 +198,14 @@ class ContextBuilder:
     def _choose(self, msgs: list[Message], blocks: list[tuple[int, int]], sizes: list[int], pin_block: int | None,
                 budget: int, query: str) -> set[int]:
         """The blocks to send: the task's, the newest ones, then older ones by relevance to `query`."""
+        if sum(sizes) <= budget:  # what was shortened (results, the task) made it all fit
+            return set(range(len(blocks)))
         chosen: set[int] = set()
         used = 0
         if pin_block is not None:
             chosen.add(pin_block)
             used += sizes[pin_block]
-        recent_cap = budget * self.policy.recent_share
+        recent_cap = used + (budget - used) * self.policy.recent_share  # a share of what the task leaves
         for b in range(len(blocks) - 1, -1, -1):
             if b in chosen:
                 continue

@@ -22,6 +22,7 @@ it could not be written)."""
 
 ARG_CHARS = 100
 RESULT_CHARS = 120
+SHORT_CHARS = 40  # a result this short is quoted even in a line cut for room
 HEADER = ("[shou] Not shown in this request (to stay within the context window). These tool calls were "
           "already made and finished: do not repeat one that changed something; read a result back from "
           "its file with read_file (offset and limit for parts).")
@@ -57,13 +58,18 @@ def _one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def line(entry: Entry, path: str | None) -> str:
-    """The ledger line of one call."""
+def line(entry: Entry, path: str | None, result_chars: int = RESULT_CHARS) -> str:
+    """The ledger line of one call, its result cut to `result_chars` (0: only a result that short)."""
     args = _one_line(entry.arguments, ARG_CHARS)
+    flat = " ".join(entry.result.text.split())
     if entry.untrusted:  # outside content: pointed to, never quoted next to shou's own words
         result = "(outside content, not quoted here)"
+    elif not flat:
+        result = "(empty result)"
+    elif len(flat) <= max(result_chars, SHORT_CHARS):
+        result = flat
     else:
-        result = _one_line(entry.result.text, RESULT_CHARS) or "(empty result)"
+        result = _one_line(flat, result_chars) if result_chars else "(see the file)"
     where = f" [whole result: {path}]" if path else ""
     return f"- {entry.name}({args}) → {result}{where}"
 
@@ -71,24 +77,27 @@ def line(entry: Entry, path: str | None) -> str:
 def note_text(entries: Sequence[Entry], spill: Spill | None, omitted: int, cap_tokens: int,
               count: Callable[[str], int]) -> str:
     """The note for a request that leaves out `omitted` messages and does not show the results of
-    `entries`, in at most about `cap_tokens` tokens. When not all lines fit, read-only calls go first, then
-    the oldest, and the note says how many were not listed."""
+    `entries`, in at most about `cap_tokens` tokens. When the lines do not fit, read-only calls lose their
+    result's text first, then the others; then read-only calls go, oldest first, then the others; the note
+    says how many were not listed."""
     if not entries and not omitted:
         return ""
-    lines = []
+    forms = []
     for e in entries:
         whole = not e.untrusted and len(" ".join(e.result.text.split())) <= RESULT_CHARS  # the line shows it all
         path = None if whole or spill is None else spill(f"result:{e.result.tool_call_id}:{len(e.result.text)}",
-                                                 ("untrusted-" if e.untrusted else "") + e.name, e.result.text)
-        lines.append(line(e, path))
-    keep = _fit([count(x) for x in lines], [e.idempotent for e in entries], cap_tokens - count(HEADER) - 40)
+                                                         ("untrusted-" if e.untrusted else "") + e.name,
+                                                         e.result.text)
+        forms.append((line(e, path), line(e, path, 0)))
+    shown = _fit([(count(a), count(b)) for a, b in forms], [e.idempotent for e in entries],
+                 cap_tokens - count(HEADER) - 40)
     parts = [HEADER]
     if omitted:
         parts.append(f"{omitted} older messages are not shown (the summary in the system message covers "
                      "the compacted ones).")
-    parts += [x for i, x in enumerate(lines) if i in keep]
-    if len(keep) < len(lines):
-        parts.append(f"({len(lines) - len(keep)} earlier calls are not listed for lack of room; the "
+    parts += [forms[i][form] for i, form in sorted(shown.items())]
+    if len(shown) < len(forms):
+        parts.append(f"({len(forms) - len(shown)} earlier calls are not listed for lack of room; the "
                      "summary covers what they found.)")
     return "\n".join(parts)
 
@@ -101,14 +110,19 @@ def bound(entries: Sequence[Entry], omitted_possible: bool, cap_tokens: int, cou
     return min(total, cap_tokens) + 8
 
 
-def _fit(sizes: list[int], idempotent: list[bool], room: int) -> set[int]:
-    """The indices to keep within `room` tokens: drop read-only calls oldest first, then the oldest."""
-    keep = set(range(len(sizes)))
-    used = sum(sizes)
+def _fit(sizes: list[tuple[int, int]], idempotent: list[bool], room: int) -> dict[int, int]:
+    """Index -> form (0 full, 1 short) of the lines to keep within `room` tokens."""
+    shown = dict.fromkeys(range(len(sizes)), 0)
+    used = sum(full for full, _ in sizes)
     order = [i for i in range(len(sizes)) if idempotent[i]] + [i for i in range(len(sizes)) if not idempotent[i]]
     for i in order:
         if used <= room:
+            return shown
+        shown[i] = 1
+        used -= sizes[i][0] - sizes[i][1]
+    for i in order:
+        if used <= room:
             break
-        keep.discard(i)
-        used -= sizes[i]
-    return keep
+        del shown[i]
+        used -= sizes[i][1]
+    return shown
