@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,25 +17,10 @@ from shou.context.tokens import TokenCounter
 from shou.context.validate import validate_messages
 from shou.messages import Message
 
-from .conftest import shou_env
+from ..fixtures.count_tools import append_line
+from .conftest import FIXTURES, shou_env
 
 COUNTER = TokenCounter("scripted-test")
-TOOLS = '''
-from shou import ToolContext, tool
-
-
-@tool
-def append_line(ctx: ToolContext, text: str) -> str:
-    """Append a line to count.txt in the workspace (not idempotent: each call adds one).
-
-    Args:
-        text: the line to add
-    """
-    path = ctx.workspace / "count.txt"
-    with path.open("a") as f:
-        f.write(text + "\\n")
-    return f"appended; count.txt now has {len(path.read_text().splitlines())} line(s)"
-'''
 APPEND = {"tool_calls": [{"name": "append_line", "arguments": {"text": "done"}}]}
 SEEN_APPEND = r"append_line\(.*\).*\n?.*count\.txt now has 1 line|count\.txt now has 1 line"
 
@@ -53,8 +39,7 @@ def filler(tokens: int, seed: int) -> str:
 
 
 def run(tmp_path: Path, workspace: Path, srv, task: str, *args: str) -> subprocess.CompletedProcess[str]:
-    tools = tmp_path / "count_tools.py"
-    tools.write_text(TOOLS)
+    tools = FIXTURES / "count_tools.py"
     env = shou_env(tmp_path, srv)
     # CONTEXT_TEST_SHOU=/path/to/other/src runs another shou against this scripted server (the old one, to
     # see these faults happen: the script's `expect` is newer than that shou).
@@ -131,3 +116,54 @@ def test_results_that_fill_a_small_window_stay_reachable(serve, tmp_path: Path, 
     assert any("[shou:compact]" in str(r["messages"][0]["content"]) for r in srv.requests)  # compaction ran
     last = json.dumps(normal[-1]["messages"])
     assert "Not shown in this request" in last and ".shou/outputs/read_file-" in last
+
+
+def test_through_the_library_nothing_is_dropped_unsaid(serve, workspace: Path) -> None:
+    """The same 8k-window case with the window given in Python, over the real HTTP client: every request the
+    model gets after the reads still holds the append's record and the early fact (no `expect` here: what
+    was sent is checked afterwards)."""
+    from shou import Agent
+    from shou.context.builder import ContextPolicy
+    from shou.models.openai_compat import OpenAICompatible
+    from shou.tools.builtin.files import read_file
+
+    fact = "the vault code is 7341"
+    for i in range(1, 9):
+        body = filler(3_740, 10 + i)
+        (workspace / f"f{i}.txt").write_text(f"{fact}.\n{body}\n" if i == 1 else body + "\n")
+    turns = [APPEND] + [{"tool_calls": [{"name": "read_file", "arguments": {"path": f"f{i}.txt"}}]}
+                        for i in range(1, 9)] + [{"text": "The vault code is 7341."}]
+    turns += [{"summary": True, "text": "Summary: files are being read one by one."}] * 20
+    srv = serve(turns)
+    agent = Agent(OpenAICompatible("m", base_url=srv.base_url), [append_line, read_file], workspace=workspace,
+                  context=ContextPolicy(window=8192))
+    result = agent.run("Append 'done' to count.txt, read f1.txt to f8.txt, then tell me the vault code.")
+    assert result.status == "completed", result.error
+    normal = check_requests(srv.requests, 8192)
+    for body in normal[2:]:
+        text = json.dumps(body["messages"])
+        assert "count.txt now has 1 line" in text  # the side effect's record is in every request
+    last = "\n".join(str(m["content"]) for m in normal[-1]["messages"])
+    assert fact in last or any(fact in (workspace / p).read_text()
+                               for p in re.findall(r"\.shou/outputs/read_file-\w+\.txt", last))
+
+
+def test_a_big_system_prompt_counts_towards_compaction(serve, workspace: Path) -> None:
+    """Instructions of half the window: the trigger must count them, or older turns are dropped with
+    compaction never starting."""
+    from shou import Agent
+    from shou.context.builder import ContextPolicy
+    from shou.models.openai_compat import OpenAICompatible
+    from shou.tools.builtin.files import read_file
+
+    for i in range(1, 7):
+        (workspace / f"f{i}.txt").write_text(filler(700, 40 + i) + "\n")
+    turns = [{"tool_calls": [{"name": "read_file", "arguments": {"path": f"f{i}.txt"}}]} for i in range(1, 7)]
+    turns += [{"text": "done"}] + [{"summary": True, "text": "Summary: read f1 to f5."}] * 10
+    srv = serve(turns)
+    agent = Agent(OpenAICompatible("m", base_url=srv.base_url), [read_file], filler(4_000, 99),
+                  workspace=workspace, context=ContextPolicy(window=8192, reserve_output=500))
+    result = agent.run("Read f1.txt to f6.txt.")
+    assert result.status == "completed", result.error
+    check_requests(srv.requests, 8192)
+    assert any("[shou:compact]" in str(r["messages"][0]["content"]) for r in srv.requests)
