@@ -55,6 +55,11 @@ class RunContext:
         self.catalog = skills.catalog() if skills is not None else ""
         self.untrusted = any(getattr(t, "untrusted_output", False) for t in agent.tools)
         self.pinned = max(0, len(session.messages) - 1)  # the task, recorded just before the first step
+        task = getattr(run, "task", "")
+        if run.resume is not None and task:  # a resumed run's task is further back: its newest user message
+            self.pinned = next((i for i in range(len(session.messages) - 1, -1, -1)
+                                if session.messages[i].role == "user" and session.messages[i].text == task),
+                               self.pinned)
         self._tool_tokens: dict[tuple[str, ...], tuple[list[dict[str, Any]], int]] = {}
 
     def recall(self, task: str) -> None:

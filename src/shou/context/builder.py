@@ -268,6 +268,8 @@ class ContextBuilder:
         """The task shortened into a file when it leaves no room: its head and tail, and where the whole is."""
         lo, hi = blocks[pin_block]
         task = msgs[lo]
+        if task.role != "user":  # the pinned message is not a task (a resumed run's last message): leave it
+            return msgs
         size = self.counter.message(task)
         others = self.history_tokens(msgs) - self.history_tokens(msgs[lo:hi])
         target = max(room // 2, room - others)
