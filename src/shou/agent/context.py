@@ -121,7 +121,7 @@ class RunContext:
         upto = session.summary_upto
         live = history[upto:]
         pinned = self.pinned - upto
-        earlier = [m for i, m in enumerate(history[:upto]) if i != self.pinned]
+        earlier = history[self.pinned + 1:upto]  # this run's compacted messages: their calls are listed
         if pinned < 0:  # the task was summarised (by an older shou, or /compact): keep it verbatim anyway
             live = [history[self.pinned], *live]
             pinned = 0

@@ -182,7 +182,8 @@ class ContextBuilder:
                                   tool_tokens)
         msgs = self._previews(msgs, base, spill)
         newest = blocks[-1][0] if blocks else len(msgs)
-        room = base - ledger.bound(done_before + self._entries(history[:newest]), True, cap, self.counter.text)
+        since = history[(pinned + 1 if pinned is not None else 0):newest]
+        room = base - ledger.bound(done_before + self._entries(since), True, cap, self.counter.text)
         pin_block = next((b for b, (lo, hi) in enumerate(blocks) if lo <= (pinned or 0) < hi), None)
         if pinned is None:
             pin_block = None
@@ -232,7 +233,11 @@ class ContextBuilder:
         """The request from the chosen blocks, with the note of what is left out after the task."""
         left_out = [m for b, (lo, hi) in enumerate(blocks) if b not in chosen for m in msgs[lo:hi]]
         omitted = len(left_out)
-        note = ledger.note_text(done_before + self._entries(left_out), spill, omitted, cap, self.counter.text)
+        # The calls since the task are this run's: earlier runs' are the summary's to keep (listing, and
+        # writing out, a long session's every result again in each run would cost more than it helps).
+        since = [m for b, (lo, hi) in enumerate(blocks) if b not in chosen and (pinned is None or lo > pinned)
+                 for m in msgs[lo:hi]]
+        note = ledger.note_text(done_before + self._entries(since), spill, omitted, cap, self.counter.text)
         out: list[Message] = []
         for b in sorted(chosen):
             lo, hi = blocks[b]
