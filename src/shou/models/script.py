@@ -23,7 +23,8 @@ A turn can check what it is sent, as a model that must see an earlier result to 
 ```
 The turn plays only when every pattern is found (`re.search`) in the request's messages (their text and
 tool calls' names and arguments); else `otherwise` plays and the turn stays for the next request, as a model
-that does not see what it did would do it again (without `otherwise`: an error turn, 409).
+that does not see what it did would do it again (without `otherwise`: an error turn, 409). Served with
+`turn_by="history"`, an `otherwise` reply counts as a turn of the conversation: use `expect` in order.
 `Playback` is the script being played (shared by `ScriptedModel` and the server's threads) and `render`
 turns a turn into the `Answer` both of them send.
 """
