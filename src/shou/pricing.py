@@ -2,7 +2,8 @@
 
 The presets' default models have list prices here (as published when this table was written; providers
 change them, so `[models."NAME"]` in shou.toml sets or overrides any model's: `input_price`,
-`cached_input_price`, `output_price`). NAME is the model name sent to the provider. A model with no
+`cached_input_price`, `output_price`; the same table's `context_window` is read by shou.context.tokens).
+NAME is the model name sent to the provider. A model with no
 price has an unknown cost, shown as unknown: never as zero, which would make a budget meaningless.
 """
 
@@ -60,7 +61,8 @@ class PriceTable:
     def __init__(self, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.prices: dict[str, Price] = dict(DEFAULT_PRICES)
         for name, entry in (overrides or {}).items():
-            self.prices[name] = _merge(self.prices.get(name), entry, name)
+            if any(k in entry for k in PRICE_KEYS):  # a table may set only the model's context_window
+                self.prices[name] = _merge(self.prices.get(name), entry, name)
         self._found: dict[str, Price | None] = {}  # every call is priced: look each name up once
 
     def lookup(self, model: str) -> Price | None:

@@ -53,8 +53,9 @@ class Settings:
     session_token_budget: int | None = _s(None, "most tokens all runs of one session may use", minimum=1)
     session_max_cost: float | None = _s(None, "most US dollars all runs of one session may spend", minimum=0)
     models: dict[str, dict[str, float]] = field(default_factory=dict, metadata={
-        "help": 'prices per model, USD per million tokens: [models."NAME"] input_price, cached_input_price, '
-                "output_price (SHOU_MODELS: the same as JSON)"})
+        "help": 'per model: [models."NAME"] input_price, cached_input_price, output_price (USD per million '
+                "tokens) and context_window (tokens, for a model shou does not know; SHOU_MODELS: the same as "
+                "JSON)"})
     rpm: int | None = _s(None, "most requests per minute to the provider, shared by every run of the process",
                          minimum=1)
     tpm: int | None = _s(None, "most tokens per minute to the provider, shared by every run of the process",
@@ -256,28 +257,45 @@ def _named_tables(raw: Any, key: str, fields: str) -> dict[str, dict[str, Any]]:
 
 
 def _price_table(raw: Any) -> dict[str, dict[str, float]]:
-    """`[models."NAME"]` tables: each a table of prices, USD per million tokens, none negative."""
-    from .pricing import PRICE_KEYS
+    """`[models."NAME"]` tables: prices, USD per million tokens, none negative, and the model's
+    `context_window` in tokens (a whole number in `WINDOW_RANGE`)."""
+    from .pricing import DEFAULT_PRICES, PRICE_KEYS
 
     if not isinstance(raw, dict):
-        raise ValueError('expected tables [models."NAME"] with input_price, output_price, cached_input_price')
+        raise ValueError('expected tables [models."NAME"] with input_price, output_price, cached_input_price, '
+                         "context_window")
     out: dict[str, dict[str, float]] = {}
     for name, entry in raw.items():
         if not isinstance(entry, dict):
-            raise ValueError(f'[models."{name}"] must be a table of prices')
-        unknown = sorted(set(entry) - set(PRICE_KEYS))
+            raise ValueError(f'[models."{name}"] must be a table of prices and context_window')
+        unknown = sorted(set(entry) - {*PRICE_KEYS, "context_window"})
         if unknown:
             raise ValueError(f'[models."{name}"]: unknown key(s) {", ".join(map(str, unknown))}; known: '
-                             f"{', '.join(PRICE_KEYS)}")
-        prices = {}
+                             f"{', '.join(PRICE_KEYS)}, context_window")
+        values: dict[str, float] = {}
         for key, value in entry.items():
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-                raise ValueError(f'[models."{name}"] {key} must be a finite number of US dollars per million '
-                                 "tokens, not negative")
-            prices[key] = float(value)
-        from .pricing import DEFAULT_PRICES
-
-        if name not in DEFAULT_PRICES and not {"input_price", "output_price"} <= set(prices):
+            values[key] = _window(name, value) if key == "context_window" else _price(name, key, value)
+        prices = set(values) - {"context_window"}
+        if prices and name not in DEFAULT_PRICES and not {"input_price", "output_price"} <= prices:
             raise ValueError(f'[models."{name}"] needs input_price and output_price (USD per million tokens)')
-        out[str(name)] = prices
+        out[str(name)] = values
     return out
+
+
+def _price(name: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ValueError(f'[models."{name}"] {key} must be a finite number of US dollars per million '
+                         "tokens, not negative")
+    return float(value)
+
+
+def _window(name: str, value: Any) -> int:
+    from .context.tokens import WINDOW_RANGE
+
+    low, high = WINDOW_RANGE
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f'[models."{name}"] context_window must be a whole number of tokens from {low:,} to '
+                         f"{high:,}, not {value!r}")
+    return value

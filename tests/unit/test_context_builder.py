@@ -51,9 +51,11 @@ def test_every_built_request_is_valid_and_within_budget(spec: list, window: int)
     last_block = blocks_of(history)[-1]
     assert [m.role for m in built.messages[-(last_block[1] - last_block[0]):]] == \
         [m.role for m in history[last_block[0]:]]  # and so is the newest block
-    assert built.tokens <= builder.budget + 64 or len(built.messages) <= 2 + (last_block[1] - last_block[0])
+    noted = int(built.omitted > 0)  # the note of what is left out follows the task
+    assert built.tokens <= builder.budget + 64 or len(built.messages) <= 2 + noted + (last_block[1] - last_block[0])
     if built.omitted:
         assert "older messages are not shown" in built.messages[0].text
+        assert built.messages[2].role == "user" and "Not shown in this request" in built.messages[2].text
 
 
 def test_relevant_old_blocks_come_back_in_order() -> None:

@@ -2,7 +2,9 @@
 
 Reads the workspace's `.shou/AGENTS.md` and `.shou/MEMORY.md`, lists the agent's skills, recalls long-term
 memories once per run, compacts history past the threshold (emitting `Compacted`), picks the relevant tools,
-and builds the messages under the token budget (with the skills the session loaded).
+and builds the messages under the token budget (with the skills the session loaded). What a request leaves
+out is written to files under `.shou/outputs/` (readable by this session only, `tools/spills.py`) and named
+in the request, so the model can always get it back.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from ..context.builder import ContextBuilder, ContextPolicy, system_text
 from ..context.compaction import SUMMARY_MAX_TOKENS, summarize
 from ..context.relevance import select_tools
 from ..context.tokens import TokenCounter, context_window
+from ..errors import ShouError
 from ..events import Compacted, Event, Notice
 from ..messages import Message
 from ..models.base import ModelSettings, model_id
+from ..tools import spills
 from ..usage import Usage
-from ..workspace import read_state_text
+from ..workspace import read_state_text, save_output
 
 if TYPE_CHECKING:
     from .loop import Run
@@ -38,7 +42,12 @@ class RunContext:
         self.emit: Callable[[Event], None] = run.emit
         self.policy: ContextPolicy = agent.context
         self.counter: TokenCounter = agent.token_counter
-        self.builder = ContextBuilder(self.counter, context_window(agent.model.name, self.policy.window), self.policy)
+        tools = agent.tools
+        self.builder = ContextBuilder(
+            self.counter, context_window(agent.model.name, self.policy.window, getattr(agent.settings, "models", None)),
+            self.policy, idempotent=lambda name: bool(getattr(tools.get(name), "idempotent", False)),
+            untrusted=lambda name: bool(getattr(tools.get(name), "untrusted_output", True)))
+        self._spilled: dict[str, str] = {}
         self.rules = read_state_text(agent.workspace, "AGENTS.md")
         self.memory_md = read_state_text(agent.workspace, "MEMORY.md")
         self.recalled: list[str] = []
@@ -46,6 +55,11 @@ class RunContext:
         self.catalog = skills.catalog() if skills is not None else ""
         self.untrusted = any(getattr(t, "untrusted_output", False) for t in agent.tools)
         self.pinned = max(0, len(session.messages) - 1)  # the task, recorded just before the first step
+        task = getattr(run, "task", "")
+        if run.resume is not None and task:  # a resumed run's task is further back: its newest user message
+            self.pinned = next((i for i in range(len(session.messages) - 1, -1, -1)
+                                if session.messages[i].role == "user" and session.messages[i].text == task),
+                               self.pinned)
         self._tool_tokens: dict[tuple[str, ...], tuple[list[dict[str, Any]], int]] = {}
 
     def recall(self, task: str) -> None:
@@ -86,15 +100,6 @@ class RunContext:
         query = self.query()
         specs, tool_tokens = self.tools(query)
         history = self.session.messages
-        cut = self.builder.compaction_point(history, self.session.summary_upto, tool_tokens)
-        if cut is not None:
-            await self.compact(step, cut)
-        upto = self.session.summary_upto
-        live = history[upto:]
-        pinned: int | None = self.pinned - upto
-        if pinned is not None and pinned < 0:  # the task itself was summarised: keep it verbatim anyway
-            live = [history[self.pinned], *live]
-            pinned = 0
         session = self.session
 
         def render(omitted: int) -> str:  # workspace files and memories may hold a key: it is never sent
@@ -104,8 +109,38 @@ class RunContext:
                 omitted=omitted, untrusted=self.untrusted, skills=self.catalog,
                 loaded_skills=getattr(session, "loaded_skills", None)))
 
-        built = self.builder.build(render, live, pinned=pinned, tool_tokens=tool_tokens, query=query)
+        # What every request costs besides the history: the trigger counts it, or a big task or system
+        # prompt would leave the window full with compaction never starting.
+        fixed = self.counter.text(render(0)) + tool_tokens
+        if self.pinned < session.summary_upto:
+            fixed += self.counter.message(history[self.pinned])
+        cut = self.builder.compaction_point(history, session.summary_upto, fixed,
+                                            self.pinned if history else None)
+        if cut is not None:
+            await self.compact(step, cut)
+        upto = session.summary_upto
+        live = history[upto:]
+        pinned = self.pinned - upto
+        earlier = history[self.pinned + 1:upto]  # this run's compacted messages: their calls are listed
+        if pinned < 0:  # the task was summarised (by an older shou, or /compact): keep it verbatim anyway
+            live = [history[self.pinned], *live]
+            pinned = 0
+        built = self.builder.build(render, live, pinned=pinned, tool_tokens=tool_tokens, query=query,
+                                   spill=self.spill, earlier=earlier)
         return built.messages, specs, built.tokens
+
+    def spill(self, key: str, label: str, text: str) -> str | None:
+        """Write `text` (a result or the task a request cannot hold whole) to a file of this session, once per
+        `key`, and return its workspace-relative path; None when it cannot be written."""
+        path = self._spilled.get(key)
+        if path is None:
+            try:
+                path = save_output(self.agent.workspace, label, text.encode("utf-8"))
+            except (OSError, ShouError):
+                return None
+            spills.claim(self.session.name, path)
+            self._spilled[key] = path
+        return path
 
     async def compact(self, step: int, cut: int) -> Compacted | None:
         """Summarise the session's messages up to `cut` into the running summary. Each summary call is a
@@ -132,8 +167,11 @@ class RunContext:
 
         t0 = time.perf_counter()
         try:
-            summary = await summarize(ask, self.counter, history[start:cut], self.session.summary,
-                                      self.builder.budget // 2)
+            # The task is sent verbatim in every request: summarising it too would only cost a call.
+            folded = [m for i, m in enumerate(history[start:cut], start) if i != self.pinned]
+            if not folded:
+                return None
+            summary = await summarize(ask, self.counter, folded, self.session.summary, self.builder.budget // 2)
         except Exception as e:  # the builder still trims by budget; the run goes on
             why = f"not compacted: {e}" if isinstance(e, BudgetExceeded) else \
                 f"compaction failed ({type(e).__name__}: {e})"

@@ -6,6 +6,11 @@ user message, a plain assistant message, or an assistant message with tool calls
 results. Blocks are never split, so a request never holds an orphaned tool call or result. The current task
 is always kept; then the most recent blocks; then older blocks by relevance to the current step, in their
 original order.
+
+When the history does not fit (after compaction, which the run does first: `compaction_point`), large tool
+results are written to files and sent as a preview with the path; then a task too big to leave room is
+shortened the same way. Whatever is still left out is said in a note after the task (`ledger.py`): every
+finished call whose result is not shown, with a one-line result and the file to read it back from.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from dataclasses import dataclass, field
 
 from ..messages import Message
 from ..tools.truncate import truncate
+from . import ledger
+from .ledger import Spill
 from .relevance import Embedder, rank
 from .tokens import TokenCounter
 
@@ -43,6 +50,11 @@ class ContextPolicy:
     recall_k: int = 5
     spill_chars: int = 20_000
     embed: Embedder | None = field(default=None, compare=False)
+
+
+LARGE_SHARE = 0.2  # a tool result over this share of the budget is sent as a preview when things do not fit
+PREVIEW_TOKENS = 300
+LEDGER_SHARE = 0.2  # the most of the budget the note of left-out calls may take
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,61 +111,102 @@ def system_text(instructions: str, *, rules: str = "", memory_md: str = "", work
     if summary.strip():
         parts.append("## Summary of the earlier conversation\n" + summary.strip())
     if omitted:
-        parts.append(f"({omitted} older messages are not shown here to save space.)")
+        parts.append(f"({omitted} older messages are not shown here to save space; the note after the task "
+                     "lists the tool calls among them and where to read their results.)")
     return "\n\n".join(parts)
 
 
 class ContextBuilder:
-    """Builds requests for one model under its window."""
+    """Builds requests for one model under its window. `idempotent(name)` and `untrusted(name)` say which
+    tools are read-only and which return outside content (for the note of left-out calls)."""
 
-    def __init__(self, counter: TokenCounter, window: int, policy: ContextPolicy) -> None:
+    def __init__(self, counter: TokenCounter, window: int, policy: ContextPolicy, *,
+                 idempotent: Callable[[str], bool] | None = None,
+                 untrusted: Callable[[str], bool] | None = None) -> None:
         self.counter = counter
         self.window = window
         self.policy = policy
+        self.idempotent = idempotent or (lambda name: False)
+        self.untrusted = untrusted or (lambda name: False)
 
     @property
     def budget(self) -> int:
-        """Tokens available to the messages of a request."""
-        return max(1024, self.window - self.policy.reserve_output)
+        """Tokens available to the messages of a request. A small window cannot give 4k to the answer: the
+        reserve is at most a quarter of it."""
+        return max(1024, self.window - min(self.policy.reserve_output, self.window // 4))
 
     def history_tokens(self, history: list[Message]) -> int:
         """Tokens of `history` sent whole."""
         return sum(self.counter.message(m) for m in history)
 
-    def compaction_point(self, history: list[Message], start: int, tool_tokens: int) -> int | None:
-        """Where to cut for compaction (everything in `start`..cut is summarised), or None if not needed."""
+    def compaction_point(self, history: list[Message], start: int, fixed: int = 0,
+                         pinned: int | None = None) -> int | None:
+        """Where to cut for compaction (the messages in `start`..cut but the task `pinned` are summarised),
+        or None if not needed. `fixed` is what every request costs besides `history[start:]`: the system
+        text, the tool specs, and the task when it is no longer in that range.
+
+        The newest block is always kept verbatim, and the task never needs summarising (it is always sent),
+        so a cut that would only take the task is no cut at all."""
         if not self.policy.auto_compact:
             return None
         live = history[start:]
-        if self.history_tokens(live) + tool_tokens < self.policy.compact_at * self.window:
+        if fixed + self.history_tokens(live) < self.policy.compact_at * self.window:
             return None
         keep = self.policy.keep_recent * self.window
+        pin = None if pinned is None else pinned - start
+        others = [(lo, hi) for lo, hi in blocks_of(live) if pin is None or not lo <= pin < hi]
         kept = 0
-        for lo, hi in reversed(blocks_of(live)):
-            kept += sum(self.counter.message(m) for m in live[lo:hi])
+        for k, (lo, hi) in enumerate(reversed(others)):
+            kept += self.history_tokens(live[lo:hi])
             if kept > keep:
-                return start + hi if start + hi < len(history) else None
-        return None
+                cut = start + (hi if k else lo)  # the newest block alone is over: fold everything before it
+                break
+        else:
+            return None
+        return cut if any(i != pinned for i in range(start, cut)) else None
 
     def build(self, system: Callable[[int], str], history: list[Message], *, pinned: int | None = None,
-              tool_tokens: int = 0, query: str = "") -> Built:
+              tool_tokens: int = 0, query: str = "", spill: Spill | None = None,
+              earlier: list[Message] | None = None) -> Built:
         """The request: the system text (`system(omitted)`) plus as much of `history` as fits, `pinned`
-        (the current task) always."""
-        count = self.counter.message
+        (the current task) always. `earlier` are the compacted messages (their calls are listed in the
+        note); `spill` writes a left-out or previewed text to a file the model can read back."""
         sys_msg = Message.system(system(0))
-        budget = self.budget - tool_tokens - count(sys_msg) - OMITTED_NOTE_TOKENS
+        base = self.budget - tool_tokens - self.counter.message(sys_msg) - OMITTED_NOTE_TOKENS
         blocks = blocks_of(history)
-        sizes = [sum(count(m) for m in history[lo:hi]) for lo, hi in blocks]
-        if sum(sizes) <= budget:
-            msgs = [sys_msg, *history]
-            return Built(msgs, self.counter.messages(msgs) + tool_tokens, 0)
+        done_before = self._entries(earlier or [])
+        cap = int(base * LEDGER_SHARE)
+        msgs = list(history)
+        if self.history_tokens(msgs) + ledger.bound(done_before, False, cap, self.counter.text) <= base:
+            return self._assemble(system, msgs, blocks, set(range(len(blocks))), done_before, pinned, spill, cap,
+                                  tool_tokens)
+        msgs = self._previews(msgs, base, spill)
+        newest = blocks[-1][0] if blocks else len(msgs)
+        since = history[(pinned + 1 if pinned is not None else 0):newest]
+        room = base - ledger.bound(done_before + self._entries(since), True, cap, self.counter.text)
+        pin_block = next((b for b, (lo, hi) in enumerate(blocks) if lo <= (pinned or 0) < hi), None)
+        if pinned is None:
+            pin_block = None
+        if pin_block is not None:
+            msgs = self._fit_task(msgs, blocks, pin_block, room, spill)
+        sizes = [self.history_tokens(msgs[lo:hi]) for lo, hi in blocks]
+        chosen = self._choose(msgs, blocks, sizes, pin_block, room, query)
+        return self._assemble(system, msgs, blocks, chosen, done_before, pinned, spill, cap, tool_tokens)
+
+    def _entries(self, messages: list[Message]) -> list[ledger.Entry]:
+        return ledger.entries_of(messages, self.idempotent, self.untrusted)
+
+    def _choose(self, msgs: list[Message], blocks: list[tuple[int, int]], sizes: list[int], pin_block: int | None,
+                budget: int, query: str) -> set[int]:
+        """The blocks to send: the task's, the newest ones, then older ones by relevance to `query`."""
+        if sum(sizes) <= budget:  # what was shortened (results, the task) made it all fit
+            return set(range(len(blocks)))
         chosen: set[int] = set()
         used = 0
-        pin_block = next((b for b, (lo, hi) in enumerate(blocks) if lo <= (pinned or 0) < hi), None)
-        if pinned is not None and pin_block is not None:
+        if pin_block is not None:
             chosen.add(pin_block)
             used += sizes[pin_block]
-        recent_cap = budget * self.policy.recent_share
+        recent_cap = used + (budget - used) * self.policy.recent_share  # a share of what the task leaves
         for b in range(len(blocks) - 1, -1, -1):
             if b in chosen:
                 continue
@@ -164,7 +217,7 @@ class ContextBuilder:
         older = [b for b in range(len(blocks)) if b not in chosen and b < max(chosen, default=0)]
         if older and self.policy.relevance and query:
             docs = [" ".join(m.text + " ".join(c.arguments for c in m.tool_calls)
-                             for m in history[blocks[b][0]:blocks[b][1]]) for b in older]
+                             for m in msgs[blocks[b][0]:blocks[b][1]]) for b in older]
             scores = rank(query, docs, self.policy.embed)
             for score, b in sorted(zip(scores, older, strict=True), reverse=True):
                 if score <= 0:
@@ -172,17 +225,81 @@ class ContextBuilder:
                 if used + sizes[b] <= budget:
                     chosen.add(b)
                     used += sizes[b]
-        msgs: list[Message] = []
+        return chosen
+
+    def _assemble(self, system: Callable[[int], str], msgs: list[Message], blocks: list[tuple[int, int]],
+                  chosen: set[int], done_before: list[ledger.Entry], pinned: int | None, spill: Spill | None,
+                  cap: int, tool_tokens: int) -> Built:
+        """The request from the chosen blocks, with the note of what is left out after the task."""
+        left_out = [m for b, (lo, hi) in enumerate(blocks) if b not in chosen for m in msgs[lo:hi]]
+        omitted = len(left_out)
+        # The calls since the task are this run's: earlier runs' are the summary's to keep (listing, and
+        # writing out, a long session's every result again in each run would cost more than it helps).
+        since = [m for b, (lo, hi) in enumerate(blocks) if b not in chosen and (pinned is None or lo > pinned)
+                 for m in msgs[lo:hi]]
+        note = ledger.note_text(done_before + self._entries(since), spill, omitted, cap, self.counter.text)
+        out: list[Message] = []
         for b in sorted(chosen):
             lo, hi = blocks[b]
-            msgs.extend(history[lo:hi])
-        if used > budget:  # one block alone is too big (a huge tool result): shrink the newest block's tools
-            msgs = self._shrink(msgs, used - budget)
-        omitted = len(history) - sum(blocks[b][1] - blocks[b][0] for b in chosen)
-        if omitted:
-            sys_msg = Message.system(system(omitted))
-        out = [sys_msg, *msgs]
-        return Built(out, self.counter.messages(out) + tool_tokens, omitted)
+            out.extend(msgs[lo:hi])
+            if note and pinned is not None and lo <= pinned < hi:
+                out.append(Message.user(note))
+                note = ""
+        if note:  # no task in this history (a chat's compacted session): the note goes first
+            out.insert(0, Message.user(note))
+        sys_msg = Message.system(system(omitted)) if omitted else Message.system(system(0))
+        excess = self.counter.messages([sys_msg, *out]) + tool_tokens - self.budget
+        if excess > 0:  # one block alone is too big (a huge result and no file to put it in): shrink its tools
+            out = self._shrink(out, excess)
+        full = [sys_msg, *out]
+        return Built(full, self.counter.messages(full) + tool_tokens, omitted)
+
+    def _previews(self, msgs: list[Message], base: int, spill: Spill | None) -> list[Message]:
+        """Large tool results as a preview and the path of a file holding the whole result."""
+        large = max(PREVIEW_TOKENS * 2, int(base * LARGE_SHARE))
+        out = list(msgs)
+        for i, m in enumerate(out):
+            if m.role != "tool" or self.counter.message(m) <= large:
+                continue
+            label = ("untrusted-" if self.untrusted(m.name or "") else "") + (m.name or "tool")
+            path = spill(f"result:{m.tool_call_id}:{len(m.text)}", label, m.text) if spill else None
+            hint = (f"the whole result ({len(m.text)} characters) is in {path}; read it with read_file and "
+                    "offset") if path else "the full result is in the session log"
+            out[i] = Message.tool(m.tool_call_id or "", m.name or "", self.fit_text(m.text, PREVIEW_TOKENS, hint))
+        return out
+
+    def _fit_task(self, msgs: list[Message], blocks: list[tuple[int, int]], pin_block: int, room: int,
+                  spill: Spill | None) -> list[Message]:
+        """The task shortened into a file when it leaves no room: its head and tail, and where the whole is."""
+        lo, hi = blocks[pin_block]
+        task = msgs[lo]
+        if task.role != "user":  # the pinned message is not a task (a resumed run's last message): leave it
+            return msgs
+        size = self.counter.message(task)
+        others = self.history_tokens(msgs) - self.history_tokens(msgs[lo:hi])
+        target = max(room // 2, room - others)
+        if size <= target or task.images or spill is None:
+            return msgs
+        path = spill(f"task:{len(task.text)}:{hash(task.text)}", "task", task.text)
+        if path is None:
+            return msgs
+        hint = (f"the task is too long to send whole: all of it ({len(task.text)} characters) is in {path}; "
+                "read the parts not shown with read_file and offset")
+        out = list(msgs)
+        out[lo] = Message.user(self.fit_text(task.text, max(256, target), hint))
+        return out
+
+    def fit_text(self, text: str, target: int, hint: str) -> str:
+        """`text` cut (head and tail, with `hint` between) to about `target` tokens."""
+        chars = target * 3
+        cut = text
+        for _ in range(6):  # characters per token vary by text: converge on the target
+            cut = truncate(text, max_bytes=max(200, chars), hint=hint).text
+            got = self.counter.text(cut)
+            if got <= target:
+                break
+            chars = int(chars * target / got * 0.95)
+        return cut
 
     def _shrink(self, msgs: list[Message], excess: int) -> list[Message]:
         out = list(msgs)
@@ -194,14 +311,8 @@ class ContextBuilder:
                 continue
             have = self.counter.message(m)
             target = max(64, have - excess)
-            chars = target * 3
-            for _ in range(6):  # characters per token vary by text: converge on the target
-                cut = truncate(m.text, max_bytes=chars, hint="the full result is in the session log")
-                shrunk = Message.tool(m.tool_call_id or "", m.name or "", cut.text)
-                got = self.counter.message(shrunk)
-                if got <= target:
-                    break
-                chars = int(chars * target / got * 0.95)
+            shrunk = Message.tool(m.tool_call_id or "", m.name or "",
+                                  self.fit_text(m.text, target - 8, "the full result is in the session log"))
             out[i] = shrunk
-            excess -= have - got
+            excess -= have - self.counter.message(shrunk)
         return out

@@ -12,7 +12,7 @@ import gzip
 import hashlib
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,20 @@ PER_MESSAGE = 4
 PER_IMAGE = 765  # a 1024x1024 image at high detail; low detail costs 85
 
 
-def context_window(model: str, override: int | None = None) -> int:
-    """The context window of `model` (a provider prefix like `deepseek:` is ignored)."""
+WINDOW_RANGE = (1024, 100_000_000)  # what `[models."NAME"] context_window` may be set to
+
+
+def context_window(model: str, override: int | None = None,
+                   models: Mapping[str, Mapping[str, Any]] | None = None) -> int:
+    """The context window of `model` (a provider prefix like `deepseek:` is ignored): `override`, else the
+    `context_window` of its `[models."NAME"]` table in shou.toml (`models`), else the known windows' table,
+    else `DEFAULT_WINDOW`."""
     if override:
         return override
     name = model.split(":", 1)[-1].lower() if ":" in model else model.lower()
+    for key, entry in (models or {}).items():
+        if str(key).lower() in (model.lower(), name) and isinstance(entry, Mapping) and entry.get("context_window"):
+            return int(entry["context_window"])
     for prefix, window in CONTEXT_WINDOWS:
         if name.startswith(prefix):
             return window

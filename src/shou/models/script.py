@@ -17,6 +17,14 @@ Served over HTTP (`ScriptedServer`), a turn can also misbehave the ways real pro
 {"call_ids": "omit" | "repeat", "call_index": false}   tool calls without ids / all with one id / no index
 {"sse_style": "multiline" | "crlf" | "cr" | "comments"}   data split over lines, other line ends, comments
 ```
+A turn can check what it is sent, as a model that must see an earlier result to go on:
+```
+{"expect": ["regex", ...], "otherwise": {turn}, ...}
+```
+The turn plays only when every pattern is found (`re.search`) in the request's messages (their text and
+tool calls' names and arguments); else `otherwise` plays and the turn stays for the next request, as a model
+that does not see what it did would do it again (without `otherwise`: an error turn, 409). Served with
+`turn_by="history"`, an `otherwise` reply counts as a turn of the conversation: use `expect` in order.
 `Playback` is the script being played (shared by `ScriptedModel` and the server's threads) and `render`
 turns a turn into the `Answer` both of them send.
 """
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +54,8 @@ _TURN_KEYS: dict[str, tuple[type, ...]] = {
     # wire faults (served over HTTP)
     "cut_after": (int,), "reset_after": (int,), "raw_body": _S, "content_type": _S, "status": (int,),
     "no_usage": (bool,), "stall": _N, "call_ids": _S, "call_index": (bool,), "sse_style": _S,
+    # a turn that checks its request
+    "expect": (list, str), "otherwise": (dict,),
 }
 _CHOICES = {"call_ids": ("omit", "repeat"), "sse_style": ("multiline", "crlf", "cr", "comments")}
 # fmt: on
@@ -81,6 +92,7 @@ def load_script(script: Script) -> list[dict[str, Any]]:
         raise ValueError(f"script must be a list of turns or {{'turns': [...]}}, not {type(data).__name__}")
     for n, turn in enumerate(data):
         _check(f"turn {n}", turn, _TURN_KEYS)
+        _check_expect(n, turn)
         for i, call in enumerate(turn.get("tool_calls", [])):
             _check(f"turn {n} tool_calls[{i}]", call, _CALL_KEYS)
             if "name" not in call:
@@ -103,6 +115,49 @@ def load_script(script: Script) -> list[dict[str, Any]]:
         if not 100 <= turn.get("status", 200) <= 599:
             raise ValueError(f"turn {n}: 'status' must be an HTTP status (100-599), not {turn['status']}")
     return [dict(turn) for turn in data]
+
+
+def _check_expect(n: int, turn: dict[str, Any]) -> None:
+    """`expect`: a pattern or a list of them, each a valid regex; `otherwise`: a turn that checks nothing."""
+    patterns = turn.get("expect", [])
+    for pattern in [patterns] if isinstance(patterns, str) else patterns:
+        if not isinstance(pattern, str):
+            raise ValueError(f"turn {n}: 'expect' must be a regex or a list of them, not {pattern!r}")
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ValueError(f"turn {n}: 'expect' pattern {pattern!r} is not a valid regex: {e}") from None
+    other = turn.get("otherwise")
+    if other is not None:
+        if "expect" not in turn:
+            raise ValueError(f"turn {n}: 'otherwise' goes with 'expect'")
+        _check(f"turn {n} otherwise", other, _TURN_KEYS)
+        if "expect" in other or "otherwise" in other:
+            raise ValueError(f"turn {n}: an 'otherwise' turn cannot itself expect")
+
+
+def request_text(body: Any) -> str:
+    """What `expect` searches in a request: its messages' text and its tool calls' names and arguments."""
+    lines = []
+    for m in (body or {}).get("messages") or () if isinstance(body, dict) else ():
+        if not isinstance(m, dict):
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        lines.append(str(content or ""))
+        for call in m.get("tool_calls") or ():
+            fn = call.get("function") or {} if isinstance(call, dict) else {}
+            lines.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
+    return "\n".join(lines)
+
+
+def _met(turn: dict[str, Any], body: Any) -> bool:
+    patterns = turn.get("expect")
+    if not patterns:
+        return True
+    text = request_text(body)
+    return all(re.search(p, text) for p in ([patterns] if isinstance(patterns, str) else patterns))
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,14 +232,23 @@ class Playback:
         """
         with self._lock:
             taken = self._next(body)
-            if taken is not None:
-                self.used.add(taken[0])
+            if taken is None:
+                return None
+            n, turn = taken
+            if not _met(turn, body):  # not what the turn needs to see: it stays for the next request
+                return n, turn.get("otherwise") or {"error": 409, "message": f"scripted model: turn {n} "
+                                                    f"expected {turn['expect']!r} in the request"}
+            self.used.add(n)
             return taken
 
     def peek(self, body: Any = None) -> tuple[int, dict[str, Any]] | None:
         """The turn `take` would give, left in place (a fault answers instead of it)."""
         with self._lock:
-            return self._next(body)
+            taken = self._next(body)
+            if taken is not None and not _met(taken[1], body):
+                n, turn = taken
+                return n, turn.get("otherwise") or {"error": 409, "message": "expectation not met"}
+            return taken
 
     def _next(self, body: Any) -> tuple[int, dict[str, Any]] | None:
         if self.turn_by == "history":
