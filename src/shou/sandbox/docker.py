@@ -21,12 +21,19 @@ import tempfile
 import threading
 import time
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 from ..workspace import STATE_DIR, state_dir
 from .base import ExecResult, ExitReason, Limits, OutputCapture, new_output_path
+from .bubblewrap import SANDBOX_UID
+from .docker_seccomp import profile_json
 from .languages import looks_out_of_memory, program
+from .protect import protected_paths
+from .quota import DiskAllowance, DiskWatch, current_allowance
+
+if TYPE_CHECKING:
+    from .idmap import IdmappedWorkspace
 
 DEFAULT_IMAGES: dict[str, str] = {
     "python": "python:3.12-slim",
@@ -48,13 +55,26 @@ WAIT_SLACK = 30.0  # the SDK's own wait timeout, past ours, so a silent engine c
 MiB = 1024 * 1024
 
 
-def _owner(workspace: Path) -> str:
-    """`uid:gid` of the workspace's owner (nobody's when it does not exist yet: it is made by us, then)."""
-    try:
+def _default_user(workspace: Path) -> str:
+    """`uid:gid` the program runs as: never root. As root, the sandbox uid (which sees the workspace through
+    an idmapped mount, as in the bubblewrap sandbox); otherwise the workspace's owner, or the caller when
+    the workspace is root's or does not exist yet (it is made by us, then)."""
+    if os.geteuid() == 0:
+        return f"{SANDBOX_UID}:{SANDBOX_UID}"
+    with contextlib.suppress(OSError):
         st = os.stat(workspace)
-    except OSError:
-        return f"{os.getuid()}:{os.getgid()}"
-    return f"{st.st_uid}:{st.st_gid}"
+        if st.st_uid != 0:
+            return f"{st.st_uid}:{st.st_gid}"
+    return f"{os.getuid()}:{os.getgid()}"
+
+
+def _checked_user(user: str) -> str:
+    """`user` unless it names root (uid 0, or a name the engine would look up): a UserError then."""
+    uid = user.split(":", 1)[0]
+    if not uid.isdigit() or int(uid) == 0:
+        raise UserError(f"the Docker sandbox runs code as a numeric non-root uid, not {user!r}: root in the "
+                        "container owns what it writes in the workspace and could leave set-id programs there")
+    return user
 
 
 def _sdk() -> Any:
@@ -70,10 +90,10 @@ class DockerSandbox:
     """Runs commands and code in throwaway Docker containers (one per call), under `limits`.
 
     `images` overrides the image per language (keys: python, bash, node, java; plain `run()` uses
-    bash's). `user` is who the program runs as, by default the workspace's owner, so that what it writes
-    there belongs to whoever owns the rest (a root-owned workspace: uid 0 inside, with every capability
-    dropped, no new privileges, a read-only root and only the workspace bound writable). `client` is a
-    `docker.DockerClient` (made with `docker.from_env()` on first use when not given).
+    bash's). `user` is who the program runs as, never root: by default, as root, `SANDBOX_UID` on an
+    idmapped, nosuid, nodev view of the workspace in which the owner's files are its own (what it writes
+    lands as the owner's); otherwise the workspace's owner. `client` is a `docker.DockerClient` (made
+    with `docker.from_env()` on first use when not given).
     """
 
     name = "docker"
@@ -83,8 +103,26 @@ class DockerSandbox:
         self.workspace = Path(workspace).resolve()  # the engine needs absolute bind sources
         self.limits = limits
         self.images = {**DEFAULT_IMAGES, **(images or {})}
-        self.user = user if user is not None else _owner(self.workspace)
+        self.user = _checked_user(user if user is not None else _default_user(self.workspace))
+        self.allowance = DiskAllowance(limits.disk_mb * MiB, limits.inodes)  # calls made outside any agent run
         self._client = client
+        self._mount: IdmappedWorkspace | None = None
+
+    def _source(self) -> Path:
+        """The folder bound at /workspace: the idmapped view for the sandbox uid, else the workspace itself."""
+        if not self.user.startswith(f"{SANDBOX_UID}:"):
+            return self.workspace
+        if self._mount is None:
+            from .idmap import IdmappedWorkspace
+
+            self._mount = IdmappedWorkspace.create(self.workspace, SANDBOX_UID)
+        return self._mount.path
+
+    def close(self) -> None:
+        """Release the idmapped mount (made again on the next run)."""
+        if self._mount is not None:
+            mount, self._mount = self._mount, None
+            mount.close()
 
     @staticmethod
     def available() -> tuple[bool, str]:
@@ -113,6 +151,7 @@ class DockerSandbox:
         fsize = limits.file_size_mb * MiB
         # tmpfs pages count against the container's memory anyway, so more than memory_mb could never be used.
         tmp_mb = max(1, min(limits.file_size_mb, limits.memory_mb))
+        source = self._source()
         return {
             "image": image or self.images["bash"],
             # Entrypoint = argv[0] replaces the image's own (node's and temurin's wrap the command).
@@ -123,8 +162,8 @@ class DockerSandbox:
             "environment": {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},  # nobody's home does not exist
             "labels": {"shou": "1"},
             "volumes": {
-                str(self.workspace): {"bind": WORKSPACE_DIR, "mode": "rw"},
-                **self._read_only_files(),
+                str(source): {"bind": WORKSPACE_DIR, "mode": "rw"},
+                **self._read_only_files(source),
                 str(code_dir_host): {"bind": CODE_DIR, "mode": "ro"},
             },
             "read_only": True,
@@ -147,7 +186,8 @@ class DockerSandbox:
             "network_disabled": not limits.network,
             "network_mode": "bridge" if limits.network else "none",
             "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
+            # The engine's default seccomp profile lets chmod set set-id bits: ours replaces it (docker_seccomp.py).
+            "security_opt": ["no-new-privileges", "seccomp=" + profile_json()],
             "stdin_open": False,
             "tty": False,  # keeps stdout and stderr apart
             "auto_remove": False,  # we read the logs and state after exit, then remove it ourselves
@@ -155,15 +195,17 @@ class DockerSandbox:
             "log_config": {"type": "json-file", "config": {"max-size": "32m", "max-file": "2"}},
         }
 
-    def _read_only_files(self) -> dict[str, dict[str, str]]:
-        """The workspace's settings files, bound read-only over themselves when they are regular files (the
-        engine would follow a symlink; no container runs between calls that could swap one in meanwhile)."""
+    def _read_only_files(self, source: Path) -> dict[str, dict[str, str]]:
+        """The workspace's settings files and a repository's config and hooks, bound read-only over
+        themselves (settings files only when regular: the engine would follow a symlink; no container runs
+        between calls that could swap one in meanwhile)."""
         binds = {}
         for name in READ_ONLY_FILES:
-            path = self.workspace / name
             with contextlib.suppress(OSError):
-                if stat.S_ISREG(os.lstat(path).st_mode):
-                    binds[str(path)] = {"bind": f"{WORKSPACE_DIR}/{name}", "mode": "ro"}
+                if stat.S_ISREG(os.lstat(self.workspace / name).st_mode):
+                    binds[str(source / name)] = {"bind": f"{WORKSPACE_DIR}/{name}", "mode": "ro"}
+        for rel in protected_paths(self.workspace):
+            binds[str(source / rel)] = {"bind": f"{WORKSPACE_DIR}/{rel}", "mode": "ro"}
         return binds
 
     async def run(self, argv: list[str], *, stdin: bytes | None = None, limits: Limits | None = None,
@@ -180,6 +222,9 @@ class DockerSandbox:
 
     async def _run(self, argv: list[str], stdin: bytes | None, limits: Limits, files: dict[str, bytes],
                    image: str) -> ExecResult:
+        allowance = current_allowance(self.allowance)
+        if spent := allowance.spent():
+            return ExecResult("", "", None, 0.0, "disk", note=spent)
         client = await self._docker_client()
         self.workspace.mkdir(parents=True, exist_ok=True)  # else the engine creates it, owned by root
         state_dir(self.workspace)  # a real folder for the tmpfs to cover, made before any container runs
@@ -190,7 +235,7 @@ class DockerSandbox:
         container: Any = None
         try:
             container = await _create(client, self.container_config(argv, limits, code_dir, image=image))
-            return await self._execute(container, limits)
+            return await self._execute(container, limits, allowance)
         finally:
             if container is not None:
                 # Shielded: a second cancellation must not stop the removal half-way.
@@ -206,21 +251,14 @@ class DockerSandbox:
                 raise UserError(f"no Docker engine answers ({exc}); start Docker or choose another sandbox") from exc
         return self._client
 
-    async def _execute(self, container: Any, limits: Limits) -> ExecResult:
+    async def _execute(self, container: Any, limits: Limits, allowance: DiskAllowance) -> ExecResult:
         started = time.monotonic()
-        await asyncio.to_thread(container.start)
-        waiter = asyncio.ensure_future(asyncio.to_thread(container.wait, timeout=limits.timeout + WAIT_SLACK))
-        waiter.add_done_callback(_retrieve)
-        reason: ExitReason = "exit"
-        exit_code: int | None = None
-        done, _ = await asyncio.wait({waiter}, timeout=limits.timeout)  # asyncio.wait never cancels the waiter
-        if done:
-            exit_code = int(waiter.result()["StatusCode"])
-        else:
-            reason = "timeout"
-            with contextlib.suppress(Exception):  # it may have exited just now
-                await asyncio.to_thread(container.kill)
-            await asyncio.wait({waiter}, timeout=KILL_GRACE)  # logs are complete once it has stopped
+        disk = allowance.watch(self.workspace, limits.disk_mb * MiB, limits.inodes)
+        try:
+            await asyncio.to_thread(container.start)
+            exit_code, reason = await _wait(container, limits, disk)
+        finally:
+            allowance.charge(disk)  # before the logs are read: spilled output is shou's, not the program's
         duration = time.monotonic() - started
         await asyncio.to_thread(container.reload)
         oom_killed = bool((container.attrs.get("State") or {}).get("OOMKilled"))
@@ -239,6 +277,8 @@ class DockerSandbox:
                 reason = "cpu"
         spilled = [str(c.spill_path.relative_to(self.workspace)) for c in (out, err) if c.spill_path and c.spilled]
         notes = [f"it ran out of memory: the limit is {limits.memory_mb} MB"] if reason == "memory" else []
+        if reason == "disk":
+            notes.append(disk.exceeded)
         if len(spilled) > 1:
             notes.append(f"[the full stderr is in {spilled[1]}]")
         return ExecResult(
@@ -246,6 +286,27 @@ class DockerSandbox:
             stdout_omitted=out.omitted, stderr_omitted=err.omitted, output_path=spilled[0] if spilled else None,
             note="; ".join(notes),
         )
+
+
+async def _wait(container: Any, limits: Limits, disk: DiskWatch) -> tuple[int | None, ExitReason]:
+    """Wait for the container to exit; kill it at the time limit or once it writes past the disk allowance."""
+    waiter = asyncio.ensure_future(asyncio.to_thread(container.wait, timeout=limits.timeout + WAIT_SLACK))
+    waiter.add_done_callback(_retrieve)
+    over = asyncio.Event()
+    guard = asyncio.ensure_future(disk.guard(over.set))
+    stopper = asyncio.ensure_future(over.wait())
+    try:  # asyncio.wait never cancels the waiter
+        await asyncio.wait({waiter, stopper}, timeout=limits.timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        guard.cancel()
+        stopper.cancel()
+    if waiter.done():
+        # Writes made since the last sample count too, as in the bubblewrap sandbox.
+        return int(waiter.result()["StatusCode"]), "disk" if disk.check() else "exit"
+    with contextlib.suppress(Exception):  # it may have exited just now
+        await asyncio.to_thread(container.kill)
+    await asyncio.wait({waiter}, timeout=KILL_GRACE)  # logs are complete once it has stopped
+    return None, "disk" if over.is_set() else "timeout"
 
 
 def _write_code_dir(files: dict[str, bytes], stdin: bytes | None) -> Path:

@@ -1,0 +1,96 @@
+"""A repository's configuration and hooks, kept read-only to sandboxed code and to the file tools.
+
+An allow rule such as `git status` trusts git, and git runs what its configuration names
+(`core.fsmonitor`, `core.pager`, `core.hooksPath`, filter drivers, aliases) and the hooks it finds. If the
+model could write those, a narrow rule would run arbitrary code. So the config and hooks of the
+workspace's repository are bound read-only in the sandbox, and `is_git_control_path` makes the file
+tools refuse them (at any depth, and the `.git` file that could point git at a folder of the model's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+__all__ = ["GIT_CONTROL_NAMES", "is_git_control_path", "protected_paths"]
+
+# Inside a git folder: what git reads to decide what to run, and where the rest of it lives.
+GIT_CONTROL_NAMES = frozenset({"config", "config.worktree", "hooks", "commondir"})
+
+
+def is_git_control_path(parts: tuple[str, ...]) -> bool:
+    """Whether a workspace path (its components) is a repository's `.git` file, config or hooks."""
+    for i, part in enumerate(parts):
+        if part.casefold() == ".git":
+            rest = [p.casefold() for p in parts[i + 1:]]
+            if not rest or GIT_CONTROL_NAMES.intersection(rest):
+                return True
+    return False
+
+
+def _inside(workspace: Path, path: Path) -> str | None:
+    """`path` resolved, relative to the (resolved) workspace, or None when it lies outside it."""
+    real = os.path.realpath(path)
+    rel = os.path.relpath(real, workspace)
+    return None if rel == ".." or rel.startswith("../") or rel == "." else rel
+
+
+def _pointer(path: Path) -> str | None:
+    """The folder a `.git` file (`gitdir: X`) or `commondir` file names, as written."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        text = path.read_bytes()[:4096].decode().strip()
+        return text.removeprefix("gitdir:").strip() if path.name == ".git" else text
+    return None
+
+
+def _git_dirs(workspace: Path) -> tuple[list[str], list[str]]:
+    """The repository folders git would use inside the workspace, and the `.git` file if there is one."""
+    top = workspace / ".git"
+    files: list[str] = []
+    dirs: list[str] = []
+    if not os.path.lexists(top):
+        return dirs, files
+    if os.path.isfile(top) and not os.path.islink(top):
+        files.append(".git")
+        named = _pointer(top)
+        candidate = (workspace / named) if named else None
+    else:
+        candidate = top if os.path.isdir(top) else None  # a link to a folder: where it leads
+    rel = _inside(workspace, candidate) if candidate is not None else None
+    if rel is not None and os.path.isdir(workspace / rel):
+        dirs.append(rel)
+        common = _pointer(workspace / rel / "commondir")
+        if common:
+            shared = _inside(workspace, workspace / rel / common)
+            if shared is not None and os.path.isdir(workspace / shared):
+                dirs.append(shared)
+    return dirs, files
+
+
+def protected_paths(workspace: Path) -> list[str]:
+    """Workspace-relative, resolved paths the sandbox must see read-only: each repository folder's
+    `config` and `hooks` (made, empty, when missing, so nothing new can appear there) and a `.git` file."""
+    workspace = Path(os.path.realpath(workspace))
+    dirs, found = _git_dirs(workspace)
+    for rel in dirs:
+        gitdir = workspace / rel
+        owner = os.stat(gitdir)
+        for name, is_dir in (("config", False), ("hooks", True)):
+            path = gitdir / name
+            if os.path.islink(path):
+                target = _inside(workspace, path)
+                if target is not None and os.path.exists(workspace / target):
+                    found.append(target)  # the link stays as it is; what it leads to is bound read-only
+                continue
+            if not os.path.lexists(path):
+                with contextlib.suppress(OSError):
+                    if is_dir:
+                        os.mkdir(path, 0o755)
+                    else:
+                        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+                    with contextlib.suppress(OSError):  # the repository's owner's, not root's
+                        os.lchown(path, owner.st_uid, owner.st_gid)
+            if os.path.lexists(path):
+                found.append(f"{rel}/{name}")
+    return found
