@@ -152,6 +152,8 @@ class DockerSandbox:
         # tmpfs pages count against the container's memory anyway, so more than memory_mb could never be used.
         tmp_mb = max(1, min(limits.file_size_mb, limits.memory_mb))
         source = self._source()
+        uid, _, gid = self.user.partition(":")
+        gid = gid or uid
         return {
             "image": image or self.images["bash"],
             # Entrypoint = argv[0] replaces the image's own (node's and temurin's wrap the command).
@@ -168,7 +170,8 @@ class DockerSandbox:
             },
             "read_only": True,
             # shou's own state is hidden, as in the bubblewrap sandbox.
-            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={tmp_mb}m,mode=1777",
+            # The engine copies the mode of the image's own /tmp (root's 0755 in some): make it the user's.
+            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={tmp_mb}m,mode=1777,uid={uid},gid={gid}",
                       f"{WORKSPACE_DIR}/{STATE_DIR}": "ro,nosuid,nodev,size=64k"},
             "mem_limit": limits.memory_mb * MiB,
             "memswap_limit": limits.memory_mb * MiB,  # equal to mem_limit: no swap
@@ -270,11 +273,11 @@ class DockerSandbox:
             out.close()
             err.close()
         stderr = err.text()
-        if reason == "exit" and exit_code != 0:
-            if oom_killed or looks_out_of_memory(stderr):
-                reason = "memory"
-            elif exit_code == CPU_LIMIT_STATUS:
-                reason = "cpu"
+        # A process of the tree killed for memory is reported even when the first one exits 0 (as bubblewrap does).
+        if reason == "exit" and (oom_killed or (exit_code != 0 and looks_out_of_memory(stderr))):
+            reason = "memory"
+        elif reason == "exit" and exit_code == CPU_LIMIT_STATUS:
+            reason = "cpu"
         spilled = [str(c.spill_path.relative_to(self.workspace)) for c in (out, err) if c.spill_path and c.spilled]
         notes = [f"it ran out of memory: the limit is {limits.memory_mb} MB"] if reason == "memory" else []
         if reason == "disk":
