@@ -141,7 +141,14 @@ class DockerSandbox:
         except Exception as exc:  # any failure means "not usable"; the reason names the usual fixable one
             why = " (permission denied: is your user in the docker group?)" if "ermission denied" in str(exc) else ""
             return False, f"no Docker engine answers at {host}{why}"
-        return True, f"a Docker engine answers at {host}"
+        if os.geteuid() == 0:  # code runs as the sandbox uid on an idmapped workspace, never as root
+            from .idmap import idmap_supported
+
+            ok, why = idmap_supported()
+            if not ok:
+                return False, why
+        return True, f"a Docker engine answers at {host}" + (
+            f"; as root: runs as uid {SANDBOX_UID} on an idmapped workspace" if os.geteuid() == 0 else "")
 
     def container_config(self, argv: list[str], limits: Limits, code_dir_host: Path | str, *,
                          image: str | None = None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ reservations). Setting file capabilities (`security.capability`) needs CAP_SETFC
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import platform
 from typing import Any
@@ -115,6 +116,7 @@ def profile(machine: str | None = None) -> dict[str, Any]:
     }
 
 
+@functools.cache
 def profile_json() -> str:
     """`profile()` serialized, for `security_opt=["seccomp=" + profile_json()]`."""
     return json.dumps(profile(), separators=(",", ":"))
