@@ -244,7 +244,8 @@ def _refuse_git_control(root: Path, parts: tuple[str, ...], shown: str) -> None:
     from .sandbox.protect import is_git_control_path, protected_paths
 
     spelled = "/".join(parts)
-    if is_git_control_path(parts) or any(spelled == p or spelled.startswith(p + "/") for p in protected_paths(root)):
+    protected = protected_paths(root, make_missing=False)
+    if is_git_control_path(parts) or any(spelled == p or spelled.startswith(p + "/") for p in protected):
         raise ToolError(f"{shown!r} is a git repository's configuration, hooks or pointer (.git); the file tools "
                         "do not write there, because git runs what they name (an allowed `git status` would run "
                         "it). Change it yourself if it needs changing")

@@ -280,11 +280,8 @@ class DockerSandbox:
             out.close()
             err.close()
         stderr = err.text()
-        # A process of the tree killed for memory is reported even when the first one exits 0 (as bubblewrap does).
-        if reason == "exit" and (oom_killed or (exit_code != 0 and looks_out_of_memory(stderr))):
-            reason = "memory"
-        elif reason == "exit" and exit_code == CPU_LIMIT_STATUS:
-            reason = "cpu"
+        if reason == "exit":
+            reason = _exit_reason(exit_code, oom_killed, stderr)
         spilled = [str(c.spill_path.relative_to(self.workspace)) for c in (out, err) if c.spill_path and c.spilled]
         notes = [f"it ran out of memory: the limit is {limits.memory_mb} MB"] if reason == "memory" else []
         if reason == "disk":
@@ -296,6 +293,14 @@ class DockerSandbox:
             stdout_omitted=out.omitted, stderr_omitted=err.omitted, output_path=spilled[0] if spilled else None,
             note="; ".join(notes),
         )
+
+
+def _exit_reason(exit_code: int | None, oom_killed: bool, stderr: str) -> ExitReason:
+    """Why a container that exited by itself ended: memory, CPU time, or its own exit."""
+    # A process of the tree killed for memory is reported even when the first one exits 0 (as bubblewrap does).
+    if oom_killed or (exit_code != 0 and looks_out_of_memory(stderr)):
+        return "memory"
+    return "cpu" if exit_code == CPU_LIMIT_STATUS else "exit"
 
 
 async def _wait(container: Any, limits: Limits, disk: DiskWatch) -> tuple[int | None, ExitReason]:

@@ -68,9 +68,10 @@ def _git_dirs(workspace: Path) -> tuple[list[str], list[str]]:
     return dirs, files
 
 
-def protected_paths(workspace: Path) -> list[str]:
+def protected_paths(workspace: Path, *, make_missing: bool = True) -> list[str]:
     """Workspace-relative, resolved paths the sandbox must see read-only: each repository folder's
-    `config` and `hooks` (made, empty, when missing, so nothing new can appear there) and a `.git` file."""
+    `config` and `hooks` (with `make_missing`, made empty when missing, so that nothing new can appear
+    there) and a `.git` file."""
     workspace = Path(os.path.realpath(workspace))
     dirs, found = _git_dirs(workspace)
     for rel in dirs:
@@ -83,7 +84,7 @@ def protected_paths(workspace: Path) -> list[str]:
                 if target is not None and os.path.exists(workspace / target):
                     found.append(target)  # the link stays as it is; what it leads to is bound read-only
                 continue
-            if not os.path.lexists(path):
+            if make_missing and not os.path.lexists(path):
                 with contextlib.suppress(OSError):
                     if is_dir:
                         os.mkdir(path, 0o755)
