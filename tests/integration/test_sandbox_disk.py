@@ -1,11 +1,13 @@
 """Issue 28, item 2: the disk allowance is the run's, across all its sandboxed calls, on both backends.
 
 Three shell calls of ~850 MB each used to complete in one run (the allowance was per call), and Docker had
-none. Here the allowance is set small (settings or limits) and each call writes a share of it.
+none. Here the allowance is set small (settings or limits) and each call writes a share of it, in a
+workspace on a file system of its own (the allowance watches the whole file system).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,11 +16,17 @@ from shou.sandbox.base import Limits
 
 from .conftest import tool_messages
 from .test_sandbox import DOCKER_IMAGE
-from .test_sandbox_privileges import BACKENDS, make, release
+from .test_sandbox_privileges import BACKENDS, make, own_file_system, release
 
 ALLOWANCE_MB = 40
 # 30 MB a call: one call fits (other writers on the machine may add a little), two do not.
 WRITE = "dd if=/dev/zero of=big{n} bs=1M count=30 status=none && echo wrote {n}"
+
+
+@pytest.fixture
+def workspace(workspace: Path) -> Iterator[Path]:
+    with own_file_system(workspace):
+        yield workspace
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -30,13 +38,14 @@ async def test_calls_of_one_sandbox_share_the_allowance(backend: str, workspace:
         release(box)
     first, second, third = results
     assert first.ok and first.stdout == "wrote 1\n", first.for_model()
-    assert second.reason == "disk" and "wrote 2" not in second.stdout, second.for_model()
+    # The watcher samples: a write this fast may finish before it looks, and is still reported and counted.
+    assert second.reason == "disk", second.for_model()
     assert f"{ALLOWANCE_MB} MB disk allowance" in second.note and "earlier calls" in second.note
     assert third.reason == "disk" and "was not run" in third.note and third.exit_code is None, third.for_model()
     assert "disk allowance" in third.for_model()
     assert not (workspace / "big3").exists()
     written = sum(p.stat().st_size for p in workspace.glob("big*"))
-    assert written < 2 * 30 * 2**20
+    assert written <= 2 * 30 * 2**20  # 90 MB asked for; the third call never ran
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -52,7 +61,7 @@ def test_an_agent_run_has_one_allowance_across_its_shell_calls(backend: str, ser
     results = [m["content"] for m in tool_messages(srv.requests[3])]
     assert len(results) == 3
     assert "wrote 1" in results[0] and "exit code 0" in results[0]
-    assert "stopped: it wrote too much to the disk" in results[1] and "wrote 2" not in results[1], results[1]
+    assert "stopped: it wrote too much to the disk" in results[1], results[1]
     assert f"{ALLOWANCE_MB} MB disk allowance" in results[1]
     assert "was not run" in results[2], results[2]
     assert not (workspace / "big3").exists()

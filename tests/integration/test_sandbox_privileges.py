@@ -9,6 +9,7 @@ in a root-owned workspace, so a setuid-root shell could be left behind for anyon
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -42,6 +43,20 @@ def make(backend: str, workspace: Path, limits: Limits) -> Sandbox:
     ok, why = BubblewrapSandbox.available()
     assert ok, f"bubblewrap must work here (.ci/install installs it): {why}"
     return BubblewrapSandbox(workspace, limits)
+
+
+@contextlib.contextmanager
+def own_file_system(path: Path, size_mb: int = 256) -> Iterator[Path]:
+    """A tmpfs of its own at `path` (as root), so that the disk allowance, which watches the whole file
+    system, sees only this test's writes and not those of everything else running on the machine."""
+    if not ROOT:
+        yield path
+        return
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755", "shou-test", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def release(box: Sandbox) -> None:
@@ -238,23 +253,25 @@ async def test_every_process_is_in_the_run_cgroup_from_its_start(sb: Sandbox, wo
 
 
 async def test_disk_allowance_stops_a_run_that_fills_the_disk(backend: str, workspace: Path) -> None:
-    box = make(backend, workspace, Limits(timeout=60, disk_mb=64))
-    try:
-        r = await box.run(["sh", "-c", "for i in 1 2 3 4 5 6; do dd if=/dev/zero of=big$i bs=1M count=40 status=none;"
-                                       " done; echo all written"])
-    finally:
-        release(box)
-    written = sum(p.stat().st_size for p in workspace.glob("big*"))
+    with own_file_system(workspace):
+        box = make(backend, workspace, Limits(timeout=60, disk_mb=64))
+        try:
+            r = await box.run(["sh", "-c", "for i in 1 2 3 4 5 6; do dd if=/dev/zero of=big$i bs=1M count=40 "
+                                           "status=none; done; echo all written"])
+        finally:
+            release(box)
+        written = sum(p.stat().st_size for p in workspace.glob("big*"))
     assert r.reason == "disk" and "64 MB disk allowance" in r.for_model(), r.for_model()
     assert "all written" not in r.stdout and written < 200 * 2**20
 
 
 async def test_inode_allowance_stops_a_run_that_makes_files(backend: str, workspace: Path) -> None:
-    box = make(backend, workspace, Limits(timeout=60, inodes=2000))
-    try:
-        r = await box.run(["python3", "-c", "import os\nfor i in range(20000): open(f'f{i}', 'w').close()\n"
-                                            "print('made all')"])
-    finally:
-        release(box)
-    assert r.reason == "disk" and "files" in r.note and "made all" not in r.stdout
-    assert len(list(workspace.glob("f*"))) < 10000
+    with own_file_system(workspace):
+        box = make(backend, workspace, Limits(timeout=60, inodes=2000))
+        try:
+            r = await box.run(["python3", "-c", "import os\nfor i in range(20000): open(f'f{i}', 'w').close()\n"
+                                                "print('made all')"])
+        finally:
+            release(box)
+        assert r.reason == "disk" and "files" in r.note and "made all" not in r.stdout
+        assert len(list(workspace.glob("f*"))) < 10000
