@@ -111,3 +111,61 @@ async def test_a_worktree_pointer_is_read_only_in_the_sandbox(backend: str, work
         release(box)
     assert r.stderr.count("Read-only file system") == 2, r.for_model()
     assert (workspace / ".git").read_text() == "gitdir: real/.git\n"
+
+
+# A repository the program makes and registers in the index as a submodule: `git status` would enter it and
+# obey its config. Then the workspace laid out as a bare repository (no .git) with a config of its own.
+SUBMODULE_TRICK = """
+set -e
+mkdir evil && cd evil && git init -q && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m e
+git config core.fsmonitor 'id > /workspace/pwned; false'
+cd .. && git update-index --add --cacheinfo 160000,$(git -C evil rev-parse HEAD),evil
+git status --short
+"""
+BARE_TRICK = """
+mkdir -p bare/objects bare/refs && echo 'ref: refs/heads/main' > bare/HEAD
+printf '[core]\\n\\tbare = true\\n\\tfsmonitor = "id > /workspace/pwned"\\n' > bare/config
+cd bare && git log 2>&1; git status 2>&1; true
+"""
+
+
+async def test_git_in_the_sandbox_obeys_no_planted_submodule_or_bare_repository(workspace: Path) -> None:
+    git_repo(workspace)
+    box = make("bubblewrap", workspace, Limits(timeout=60))  # the host's git is there; the Docker image has none
+    try:
+        sub = await box.run(["bash", "-c", SUBMODULE_TRICK])
+        bare = await box.run(["bash", "-c", BARE_TRICK])
+    finally:
+        release(box)
+    assert sub.ok and "A  evil" in sub.stdout, sub.for_model()
+    assert not (workspace / "pwned").exists()
+    assert "cannot use bare repository" in bare.stdout, bare.for_model()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_git_settings_that_outrank_config_files_reach_the_sandbox(backend: str, workspace: Path) -> None:
+    box = make(backend, workspace, Limits(timeout=60))
+    try:
+        r = await box.run(["bash", "-c", "env | grep ^GIT_CONFIG_ | sort"])
+    finally:
+        release(box)
+    assert "GIT_CONFIG_KEY_0=core.fsmonitor" in r.stdout and "GIT_CONFIG_VALUE_1=all" in r.stdout, r.for_model()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_submodule_repositories_are_read_only_too(backend: str, workspace: Path) -> None:
+    git_repo(workspace)
+    module = workspace / ".git" / "modules" / "lib" / "inner"  # a submodule named with a slash
+    git_repo(module)
+    subprocess.run(["git", "-C", str(module), "config", "core.bare", "false"], check=True)
+    nested = module / ".git"
+    nested.rename(workspace / "gitdir-tmp")
+    module.rmdir()
+    (workspace / "gitdir-tmp").rename(module)
+    box = make(backend, workspace, Limits(timeout=60))
+    try:
+        r = await box.run(["bash", "-c", "echo x >> .git/modules/lib/inner/config; "
+                                         "echo x > .git/modules/lib/inner/hooks/post-checkout"])
+    finally:
+        release(box)
+    assert r.stderr.count("Read-only file system") == 2, r.for_model()

@@ -34,7 +34,7 @@ from .base import ExecResult, Limits, new_output_path
 from .cgroup import RunCgroup
 from .languages import program
 from .process import exec_result, kill_group, spawn_and_wait
-from .protect import protected_paths
+from .protect import GIT_ENV, protected_paths
 from .quota import DiskAllowance, DiskWatch, current_allowance
 from .seccomp import filter_fd
 
@@ -46,7 +46,7 @@ SYSTEM_DIRS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime"
 NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf")
 READ_ONLY_FILES = ("shou.toml", ".env")  # the workspace's settings: the program must not rewrite them
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
-       "PYTHONDONTWRITEBYTECODE": "1"}
+       "PYTHONDONTWRITEBYTECODE": "1", **GIT_ENV}
 _HOST_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # for finding prlimit and bwrap only
 # Joins the cgroups named before "--", then becomes the rest of the command line.
 _JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'

@@ -29,7 +29,7 @@ from .base import ExecResult, ExitReason, Limits, OutputCapture, new_output_path
 from .bubblewrap import SANDBOX_UID
 from .docker_seccomp import profile_json
 from .languages import looks_out_of_memory, program
-from .protect import protected_paths
+from .protect import GIT_ENV, protected_paths
 from .quota import DiskAllowance, DiskWatch, current_allowance
 
 if TYPE_CHECKING:
@@ -168,7 +168,8 @@ class DockerSandbox:
             "command": argv[1:],
             "user": self.user,
             "working_dir": WORKSPACE_DIR,
-            "environment": {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},  # nobody's home does not exist
+            # The sandbox uid has no home; GIT_ENV: git obeys no config the program could have planted.
+            "environment": {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1", **GIT_ENV},
             "labels": {"shou": "1"},
             "volumes": {
                 str(source): {"bind": WORKSPACE_DIR, "mode": "rw"},

@@ -5,6 +5,11 @@ An allow rule such as `git status` trusts git, and git runs what its configurati
 model could write those, a narrow rule would run arbitrary code. So the config and hooks of the
 workspace's repository are bound read-only in the sandbox, and `is_git_control_path` makes the file
 tools refuse them (at any depth, and the `.git` file that could point git at a folder of the model's).
+
+Git inside the sandbox also gets `GIT_ENV`, settings that outrank every config file: no fsmonitor, no
+descent into submodules (a repository the program made and registered in the index as a submodule
+would otherwise be entered, and its own config obeyed) and no implicit bare repositories (a folder laid
+out as one would be taken for the repository).
 """
 
 from __future__ import annotations
@@ -13,10 +18,15 @@ import contextlib
 import os
 from pathlib import Path
 
-__all__ = ["GIT_CONTROL_NAMES", "is_git_control_path", "protected_paths"]
+__all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "is_git_control_path", "protected_paths"]
 
 # Inside a git folder: what git reads to decide what to run, and where the rest of it lives.
 GIT_CONTROL_NAMES = frozenset({"config", "config.worktree", "hooks", "commondir"})
+_GIT_SETTINGS = (("core.fsmonitor", "false"), ("diff.ignoreSubmodules", "all"), ("safe.bareRepository", "explicit"))
+GIT_ENV = {"GIT_CONFIG_COUNT": str(len(_GIT_SETTINGS))}
+for _i, (_key, _value) in enumerate(_GIT_SETTINGS):
+    GIT_ENV[f"GIT_CONFIG_KEY_{_i}"], GIT_ENV[f"GIT_CONFIG_VALUE_{_i}"] = _key, _value
+MODULE_DEPTH = 4  # submodules of submodules: .git/modules/a/modules/b/...
 
 
 def is_git_control_path(parts: tuple[str, ...]) -> bool:
@@ -65,7 +75,24 @@ def _git_dirs(workspace: Path) -> tuple[list[str], list[str]]:
             shared = _inside(workspace, workspace / rel / common)
             if shared is not None and os.path.isdir(workspace / shared):
                 dirs.append(shared)
+        for gitdir in list(dirs):
+            dirs += _modules(workspace, gitdir, MODULE_DEPTH)
     return dirs, files
+
+
+def _modules(workspace: Path, gitdir: str, depth: int) -> list[str]:
+    """The submodules' repository folders kept under `gitdir/modules/` (names may contain slashes)."""
+    found: list[str] = []
+    root = workspace / gitdir / "modules"
+    if depth <= 0 or os.path.islink(root) or not os.path.isdir(root):
+        return found
+    for entry, subdirs, _ in os.walk(root):  # os.walk follows no links to folders
+        rel = os.path.relpath(entry, workspace)
+        if entry != str(root) and os.path.isfile(os.path.join(entry, "HEAD")):
+            found.append(rel)
+            found += _modules(workspace, rel, depth - 1)
+            subdirs.clear()  # a repository folder's own insides are not more submodules
+    return found
 
 
 def protected_paths(workspace: Path, *, make_missing: bool = True) -> list[str]:
