@@ -445,3 +445,21 @@ class TestWithEngine:
                 "        print(p, 'ok')\n    except OSError:\n        print(p, 'no')\n")
         result = await engine_sandbox.run_code("python", code)
         assert result.stdout.split("\n")[:3] == ["/etc/x no", "/tmp/x ok", "/workspace/x ok"], result.for_model()
+
+
+def test_the_seccomp_profile_is_an_allow_list_with_the_set_id_fence() -> None:
+    from shou.sandbox.docker_seccomp import profile
+
+    for machine in ("x86_64", "aarch64"):
+        prof = profile(machine)
+        assert prof["defaultAction"] == "SCMP_ACT_ERRNO" and len(prof["architectures"]) == 1
+        unconditional = {n for rule in prof["syscalls"] if "args" not in rule and rule["action"] == "SCMP_ACT_ALLOW"
+                         for n in rule["names"]}
+        # Never allowed outright: what sets modes, makes namespaces or reaches the kernel's machinery.
+        for name in ("chmod", "fchmod", "fchmodat", "open", "openat", "creat", "mknod", "mknodat", "clone",
+                     "clone3", "unshare", "setns", "mount", "bpf", "keyctl", "openat2", "io_uring_setup",
+                     "fallocate", "personality", "init_module", "ptrace"):
+            assert name not in unconditional, name
+        refused = {n: r.get("errnoRet") for r in prof["syscalls"] if r["action"] == "SCMP_ACT_ERRNO" and "args" not in r
+                   for n in r["names"]}
+        assert refused["openat2"] == refused["clone3"] == 38 and refused["fallocate"] == 95  # ENOSYS, EOPNOTSUPP
