@@ -1,9 +1,14 @@
 """A sandbox that runs each command in a fresh Docker container, through the Docker SDK for Python.
 
-One run is create -> start -> wait (kill at the wall-clock limit) -> read the logs -> remove. The container
-has no network, no capabilities, a read-only root filesystem with a small tmpfs at /tmp, memory without
-swap, one CPU, a process cap and rlimits; the workspace is bound read-write at /workspace and the run's
-files read-only at /code. The SDK (`pip install 'shou[docker]'`) is imported only when first needed.
+One run is create -> start -> wait (kill at the wall-clock limit or past the run's disk allowance) -> read
+the logs -> remove. The container has no network, no capabilities, no new privileges, a seccomp
+allow-list of its own (`docker_seccomp.py`: no set-id bits, no namespaces), a read-only root filesystem
+with a small tmpfs at /tmp, memory without swap, one CPU, a process cap and rlimits; the workspace is
+bound read-write at /workspace (its settings files and a repository's config and hooks read-only) and
+the run's files read-only at /code. Code never runs as root: as root it runs as `SANDBOX_UID` on the
+same idmapped, nosuid, nodev workspace mount the bubblewrap sandbox uses (the engine binds that mount,
+so it must share shou's mount namespace). The SDK (`pip install 'shou[docker]'`) is imported only when
+first needed.
 
 The engine must see the host's paths (a local engine, or Docker Desktop's shared folders): both the
 workspace and the code files are bind mounts. Code goes in by bind rather than `put_archive` because the
