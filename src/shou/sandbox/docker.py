@@ -23,7 +23,6 @@ import os
 import shutil
 import stat
 import tempfile
-import threading
 import time
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -32,10 +31,11 @@ from ..errors import UserError
 from ..workspace import STATE_DIR, state_dir
 from .base import ExecResult, ExitReason, Limits, OutputCapture, new_output_path
 from .bubblewrap import SANDBOX_UID
+from .docker_engine import create, discard, read_logs, wait
 from .docker_seccomp import profile_json
 from .languages import looks_out_of_memory, program
 from .protect import GIT_ENV, protected_paths
-from .quota import DiskAllowance, DiskWatch, current_allowance
+from .quota import DiskAllowance, current_allowance
 
 if TYPE_CHECKING:
     from .idmap import IdmappedWorkspace
@@ -55,8 +55,6 @@ INSTALL_HINT = "pip install 'shou[docker]'"
 RUNTIME_LANGUAGE = {"python3": "python", "bash": "bash", "node": "node", "java": "java"}
 # Exit status of a process killed by SIGXCPU (24 on Linux, which is what containers run, whatever the host).
 CPU_LIMIT_STATUS = 128 + 24
-KILL_GRACE = 10.0  # seconds to let a killed container be reported as exited
-WAIT_SLACK = 30.0  # the SDK's own wait timeout, past ours, so a silent engine cannot hold a thread forever
 MiB = 1024 * 1024
 
 
@@ -250,12 +248,12 @@ class DockerSandbox:
         code_dir = _write_code_dir(files, stdin)
         container: Any = None
         try:
-            container = await _create(client, self.container_config(argv, limits, code_dir, image=image))
+            container = await create(client, self.container_config(argv, limits, code_dir, image=image))
             return await self._execute(container, limits, allowance)
         finally:
             if container is not None:
                 # Shielded: a second cancellation must not stop the removal half-way.
-                await asyncio.shield(asyncio.to_thread(_discard, container))
+                await asyncio.shield(asyncio.to_thread(discard, container))
             shutil.rmtree(code_dir, ignore_errors=True)
 
     async def _docker_client(self) -> Any:
@@ -272,7 +270,7 @@ class DockerSandbox:
         disk = allowance.watch(self.workspace, limits.disk_mb * MiB, limits.inodes)
         try:
             await asyncio.to_thread(container.start)
-            exit_code, reason = await _wait(container, limits, disk)
+            exit_code, reason = await wait(container, limits, disk)
         finally:
             allowance.charge(disk)  # before the logs are read: spilled output is shou's, not the program's
         duration = time.monotonic() - started
@@ -281,7 +279,7 @@ class DockerSandbox:
         out = OutputCapture(spill_path=new_output_path(self.workspace, "docker"))
         err = OutputCapture(spill_path=new_output_path(self.workspace, "docker-stderr"))
         try:
-            await asyncio.to_thread(_read_logs, container, out, err)
+            await asyncio.to_thread(read_logs, container, out, err)
         finally:
             out.close()
             err.close()
@@ -309,27 +307,6 @@ def _exit_reason(exit_code: int | None, oom_killed: bool, stderr: str) -> ExitRe
     return "cpu" if exit_code == CPU_LIMIT_STATUS else "exit"
 
 
-async def _wait(container: Any, limits: Limits, disk: DiskWatch) -> tuple[int | None, ExitReason]:
-    """Wait for the container to exit; kill it at the time limit or once it writes past the disk allowance."""
-    waiter = asyncio.ensure_future(asyncio.to_thread(container.wait, timeout=limits.timeout + WAIT_SLACK))
-    waiter.add_done_callback(_retrieve)
-    over = asyncio.Event()
-    guard = asyncio.ensure_future(disk.guard(over.set))
-    stopper = asyncio.ensure_future(over.wait())
-    try:  # asyncio.wait never cancels the waiter
-        await asyncio.wait({waiter, stopper}, timeout=limits.timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        guard.cancel()
-        stopper.cancel()
-    if waiter.done():
-        # Writes made since the last sample count too, as in the bubblewrap sandbox.
-        return int(waiter.result()["StatusCode"]), "disk" if disk.check() else "exit"
-    with contextlib.suppress(Exception):  # it may have exited just now
-        await asyncio.to_thread(container.kill)
-    await asyncio.wait({waiter}, timeout=KILL_GRACE)  # logs are complete once it has stopped
-    return None, "disk" if over.is_set() else "timeout"
-
-
 def _write_code_dir(files: dict[str, bytes], stdin: bytes | None) -> Path:
     """A fresh host directory holding `files` (and stdin), readable by any user the container runs as."""
     root = Path(tempfile.mkdtemp(prefix="shou-code-"))
@@ -352,52 +329,3 @@ def _write_code_dir(files: dict[str, bytes], stdin: bytes | None) -> Path:
     return root
 
 
-async def _create(client: Any, config: dict[str, Any]) -> Any:
-    """Create the container; if this is cancelled, remove the container once the engine has made it."""
-    task = asyncio.ensure_future(asyncio.to_thread(_create_sync, client, config))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        task.add_done_callback(_discard_when_created)
-        raise
-
-
-def _create_sync(client: Any, config: dict[str, Any]) -> Any:
-    try:
-        return client.containers.create(**config)
-    except Exception as exc:
-        # 404 is the SDK's ImageNotFound: pull once and try again. (Checked by status so fakes need no SDK.)
-        if getattr(exc, "status_code", None) != 404:
-            raise
-    try:
-        client.images.pull(config["image"])
-    except Exception as exc:  # no registry (offline, a private network): say what to do, not the engine's 500
-        first = str(exc).splitlines()[0][:300]
-        raise UserError(f"the Docker image {config['image']!r} is not on this engine and cannot be pulled ({first}); "
-                        "pull or build it, or set sandbox_image to an image the engine has") from None
-    return client.containers.create(**config)
-
-
-def _discard_when_created(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled() and task.exception() is None:
-        threading.Thread(target=_discard, args=(task.result(),), daemon=True).start()
-
-
-def _discard(container: Any) -> None:
-    """Remove a container whatever its state; force kills it first if it still runs. Errors are ignored:
-    it may be gone already, and cleanup must not hide the run's own result or exception."""
-    with contextlib.suppress(Exception):
-        container.remove(force=True, v=True)
-
-
-def _read_logs(container: Any, out: OutputCapture, err: OutputCapture) -> None:
-    """Stream each log into its capture chunk by chunk, so memory stays bounded however much was printed."""
-    for capture, is_stdout in ((out, True), (err, False)):
-        for chunk in container.logs(stdout=is_stdout, stderr=not is_stdout, stream=True, follow=False):
-            capture.feed(chunk)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """Mark a background future's exception as seen (a waiter left behind by a cancelled run)."""
-    if not future.cancelled():
-        future.exception()
