@@ -34,7 +34,7 @@ from .base import ExecResult, Limits, new_output_path
 from .cgroup import RunCgroup
 from .languages import program
 from .process import exec_result, kill_group, spawn_and_wait
-from .protect import GIT_ENV, protected_paths
+from .protect import GIT_ENV, open_path_beneath, protected_paths
 from .quota import DiskAllowance, DiskWatch, current_allowance
 from .seccomp import filter_fd
 
@@ -204,7 +204,7 @@ class BubblewrapSandbox:
         masks += self._config_masks(ws_fd, fds)
         for rel in protected_paths(self.workspace):  # a repository's config and hooks (protect.py)
             with contextlib.suppress(OSError):
-                fd = os.open(rel, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=ws_fd)
+                fd = open_path_beneath(ws_fd, rel)
                 fds.append(fd)
                 masks.append((fd, rel))
         code: dict[str, int] = {}

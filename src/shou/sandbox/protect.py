@@ -18,7 +18,7 @@ import contextlib
 import os
 from pathlib import Path
 
-__all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "is_git_control_path", "protected_paths"]
+__all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "is_git_control_path", "open_path_beneath", "protected_paths"]
 
 # Inside a git folder: what git reads to decide what to run, and where the rest of it lives.
 GIT_CONTROL_NAMES = frozenset({"config", "config.worktree", "hooks", "commondir"})
@@ -122,3 +122,18 @@ def protected_paths(workspace: Path, *, make_missing: bool = True) -> list[str]:
             if os.path.lexists(path):
                 found.append(f"{rel}/{name}")
     return found
+
+
+def open_path_beneath(dir_fd: int, rel: str) -> int:
+    """An O_PATH fd of `rel` under `dir_fd`, following no symlink on the way: a program running meanwhile
+    (a stateful kernel) cannot swap a folder for a link and get a host file bound into its sandbox."""
+    parts = rel.split("/")
+    fd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        for name in parts[:-1]:
+            next_fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        return os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
