@@ -122,6 +122,7 @@ NARROWING: dict[str, Callable[[Any, Any], Any]] = {
     "permissions_deny": _more_rules,
     "sandbox_timeout": min,
     "sandbox_memory_mb": min,
+    "sandbox_disk_mb": min,
     "sandbox_network": lambda trusted, asked: trusted and asked,
     # How much of the machine one run takes at once (parallel sandboxes, the local model's threads and memory).
     "max_parallel_tools": min,

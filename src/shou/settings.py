@@ -95,6 +95,8 @@ class Settings:
     sandbox_timeout: float = _s(300.0, "longest one shell/run_code call may run, whatever tool_timeout says",
                                 positive=True)
     sandbox_memory_mb: int = _s(512, "memory of one sandboxed run, MB", minimum=1)
+    sandbox_disk_mb: int = _s(1024, "how much one agent run's sandboxed calls may add to the disk, MB, in all",
+                              minimum=1)
     sandbox_network: bool = _s(False, "let sandboxed code use the network")
     sandbox_image: str | None = _s(None, "Docker image for every language (docker backend; default: official ones)")
     vision: bool | None = _s(None, "send images to the model (default: known vision models)", safe=True)
@@ -131,7 +133,8 @@ class Settings:
         timeout = self.sandbox_timeout
         if "tool_timeout" in self.sources:
             timeout = min(timeout, self.tool_timeout)
-        return Limits(timeout=timeout, memory_mb=self.sandbox_memory_mb, network=self.sandbox_network)
+        return Limits(timeout=timeout, memory_mb=self.sandbox_memory_mb, disk_mb=self.sandbox_disk_mb,
+                      network=self.sandbox_network)
 
     @property
     def model_settings(self) -> Any:

@@ -224,6 +224,8 @@ def open_file(root: Path, path: str, *, write: bool = False, create: bool = Fals
     if write and any(parts[: len(c)] == c for c in config_parts(root)):
         raise ToolError(f"{shown!r} is inside shou's user configuration folder (the person's trusted settings); "
                         "the file tools cannot write there")
+    if write:
+        _refuse_git_control(root, parts, shown)
     flags = os.O_RDWR if write else os.O_RDONLY
     try:
         fd = open_beneath(root, parts, flags | (os.O_CREAT if create else 0), make_parents=create)
@@ -235,6 +237,18 @@ def open_file(root: Path, path: str, *, write: bool = False, create: bool = Fals
         raise ToolError(f"{shown!r} has {opened.stat.st_nlink} hard links; the file tools do not write files "
                         "that are also reachable under another name")
     return opened
+
+
+def _refuse_git_control(root: Path, parts: tuple[str, ...], shown: str) -> None:
+    """A repository's config and hooks are not the model's to write: an allow rule for git trusts them."""
+    from .sandbox.protect import is_git_control_path, protected_paths
+
+    spelled = "/".join(parts)
+    protected = protected_paths(root, make_missing=False)
+    if is_git_control_path(parts) or any(spelled == p or spelled.startswith(p + "/") for p in protected):
+        raise ToolError(f"{shown!r} is a git repository's configuration, hooks or pointer (.git); the file tools "
+                        "do not write there, because git runs what they name (an allowed `git status` would run "
+                        "it). Change it yourself if it needs changing")
 
 
 def read_bytes_beneath(root: Path, rel: str, max_bytes: int) -> bytes:

@@ -125,6 +125,32 @@ def ws(tmp_path: Path) -> Path:
 
 
 LIMITS = Limits(timeout=20, memory_mb=256, cpu_seconds=7, processes=32, file_size_mb=10)
+ROOT = os.geteuid() == 0
+
+
+def expected_user(ws: Path) -> str:
+    """Never root: as root the sandbox uid, otherwise the workspace's owner (issue 28)."""
+    from shou.sandbox.bubblewrap import SANDBOX_UID
+
+    owner = os.stat(ws)
+    return f"{SANDBOX_UID}:{SANDBOX_UID}" if ROOT else f"{owner.st_uid}:{owner.st_gid}"
+
+
+def check_workspace_source(host: str, ws: Path) -> None:
+    """The folder bound at /workspace: as root, the idmapped view of `ws` under /run/shou; else `ws`."""
+    if ROOT:
+        assert host.startswith("/run/shou/") and host.endswith("/ws"), host
+    else:
+        assert host == str(ws.resolve())
+
+
+def check_security(cfg: dict[str, Any]) -> None:
+    import json
+
+    assert cfg["cap_drop"] == ["ALL"] and cfg["security_opt"][0] == "no-new-privileges"
+    (seccomp,) = [o for o in cfg["security_opt"] if o.startswith("seccomp=")]
+    profile = json.loads(seccomp.removeprefix("seccomp="))
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO"  # an allow-list, replacing the engine's default
 
 
 # --- the container settings ---------------------------------------------------------------------------------
@@ -137,7 +163,7 @@ async def test_settings_files_are_read_only_and_links_never_bound(ws: Path, tmp_
     await DockerSandbox(ws, LIMITS, client=engine).run(["true"])
     (cfg,) = engine.created
     binds = {spec["bind"]: (host, spec["mode"]) for host, spec in cfg["volumes"].items()}
-    assert binds["/workspace/shou.toml"] == (str(ws.resolve() / "shou.toml"), "ro")
+    assert binds["/workspace/shou.toml"] == (binds["/workspace"][0] + "/shou.toml", "ro")
     assert "/workspace/.env" not in binds and (ws / ".shou").is_dir() and not (ws / ".shou").is_symlink()
 
 
@@ -162,14 +188,15 @@ async def test_each_language_gets_its_image_and_every_limit(ws: Path, language: 
     assert cfg["init"] is True
     assert cfg["network_disabled"] is True and cfg["network_mode"] == "none"
     assert cfg["read_only"] is True
-    assert cfg["tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=10m,mode=1777",
+    uid, gid = expected_user(ws).split(":")
+    assert cfg["tmpfs"] == {"/tmp": f"rw,nosuid,nodev,size=10m,mode=1777,uid={uid},gid={gid}",
                             "/workspace/.shou": "ro,nosuid,nodev,size=64k"}  # shou's state hidden
-    assert cfg["cap_drop"] == ["ALL"] and cfg["security_opt"] == ["no-new-privileges"]
-    owner = os.stat(ws)
-    assert cfg["user"] == f"{owner.st_uid}:{owner.st_gid}"  # writes in the workspace belong to its owner
+    check_security(cfg)
+    assert cfg["user"] == expected_user(ws)
     assert cfg["working_dir"] == "/workspace"
     binds = {spec["bind"]: (host, spec["mode"]) for host, spec in cfg["volumes"].items()}
-    assert binds["/workspace"] == (str(ws.resolve()), "rw")
+    check_workspace_source(binds["/workspace"][0], ws)
+    assert binds["/workspace"][1] == "rw"
     assert binds["/code"][1] == "ro" and not os.path.exists(binds["/code"][0])  # removed after the run
     assert cfg["ulimits"] == [
         {"name": "fsize", "soft": 10 * MiB, "hard": 10 * MiB},
@@ -222,15 +249,19 @@ def test_config_is_accepted_by_the_sdk(ws: Path, tmp_path: Path) -> None:
     body = docker.APIClient(base_url="unix:///nonexistent.sock", version="1.43").create_container_config(**args)
     host = body["HostConfig"]
     assert body["Entrypoint"] == ["python3"] and body["Cmd"] == ["-u", "/code/main.py"]
-    assert body["User"] == f"{os.stat(ws).st_uid}:{os.stat(ws).st_gid}" and body["WorkingDir"] == "/workspace"
+    assert body["User"] == expected_user(ws) and body["WorkingDir"] == "/workspace"
     assert body["NetworkDisabled"] is True
     assert host["Memory"] == host["MemorySwap"] == 256 * MiB and host["NanoCpus"] == 10**9 and host["PidsLimit"] == 33
     assert host["ReadonlyRootfs"] is True and host["CapDrop"] == ["ALL"] and host["NetworkMode"] == "none"
-    assert sorted(host["Binds"]) == sorted([f"{ws.resolve()}:/workspace:rw", f"{tmp_path}:/code:ro"])
+    (workspace_bind,) = [b for b in host["Binds"] if b.endswith(":/workspace:rw")]
+    check_workspace_source(workspace_bind.removesuffix(":/workspace:rw"), ws)
+    assert sorted(host["Binds"]) == sorted([workspace_bind, f"{tmp_path}:/code:ro"])
     assert {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]} == {
         "fsize": (10 * MiB, 10 * MiB), "core": (0, 0), "cpu": (7, 8)}
     assert host["LogConfig"] == {"Type": "json-file", "Config": {"max-size": "32m", "max-file": "2"}}
-    assert host["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=10m,mode=1777",
+    uid, gid = expected_user(ws).split(":")
+    assert host["SecurityOpt"][0] == "no-new-privileges" and host["SecurityOpt"][1].startswith("seccomp={")
+    assert host["Tmpfs"] == {"/tmp": f"rw,nosuid,nodev,size=10m,mode=1777,uid={uid},gid={gid}",
                              "/workspace/.shou": "ro,nosuid,nodev,size=64k"} and host["Init"] is True
 
 
@@ -414,3 +445,21 @@ class TestWithEngine:
                 "        print(p, 'ok')\n    except OSError:\n        print(p, 'no')\n")
         result = await engine_sandbox.run_code("python", code)
         assert result.stdout.split("\n")[:3] == ["/etc/x no", "/tmp/x ok", "/workspace/x ok"], result.for_model()
+
+
+def test_the_seccomp_profile_is_an_allow_list_with_the_set_id_fence() -> None:
+    from shou.sandbox.docker_seccomp import profile
+
+    for machine in ("x86_64", "aarch64"):
+        prof = profile(machine)
+        assert prof["defaultAction"] == "SCMP_ACT_ERRNO" and len(prof["architectures"]) == 1
+        unconditional = {n for rule in prof["syscalls"] if "args" not in rule and rule["action"] == "SCMP_ACT_ALLOW"
+                         for n in rule["names"]}
+        # Never allowed outright: what sets modes, makes namespaces or reaches the kernel's machinery.
+        for name in ("chmod", "fchmod", "fchmodat", "open", "openat", "creat", "mknod", "mknodat", "clone",
+                     "clone3", "unshare", "setns", "mount", "bpf", "keyctl", "openat2", "io_uring_setup",
+                     "fallocate", "personality", "init_module", "ptrace"):
+            assert name not in unconditional, name
+        refused = {n: r.get("errnoRet") for r in prof["syscalls"] if r["action"] == "SCMP_ACT_ERRNO" and "args" not in r
+                   for n in r["names"]}
+        assert refused["openat2"] == refused["clone3"] == 38 and refused["fallocate"] == 95  # ENOSYS, EOPNOTSUPP

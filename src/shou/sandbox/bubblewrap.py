@@ -34,7 +34,8 @@ from .base import ExecResult, Limits, new_output_path
 from .cgroup import RunCgroup
 from .languages import program
 from .process import exec_result, kill_group, spawn_and_wait
-from .quota import DiskWatch
+from .protect import GIT_ENV, open_path_beneath, protected_paths
+from .quota import DiskAllowance, DiskWatch, current_allowance
 from .seccomp import filter_fd
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ SYSTEM_DIRS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime"
 NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf")
 READ_ONLY_FILES = ("shou.toml", ".env")  # the workspace's settings: the program must not rewrite them
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
-       "PYTHONDONTWRITEBYTECODE": "1"}
+       "PYTHONDONTWRITEBYTECODE": "1", **GIT_ENV}
 _HOST_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # for finding prlimit and bwrap only
 # Joins the cgroups named before "--", then becomes the rest of the command line.
 _JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
@@ -63,6 +64,8 @@ class BubblewrapSandbox:
         self.as_root = os.geteuid() == 0
         self.uid = SANDBOX_UID if self.as_root else os.geteuid()
         self._mount: IdmappedWorkspace | None = None  # as root
+        # Calls made outside any agent run share this one (see quota.py).
+        self.allowance = DiskAllowance(self.limits.disk_mb * 2**20, self.limits.inodes)
 
     @staticmethod
     @functools.cache
@@ -199,6 +202,11 @@ class BubblewrapSandbox:
                     masks.append((fd, name))
                 fds.append(fd)
         masks += self._config_masks(ws_fd, fds)
+        for rel in protected_paths(self.workspace):  # a repository's config and hooks (protect.py)
+            with contextlib.suppress(OSError):
+                fd = open_path_beneath(ws_fd, rel)
+                fds.append(fd)
+                masks.append((fd, rel))
         code: dict[str, int] = {}
         for name, data in (files or {}).items():
             fd = os.memfd_create(name)  # code goes in as file content, never through a shell
@@ -217,15 +225,20 @@ class BubblewrapSandbox:
                   files: dict[str, bytes] | None = None) -> ExecResult:
         """Run `argv` in the sandbox (see `Sandbox.run`)."""
         limits = (limits or self.limits).within(self.limits)
+        allowance = current_allowance(self.allowance)
+        if spent := allowance.spent():
+            return ExecResult("", "", None, 0.0, "disk", note=spent)
         cmd, fds, cgroup = self._prepare(argv, limits, files)
+        disk = allowance.watch(self.workspace, limits.disk_mb * 2**20, limits.inodes)
         try:
             done = await spawn_and_wait(
                 cmd, cwd="/", env=_HOST_ENV, stdin=stdin, timeout=limits.timeout, pass_fds=fds,
                 spill=(new_output_path(self.workspace, "stdout"), new_output_path(self.workspace, "stderr")),
-                disk=DiskWatch(self.workspace, limits.disk_mb * 1024 * 1024, limits.inodes),
+                disk=disk,
             )
             oom = cgroup.oom_killed() if cgroup else False
         finally:
+            allowance.charge(disk)
             _close(fds)
             if cgroup:
                 cgroup.remove()
@@ -248,9 +261,12 @@ class BubblewrapSandbox:
             raise
         finally:
             _close(fds)
-        # A long-lived process can write long after its call returned: the allowance covers its whole life.
-        disk = DiskWatch(self.workspace, limits.disk_mb * 1024 * 1024, limits.inodes)
-        return Started(proc, cgroup, asyncio.ensure_future(disk.guard(lambda: kill_group(proc.pid))))
+        # A long-lived process can write long after its call returned: the allowance covers its whole life,
+        # charged to the run that started it.
+        allowance = current_allowance(self.allowance)
+        disk = allowance.watch(self.workspace, limits.disk_mb * 2**20, limits.inodes)
+        return Started(proc, cgroup, asyncio.ensure_future(disk.guard(lambda: kill_group(proc.pid))),
+                       (allowance, disk))
 
     async def run_code(self, language: str, code: str, *, limits: Limits | None = None) -> ExecResult:
         """Run a program in python, bash, node or java."""
@@ -263,10 +279,12 @@ class Started:
     """A long-lived sandboxed process; `stop()` kills all of it."""
 
     def __init__(self, proc: asyncio.subprocess.Process, cgroup: RunCgroup | None,
-                 watcher: asyncio.Future[None] | None = None) -> None:
+                 watcher: asyncio.Future[None] | None = None,
+                 charge: tuple[DiskAllowance, DiskWatch] | None = None) -> None:
         self.proc = proc
         self.cgroup = cgroup
         self.watcher = watcher
+        self._charge = charge
 
     async def stop(self) -> None:
         """Kill the process group and the cgroup's processes, and reap."""
@@ -278,6 +296,10 @@ class Started:
                 await self.proc.wait()
         if self.cgroup:
             self.cgroup.remove()
+        if self._charge is not None:
+            allowance, disk = self._charge
+            self._charge = None
+            allowance.charge(disk)
 
 
 def _close(fds: tuple[int, ...]) -> None:

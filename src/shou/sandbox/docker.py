@@ -1,9 +1,14 @@
 """A sandbox that runs each command in a fresh Docker container, through the Docker SDK for Python.
 
-One run is create -> start -> wait (kill at the wall-clock limit) -> read the logs -> remove. The container
-has no network, no capabilities, a read-only root filesystem with a small tmpfs at /tmp, memory without
-swap, one CPU, a process cap and rlimits; the workspace is bound read-write at /workspace and the run's
-files read-only at /code. The SDK (`pip install 'shou[docker]'`) is imported only when first needed.
+One run is create -> start -> wait (kill at the wall-clock limit or past the run's disk allowance) -> read
+the logs -> remove. The container has no network, no capabilities, no new privileges, a seccomp
+allow-list of its own (`docker_seccomp.py`: no set-id bits, no namespaces), a read-only root filesystem
+with a small tmpfs at /tmp, memory without swap, one CPU, a process cap and rlimits; the workspace is
+bound read-write at /workspace (its settings files and a repository's config and hooks read-only) and
+the run's files read-only at /code. Code never runs as root: as root it runs as `SANDBOX_UID` on the
+same idmapped, nosuid, nodev workspace mount the bubblewrap sandbox uses (the engine binds that mount,
+so it must share shou's mount namespace). The SDK (`pip install 'shou[docker]'`) is imported only when
+first needed.
 
 The engine must see the host's paths (a local engine, or Docker Desktop's shared folders): both the
 workspace and the code files are bind mounts. Code goes in by bind rather than `put_archive` because the
@@ -18,15 +23,22 @@ import os
 import shutil
 import stat
 import tempfile
-import threading
 import time
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 from ..workspace import STATE_DIR, state_dir
 from .base import ExecResult, ExitReason, Limits, OutputCapture, new_output_path
+from .bubblewrap import SANDBOX_UID
+from .docker_engine import create, discard, read_logs, wait
+from .docker_seccomp import profile_json
 from .languages import looks_out_of_memory, program
+from .protect import GIT_ENV, protected_paths
+from .quota import DiskAllowance, current_allowance
+
+if TYPE_CHECKING:
+    from .idmap import IdmappedWorkspace
 
 DEFAULT_IMAGES: dict[str, str] = {
     "python": "python:3.12-slim",
@@ -43,18 +55,29 @@ INSTALL_HINT = "pip install 'shou[docker]'"
 RUNTIME_LANGUAGE = {"python3": "python", "bash": "bash", "node": "node", "java": "java"}
 # Exit status of a process killed by SIGXCPU (24 on Linux, which is what containers run, whatever the host).
 CPU_LIMIT_STATUS = 128 + 24
-KILL_GRACE = 10.0  # seconds to let a killed container be reported as exited
-WAIT_SLACK = 30.0  # the SDK's own wait timeout, past ours, so a silent engine cannot hold a thread forever
 MiB = 1024 * 1024
 
 
-def _owner(workspace: Path) -> str:
-    """`uid:gid` of the workspace's owner (nobody's when it does not exist yet: it is made by us, then)."""
-    try:
+def _default_user(workspace: Path) -> str:
+    """`uid:gid` the program runs as: never root. As root, the sandbox uid (which sees the workspace through
+    an idmapped mount, as in the bubblewrap sandbox); otherwise the workspace's owner, or the caller when
+    the workspace is root's or does not exist yet (it is made by us, then)."""
+    if os.geteuid() == 0:
+        return f"{SANDBOX_UID}:{SANDBOX_UID}"
+    with contextlib.suppress(OSError):
         st = os.stat(workspace)
-    except OSError:
-        return f"{os.getuid()}:{os.getgid()}"
-    return f"{st.st_uid}:{st.st_gid}"
+        if st.st_uid != 0:
+            return f"{st.st_uid}:{st.st_gid}"
+    return f"{os.getuid()}:{os.getgid()}"
+
+
+def _checked_user(user: str) -> str:
+    """`user` unless it names root (uid 0, or a name the engine would look up): a UserError then."""
+    uid = user.split(":", 1)[0]
+    if not uid.isdigit() or int(uid) == 0:
+        raise UserError(f"the Docker sandbox runs code as a numeric non-root uid, not {user!r}: root in the "
+                        "container owns what it writes in the workspace and could leave set-id programs there")
+    return user
 
 
 def _sdk() -> Any:
@@ -70,10 +93,10 @@ class DockerSandbox:
     """Runs commands and code in throwaway Docker containers (one per call), under `limits`.
 
     `images` overrides the image per language (keys: python, bash, node, java; plain `run()` uses
-    bash's). `user` is who the program runs as, by default the workspace's owner, so that what it writes
-    there belongs to whoever owns the rest (a root-owned workspace: uid 0 inside, with every capability
-    dropped, no new privileges, a read-only root and only the workspace bound writable). `client` is a
-    `docker.DockerClient` (made with `docker.from_env()` on first use when not given).
+    bash's). `user` is who the program runs as, never root: by default, as root, `SANDBOX_UID` on an
+    idmapped, nosuid, nodev view of the workspace in which the owner's files are its own (what it writes
+    lands as the owner's); otherwise the workspace's owner. `client` is a `docker.DockerClient` (made
+    with `docker.from_env()` on first use when not given).
     """
 
     name = "docker"
@@ -83,8 +106,26 @@ class DockerSandbox:
         self.workspace = Path(workspace).resolve()  # the engine needs absolute bind sources
         self.limits = limits
         self.images = {**DEFAULT_IMAGES, **(images or {})}
-        self.user = user if user is not None else _owner(self.workspace)
+        self.user = _checked_user(user if user is not None else _default_user(self.workspace))
+        self.allowance = DiskAllowance(limits.disk_mb * MiB, limits.inodes)  # calls made outside any agent run
         self._client = client
+        self._mount: IdmappedWorkspace | None = None
+
+    def _source(self) -> Path:
+        """The folder bound at /workspace: the idmapped view for the sandbox uid, else the workspace itself."""
+        if not self.user.startswith(f"{SANDBOX_UID}:"):
+            return self.workspace
+        if self._mount is None:
+            from .idmap import IdmappedWorkspace
+
+            self._mount = IdmappedWorkspace.create(self.workspace, SANDBOX_UID)
+        return self._mount.path
+
+    def close(self) -> None:
+        """Release the idmapped mount (made again on the next run)."""
+        if self._mount is not None:
+            mount, self._mount = self._mount, None
+            mount.close()
 
     @staticmethod
     def available() -> tuple[bool, str]:
@@ -103,7 +144,14 @@ class DockerSandbox:
         except Exception as exc:  # any failure means "not usable"; the reason names the usual fixable one
             why = " (permission denied: is your user in the docker group?)" if "ermission denied" in str(exc) else ""
             return False, f"no Docker engine answers at {host}{why}"
-        return True, f"a Docker engine answers at {host}"
+        if os.geteuid() == 0:  # code runs as the sandbox uid on an idmapped workspace, never as root
+            from .idmap import idmap_supported
+
+            ok, why = idmap_supported()
+            if not ok:
+                return False, why
+        return True, f"a Docker engine answers at {host}" + (
+            f"; as root: runs as uid {SANDBOX_UID} on an idmapped workspace" if os.geteuid() == 0 else "")
 
     def container_config(self, argv: list[str], limits: Limits, code_dir_host: Path | str, *,
                          image: str | None = None) -> dict[str, Any]:
@@ -113,6 +161,9 @@ class DockerSandbox:
         fsize = limits.file_size_mb * MiB
         # tmpfs pages count against the container's memory anyway, so more than memory_mb could never be used.
         tmp_mb = max(1, min(limits.file_size_mb, limits.memory_mb))
+        source = self._source()
+        uid, _, gid = self.user.partition(":")
+        gid = gid or uid
         return {
             "image": image or self.images["bash"],
             # Entrypoint = argv[0] replaces the image's own (node's and temurin's wrap the command).
@@ -120,16 +171,18 @@ class DockerSandbox:
             "command": argv[1:],
             "user": self.user,
             "working_dir": WORKSPACE_DIR,
-            "environment": {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},  # nobody's home does not exist
+            # The sandbox uid has no home; GIT_ENV: git obeys no config the program could have planted.
+            "environment": {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1", **GIT_ENV},
             "labels": {"shou": "1"},
             "volumes": {
-                str(self.workspace): {"bind": WORKSPACE_DIR, "mode": "rw"},
-                **self._read_only_files(),
+                str(source): {"bind": WORKSPACE_DIR, "mode": "rw"},
+                **self._read_only_files(source),
                 str(code_dir_host): {"bind": CODE_DIR, "mode": "ro"},
             },
             "read_only": True,
             # shou's own state is hidden, as in the bubblewrap sandbox.
-            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={tmp_mb}m,mode=1777",
+            # The engine copies the mode of the image's own /tmp (root's 0755 in some): make it the user's.
+            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={tmp_mb}m,mode=1777,uid={uid},gid={gid}",
                       f"{WORKSPACE_DIR}/{STATE_DIR}": "ro,nosuid,nodev,size=64k"},
             "mem_limit": limits.memory_mb * MiB,
             "memswap_limit": limits.memory_mb * MiB,  # equal to mem_limit: no swap
@@ -147,7 +200,8 @@ class DockerSandbox:
             "network_disabled": not limits.network,
             "network_mode": "bridge" if limits.network else "none",
             "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
+            # The engine's default seccomp profile lets chmod set set-id bits: ours replaces it (docker_seccomp.py).
+            "security_opt": ["no-new-privileges", "seccomp=" + profile_json()],
             "stdin_open": False,
             "tty": False,  # keeps stdout and stderr apart
             "auto_remove": False,  # we read the logs and state after exit, then remove it ourselves
@@ -155,15 +209,17 @@ class DockerSandbox:
             "log_config": {"type": "json-file", "config": {"max-size": "32m", "max-file": "2"}},
         }
 
-    def _read_only_files(self) -> dict[str, dict[str, str]]:
-        """The workspace's settings files, bound read-only over themselves when they are regular files (the
-        engine would follow a symlink; no container runs between calls that could swap one in meanwhile)."""
+    def _read_only_files(self, source: Path) -> dict[str, dict[str, str]]:
+        """The workspace's settings files and a repository's config and hooks, bound read-only over
+        themselves (settings files only when regular: the engine would follow a symlink; no container runs
+        between calls that could swap one in meanwhile)."""
         binds = {}
         for name in READ_ONLY_FILES:
-            path = self.workspace / name
             with contextlib.suppress(OSError):
-                if stat.S_ISREG(os.lstat(path).st_mode):
-                    binds[str(path)] = {"bind": f"{WORKSPACE_DIR}/{name}", "mode": "ro"}
+                if stat.S_ISREG(os.lstat(self.workspace / name).st_mode):
+                    binds[str(source / name)] = {"bind": f"{WORKSPACE_DIR}/{name}", "mode": "ro"}
+        for rel in protected_paths(self.workspace):
+            binds[str(source / rel)] = {"bind": f"{WORKSPACE_DIR}/{rel}", "mode": "ro"}
         return binds
 
     async def run(self, argv: list[str], *, stdin: bytes | None = None, limits: Limits | None = None,
@@ -180,6 +236,9 @@ class DockerSandbox:
 
     async def _run(self, argv: list[str], stdin: bytes | None, limits: Limits, files: dict[str, bytes],
                    image: str) -> ExecResult:
+        allowance = current_allowance(self.allowance)
+        if spent := allowance.spent():
+            return ExecResult("", "", None, 0.0, "disk", note=spent)
         client = await self._docker_client()
         self.workspace.mkdir(parents=True, exist_ok=True)  # else the engine creates it, owned by root
         state_dir(self.workspace)  # a real folder for the tmpfs to cover, made before any container runs
@@ -189,12 +248,12 @@ class DockerSandbox:
         code_dir = _write_code_dir(files, stdin)
         container: Any = None
         try:
-            container = await _create(client, self.container_config(argv, limits, code_dir, image=image))
-            return await self._execute(container, limits)
+            container = await create(client, self.container_config(argv, limits, code_dir, image=image))
+            return await self._execute(container, limits, allowance)
         finally:
             if container is not None:
                 # Shielded: a second cancellation must not stop the removal half-way.
-                await asyncio.shield(asyncio.to_thread(_discard, container))
+                await asyncio.shield(asyncio.to_thread(discard, container))
             shutil.rmtree(code_dir, ignore_errors=True)
 
     async def _docker_client(self) -> Any:
@@ -206,39 +265,31 @@ class DockerSandbox:
                 raise UserError(f"no Docker engine answers ({exc}); start Docker or choose another sandbox") from exc
         return self._client
 
-    async def _execute(self, container: Any, limits: Limits) -> ExecResult:
+    async def _execute(self, container: Any, limits: Limits, allowance: DiskAllowance) -> ExecResult:
         started = time.monotonic()
-        await asyncio.to_thread(container.start)
-        waiter = asyncio.ensure_future(asyncio.to_thread(container.wait, timeout=limits.timeout + WAIT_SLACK))
-        waiter.add_done_callback(_retrieve)
-        reason: ExitReason = "exit"
-        exit_code: int | None = None
-        done, _ = await asyncio.wait({waiter}, timeout=limits.timeout)  # asyncio.wait never cancels the waiter
-        if done:
-            exit_code = int(waiter.result()["StatusCode"])
-        else:
-            reason = "timeout"
-            with contextlib.suppress(Exception):  # it may have exited just now
-                await asyncio.to_thread(container.kill)
-            await asyncio.wait({waiter}, timeout=KILL_GRACE)  # logs are complete once it has stopped
+        disk = allowance.watch(self.workspace, limits.disk_mb * MiB, limits.inodes)
+        try:
+            await asyncio.to_thread(container.start)
+            exit_code, reason = await wait(container, limits, disk)
+        finally:
+            allowance.charge(disk)  # before the logs are read: spilled output is shou's, not the program's
         duration = time.monotonic() - started
         await asyncio.to_thread(container.reload)
         oom_killed = bool((container.attrs.get("State") or {}).get("OOMKilled"))
         out = OutputCapture(spill_path=new_output_path(self.workspace, "docker"))
         err = OutputCapture(spill_path=new_output_path(self.workspace, "docker-stderr"))
         try:
-            await asyncio.to_thread(_read_logs, container, out, err)
+            await asyncio.to_thread(read_logs, container, out, err)
         finally:
             out.close()
             err.close()
         stderr = err.text()
-        if reason == "exit" and exit_code != 0:
-            if oom_killed or looks_out_of_memory(stderr):
-                reason = "memory"
-            elif exit_code == CPU_LIMIT_STATUS:
-                reason = "cpu"
+        if reason == "exit":
+            reason = _exit_reason(exit_code, oom_killed, stderr)
         spilled = [str(c.spill_path.relative_to(self.workspace)) for c in (out, err) if c.spill_path and c.spilled]
         notes = [f"it ran out of memory: the limit is {limits.memory_mb} MB"] if reason == "memory" else []
+        if reason == "disk":
+            notes.append(disk.exceeded)
         if len(spilled) > 1:
             notes.append(f"[the full stderr is in {spilled[1]}]")
         return ExecResult(
@@ -246,6 +297,14 @@ class DockerSandbox:
             stdout_omitted=out.omitted, stderr_omitted=err.omitted, output_path=spilled[0] if spilled else None,
             note="; ".join(notes),
         )
+
+
+def _exit_reason(exit_code: int | None, oom_killed: bool, stderr: str) -> ExitReason:
+    """Why a container that exited by itself ended: memory, CPU time, or its own exit."""
+    # A process of the tree killed for memory is reported even when the first one exits 0 (as bubblewrap does).
+    if oom_killed or (exit_code != 0 and looks_out_of_memory(stderr)):
+        return "memory"
+    return "cpu" if exit_code == CPU_LIMIT_STATUS else "exit"
 
 
 def _write_code_dir(files: dict[str, bytes], stdin: bytes | None) -> Path:
@@ -270,52 +329,3 @@ def _write_code_dir(files: dict[str, bytes], stdin: bytes | None) -> Path:
     return root
 
 
-async def _create(client: Any, config: dict[str, Any]) -> Any:
-    """Create the container; if this is cancelled, remove the container once the engine has made it."""
-    task = asyncio.ensure_future(asyncio.to_thread(_create_sync, client, config))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        task.add_done_callback(_discard_when_created)
-        raise
-
-
-def _create_sync(client: Any, config: dict[str, Any]) -> Any:
-    try:
-        return client.containers.create(**config)
-    except Exception as exc:
-        # 404 is the SDK's ImageNotFound: pull once and try again. (Checked by status so fakes need no SDK.)
-        if getattr(exc, "status_code", None) != 404:
-            raise
-    try:
-        client.images.pull(config["image"])
-    except Exception as exc:  # no registry (offline, a private network): say what to do, not the engine's 500
-        first = str(exc).splitlines()[0][:300]
-        raise UserError(f"the Docker image {config['image']!r} is not on this engine and cannot be pulled ({first}); "
-                        "pull or build it, or set sandbox_image to an image the engine has") from None
-    return client.containers.create(**config)
-
-
-def _discard_when_created(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled() and task.exception() is None:
-        threading.Thread(target=_discard, args=(task.result(),), daemon=True).start()
-
-
-def _discard(container: Any) -> None:
-    """Remove a container whatever its state; force kills it first if it still runs. Errors are ignored:
-    it may be gone already, and cleanup must not hide the run's own result or exception."""
-    with contextlib.suppress(Exception):
-        container.remove(force=True, v=True)
-
-
-def _read_logs(container: Any, out: OutputCapture, err: OutputCapture) -> None:
-    """Stream each log into its capture chunk by chunk, so memory stays bounded however much was printed."""
-    for capture, is_stdout in ((out, True), (err, False)):
-        for chunk in container.logs(stdout=is_stdout, stderr=not is_stdout, stream=True, follow=False):
-            capture.feed(chunk)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """Mark a background future's exception as seen (a waiter left behind by a cancelled run)."""
-    if not future.cancelled():
-        future.exception()

@@ -119,7 +119,7 @@ class IdmappedWorkspace:
                 f"running as root, the sandbox needs an idmapped mount of the workspace ({workspace}) so that "
                 f"sandboxed code runs unprivileged, and this failed: {e}. That needs Linux 5.12+ and a file "
                 "system that supports idmapped mounts (ext4, xfs, btrfs, tmpfs 6.3+). Run shou as a normal "
-                "user, or choose another backend (--sandbox docker)"
+                "user, or choose another backend (--sandbox)"
             ) from None
         finally:
             for fd in (tree, ns):

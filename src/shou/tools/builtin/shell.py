@@ -6,10 +6,12 @@ directory and no network. `sandbox_tools(sandbox)` makes the same two tools boun
 
 from __future__ import annotations
 
+import contextlib
 from typing import Literal
 
 from ...errors import ToolError
 from ...sandbox.base import ExecResult, Sandbox
+from ...sandbox.quota import charging, run_allowance
 from ..base import Tool, ToolContext, ToolResult, tool
 
 # The sandbox enforces its own wall-clock limit and reports it properly; this outer limit is a backstop.
@@ -37,18 +39,27 @@ def to_result(r: ExecResult) -> ToolResult:
     return ToolResult(r.for_model(), is_error=r.reason != "exit", details=details)
 
 
-async def _shell(sb: Sandbox, command: str) -> ToolResult:
-    return to_result(await sb.run(["bash", "-c", command]))
+def _run_scope(sb: Sandbox, ctx: ToolContext | None) -> contextlib.AbstractContextManager[None]:
+    """Charge the call's disk growth to its agent run: the allowance is the run's, across all its calls."""
+    if ctx is None or not ctx.run_id:
+        return contextlib.nullcontext()
+    return charging(run_allowance(ctx.run_id, sb.limits.disk_mb * 2**20, sb.limits.inodes))
 
 
-async def _run_code(sb: Sandbox, session: str, language: str, code: str, stateful: bool) -> ToolResult:
-    if stateful:
-        if language != "python":
-            raise ToolError("stateful=true works for python only; run other languages with stateful=false")
-        from ...sandbox.stateful import kernel_for
+async def _shell(sb: Sandbox, command: str, ctx: ToolContext | None = None) -> ToolResult:
+    with _run_scope(sb, ctx):
+        return to_result(await sb.run(["bash", "-c", command]))
 
-        return to_result(await kernel_for(sb, session).execute(code))
-    return to_result(await sb.run_code(language, code))
+
+async def _run_code(sb: Sandbox, ctx: ToolContext, language: str, code: str, stateful: bool) -> ToolResult:
+    with _run_scope(sb, ctx):
+        if stateful:
+            if language != "python":
+                raise ToolError("stateful=true works for python only; run other languages with stateful=false")
+            from ...sandbox.stateful import kernel_for
+
+            return to_result(await kernel_for(sb, ctx.session).execute(code))
+        return to_result(await sb.run_code(language, code))
 
 
 @tool(timeout=BACKSTOP)
@@ -58,7 +69,7 @@ async def shell(command: str, ctx: ToolContext) -> ToolResult:
     Args:
         command: The command line, e.g. 'ls -la' or 'wc -l *.py | tail -1'.
     """
-    return await _shell(sandbox_of(ctx), command)
+    return await _shell(sandbox_of(ctx), command, ctx)
 
 
 @tool(timeout=BACKSTOP)
@@ -72,20 +83,20 @@ async def run_code(
         code: The complete program.
         stateful: python only: keep variables and imports between calls, like a notebook.
     """
-    return await _run_code(sandbox_of(ctx), ctx.session, language, code, stateful)
+    return await _run_code(sandbox_of(ctx), ctx, language, code, stateful)
 
 
 def sandbox_tools(sandbox: Sandbox) -> list[Tool]:
     """`shell` and `run_code` bound to `sandbox` (its backend, limits and network setting)."""
 
-    async def bound_shell(command: str) -> ToolResult:
-        return await _shell(sandbox, command)
+    async def bound_shell(command: str, ctx: ToolContext) -> ToolResult:
+        return await _shell(sandbox, command, ctx)
 
     async def bound_run_code(language: str, code: str, ctx: ToolContext, stateful: bool = False) -> ToolResult:
-        return await _run_code(sandbox, ctx.session, language, code, stateful)
+        return await _run_code(sandbox, ctx, language, code, stateful)
 
     return [
-        Tool("shell", shell.description, shell.parameters, bound_shell, timeout=BACKSTOP),
+        Tool("shell", shell.description, shell.parameters, bound_shell, timeout=BACKSTOP, context_param="ctx"),
         Tool("run_code", run_code.description, run_code.parameters, bound_run_code, timeout=BACKSTOP,
              context_param="ctx"),
     ]

@@ -1,0 +1,139 @@
+"""A repository's configuration and hooks, kept read-only to sandboxed code and to the file tools.
+
+An allow rule such as `git status` trusts git, and git runs what its configuration names
+(`core.fsmonitor`, `core.pager`, `core.hooksPath`, filter drivers, aliases) and the hooks it finds. If the
+model could write those, a narrow rule would run arbitrary code. So the config and hooks of the
+workspace's repository are bound read-only in the sandbox, and `is_git_control_path` makes the file
+tools refuse them (at any depth, and the `.git` file that could point git at a folder of the model's).
+
+Git inside the sandbox also gets `GIT_ENV`, settings that outrank every config file: no fsmonitor, no
+descent into submodules (a repository the program made and registered in the index as a submodule
+would otherwise be entered, and its own config obeyed) and no implicit bare repositories (a folder laid
+out as one would be taken for the repository).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+__all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "is_git_control_path", "open_path_beneath", "protected_paths"]
+
+# Inside a git folder: what git reads to decide what to run, and where the rest of it lives.
+GIT_CONTROL_NAMES = frozenset({"config", "config.worktree", "hooks", "commondir"})
+_GIT_SETTINGS = (("core.fsmonitor", "false"), ("diff.ignoreSubmodules", "all"), ("safe.bareRepository", "explicit"))
+GIT_ENV = {"GIT_CONFIG_COUNT": str(len(_GIT_SETTINGS))}
+for _i, (_key, _value) in enumerate(_GIT_SETTINGS):
+    GIT_ENV[f"GIT_CONFIG_KEY_{_i}"], GIT_ENV[f"GIT_CONFIG_VALUE_{_i}"] = _key, _value
+MODULE_DEPTH = 4  # submodules of submodules: .git/modules/a/modules/b/...
+
+
+def is_git_control_path(parts: tuple[str, ...]) -> bool:
+    """Whether a workspace path (its components) is a repository's `.git` file, config or hooks."""
+    for i, part in enumerate(parts):
+        if part.casefold() == ".git":
+            rest = [p.casefold() for p in parts[i + 1:]]
+            if not rest or GIT_CONTROL_NAMES.intersection(rest):
+                return True
+    return False
+
+
+def _inside(workspace: Path, path: Path) -> str | None:
+    """`path` resolved, relative to the (resolved) workspace, or None when it lies outside it."""
+    real = os.path.realpath(path)
+    rel = os.path.relpath(real, workspace)
+    return None if rel == ".." or rel.startswith("../") or rel == "." else rel
+
+
+def _pointer(path: Path) -> str | None:
+    """The folder a `.git` file (`gitdir: X`) or `commondir` file names, as written."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        text = path.read_bytes()[:4096].decode().strip()
+        return text.removeprefix("gitdir:").strip() if path.name == ".git" else text
+    return None
+
+
+def _git_dirs(workspace: Path) -> tuple[list[str], list[str]]:
+    """The repository folders git would use inside the workspace, and the `.git` file if there is one."""
+    top = workspace / ".git"
+    files: list[str] = []
+    dirs: list[str] = []
+    if not os.path.lexists(top):
+        return dirs, files
+    if os.path.isfile(top) and not os.path.islink(top):
+        files.append(".git")
+        named = _pointer(top)
+        candidate = (workspace / named) if named else None
+    else:
+        candidate = top if os.path.isdir(top) else None  # a link to a folder: where it leads
+    rel = _inside(workspace, candidate) if candidate is not None else None
+    if rel is not None and os.path.isdir(workspace / rel):
+        dirs.append(rel)
+        common = _pointer(workspace / rel / "commondir")
+        if common:
+            shared = _inside(workspace, workspace / rel / common)
+            if shared is not None and os.path.isdir(workspace / shared):
+                dirs.append(shared)
+        for gitdir in list(dirs):
+            dirs += _modules(workspace, gitdir, MODULE_DEPTH)
+    return dirs, files
+
+
+def _modules(workspace: Path, gitdir: str, depth: int) -> list[str]:
+    """The submodules' repository folders kept under `gitdir/modules/` (names may contain slashes)."""
+    found: list[str] = []
+    root = workspace / gitdir / "modules"
+    if depth <= 0 or os.path.islink(root) or not os.path.isdir(root):
+        return found
+    for entry, subdirs, _ in os.walk(root):  # os.walk follows no links to folders
+        rel = os.path.relpath(entry, workspace)
+        if entry != str(root) and os.path.isfile(os.path.join(entry, "HEAD")):
+            found.append(rel)
+            found += _modules(workspace, rel, depth - 1)
+            subdirs.clear()  # a repository folder's own insides are not more submodules
+    return found
+
+
+def protected_paths(workspace: Path, *, make_missing: bool = True) -> list[str]:
+    """Workspace-relative, resolved paths the sandbox must see read-only: each repository folder's
+    `config` and `hooks` (with `make_missing`, made empty when missing, so that nothing new can appear
+    there) and a `.git` file."""
+    workspace = Path(os.path.realpath(workspace))
+    dirs, found = _git_dirs(workspace)
+    for rel in dirs:
+        gitdir = workspace / rel
+        owner = os.stat(gitdir)
+        for name, is_dir in (("config", False), ("hooks", True)):
+            path = gitdir / name
+            if os.path.islink(path):
+                target = _inside(workspace, path)
+                if target is not None and os.path.exists(workspace / target):
+                    found.append(target)  # the link stays as it is; what it leads to is bound read-only
+                continue
+            if make_missing and not os.path.lexists(path):
+                with contextlib.suppress(OSError):
+                    if is_dir:
+                        os.mkdir(path, 0o755)
+                    else:
+                        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+                    with contextlib.suppress(OSError):  # the repository's owner's, not root's
+                        os.lchown(path, owner.st_uid, owner.st_gid)
+            if os.path.lexists(path):
+                found.append(f"{rel}/{name}")
+    return found
+
+
+def open_path_beneath(dir_fd: int, rel: str) -> int:
+    """An O_PATH fd of `rel` under `dir_fd`, following no symlink on the way: a program running meanwhile
+    (a stateful kernel) cannot swap a folder for a link and get a host file bound into its sandbox."""
+    parts = rel.split("/")
+    fd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        for name in parts[:-1]:
+            next_fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        return os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
