@@ -41,10 +41,11 @@ class _Count:
 
 
 def read_window(fd: int, shown: str, offset: int, limit: int | None, *, max_lines: int = MAX_LINES,
-                max_bytes: int = MAX_BYTES, scan: int = MAX_SCAN_BYTES) -> str:
+                max_bytes: int = MAX_BYTES, scan: int | None = None) -> str:
     """Lines `offset`.. (at most `limit`, and at most `max_lines` / about `max_bytes` bytes) of the open file
     `fd`, with a note saying how to read on when anything was left out; `ToolError` for a binary or
-    non-UTF-8 window or an offset past the end (or past the scan cap)."""
+    non-UTF-8 window or an offset past the end (or past the scan cap, `MAX_SCAN_BYTES` unless `scan`)."""
+    scan = MAX_SCAN_BYTES if scan is None else scan
     head = os.pread(fd, SNIFF_BYTES, 0)
     if b"\0" in head:
         raise ToolError(f"{shown!r} looks like a binary file ({os.fstat(fd).st_size} bytes); read_file only "

@@ -46,16 +46,21 @@ def check_stop() -> None:
         raise CallAbandoned("the call was abandoned (it timed out or was cancelled)")
 
 
-def abandoned_calls() -> int:
-    """How many sync calls whose callers stopped waiting are still running."""
+def abandoned_calls(fn: Callable[..., Any] | None = None) -> int:
+    """How many sync calls (of `fn`, if given) whose callers stopped waiting are still running."""
     with _ABANDONED_CHANGED:
-        return len(_ABANDONED)
+        return _count_abandoned(fn)
 
 
-def wait_abandoned(timeout: float) -> bool:
-    """Wait up to `timeout` seconds until no abandoned sync call is running; whether none is."""
+def wait_abandoned(timeout: float, fn: Callable[..., Any] | None = None) -> bool:
+    """Wait up to `timeout` seconds until no abandoned sync call (of `fn`, if given) is running; whether
+    none is."""
     with _ABANDONED_CHANGED:
-        return _ABANDONED_CHANGED.wait_for(lambda: not _ABANDONED, timeout)
+        return _ABANDONED_CHANGED.wait_for(lambda: not _count_abandoned(fn), timeout)
+
+
+def _count_abandoned(fn: Callable[..., Any] | None) -> int:
+    return sum(1 for c in _ABANDONED if fn is None or c.fn is fn)
 
 
 class _DaemonPool:
