@@ -44,7 +44,7 @@ class RunContext:
         self.recalled: list[str] = []
         skills = getattr(agent, "skills", None)
         self.catalog = skills.catalog() if skills is not None else ""
-        self.untrusted = any(getattr(t, "untrusted_output", False) for t in agent.tools)
+        self.untrusted = may_return_untrusted(agent)
         self.pinned = max(0, len(session.messages) - 1)  # the task, recorded just before the first step
         self._tool_tokens: dict[tuple[str, ...], tuple[list[dict[str, Any]], int]] = {}
 
@@ -151,3 +151,14 @@ class RunContext:
 
 class BudgetExceeded(Exception):
     """A summary call the budgets do not allow (its text says why)."""
+
+
+def may_return_untrusted(agent: Any) -> bool:
+    """Whether the model can get untrusted-content blocks, so the system prompt must say what they are: a
+    tool of outside content, offered or called from code mode's `python` (whose output is marked when a
+    page entered its interpreter), or code in a sandbox that has the network."""
+    tools = [*agent.tools, *(getattr(agent, "code_tools", None) or ())]
+    if any(getattr(t, "untrusted_output", False) for t in tools):
+        return True
+    runs_code = any(getattr(t, "name", "") in ("shell", "run_code", "python") for t in tools)
+    return runs_code and bool(getattr(getattr(agent, "settings", None), "sandbox_network", False))

@@ -3,6 +3,12 @@
 Variables and imports survive between calls. A call that runs past its time limit kills the
 interpreter; so does a crash. The next call starts a fresh one and says so, so the model knows its
 earlier variables are gone.
+
+An interpreter remembers whether outside content entered it (`tainted`): a web page a tool call of code
+mode returned, or anything at all when the sandbox has the network. Any variable may hold it from then on,
+so the output of every later cell is untrusted too, whichever tool runs the cell (code mode's `python`,
+`run_code(stateful=True)`). The mark stays with the session's interpreter, also across a restart: the
+content may have reached the workspace's files meanwhile.
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ class StatefulPython:
         self._handle: Any = None
         self._lock = asyncio.Lock()
         self._restart_note = ""
+        self.tainted = bool(self.limits.network)  # code that can reach the network can fetch anything
+
+    def taint(self) -> None:
+        """Note that outside content entered the interpreter: every later cell's output is untrusted."""
+        self.tainted = True
 
     async def _ensure(self) -> None:
         if self._handle is not None and self._handle.proc.returncode is None:

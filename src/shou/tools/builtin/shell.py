@@ -6,6 +6,7 @@ directory and no network. `sandbox_tools(sandbox)` makes the same two tools boun
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from ...errors import ToolError
@@ -37,8 +38,14 @@ def to_result(r: ExecResult) -> ToolResult:
     return ToolResult(r.for_model(), is_error=r.reason != "exit", details=details)
 
 
+def _from_outside(sb: Sandbox, result: ToolResult) -> ToolResult:
+    """`result` marked untrusted when the sandbox has the network: what the program printed may be fetched."""
+    limits = getattr(sb, "limits", None)
+    return replace(result, untrusted=True) if limits is not None and limits.network else result
+
+
 async def _shell(sb: Sandbox, command: str) -> ToolResult:
-    return to_result(await sb.run(["bash", "-c", command]))
+    return _from_outside(sb, to_result(await sb.run(["bash", "-c", command])))
 
 
 async def _run_code(sb: Sandbox, session: str, language: str, code: str, stateful: bool) -> ToolResult:
@@ -47,8 +54,11 @@ async def _run_code(sb: Sandbox, session: str, language: str, code: str, statefu
             raise ToolError("stateful=true works for python only; run other languages with stateful=false")
         from ...sandbox.stateful import kernel_for
 
-        return to_result(await kernel_for(sb, session).execute(code))
-    return to_result(await sb.run_code(language, code))
+        kernel = kernel_for(sb, session)
+        result = to_result(await kernel.execute(code))
+        # Outside content an earlier cell (or code mode) put in the interpreter may be in any variable.
+        return replace(result, untrusted=True) if kernel.tainted else result
+    return _from_outside(sb, to_result(await sb.run_code(language, code)))
 
 
 @tool(timeout=BACKSTOP)
