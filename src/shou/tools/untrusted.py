@@ -49,10 +49,10 @@ def mark_untrusted(text: str, source: str) -> str:
     return f"{opening}\n{defused}\n{closing}"
 
 
-def delimiters(source: str) -> tuple[str, str]:
-    """A fresh pair of untrusted-content tags (their own random id), for content that is not text: an image
-    goes between them."""
-    tag = secrets.token_hex(4)
+def delimiters(source: str, tag: str | None = None) -> tuple[str, str]:
+    """A pair of untrusted-content tags with a fresh random id (or `tag`), for content that is not text: an
+    image goes between them."""
+    tag = tag or secrets.token_hex(4)
     return f'<untrusted-content source="{source}" id="{tag}">', f'</untrusted-content id="{tag}">'
 
 
