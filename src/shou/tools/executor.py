@@ -117,7 +117,10 @@ class ToolExecutor:
         except Exception as e:
             text = f"Error: {call.name} raised {type(e).__name__}: {e}"
             return ToolResult.error(mark_untrusted(text, call.name) if untrusted else text)
-        result = ToolResult.coerce(value)
+        return self._finish(ToolResult.coerce(value), call, ctx, untrusted)
+
+    def _finish(self, result: ToolResult, call: ToolCall, ctx: ToolContext | None, untrusted: bool) -> ToolResult:
+        """A result as the model gets it: capped (spilled), and marked when it carries outside content."""
         untrusted = untrusted or result.untrusted  # the tool knows this result carries outside content
         result = self._cap(result, call, ctx, untrusted)
         if ctx is not None and result.details and isinstance(result.details.get("output_path"), str):
