@@ -87,3 +87,13 @@ def test_a_stateful_interpreter_with_the_network_marks_what_it_fetched_in_later_
     assert "<untrusted-content" in srv.requests[1]["messages"][0]["content"]  # the system prompt explains them
     events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert all(e["content"].startswith("<untrusted-content") for e in events if e["type"] == "tool_call_finished")
+
+
+def test_shell_output_in_a_sandbox_with_the_network_is_marked(serve, shou, hostile_page: str) -> None:
+    command = f"python3 -c \"import urllib.request; print(urllib.request.urlopen('{hostile_page}').read().decode())\""
+    srv = serve([{"tool_calls": [{"name": "shell", "arguments": {"command": command}}]}, {"text": "Done."}])
+    r = shou("run", "--json", "fetch it with the shell", server=srv, timeout=120, SHOU_SANDBOX_NETWORK="true")
+    assert r.returncode == 0, r.stderr
+    content = tool_messages(srv.requests[1])[-1]["content"]
+    assert INJECTED in content
+    assert_marked(content, "shell")
