@@ -22,6 +22,7 @@ from ..messages import ToolCall
 from ..permissions import CODE_TOOL  # judged as run_code by the policy
 from ..tools.base import Tool, ToolContext, ToolResult
 from ..tools.registry import ToolSet
+from ..tools.untrusted import UNTRUSTED_OPEN, reads_untrusted_spill
 
 if TYPE_CHECKING:
     from .loop import Run
@@ -79,12 +80,14 @@ def python_tool(tools: ToolSet) -> Tool:
         run = ctx.state.get("shou.run")
         calls = CodeCalls(run, by_python) if run is not None else None
         kernel = kernel_for(sandbox_of(ctx), ctx.session)
-        result = to_result(await kernel.execute(code, tools=specs, on_call=calls))
-        if calls is not None and calls.untrusted:  # outside content must not lose its marking on the way through
-            from ..tools.untrusted import mark_untrusted
-
-            result = replace(result, content=mark_untrusted(result.content, CODE_TOOL))
-        return result
+        try:
+            result = to_result(await kernel.execute(code, tools=specs, on_call=calls))
+        finally:  # a cell that failed after an untrusted call still left the content in the interpreter
+            if calls is not None and calls.untrusted:
+                kernel.taint()
+        # Outside content must not lose its marking on the way through, in this cell or any later one
+        # (it may sit in a variable): the executor wraps it in the untrusted delimiters.
+        return replace(result, untrusted=True) if kernel.tainted else result
 
     return Tool(CODE_TOOL, INTRO + listing, {
         "type": "object", "properties": {"code": {"type": "string", "description": "The Python code to run."}},
@@ -132,7 +135,10 @@ class CodeCalls:
         if done is None:
             return {"error": waiting or f"{name} was not run"}
         tool = self.run.agent.tools.get(name)
-        self.untrusted = self.untrusted or bool(tool is not None and tool.untrusted_output)
+        # Whatever the call's executor marked (an untrusted tool, a spill of one read back, a result its tool
+        # flagged) is outside content in the interpreter now.
+        self.untrusted = self.untrusted or bool(tool is not None and tool.untrusted_output) or \
+            reads_untrusted_spill(name, arguments) or done.content.lstrip().startswith(UNTRUSTED_OPEN)
         if done.is_error:
             return {"error": done.content}
         structured = (done.details or {}).get("structured")

@@ -53,7 +53,7 @@ class RunContext:
         self.recalled: list[str] = []
         skills = getattr(agent, "skills", None)
         self.catalog = skills.catalog() if skills is not None else ""
-        self.untrusted = any(getattr(t, "untrusted_output", False) for t in agent.tools)
+        self.untrusted = may_return_untrusted(agent)
         self.pinned = max(0, len(session.messages) - 1)  # the task, recorded just before the first step
         task = getattr(run, "task", "")
         if run.resume is not None and task:  # a resumed run's task is further back: its newest user message
@@ -189,3 +189,14 @@ class RunContext:
 
 class BudgetExceeded(Exception):
     """A summary call the budgets do not allow (its text says why)."""
+
+
+def may_return_untrusted(agent: Any) -> bool:
+    """Whether the model can get untrusted-content blocks, so the system prompt must say what they are: a
+    tool of outside content, offered or called from code mode's `python` (whose output is marked when a
+    page entered its interpreter), or code in a sandbox that has the network."""
+    tools = [*agent.tools, *(getattr(agent, "code_tools", None) or ())]
+    if any(getattr(t, "untrusted_output", False) for t in tools):
+        return True
+    runs_code = any(getattr(t, "name", "") in ("shell", "run_code", "python") for t in tools)
+    return runs_code and bool(getattr(getattr(agent, "settings", None), "sandbox_network", False))

@@ -3,6 +3,12 @@
 Variables and imports survive between calls. A call that runs past its time limit kills the
 interpreter; so does a crash. The next call starts a fresh one and says so, so the model knows its
 earlier variables are gone.
+
+An interpreter remembers whether outside content entered it (`tainted`): a web page a tool call of code
+mode returned, or anything at all when the sandbox has the network. Any variable may hold it from then on,
+so the output of every later cell is untrusted too, whichever tool runs the cell (code mode's `python`,
+`run_code(stateful=True)`). The mark stays with the session, also when its interpreter is restarted or
+retired: the code may have written the content to the workspace, for a later cell to read back.
 """
 
 from __future__ import annotations
@@ -49,6 +55,11 @@ class StatefulPython:
         self._handle: Any = None
         self._lock = asyncio.Lock()
         self._restart_note = ""
+        self.tainted = bool(self.limits.network)  # code that can reach the network can fetch anything
+
+    def taint(self) -> None:
+        """Note that outside content entered the interpreter: every later cell's output is untrusted."""
+        self.tainted = True
 
     async def _ensure(self) -> None:
         if self._handle is not None and self._handle.proc.returncode is None:
@@ -133,6 +144,7 @@ class StatefulPython:
 _KERNELS: dict[tuple[int, str], StatefulPython] = {}  # oldest use first
 _USED: dict[tuple[int, str], float] = {}
 _CLOSING: set[asyncio.Future[None]] = set()
+_TAINTED: set[tuple[int, str]] = set()  # sessions whose retired interpreter had taken in outside content
 MAX_KERNELS = 16  # interpreters kept at once in a process; the least recently used one is stopped past it
 IDLE_SECONDS = 900.0  # an interpreter unused this long is stopped (its session starts a fresh one)
 
@@ -148,6 +160,8 @@ def kernel_for(sandbox: Starter, session: str) -> StatefulPython:
     kernel = _KERNELS.pop(key, None)
     if kernel is None:
         kernel = StatefulPython(sandbox)
+        if key in _TAINTED:
+            kernel.taint()
     _KERNELS[key] = kernel  # now the most recently used
     _USED[key] = now
     for old in [k for k in _KERNELS if k != key and (now - _USED.get(k, now) > IDLE_SECONDS)]:
@@ -161,6 +175,8 @@ def _retire(key: tuple[int, str]) -> None:
     kernel = _KERNELS.pop(key, None)
     _USED.pop(key, None)
     if kernel is not None:
+        if kernel.tainted:
+            _TAINTED.add(key)
         task = asyncio.ensure_future(kernel.close())
         _CLOSING.add(task)  # held until done: the loop keeps only weak references to tasks
         task.add_done_callback(_CLOSING.discard)
@@ -168,6 +184,7 @@ def _retire(key: tuple[int, str]) -> None:
 
 async def close_session(session: str) -> None:
     """Stop the interpreters of `session` (it was deleted: a new session of the same name starts afresh)."""
+    _TAINTED.difference_update([k for k in _TAINTED if k[1] == session])
     for key in [k for k in _KERNELS if k[1] == session]:
         kernel = _KERNELS.pop(key)
         _USED.pop(key, None)

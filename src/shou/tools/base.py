@@ -35,12 +35,18 @@ QUICK_WAIT = 0.001  # ...for at most this long, the loop blocked
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """What a tool gives back: `content` for the model, an optional image, and `details` for people."""
+    """What a tool gives back: `content` for the model, an optional image, and `details` for people.
+
+    `untrusted` says this result carries outside content although the tool is not always marked
+    `untrusted_output` (code whose interpreter holds a fetched page): the model gets it inside the same
+    untrusted-content delimiters, and a spill of it is saved as untrusted. A tool can only add the mark.
+    """
 
     content: str
     image: ImagePart | None = None
     is_error: bool = False
     details: dict[str, Any] | None = None
+    untrusted: bool = False
 
     @classmethod
     def error(cls, message: str, details: dict[str, Any] | None = None) -> ToolResult:

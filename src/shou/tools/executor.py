@@ -10,7 +10,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import ShouError, ToolError
@@ -117,12 +117,16 @@ class ToolExecutor:
         except Exception as e:
             text = f"Error: {call.name} raised {type(e).__name__}: {e}"
             return ToolResult.error(mark_untrusted(text, call.name) if untrusted else text)
-        result = self._cap(ToolResult.coerce(value), call, ctx, untrusted)
+        return self._finish(ToolResult.coerce(value), call, ctx, untrusted)
+
+    def _finish(self, result: ToolResult, call: ToolCall, ctx: ToolContext | None, untrusted: bool) -> ToolResult:
+        """A result as the model gets it: capped (spilled), and marked when it carries outside content."""
+        untrusted = untrusted or result.untrusted  # the tool knows this result carries outside content
+        result = self._cap(result, call, ctx, untrusted)
         if ctx is not None and result.details and isinstance(result.details.get("output_path"), str):
             spills.claim(ctx.session, result.details["output_path"])  # a sandbox's spill: this session's to read
         if untrusted:
-            result = ToolResult(mark_untrusted(result.content, call.name), result.image, result.is_error,
-                                result.details)
+            result = replace(result, content=mark_untrusted(result.content, call.name), untrusted=True)
         return result
 
     def _cap(self, result: ToolResult, call: ToolCall, ctx: ToolContext | None, untrusted: bool = False
@@ -142,7 +146,7 @@ class ToolExecutor:
             except (OSError, ShouError):
                 pass
         cut = truncate(text, max_bytes=self.spill_chars, hint=hint)
-        return ToolResult(cut.text, result.image, result.is_error, result.details)
+        return replace(result, content=cut.text)
 
     async def run_all(self, calls: list[ToolCall], ctx: ToolContext | None) -> AsyncIterator[ExecutedCall]:
         """Run the calls of one model turn, at most `concurrency` at once, yielding each as it finishes.

@@ -6,8 +6,11 @@ function takes. So a call may be waited for on the spot, blocking the loop for a
 (with the GIL released, so the worker runs) before the loop goes back to its other work and is woken
 when the result comes. The caller decides who may: `Tool.call` lets a tool that answered quickly last
 time, so a slow tool stalls the loop once, by `wait`, and then never again until it is quick again.
-Timeouts stay enforceable: the loop is back within `wait`, and a call that runs on is abandoned, as
-before.
+Timeouts stay enforceable: the loop is back within `wait`, and a call that runs on is abandoned.
+
+An abandoned call is told so: a thread cannot be killed, so the work it does past its timeout would go on
+holding CPU and memory nobody waits for. A tool that does heavy work checks `stop_requested()` (or calls
+`check_stop()`) between pieces of it and gives up once its caller stopped waiting (timed out, cancelled).
 """
 
 from __future__ import annotations
@@ -18,6 +21,46 @@ import queue
 import threading
 from collections.abc import Callable
 from typing import Any
+
+__all__ = ["CallAbandoned", "abandoned_calls", "check_stop", "run_in_daemon_thread", "stop_requested",
+           "wait_abandoned"]
+
+_LOCAL = threading.local()
+_ABANDONED: set[_Call] = set()  # calls whose caller stopped waiting, still running on their thread
+_ABANDONED_CHANGED = threading.Condition()
+
+
+class CallAbandoned(Exception):
+    """Raised by `check_stop()` in a sync tool whose caller stopped waiting for it."""
+
+
+def stop_requested() -> bool:
+    """Whether the caller of the sync tool running on this thread stopped waiting for its result."""
+    stop = getattr(_LOCAL, "stop", None)
+    return stop is not None and stop.is_set()
+
+
+def check_stop() -> None:
+    """`CallAbandoned` if the caller of the sync tool running on this thread stopped waiting for it."""
+    if stop_requested():
+        raise CallAbandoned("the call was abandoned (it timed out or was cancelled)")
+
+
+def abandoned_calls(fn: Callable[..., Any] | None = None) -> int:
+    """How many sync calls (of `fn`, if given) whose callers stopped waiting are still running."""
+    with _ABANDONED_CHANGED:
+        return _count_abandoned(fn)
+
+
+def wait_abandoned(timeout: float, fn: Callable[..., Any] | None = None) -> bool:
+    """Wait up to `timeout` seconds until no abandoned sync call (of `fn`, if given) is running; whether
+    none is."""
+    with _ABANDONED_CHANGED:
+        return _ABANDONED_CHANGED.wait_for(lambda: not _count_abandoned(fn), timeout)
+
+
+def _count_abandoned(fn: Callable[..., Any] | None) -> int:
+    return sum(1 for c in _ABANDONED if fn is None or c.fn is fn)
 
 
 class _DaemonPool:
@@ -73,7 +116,7 @@ class _Call:
     on the spot is neither lost nor delivered twice.
     """
 
-    __slots__ = ("done", "fn", "future", "guard", "kwargs", "loop", "outcome")
+    __slots__ = ("done", "fn", "future", "guard", "kwargs", "loop", "outcome", "ran", "stop")
 
     def __init__(self, fn: Callable[..., Any], kwargs: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
         self.fn = fn
@@ -84,13 +127,23 @@ class _Call:
         self.guard = threading.Lock()
         self.outcome: tuple[bool, Any] | None = None
         self.future: asyncio.Future[Any] | None = None
+        self.stop = threading.Event()  # set once nobody waits for the outcome any more
+        self.ran = False  # the function returned or raised (under _ABANDONED_CHANGED)
 
     def run(self) -> None:
         """On the worker: call, record, and wake the loop if it stopped waiting on the spot."""
+        _LOCAL.stop = self.stop
         try:
             outcome: tuple[bool, Any] = (True, self.fn(**self.kwargs))
         except BaseException as e:
             outcome = (False, e)
+        finally:
+            _LOCAL.stop = None
+            with _ABANDONED_CHANGED:
+                self.ran = True
+                if self in _ABANDONED:
+                    _ABANDONED.discard(self)
+                    _ABANDONED_CHANGED.notify_all()
         with self.guard:
             self.outcome = outcome
             future = self.future
@@ -108,9 +161,18 @@ class _Call:
             outcome = self.outcome
             if outcome is None:
                 self.future = future  # the worker settles it through the loop
+                future.add_done_callback(self._abandon)
                 return future
         _settle(future, outcome)
         return future
+
+    def _abandon(self, future: asyncio.Future[Any]) -> None:
+        # Cancelled means the awaiting task was (a timeout is a cancellation): nobody wants the outcome now.
+        if future.cancelled():
+            with _ABANDONED_CHANGED:
+                if not self.ran:
+                    _ABANDONED.add(self)
+            self.stop.set()
 
 
 def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:

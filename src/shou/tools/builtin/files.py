@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 
 from ...errors import ToolError
 from ...workspace import Opened, open_beneath, open_file, relative_parts, write_bytes_beneath
 from ..base import ToolContext, ToolResult, tool
 from ..globbing import Glob, Walk
+from ..linewindow import read_window
 from ..spills import check_readable
-from ..truncate import truncate
 
 __all__ = ["edit_file", "list_files", "read_file", "write_file"]
 
-MAX_FILE_BYTES = 50 * 1024 * 1024  # read_file loads the whole file; past this it would hog memory
+# edit_file holds the file, its edited copy and their encodings at once: a few times this per call.
+MAX_EDIT_BYTES = 8 * 1024 * 1024
 MAX_LIST = 1000
 MAX_SCAN = 100_000  # entries list_files looks at before it stops and asks for a narrower pattern
 SCAN_SECONDS = 5.0
@@ -55,27 +57,9 @@ def read_file(path: str, ctx: ToolContext, offset: int = 1, limit: int | None = 
         raise ToolError(f"offset must be 1 or more (got {offset}); line numbers start at 1")
     if limit is not None and limit < 1:
         raise ToolError(f"limit must be 1 or more (got {limit}); omit it to read to the end")
+    # A window, not the file: a file of any size costs about a chunk and the window (tools/linewindow.py).
     with _open_for_reading(ctx, path) as f:
-        text = _decode(f.shown, f.read(MAX_FILE_BYTES))
-    # splitlines is also what truncate() counts with, so the offsets we suggest line up with its cuts.
-    lines = text.splitlines(keepends=True)
-    if not lines:
-        return "(empty file)"
-    if offset > len(lines):
-        raise ToolError(f"offset {offset} is past the end of {path!r}, which has {len(lines)} lines")
-    end = len(lines) if limit is None else min(len(lines), offset - 1 + limit)
-    chosen = lines[offset - 1:end]
-    body = "".join(chosen)
-    first = truncate(body, keep="head")
-    if first.truncated:
-        # No omitted lines means the first line alone passed the byte cap and was cut inside itself.
-        kept = len(chosen) - first.omitted_lines if first.omitted_lines else 1
-        return truncate(body, keep="head", hint=f"call read_file with offset={offset + kept} to read on").text
-    if end < len(lines):
-        sep = "" if body.endswith("\n") else "\n"
-        more = len(lines) - end
-        return f"{body}{sep}[... {more} more lines; call read_file with offset={end + 1} to read on]\n"
-    return body
+        return read_window(f.fd, f.shown, offset, limit)
 
 
 def _open_for_reading(ctx: ToolContext, path: str) -> Opened:
@@ -128,7 +112,10 @@ def edit_file(path: str, old: str, new: str, ctx: ToolContext) -> ToolResult:
 
 
 def _edit(f: Opened, path: str, old: str, new: str) -> ToolResult:
-    text = _decode(f.shown, f.read(MAX_FILE_BYTES))
+    if f.stat.st_size > MAX_EDIT_BYTES:
+        raise ToolError(f"{f.shown!r} is {f.stat.st_size} bytes; edit_file edits files of at most {MAX_EDIT_BYTES} "
+                        "bytes (it holds the whole file while it edits). Change a file that large another way")
+    text = _decode(f.shown, f.read(MAX_EDIT_BYTES))
     count = text.count(old)
     if count == 0 and "\r\n" in text and "\r\n" not in old:
         # The model writes "\n" even when the file uses Windows line endings; match those too.
@@ -150,11 +137,39 @@ def _edit(f: Opened, path: str, old: str, new: str) -> ToolResult:
     except OSError as e:
         raise ToolError(f"cannot write {path!r}: {e.strerror or e}") from None
     name = f.shown
-    diff = "".join(difflib.unified_diff(
-        text.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{name}", f"b/{name}", n=3,
-    ))
+    diff = _local_diff(name, text, after, text.index(old), len(old), len(new))
     old_n, new_n = len(old.splitlines()) or 1, len(new.splitlines()) or 1
     return ToolResult(f"edited {name}: replaced {old_n} line(s) with {new_n}", details={"diff": diff})
+
+
+_LINE = re.compile(r"[^\n]*\n|[^\n]+$")
+_HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@", re.MULTILINE)
+
+
+def _local_diff(name: str, text: str, after: str, at: int, old_len: int, new_len: int, context: int = 3) -> str:
+    """The unified diff of one replacement at `at`, made from the changed lines and their context only: a
+    diff of the whole file would cost time and memory in the file's size, not the change's."""
+    lo = text.rfind("\n", 0, at) + 1
+    for _ in range(context):
+        if lo == 0:
+            break
+        lo = text.rfind("\n", 0, lo - 1) + 1
+    hi = text.find("\n", at + old_len)  # the line after old too: new may join it
+    hi = len(text) if hi < 0 else hi + 1
+    for _ in range(context):
+        if hi >= len(text):
+            break
+        nl = text.find("\n", hi)
+        hi = len(text) if nl < 0 else nl + 1
+    before_lines = _LINE.findall(text[lo:hi])
+    after_lines = _LINE.findall(after[lo:hi + new_len - old_len])
+    diff = "".join(difflib.unified_diff(before_lines, after_lines, f"a/{name}", f"b/{name}", n=context))
+    skipped = text.count("\n", 0, lo)  # the lines above the slice: hunk headers count from the file's start
+
+    def shift(m: re.Match[str]) -> str:
+        return f"@@ -{int(m[1]) + skipped}{m[2] or ''} +{int(m[3]) + skipped}{m[4] or ''} @@"
+
+    return _HUNK.sub(shift, diff)
 
 
 @tool(idempotent=True)

@@ -7,6 +7,7 @@ directory and no network. `sandbox_tools(sandbox)` makes the same two tools boun
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Literal
 
 from ...errors import ToolError
@@ -46,9 +47,15 @@ def _run_scope(sb: Sandbox, ctx: ToolContext | None) -> contextlib.AbstractConte
     return charging(run_allowance(ctx.run_id, sb.limits.disk_mb * 2**20, sb.limits.inodes))
 
 
+def _from_outside(sb: Sandbox, result: ToolResult) -> ToolResult:
+    """`result` marked untrusted when the sandbox has the network: what the program printed may be fetched."""
+    limits = getattr(sb, "limits", None)
+    return replace(result, untrusted=True) if limits is not None and limits.network else result
+
+
 async def _shell(sb: Sandbox, command: str, ctx: ToolContext | None = None) -> ToolResult:
     with _run_scope(sb, ctx):
-        return to_result(await sb.run(["bash", "-c", command]))
+        return _from_outside(sb, to_result(await sb.run(["bash", "-c", command])))
 
 
 async def _run_code(sb: Sandbox, ctx: ToolContext, language: str, code: str, stateful: bool) -> ToolResult:
@@ -58,8 +65,11 @@ async def _run_code(sb: Sandbox, ctx: ToolContext, language: str, code: str, sta
                 raise ToolError("stateful=true works for python only; run other languages with stateful=false")
             from ...sandbox.stateful import kernel_for
 
-            return to_result(await kernel_for(sb, ctx.session).execute(code))
-        return to_result(await sb.run_code(language, code))
+            kernel = kernel_for(sb, ctx.session)
+            result = to_result(await kernel.execute(code))
+            # Outside content an earlier cell (or code mode) put in the interpreter may be in any variable.
+            return replace(result, untrusted=True) if kernel.tainted else result
+        return _from_outside(sb, to_result(await sb.run_code(language, code)))
 
 
 @tool(timeout=BACKSTOP)
