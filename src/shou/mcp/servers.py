@@ -18,7 +18,7 @@ import os
 import sys
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..errors import UserError
@@ -32,12 +32,13 @@ _KEYS = ("command", "args", "env", "url", "headers", "timeout", "description")
 class ServerSpec:
     """How to reach one MCP server (`[mcp_servers.NAME]`)."""
 
+    # What may hold a credential is left out of the repr: a spec in a log or a traceback shows none.
     name: str
     command: str | None = None
-    args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()  # pairs, so that a spec can key the process's connections
-    url: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
+    args: tuple[str, ...] = field(default=(), repr=False)
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # pairs: a spec keys the connections
+    url: str | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     timeout: float = DEFAULT_TIMEOUT
 
     @classmethod
@@ -70,8 +71,43 @@ class ServerSpec:
 
     @property
     def where(self) -> str:
-        """The server, for people: its command line or URL."""
-        return self.url or " ".join([self.command or "", *self.args]).strip()
+        """The server, for people and events: its program (and module or package), or its URL without
+        login, query or key-like path parts. Never its whole command line: arguments may hold keys."""
+        return describe_server(self)
+
+    def secrets(self) -> set[str]:
+        """What in this spec may be a credential (shou.redact.server_secrets): never shown or stored."""
+        from ..redact import server_secrets
+
+        return server_secrets({"url": self.url, "args": self.args, "env": dict(self.env),
+                               "headers": dict(self.headers)})
+
+
+def describe_server(spec: ServerSpec) -> str:
+    """`spec.where` (see there)."""
+    from urllib.parse import urlsplit
+
+    from ..redact import looks_like_key
+
+    if spec.url is not None:
+        try:
+            parts = urlsplit(spec.url)
+            host = parts.hostname or ""
+            port = f":{parts.port}" if parts.port else ""
+        except ValueError:
+            return "(an HTTP server)"
+        host = f"[{host}]" if ":" in host else host
+        path = "/".join("***" if looks_like_key(p) else p for p in parts.path.split("/"))
+        return f"{parts.scheme}://{host}{port}{path}"
+    program = os.path.basename(spec.command or "")
+    secrets = spec.secrets()
+    for i, arg in enumerate(spec.args):  # the program and what it runs (`python -m srv`, `uvx mcp-server-time`)
+        if arg == "-m" and i + 1 < len(spec.args) and spec.args[i + 1] not in secrets:
+            return f"{program} -m {spec.args[i + 1]}"
+        if not arg.startswith("-"):
+            plain = arg not in secrets and not any(c in arg for c in "=@:") and not os.path.isabs(arg)
+            return f"{program} {arg}" if plain else program
+    return program
 
 
 def server_specs(tables: Mapping[str, Any] | None) -> dict[str, ServerSpec]:
