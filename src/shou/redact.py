@@ -131,8 +131,8 @@ def url_secrets(url: str | None, bare: bool = True) -> set[str]:
 
 # A word of a flag's or variable's name that says its value is a credential (`--api-key`, `--github-token`,
 # `SLACK_BOT_TOKEN`, `x-auth`): whole words only, so `--author` or `--keyboard-layout` are not.
-_KEY_WORD = re.compile(r"(?:^|[-_.])(?:api[-_]?key|apikey|key|keys|token|tokens|secret|secrets|password|passwd|pass|pwd|"
-                       r"auth|authorization|credentials?|cookie|bearer|pat|sig|signature|jwt|session)(?:$|[-_.])",
+_KEY_WORD = re.compile(r"(?:^|[-_.])(?:api[-_]?key|apikey|key|keys|token|tokens|secret|secrets|password|passwd|"
+                       r"pass|pwd|auth|authorization|credentials?|cookie|bearer|pat|sig|signature|jwt|session)(?:$|[-_.])",
                        re.IGNORECASE)
 # Headers that carry no credential (their values are words and media types, not to be hidden everywhere).
 _PLAIN_HEADERS = frozenset({"accept", "accept-language", "content-type", "user-agent", "mcp-protocol-version",
@@ -163,9 +163,9 @@ def server_secrets(table: Mapping[str, Any]) -> set[str]:
             found.update(_named_secrets(name, value))
     headers = table.get("headers")
     for name, value in (headers.items() if isinstance(headers, Mapping) else ()):
-        if isinstance(name, str) and isinstance(value, str) and value.strip():
-            if name.strip().lower() not in _PLAIN_HEADERS or looks_like_key(value.strip()):
-                found.update(_credential(value))
+        plain = isinstance(name, str) and name.strip().lower() in _PLAIN_HEADERS
+        if isinstance(value, str) and value.strip() and (not plain or looks_like_key(value.strip())):
+            found.update(_credential(value))
     return {v for v in found if len(v) >= MIN_LENGTH}
 
 

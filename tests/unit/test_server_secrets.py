@@ -29,7 +29,8 @@ def test_every_way_a_table_carries_a_credential_is_found() -> None:
 
 def test_settings_servers_are_secret_sources() -> None:
     class Settings:
-        mcp_servers = {"t": {"url": "https://u:pass-3434zzzz@h.example/mcp?api_key=q-5656yyyy"}}
+        def __init__(self) -> None:
+            self.mcp_servers = {"t": {"url": "https://u:pass-3434zzzz@h.example/mcp?api_key=q-5656yyyy"}}
 
     r = Redactor(secrets_of(Settings(), environ={}))
     assert r.text("pass-3434zzzz and q-5656yyyy") == "[redacted] and [redacted]"
