@@ -253,6 +253,21 @@ class Redactor:
         self._json = re.compile(b"|".join([re.escape(v) for v in spelled] + [re.escape(b"\\u")])) if spelled \
             else None
 
+    @property
+    def pattern(self) -> re.Pattern[str] | None:
+        """The expression that finds every secret (longest first), or None when there are none."""
+        return self._pattern
+
+    def held_back(self, text: str) -> int:
+        """How many characters at the end of `text` could be the start of a secret (0 when none could)."""
+        best = 0
+        for v in self.values:
+            for k in range(min(len(v) - 1, len(text)), best, -1):
+                if text.endswith(v[:k]):
+                    best = k
+                    break
+        return best
+
     def may_hold(self, data: bytes) -> bool:
         """Whether JSON text `data` may hold a secret (one of them, or a JSON escape that could spell one)."""
         return self._json is not None and self._json.search(data) is not None
