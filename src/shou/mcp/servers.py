@@ -217,6 +217,10 @@ def _transport(spec: ServerSpec, errlog: TextIO | None) -> Any:
         return streamable_http_client(spec.url, http_client=http)
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
+    from .stdio import install
+
+    install()  # one message of a server is read up to a bound, not whole whatever its size
+
     command = sys.executable if spec.command in ("python", "python3") else spec.command
     # The SDK passes a server only a few harmless variables (PATH, HOME, ...) and the table's `env`: shou's
     # own environment holds the provider keys, which are never sent anywhere they were not meant for.

@@ -15,6 +15,7 @@ from typing import Any
 from ..messages import ImagePart
 from ..tools.base import NAME_RE, Tool, ToolResult
 from .servers import Connection, ServerSpec, connection
+from .stdio import TOO_BIG
 
 DESCRIPTION_CHARS = 2000  # of a tool's description: it is the server's text, sent with every request
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
@@ -67,6 +68,8 @@ def _caller(conn: Connection, remote: str) -> Any:
         try:
             return convert(await client.call_tool(remote, arguments))
         except MCPError as e:
+            if e.error.code == TOO_BIG:  # shou dropped a reply over the bound (shou.mcp.stdio): the message says so
+                return ToolResult.error(f"Error: {e.error.message}")
             if e.error.code != CONNECTION_CLOSED:  # the server answered with a protocol error: it is up
                 return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} refused the call: {e}")
             conn.lost("the connection closed")
