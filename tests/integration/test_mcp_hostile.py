@@ -65,3 +65,26 @@ def test_a_huge_result_is_not_held_and_the_run_goes_on(serve, tmp_path: Path, wo
     # a result under the bound is passed on, and capped for the model like any tool's output
     assert not small["is_error"] and "omitted" in small["content"] and len(small["content"]) < 30_000
     assert peak < 300, f"shou's peak RSS was {peak:.0f} MB"
+
+
+def test_a_catastrophic_schema_pattern_does_not_freeze_the_run(serve, shou) -> None:
+    servers = {"regex": {"command": sys.executable, "args": [str(FIXTURES / "mcp_servers.py"), "regex"],
+                         "timeout": 30}}
+    evil = "a" * 40 + "!"  # `^(a+)+$` backtracks 2**40 ways on it in Python's re
+    srv = serve([{"tool_calls": [{"name": "regex__check", "arguments": {"word": evil}}]},
+                 {"tool_calls": [{"name": "regex__check", "arguments": {"word": "aaaa"}},
+                                 {"name": "regex__ping", "arguments": {}}]},
+                 {"text": "done"}])
+    # A frozen event loop would outlast every timeout of the run: the process itself is bounded here.
+    r = shou("run", "--json", "Check the words.", server=srv, timeout=100, SHOU_MCP_SERVERS=json.dumps(servers),
+             SHOU_RUN_TIMEOUT="120")
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert events[-1]["status"] == "completed" and events[-1]["answer"] == "done"
+    bad, good, ping = [e for e in events if e["type"] == "tool_call_finished"]
+    assert bad["is_error"] and "does not match" in bad["content"] and "(a+)+" in bad["content"]
+    assert not good["is_error"] and "checked 4 letters" in good["content"]
+    assert not ping["is_error"] and "pong" in ping["content"]
+    # the model was offered the server's pattern: it is checked, in linear time, not dropped
+    offered = {t["function"]["name"]: t["function"] for t in srv.requests[0]["tools"]}
+    assert offered["regex__check"]["parameters"]["properties"]["word"]["pattern"] == "^(a+)+$"
