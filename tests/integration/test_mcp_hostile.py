@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..fixtures.mcp_servers import http_server
 from .conftest import FIXTURES, shou_env
 
 HUGE_MB = 100
@@ -64,6 +65,19 @@ def test_a_huge_result_is_not_held_and_the_run_goes_on(serve, tmp_path: Path, wo
     assert "ask for less" in huge["content"] and len(huge["content"]) < 30_000
     # a result under the bound is passed on, and capped for the model like any tool's output
     assert not small["is_error"] and "omitted" in small["content"] and len(small["content"]) < 30_000
+    assert peak < 300, f"shou's peak RSS was {peak:.0f} MB"
+
+
+def test_a_huge_http_result_is_not_held(serve, tmp_path: Path, workspace: Path) -> None:
+    srv = serve([{"tool_calls": [{"name": "huge__dump", "arguments": {}}]}, {"text": "done"}])
+    with http_server(tmp_path / "port", "http-huge", str(HUGE_MB), "json") as port:
+        servers = {"huge": {"url": f"http://127.0.0.1:{port}/mcp"}}
+        events, peak, err = _run(tmp_path, workspace, srv, servers, "Dump it.")
+    assert events and events[-1]["type"] == "run_finished", err
+    assert events[-1]["status"] == "completed" and events[-1]["answer"] == "done"
+    (huge,) = [e for e in events if e["type"] == "tool_call_finished"]
+    assert huge["is_error"] and "could not read" in huge["content"]
+    assert "over the 5,000,000" in huge["content"] and "ask for less" in huge["content"]
     assert peak < 300, f"shou's peak RSS was {peak:.0f} MB"
 
 

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ..fixtures.mcp_servers import http_server as mcp_http_server
 from ..fixtures.serving import start_serve, stream_run
-from .conftest import FIXTURES, shou_env
+from .conftest import shou_env
 
 ARG_TOKEN = "argtok-7Hq2xZ9pLm4"  # --token=...
 ARG_KEY = "argkey-Vb81Kd02Qw"  # --api-key X
@@ -35,18 +34,8 @@ def _closed_port() -> int:
 
 @pytest.fixture
 def http_server(tmp_path: Path) -> Iterator[int]:
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, str(FIXTURES / "mcp_servers.py"), "http", str(port_file)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while not port_file.exists() or not port_file.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, "the MCP HTTP server did not start"
-            time.sleep(0.05)
-        yield int(port_file.read_text())
-    finally:
-        proc.kill()
-        proc.wait(10)
+    with mcp_http_server(tmp_path / "port", "http") as port:
+        yield port
 
 
 @pytest.fixture

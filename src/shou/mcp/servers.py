@@ -210,11 +210,14 @@ class Connection:
 
 def _transport(spec: ServerSpec, errlog: TextIO | None) -> Any:
     if spec.url is not None:
-        import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        http = httpx2.AsyncClient(headers=dict(spec.headers), timeout=httpx2.Timeout(spec.timeout, read=None))
-        return streamable_http_client(spec.url, http_client=http)
+        from .http import http_client
+        from .stdio import MAX_MESSAGE_BYTES
+
+        # one message is read up to a bound, as from a stdio server (shou.mcp.http)
+        http = http_client(dict(spec.headers), spec.timeout)
+        return streamable_http_client(spec.url, http_client=http, max_sse_event_size=MAX_MESSAGE_BYTES)
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     from .stdio import install

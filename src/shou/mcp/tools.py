@@ -69,7 +69,7 @@ async def list_tools(spec: ServerSpec, problems: list[str] | None = None) -> lis
 def _caller(conn: Connection, remote: str) -> Any:
     async def call(**arguments: Any) -> ToolResult:
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED
+        from mcp_types import CONNECTION_CLOSED, PARSE_ERROR
 
         try:
             client = await conn.get()  # a server found dead since the last call is started again here
@@ -83,6 +83,9 @@ def _caller(conn: Connection, remote: str) -> Any:
         except MCPError as e:
             if e.error.code == TOO_BIG:  # shou dropped a reply over the bound (shou.mcp.stdio): the message says so
                 return ToolResult.error(f"Error: {e.error.message}")
+            if e.error.code == PARSE_ERROR:  # the client's own error: a reply it could not read (or over the bound)
+                return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} answered with a reply shou could "
+                                        f"not read: {e.error.message}")
             if e.error.code != CONNECTION_CLOSED:  # the server answered with a protocol error: it is up
                 return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} refused the call: {e}")
             conn.lost("the connection closed")
