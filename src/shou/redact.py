@@ -204,8 +204,18 @@ def _credential(value: str) -> set[str]:
     value = value.strip()
     found = {value} if value else set()
     scheme, space, token = value.partition(" ")
-    if space and token.strip() and scheme.isalpha():
-        found.add(token.strip())
+    token = token.strip()
+    if space and token and scheme.isalpha():
+        found.add(token)
+        if scheme.lower() == "basic":  # `Basic base64(user:password)`: the login and the password too
+            import base64
+            import binascii
+
+            try:
+                login = base64.b64decode(token, validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                return found
+            found.update({login, login.partition(":")[2]} - {""})
     return found
 
 

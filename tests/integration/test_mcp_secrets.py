@@ -135,3 +135,20 @@ def test_the_serve_event_stream_holds_no_server_credential(serve, tmp_path: Path
     finally:
         served.stop()
     _assert_hidden(served.log(), "the server's log")
+
+
+def test_trust_shows_a_workspace_server_table_with_its_credentials_masked(shou, workspace: Path) -> None:
+    (workspace / "shou.toml").write_text(f"""
+[mcp_servers.tracker]
+url = "https://bot:{URL_PASS}@mcp.example.com/mcp"
+headers = {{ Authorization = "Bearer {HEADER}" }}
+
+[mcp_servers.local]
+command = "uvx"
+args = ["tracker-mcp", "--api-key", "{ARG_KEY}"]
+env = {{ TRACKER_TOKEN = "{ENV_TOKEN}" }}
+""")
+    r = shou("trust", "--yes")
+    assert r.returncode == 0, r.stderr
+    assert "mcp_servers" in r.stdout and "mcp.example.com" in r.stdout and "tracker-mcp" in r.stdout
+    _assert_hidden(r.stdout + r.stderr, "shou trust")

@@ -3,6 +3,8 @@ is described without it (`ServerSpec.where`)."""
 
 from __future__ import annotations
 
+import base64
+
 from shou.mcp.servers import ServerSpec
 from shou.redact import Redactor, secrets_of, server_secrets
 
@@ -15,12 +17,13 @@ def test_every_way_a_table_carries_a_credential_is_found() -> None:
                  "-e", "SLACK_BOT_TOKEN=xoxb-5555eeee", "ghp_6666ffffGGGG7777hhhh"],
         "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "pat-8888iiii", "TZ": "Europe/Berlin",
                 "UPSTREAM_URL": "https://me:pw-9999jjjj@up.example/?sig=sig-0000kkkk"},
-        "headers": {"Authorization": "Bearer auth-1212llll", "Content-Type": "application/json"},
+        "headers": {"Authorization": "Bearer auth-1212llll", "Content-Type": "application/json",
+                    "Proxy-Authorization": "Basic " + base64.b64encode(b"me:basic-3434mmmm").decode()},
     }
     found = server_secrets(table)
     for secret in ("tok-1111aaaa", "key-2222bbbb", "hdr-3333cccc", "pw-4444dddd", "xoxb-5555eeee",
                    "ghp_6666ffffGGGG7777hhhh", "pat-8888iiii", "pw-9999jjjj", "sig-0000kkkk", "auth-1212llll",
-                   "Bearer auth-1212llll"):
+                   "Bearer auth-1212llll", "basic-3434mmmm", "me:basic-3434mmmm"):
         assert secret in found, secret
     # what describes the server (its package, a time zone, a media type) is not hidden from every event
     for plain in ("@modelcontextprotocol/server-github", "Europe/Berlin", "application/json", "--header"):
