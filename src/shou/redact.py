@@ -256,6 +256,7 @@ class Redactor:
     def __init__(self, values: Iterable[str]) -> None:
         # Longest first: where one secret holds another, the whole of it is replaced.
         self.values = sorted({v for v in values if len(v) >= MIN_LENGTH}, key=len, reverse=True)
+        self._by_first: dict[str, list[str]] | None = None  # the secrets by their first character (held_back)
         self._pattern = re.compile("|".join(re.escape(v) for v in self.values)) if self.values else None
         # The secrets as they appear in JSON text (escaped where JSON escapes), and a JSON \u escape, which
         # could spell one: what `checked()` looks for in an event's JSON before walking the event.
@@ -270,13 +271,19 @@ class Redactor:
 
     def held_back(self, text: str) -> int:
         """How many characters at the end of `text` could be the start of a secret (0 when none could)."""
-        best = 0
-        for v in self.values:
-            for k in range(min(len(v) - 1, len(text)), best, -1):
-                if text.endswith(v[:k]):
-                    best = k
-                    break
-        return best
+        if self._by_first is None:
+            self._by_first = {}
+            for v in self.values:
+                self._by_first.setdefault(v[0], []).append(v)
+        longest = len(self.values[0]) if self.values else 0
+        # From the furthest place a secret not yet complete could start: the first that could is the answer.
+        for i in range(max(0, len(text) - longest + 1), len(text)):
+            starting = self._by_first.get(text[i])
+            if starting is not None:
+                rest = text[i:]
+                if any(len(v) > len(rest) and v.startswith(rest) for v in starting):
+                    return len(text) - i
+        return 0
 
     def may_hold(self, data: bytes) -> bool:
         """Whether JSON text `data` may hold a secret (one of them, or a JSON escape that could spell one)."""

@@ -244,10 +244,13 @@ def _log_file(name: str) -> TextIO:
 
 
 def _describe(e: BaseException) -> str:
+    """Why a connection failed, for people and events: a URL it quotes loses its login and keys."""
+    from ..config import redact_urls
+
     inner = getattr(e, "exceptions", None)
     if inner:  # anyio task groups wrap the real error
         return _describe(inner[0])
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    return redact_urls(f"{type(e).__name__}: {e}") if str(e) else type(e).__name__
 
 
 _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[ServerSpec, Connection]] = (
