@@ -55,3 +55,14 @@ def test_huge_and_deep_schemas_are_refused() -> None:
         deep = {"type": "object", "properties": {"a": deep}}
     assert safe_schema(deep)[0] is None and "deeper" in safe_schema(deep)[1]
     assert safe_schema({"type": "object", "properties": {"a": {"type": "string"}}})[0] is not None
+
+
+def test_arguments_nested_past_what_a_recursive_schema_can_check_are_refused() -> None:
+    tool = _tool({"type": "object", "properties": {"a": {"$ref": "#/$defs/n"}},
+                  "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}})
+    deep: list = []
+    for _ in range(2000):
+        deep = [deep]
+    with pytest.raises(ToolArgumentsError, match="nest too deeply"):
+        tool.validate({"a": deep})
+    assert tool.validate({"a": [[[]]]}) == {"a": [[[]]]}

@@ -187,6 +187,8 @@ class Tool:
             errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.absolute_path))
         except UnsafePattern as e:
             raise ToolArgumentsError(f"the tool's schema cannot be checked: {e}") from None
+        except RecursionError:  # a recursive schema ($ref) and arguments nested as deep as the model likes
+            raise ToolArgumentsError("the arguments nest too deeply to check against the schema") from None
         if errors:
             lines = []
             for err in errors[:10]:
