@@ -9,11 +9,7 @@ other URL settings, and in variables whose name ends in `_URL`, `_URI`, `_ENDPOI
 shorter than 8 characters are left alone: not secret enough to find without false hits.
 A secret is also found inside tool-call arguments written with JSON escapes.
 
-MCP servers (`[mcp_servers.NAME]`, `server_secrets`): what a trusted table says about a server is a
-credential wherever it may be one: the login and key-like query values of its url, every value of its
-`headers` (with the token of `Bearer ...`), the values of its `env` whose name is key-like (or that look
-like keys), and in its `args` the value of a key-like flag (`--token=X`, `--api-key X`), `NAME=value` with a
-key-like name, the credentials of a URL, and any argument that looks like a key.
+And what the `[mcp_servers.NAME]` tables say that may be a credential (shou.redact_servers).
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ import orjson
 from .events import Event, field_names
 from .messages import Message, TextPart, ToolCall
 
-__all__ = ["REDACTED", "Redactor", "looks_like_key", "secrets_of", "server_secrets", "url_secrets"]
+__all__ = ["REDACTED", "Redactor", "looks_secret", "secrets_of", "url_secrets"]
 
 REDACTED = "[redacted]"
 _SECRET_NAME = re.compile(r"(?:^|_)(?:API_KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
@@ -63,10 +59,7 @@ def secrets_of(settings: Any = None, environ: Mapping[str, str] | None = None) -
                 found.update(v for v in _header_values(value) if sure or looks_secret(v))
             elif _URL_NAME.search(name):
                 found.update(url_secrets(str(value), bare=bool(_SENT_URL.search(name)) and sure))
-    servers = getattr(settings, "mcp_servers", None)
-    for table in (servers.values() if isinstance(servers, Mapping) else ()):
-        if isinstance(table, Mapping):
-            found.update(server_secrets(table))
+    found.update(_servers_secrets(getattr(settings, "mcp_servers", None)))
     return sorted((v for v in found if len(v) >= MIN_LENGTH), key=len, reverse=True)
 
 
@@ -129,93 +122,14 @@ def url_secrets(url: str | None, bare: bool = True) -> set[str]:
     return found
 
 
-# A word of a flag's or variable's name that says its value is a credential (`--api-key`, `--github-token`,
-# `SLACK_BOT_TOKEN`, `x-auth`): whole words only, so `--author` or `--keyboard-layout` are not.
-_KEY_WORD = re.compile(r"(?:^|[-_.])(?:api[-_]?key|apikey|key|keys|token|tokens|secret|secrets|password|passwd|"
-                       r"pass|pwd|auth|authorization|credentials?|cookie|bearer|pat|sig|signature|jwt|session)(?:$|[-_.])",
-                       re.IGNORECASE)
-# Headers that carry no credential (their values are words and media types, not to be hidden everywhere).
-_PLAIN_HEADERS = frozenset({"accept", "accept-language", "content-type", "user-agent", "mcp-protocol-version",
-                            "accept-encoding", "cache-control"})
+def _servers_secrets(servers: Any) -> set[str]:
+    """What the tables of the `mcp_servers` setting hold (shou.redact_servers)."""
+    from .redact_servers import server_secrets
 
-
-def looks_like_key(value: str) -> bool:
-    """Whether a value named nothing secret still looks like a key: one long word mixing letters and digits
-    (or a very long one), not a path, a package, a URL or a version."""
-    if any(c.isspace() for c in value) or value.startswith(("/", "~", ".", "-", "@")) or "/" in value or "==" in value:
-        return False
-    letters, digits = any(c.isalpha() for c in value), any(c.isdigit() for c in value)
-    return (len(value) >= 16 and letters and digits) or len(value) >= 40
-
-
-def server_secrets(table: Mapping[str, Any]) -> set[str]:
-    """The credentials an MCP server's table (`url`, `args`, `env`, `headers`) may hold (see the module)."""
     found: set[str] = set()
-    url = table.get("url")
-    if isinstance(url, str):
-        found.update(url_secrets(url))  # shou sends to it: a bare password counts
-    args = [a for a in table.get("args") or () if isinstance(a, str)]
-    for i, arg in enumerate(args):
-        found.update(_arg_secrets(arg, args[i + 1] if i + 1 < len(args) else None))
-    env = table.get("env")
-    for name, value in (env.items() if isinstance(env, Mapping) else ()):
-        if isinstance(name, str) and isinstance(value, str) and value:
-            found.update(_named_secrets(name, value))
-    headers = table.get("headers")
-    for name, value in (headers.items() if isinstance(headers, Mapping) else ()):
-        plain = isinstance(name, str) and name.strip().lower() in _PLAIN_HEADERS
-        if isinstance(value, str) and value.strip() and (not plain or looks_like_key(value.strip())):
-            found.update(_credential(value))
-    return {v for v in found if len(v) >= MIN_LENGTH}
-
-
-def _arg_secrets(arg: str, following: str | None) -> set[str]:
-    """The secrets one command-line argument holds, `following` being the next argument (`--token X`)."""
-    name, eq, value = arg.partition("=")
-    if arg.startswith("-"):
-        if _KEY_WORD.search(name.lstrip("-")):
-            if eq:
-                return _credential(value)
-            return _credential(following) if following is not None and not following.startswith("-") else set()
-        return url_secrets(value) | ({value} if eq and looks_like_key(value) else set())
-    if "://" in arg:
-        return url_secrets(arg)
-    head, colon, rest = arg.partition(":")
-    if colon and _KEY_WORD.search(head.strip()) and rest.strip():  # `--header "Authorization: Bearer X"`
-        return _credential(rest.strip())
-    if eq:  # `API_KEY=...` (for env, docker -e)
-        return _named_secrets(name, value)
-    return {arg} if looks_like_key(arg) else set()
-
-
-def _named_secrets(name: str, value: str) -> set[str]:
-    """The secrets of a `NAME=value` a trusted table gives a server."""
-    if _SECRET_NAME.search(name) or _KEY_WORD.search(name):
-        return _credential(value)
-    if _HEADERS_NAME.search(name):
-        return _header_values(value)
-    if _URL_NAME.search(name) or "://" in value:
-        return url_secrets(value)
-    return {value} if looks_like_key(value) else set()
-
-
-def _credential(value: str) -> set[str]:
-    """A credential's value, and the token of an `Authorization`-style value (`Bearer X`, `token X`)."""
-    value = value.strip()
-    found = {value} if value else set()
-    scheme, space, token = value.partition(" ")
-    token = token.strip()
-    if space and token and scheme.isalpha():
-        found.add(token)
-        if scheme.lower() == "basic":  # `Basic base64(user:password)`: the login and the password too
-            import base64
-            import binascii
-
-            try:
-                login = base64.b64decode(token, validate=True).decode()
-            except (binascii.Error, UnicodeDecodeError):
-                return found
-            found.update({login, login.partition(":")[2]} - {""})
+    for table in (servers.values() if isinstance(servers, Mapping) else ()):
+        if isinstance(table, Mapping):
+            found.update(server_secrets(table))
     return found
 
 

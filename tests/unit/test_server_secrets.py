@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 
 from shou.mcp.servers import ServerSpec
-from shou.redact import Redactor, secrets_of, server_secrets
+from shou.redact import Redactor, secrets_of
+from shou.redact_servers import server_secrets
 
 
 def test_every_way_a_table_carries_a_credential_is_found() -> None:

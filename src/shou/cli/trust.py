@@ -107,7 +107,8 @@ def _what_it_sets(name: str, data: bytes) -> list[str]:
         parsed = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         return [f"(not valid TOML: {e})"]
-    from ..redact import Redactor, server_secrets
+    from ..redact import Redactor
+    from ..redact_servers import server_secrets
 
     servers = parsed.get("mcp_servers")
     hide = Redactor([v for t in (servers.values() if isinstance(servers, dict) else ()) if isinstance(t, dict)

@@ -77,7 +77,7 @@ class ServerSpec:
 
     def secrets(self) -> set[str]:
         """What in this spec may be a credential (shou.redact.server_secrets): never shown or stored."""
-        from ..redact import server_secrets
+        from ..redact_servers import server_secrets
 
         return server_secrets({"url": self.url, "args": self.args, "env": dict(self.env),
                                "headers": dict(self.headers)})
@@ -85,23 +85,32 @@ class ServerSpec:
 
 def describe_server(spec: ServerSpec) -> str:
     """`spec.where` (see there)."""
+    return _describe_url(spec.url) if spec.url is not None else _describe_program(spec)
+
+
+def _describe_url(url: str) -> str:
+    """The URL's scheme, host, port and path: no login, query or fragment, and key-like path parts masked."""
     from urllib.parse import urlsplit
 
-    from ..redact import looks_like_key
+    from ..redact_servers import looks_like_key
 
-    if spec.url is not None:
-        try:
-            parts = urlsplit(spec.url)
-            host = parts.hostname or ""
-            port = f":{parts.port}" if parts.port else ""
-        except ValueError:
-            return "(an HTTP server)"
-        host = f"[{host}]" if ":" in host else host
-        path = "/".join("***" if looks_like_key(p) else p for p in parts.path.split("/"))
-        return f"{parts.scheme}://{host}{port}{path}"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an HTTP server)"
+    host = f"[{host}]" if ":" in host else host
+    path = "/".join("***" if looks_like_key(p) else p for p in parts.path.split("/"))
+    return f"{parts.scheme}://{host}{port}{path}"
+
+
+def _describe_program(spec: ServerSpec) -> str:
+    """The program and what it runs (`python -m srv`, `uvx mcp-server-time`), never an argument that may be
+    a key."""
     program = os.path.basename(spec.command or "")
     secrets = spec.secrets()
-    for i, arg in enumerate(spec.args):  # the program and what it runs (`python -m srv`, `uvx mcp-server-time`)
+    for i, arg in enumerate(spec.args):
         if arg == "-m" and i + 1 < len(spec.args) and spec.args[i + 1] not in secrets:
             return f"{program} -m {spec.args[i + 1]}"
         if not arg.startswith("-"):
