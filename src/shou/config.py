@@ -347,10 +347,14 @@ def redact_urls(text: str) -> str:
 
 def describe(settings: Settings) -> list[tuple[str, str, str]]:
     """Rows of (setting, shown value, source) for `shou config`; secrets masked."""
+    from .redact import Redactor, secrets_of
+
+    # Every value passes the redactor too: a setting such as `mcp_servers` holds keys in its tables.
+    hide = Redactor(secrets_of(settings)).text
     rows = []
     for f in setting_fields().values():
         value = getattr(settings, f.name)
-        shown = mask(value) if f.name in SECRET_FIELDS else ("" if value is None else redact_urls(str(value)))
+        shown = mask(value) if f.name in SECRET_FIELDS else ("" if value is None else hide(redact_urls(str(value))))
         if isinstance(value, tuple):
             shown = ",".join(value)
         rows.append((f.name, shown, settings.sources.get(f.name, "default")))

@@ -8,6 +8,8 @@ a program can still print them) whose name ends in `_API_KEY`, `_KEY`, `_TOKEN`,
 other URL settings, and in variables whose name ends in `_URL`, `_URI`, `_ENDPOINT` or `_PROXY`. Values
 shorter than 8 characters are left alone: not secret enough to find without false hits.
 A secret is also found inside tool-call arguments written with JSON escapes.
+
+And what the `[mcp_servers.NAME]` tables say that may be a credential (shou.redact_servers).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import orjson
 from .events import Event, field_names
 from .messages import Message, TextPart, ToolCall
 
-__all__ = ["REDACTED", "Redactor", "secrets_of", "url_secrets"]
+__all__ = ["REDACTED", "Redactor", "looks_secret", "secrets_of", "url_secrets"]
 
 REDACTED = "[redacted]"
 _SECRET_NAME = re.compile(r"(?:^|_)(?:API_KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
@@ -57,6 +59,7 @@ def secrets_of(settings: Any = None, environ: Mapping[str, str] | None = None) -
                 found.update(v for v in _header_values(value) if sure or looks_secret(v))
             elif _URL_NAME.search(name):
                 found.update(url_secrets(str(value), bare=bool(_SENT_URL.search(name)) and sure))
+    found.update(_servers_secrets(getattr(settings, "mcp_servers", None)))
     return sorted((v for v in found if len(v) >= MIN_LENGTH), key=len, reverse=True)
 
 
@@ -119,6 +122,17 @@ def url_secrets(url: str | None, bare: bool = True) -> set[str]:
     return found
 
 
+def _servers_secrets(servers: Any) -> set[str]:
+    """What the tables of the `mcp_servers` setting hold (shou.redact_servers)."""
+    from .redact_servers import server_secrets
+
+    found: set[str] = set()
+    for table in (servers.values() if isinstance(servers, Mapping) else ()):
+        if isinstance(table, Mapping):
+            found.update(server_secrets(table))
+    return found
+
+
 def _header_values(value: str) -> set[str]:
     """The whole of a `key=value,key=value` headers variable, and each value in it."""
     from urllib.parse import unquote
@@ -154,13 +168,36 @@ class Redactor:
     """Replaces known secret values in text and in events."""
 
     def __init__(self, values: Iterable[str]) -> None:
-        self.values = [v for v in values if len(v) >= MIN_LENGTH]
+        # Longest first: where one secret holds another, the whole of it is replaced.
+        self.values = sorted({v for v in values if len(v) >= MIN_LENGTH}, key=len, reverse=True)
+        self._by_first: dict[str, list[str]] | None = None  # the secrets by their first character (held_back)
         self._pattern = re.compile("|".join(re.escape(v) for v in self.values)) if self.values else None
         # The secrets as they appear in JSON text (escaped where JSON escapes), and a JSON \u escape, which
         # could spell one: what `checked()` looks for in an event's JSON before walking the event.
         spelled = {orjson.dumps(v)[1:-1] for v in self.values} | {v.encode() for v in self.values}
         self._json = re.compile(b"|".join([re.escape(v) for v in spelled] + [re.escape(b"\\u")])) if spelled \
             else None
+
+    @property
+    def pattern(self) -> re.Pattern[str] | None:
+        """The expression that finds every secret (longest first), or None when there are none."""
+        return self._pattern
+
+    def held_back(self, text: str) -> int:
+        """How many characters at the end of `text` could be the start of a secret (0 when none could)."""
+        if self._by_first is None:
+            self._by_first = {}
+            for v in self.values:
+                self._by_first.setdefault(v[0], []).append(v)
+        longest = len(self.values[0]) if self.values else 0
+        # From the furthest place a secret not yet complete could start: the first that could is the answer.
+        for i in range(max(0, len(text) - longest + 1), len(text)):
+            starting = self._by_first.get(text[i])
+            if starting is not None:
+                rest = text[i:]
+                if any(len(v) > len(rest) and v.startswith(rest) for v in starting):
+                    return len(text) - i
+        return 0
 
     def may_hold(self, data: bytes) -> bool:
         """Whether JSON text `data` may hold a secret (one of them, or a JSON escape that could spell one)."""

@@ -143,7 +143,9 @@ class Agent:
         self.tool_timeout = tool_timeout
         self.policy = policy
         self.approvals = approvals
-        self.redactor = Redactor(secrets_of(settings))
+        # The MCP servers' tables are secret sources too (their keys, logins, tokens), given here or in settings.
+        self.redactor = Redactor([*secrets_of(settings),
+                                  *(v for spec in (mcp_servers or {}).values() for v in spec.secrets())])
         self.max_parallel_tools = max_parallel_tools
         self.repeat_limit = repeat_limit
         if (token_budget is not None and not 1 <= token_budget < math.inf) or \

@@ -31,6 +31,7 @@ from ..models.base import (
     model_ids,
     provider_of,
 )
+from ..redact_stream import StreamRedactor
 from ..usage import Usage
 from .budget import Reservation
 from .recorder import RequestRecorder, request_params
@@ -154,6 +155,7 @@ class Caller:
         ttft: float | None = None
         retries = 0
         streamed = attempt.streamed  # what this attempt streamed, for the estimate if it turns out void
+        shown = _Deltas(self.run, run_id, step, parent, deltas)
         events = model.stream(messages, specs, settings)
         try:
             async for ev in events:
@@ -161,26 +163,27 @@ class Caller:
                     if ttft is None:
                         ttft = time.perf_counter() - t0
                     streamed.append(ev.text)
-                    if deltas:
-                        emit(TextDelta(run_id, step, ev.text, parent=parent))
+                    shown.text(ev.text)
                 elif isinstance(ev, ToolCallChunk):
                     if ttft is None:
                         ttft = time.perf_counter() - t0
                     streamed.append(ev.arguments)
-                    if deltas:
-                        emit(ToolCallDelta(run_id, step, ev.index, ev.name, ev.arguments, parent=parent))
+                    shown.call(ev.index, ev.name, ev.arguments)
                 elif isinstance(ev, ReasoningChunk):  # billed as output, shown to nobody
                     if ttft is None:
                         ttft = time.perf_counter() - t0
                     streamed.append(ev.text)
                     attempt.reasoning.append(ev.text)
                 elif isinstance(ev, Completion):
+                    shown.end()
                     completion = ev
                 elif isinstance(ev, Waiting):
                     emit(Notice(run_id, step, "rate_limit", f"waiting {ev.delay:.0f} s before the request: {ev.reason}",
                                 parent=parent))
                 elif isinstance(ev, Retrying):
                     retries += 1
+                    shown.end()  # what the failed attempt streamed is shown whole before the retry's notice
+                    shown = _Deltas(self.run, run_id, step, parent, deltas)
                     void, priced_as = self._void(attempt, ev.model)
                     ttft = None  # what streamed is void; the reply that counts starts again
                     streamed.clear()
@@ -228,6 +231,43 @@ class Caller:
             price, _ = accounts.dearest(ids)
             sent_as = ids[0] if len(ids) == 1 else ""
         return Usage(usage.input_tokens, output, 0, True, 0, None if price is None else price.cost(usage)), sent_as
+
+
+class _Deltas:
+    """An attempt's text and call fragments as the consumer is shown them: each stream passes a
+    `StreamRedactor`, so a known secret split across fragments is replaced like a whole one."""
+
+    __slots__ = ("calls", "on", "parent", "run", "run_id", "step", "texts")
+
+    def __init__(self, run: Run, run_id: str, step: int, parent: str, on: bool) -> None:
+        self.run, self.run_id, self.step, self.parent, self.on = run, run_id, step, parent, on
+        self.texts = StreamRedactor(run.agent.redactor)
+        self.calls: dict[int, StreamRedactor] = {}
+
+    def text(self, piece: str) -> None:
+        """A text fragment: shown as far as it cannot be the start of a secret."""
+        shown = self.texts.feed(piece)
+        if self.on and shown:
+            self.run.emit(TextDelta(self.run_id, self.step, shown, parent=self.parent))
+
+    def call(self, index: int, name: str | None, piece: str) -> None:
+        """A fragment of call `index` (its name comes with the first)."""
+        stream = self.calls.get(index)
+        if stream is None:
+            stream = self.calls[index] = StreamRedactor(self.run.agent.redactor)
+        shown = stream.feed(piece)
+        if self.on and (shown or name):
+            self.run.emit(ToolCallDelta(self.run_id, self.step, index, name, shown, parent=self.parent))
+
+    def end(self) -> None:
+        """The stream ended: what was held back is shown."""
+        rest = self.texts.end()
+        if self.on and rest:
+            self.run.emit(TextDelta(self.run_id, self.step, rest, parent=self.parent))
+        for index, stream in self.calls.items():
+            rest = stream.end()
+            if self.on and rest:
+                self.run.emit(ToolCallDelta(self.run_id, self.step, index, None, rest, parent=self.parent))
 
 
 class _Attempt:

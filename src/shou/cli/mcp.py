@@ -57,7 +57,11 @@ def list_servers(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> N
         if "mcp_servers" in ignored.names:
             err.print(f"[yellow]warning:[/] {escape(str(ignored.path))} names MCP servers, but it is not trusted: "
                       "they are ignored (`shou trust` to allow them)")
-    rows = asyncio.run(_probe(specs))
+    from ..redact import Redactor, secrets_of
+
+    # A server's error may quote its URL or what it was started with: masked like an event.
+    hide = Redactor(secrets_of(settings))
+    rows = [hide.value(row) for row in asyncio.run(_probe(specs))]
     if json_out:
         typer.echo(json_text(rows))
         return

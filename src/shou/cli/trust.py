@@ -107,7 +107,13 @@ def _what_it_sets(name: str, data: bytes) -> list[str]:
         parsed = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         return [f"(not valid TOML: {e})"]
-    return [f"{_name(key)} = {mask(str(value)) if key in SECRET_FIELDS else repr(value)}"
+    from ..redact import Redactor
+    from ..redact_servers import server_secrets
+
+    servers = parsed.get("mcp_servers")
+    hide = Redactor([v for t in (servers.values() if isinstance(servers, dict) else ()) if isinstance(t, dict)
+                     for v in server_secrets(t)]).text  # the keys a server's table holds are masked too
+    return [f"{_name(key)} = {mask(str(value)) if key in SECRET_FIELDS else hide(repr(value))}"
             for key, value in parsed.items()]
 
 

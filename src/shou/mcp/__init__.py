@@ -29,7 +29,7 @@ async def connect(agent: Agent, servers: Mapping[str, ServerSpec]) -> list[str]:
     tools = agent.code_tools if agent.code_mode else agent.tools
     for name, spec in servers.items():
         try:
-            fresh = await list_tools(spec)
+            fresh = await list_tools(spec, problems)
         except Exception as e:  # a server that will not start must not stop the run
             problems.append(f"MCP server {name!r} is not available: {e}")
             fresh = []

@@ -18,7 +18,7 @@ import os
 import sys
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..errors import UserError
@@ -32,12 +32,13 @@ _KEYS = ("command", "args", "env", "url", "headers", "timeout", "description")
 class ServerSpec:
     """How to reach one MCP server (`[mcp_servers.NAME]`)."""
 
+    # What may hold a credential is left out of the repr: a spec in a log or a traceback shows none.
     name: str
     command: str | None = None
-    args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()  # pairs, so that a spec can key the process's connections
-    url: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
+    args: tuple[str, ...] = field(default=(), repr=False)
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # pairs: a spec keys the connections
+    url: str | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     timeout: float = DEFAULT_TIMEOUT
 
     @classmethod
@@ -70,8 +71,52 @@ class ServerSpec:
 
     @property
     def where(self) -> str:
-        """The server, for people: its command line or URL."""
-        return self.url or " ".join([self.command or "", *self.args]).strip()
+        """The server, for people and events: its program (and module or package), or its URL without
+        login, query or key-like path parts. Never its whole command line: arguments may hold keys."""
+        return describe_server(self)
+
+    def secrets(self) -> set[str]:
+        """What in this spec may be a credential (shou.redact.server_secrets): never shown or stored."""
+        from ..redact_servers import server_secrets
+
+        return server_secrets({"url": self.url, "args": self.args, "env": dict(self.env),
+                               "headers": dict(self.headers)})
+
+
+def describe_server(spec: ServerSpec) -> str:
+    """`spec.where` (see there)."""
+    return _describe_url(spec.url) if spec.url is not None else _describe_program(spec)
+
+
+def _describe_url(url: str) -> str:
+    """The URL's scheme, host, port and path: no login, query or fragment, and key-like path parts masked."""
+    from urllib.parse import urlsplit
+
+    from ..redact_servers import looks_like_key
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an HTTP server)"
+    host = f"[{host}]" if ":" in host else host
+    path = "/".join("***" if looks_like_key(p) else p for p in parts.path.split("/"))
+    return f"{parts.scheme}://{host}{port}{path}"
+
+
+def _describe_program(spec: ServerSpec) -> str:
+    """The program and what it runs (`python -m srv`, `uvx mcp-server-time`), never an argument that may be
+    a key."""
+    program = os.path.basename(spec.command or "")
+    secrets = spec.secrets()
+    for i, arg in enumerate(spec.args):
+        if arg == "-m" and i + 1 < len(spec.args) and spec.args[i + 1] not in secrets:
+            return f"{program} -m {spec.args[i + 1]}"
+        if not arg.startswith("-"):
+            plain = arg not in secrets and not any(c in arg for c in "=@:") and not os.path.isabs(arg)
+            return f"{program} {arg}" if plain else program
+    return program
 
 
 def server_specs(tables: Mapping[str, Any] | None) -> dict[str, ServerSpec]:
@@ -174,12 +219,19 @@ class Connection:
 
 def _transport(spec: ServerSpec, errlog: TextIO | None) -> Any:
     if spec.url is not None:
-        import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        http = httpx2.AsyncClient(headers=dict(spec.headers), timeout=httpx2.Timeout(spec.timeout, read=None))
-        return streamable_http_client(spec.url, http_client=http)
+        from .http import http_client
+        from .stdio import MAX_MESSAGE_BYTES
+
+        # one message is read up to a bound, as from a stdio server (shou.mcp.http)
+        http = http_client(dict(spec.headers), spec.timeout)
+        return streamable_http_client(spec.url, http_client=http, max_sse_event_size=MAX_MESSAGE_BYTES)
     from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    from .stdio import install
+
+    install()  # one message of a server is read up to a bound, not whole whatever its size
 
     command = sys.executable if spec.command in ("python", "python3") else spec.command
     # The SDK passes a server only a few harmless variables (PATH, HOME, ...) and the table's `env`: shou's
@@ -201,10 +253,13 @@ def _log_file(name: str) -> TextIO:
 
 
 def _describe(e: BaseException) -> str:
+    """Why a connection failed, for people and events: a URL it quotes loses its login and keys."""
+    from ..config import redact_urls
+
     inner = getattr(e, "exceptions", None)
     if inner:  # anyio task groups wrap the real error
         return _describe(inner[0])
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    return redact_urls(f"{type(e).__name__}: {e}") if str(e) else type(e).__name__
 
 
 _POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[ServerSpec, Connection]] = (

@@ -14,7 +14,9 @@ from typing import Any
 
 from ..messages import ImagePart
 from ..tools.base import NAME_RE, Tool, ToolResult
+from ..tools.schema_regex import UnsafePattern, safe_schema
 from .servers import Connection, ServerSpec, connection
+from .stdio import TOO_BIG
 
 DESCRIPTION_CHARS = 2000  # of a tool's description: it is the server's text, sent with every request
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
@@ -25,8 +27,9 @@ def tool_name(server: str, tool: str) -> str:
     return _UNSAFE.sub("_", f"{server}__{tool}")[:64]
 
 
-async def list_tools(spec: ServerSpec) -> list[Tool]:
-    """The server's tools (starting it if needed; `ConnectionError` when it cannot be started)."""
+async def list_tools(spec: ServerSpec, problems: list[str] | None = None) -> list[Tool]:
+    """The server's tools (starting it if needed; `ConnectionError` when it cannot be started). A tool whose
+    schema is too big or deep to check safely is left out, and said so in `problems`."""
     conn = connection(spec)
     client = await conn.get()
     listing = []
@@ -47,6 +50,14 @@ async def list_tools(spec: ServerSpec) -> list[Tool]:
         schema = t.input_schema if isinstance(t.input_schema, dict) else {}
         if schema.get("type") != "object":
             schema = {"type": "object", "properties": {}}
+        # The server's schema is checked on the event loop before every call: bounded, and without the
+        # patterns that cannot be searched in linear time (shou.tools.schema_regex).
+        safe, why = safe_schema(schema)
+        if safe is None:
+            if problems is not None:
+                problems.append(f"MCP server {spec.name!r}: tool {t.name[:64]!r} left out: {why}")
+            continue
+        schema = safe
         description = (t.description or t.title or t.name)[:DESCRIPTION_CHARS]
         annotations = t.annotations
         idempotent = bool(annotations and (annotations.read_only_hint or annotations.idempotent_hint))
@@ -58,7 +69,7 @@ async def list_tools(spec: ServerSpec) -> list[Tool]:
 def _caller(conn: Connection, remote: str) -> Any:
     async def call(**arguments: Any) -> ToolResult:
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED
+        from mcp_types import CONNECTION_CLOSED, PARSE_ERROR
 
         try:
             client = await conn.get()  # a server found dead since the last call is started again here
@@ -66,7 +77,15 @@ def _caller(conn: Connection, remote: str) -> Any:
             return ToolResult.error(f"Error: {e}")
         try:
             return convert(await client.call_tool(remote, arguments))
+        except UnsafePattern as e:  # the SDK checks results against the server's output schema
+            return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} sent a result whose output schema "
+                                    f"cannot be checked safely: {e}")
         except MCPError as e:
+            if e.error.code == TOO_BIG:  # shou dropped a reply over the bound (shou.mcp.stdio): the message says so
+                return ToolResult.error(f"Error: {e.error.message}")
+            if e.error.code == PARSE_ERROR:  # the client's own error: a reply it could not read (or over the bound)
+                return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} answered with a reply shou could "
+                                        f"not read: {e.error.message}")
             if e.error.code != CONNECTION_CLOSED:  # the server answered with a protocol error: it is up
                 return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} refused the call: {e}")
             conn.lost("the connection closed")

@@ -205,7 +205,8 @@ class CachedModel:
                 elif isinstance(event, Completion) and event.finish_reason in STORED_FINISHES:
                     value = _stored(recorded, event)
                     if self.redact is not None:
-                        value = _strings(value, self.redact)
+                        value = {**_strings(value, self.redact),
+                                 "chunks": _redacted_chunks(value["chunks"], self.redact)}
                     self.cache.put(key, value)  # before passing it on: a consumer may stop there
                 yield event
         finally:
@@ -252,6 +253,27 @@ def _stored(chunks: list[TextChunk | ToolCallChunk], done: Completion) -> dict[s
         "reply_tokens": done.usage.output_tokens or sum(len((c.text if isinstance(c, TextChunk) else
                                                              (c.name or "") + c.arguments).encode()) for c in chunks),
     }
+
+
+def _redacted_chunks(chunks: list[list[Any]], redact: Callable[[str], str]) -> list[list[Any]]:
+    """Stored fragments with secrets replaced in the assembled text of each run of text fragments (and of
+    each call's argument fragments): a secret the provider split across fragments is found whole. A run that
+    holds one is kept as one fragment; the others keep their fragments as they came."""
+    runs: list[list[list[Any]]] = []
+    for c in chunks:
+        last = runs[-1][-1] if runs else None
+        same = last is not None and last[0] == c[0] and (c[0] == "text" or (last[1] == c[1] and c[2] is None))
+        if same:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    out: list[list[Any]] = []
+    for run in runs:
+        pieces = [str(c[-1]) for c in run]
+        whole = "".join(pieces)
+        clean = redact(whole)
+        out.extend(run if clean == whole else [[*run[0][:-1], clean]])
+    return out
 
 
 def _replay(value: dict[str, Any]) -> list[ModelEvent] | None:

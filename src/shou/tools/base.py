@@ -182,9 +182,19 @@ class Tool:
         if self._validator is None:
             import jsonschema
 
+            from .schema_regex import install
+
+            install()  # patterns are searched in linear time: a schema may come from an MCP server
             cls = jsonschema.validators.validator_for(self.parameters)
             self._validator = cls(self.parameters)
-        errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+        from .schema_regex import UnsafePattern
+
+        try:
+            errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+        except UnsafePattern as e:
+            raise ToolArgumentsError(f"the tool's schema cannot be checked: {e}") from None
+        except RecursionError:  # a recursive schema ($ref) and arguments nested as deep as the model likes
+            raise ToolArgumentsError("the arguments nest too deeply to check against the schema") from None
         if errors:
             lines = []
             for err in errors[:10]:
