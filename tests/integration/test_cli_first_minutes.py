@@ -120,14 +120,16 @@ def test_a_tool_timeout_someone_sets_governs_shell_too(serve, shou) -> None:
     from shou.sandbox import diagnose
 
     need(any(ok for backend, ok, _ in diagnose() if backend == "bubblewrap"), "bubblewrap works here")
-    srv = serve([{"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 6; echo late"}}]},
+    # The command outlasts any machine's slowness (the sandbox's own 300 s would stop it only after the test's
+    # timeout), so the run ending soon can only be the 2 s tool_timeout, however busy the machine is.
+    srv = serve([{"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 100; echo late"}}]},
                  {"text": "it was stopped"}])
     t0 = time.monotonic()
     r = shou("run", "sleep", server=srv, SHOU_TOOL_TIMEOUT="2")
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     [result] = tool_messages(srv.requests[1])
-    assert "late" not in result["content"] and took < 5.5, (took, result["content"])
+    assert "late" not in result["content"] and took < 60, (took, result["content"])
 
 
 def test_a_tool_that_needs_approval_is_refused_not_run(serve, shou, workspace: Path) -> None:
