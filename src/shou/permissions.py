@@ -14,11 +14,9 @@ nothing here.
 from __future__ import annotations
 
 import codecs
-import contextlib
 import posixpath
 import re
 import shlex
-import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -114,18 +112,25 @@ def workspace_path(path: str, workspace: str | None = None) -> str:
 
 
 def url_host(url: str) -> str:
-    """The host a browser or HTTP client would reach for `url`: backslashes read as slashes (as browsers do),
-    lowercase, no trailing dot, and numeric IPv4 spellings (`167772161`, `0x0a000001`, `10.1`) dotted."""
+    """The host a browser or HTTP client would reach for `url` (shou.net.hostname): backslashes read as
+    slashes (as browsers do), percent-decoded, UTS #46-mapped (`ｌｏｃａｌｈｏｓｔ` is `localhost`), lowercase,
+    punycode, no trailing dot, and numeric IPv4 spellings (`167772161`, `0x0a000001`, `10.1`) dotted."""
+    from .net.hostname import BadHost, canonical_host
+
     text = url.strip().replace("\\", "/")
     try:
-        host = urlsplit(text).hostname or ""
+        parts = urlsplit(text)
+        host = parts.hostname or ""
+        if host and ":" in host:
+            host = f"[{host}]"
     except ValueError:
         return text
-    host = host.rstrip(".").lower()
-    if host and re.fullmatch(r"(?:0x[0-9a-f]+|\d+)(?:\.(?:0x[0-9a-f]+|\d+)){0,3}", host):
-        with contextlib.suppress(OSError):  # inet_aton reads every form a resolver would
-            host = socket.inet_ntoa(socket.inet_aton(host))
-    return host or text
+    if not host:
+        return text
+    try:
+        return canonical_host(host)
+    except BadHost:  # no browser reaches it; rules still see it as it is written
+        return host.rstrip(".").lower()
 
 
 # Shell syntax that chains or substitutes commands: `git status; rm -rf ~` must not pass as `git status*`.
