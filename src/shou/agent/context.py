@@ -20,7 +20,6 @@ from ..events import Compacted, Event, Notice
 from ..messages import Message
 from ..models.base import ModelSettings, model_id
 from ..usage import Usage
-from ..workspace import read_state_text
 
 if TYPE_CHECKING:
     from .loop import Run
@@ -39,14 +38,24 @@ class RunContext:
         self.policy: ContextPolicy = agent.context
         self.counter: TokenCounter = agent.token_counter
         self.builder = ContextBuilder(self.counter, context_window(agent.model.name, self.policy.window), self.policy)
-        self.rules = read_state_text(agent.workspace, "AGENTS.md")
-        self.memory_md = read_state_text(agent.workspace, "MEMORY.md")
+        env = getattr(agent.settings, "env", None)
+        self.rules = self._instructions("AGENTS.md", env)
+        self.memory_md = self._instructions("MEMORY.md", env)
         self.recalled: list[str] = []
         skills = getattr(agent, "skills", None)
         self.catalog = skills.catalog() if skills is not None else ""
         self.untrusted = any(getattr(t, "untrusted_output", False) for t in agent.tools)
         self.pinned = max(0, len(session.messages) - 1)  # the task, recorded just before the first step
         self._tool_tokens: dict[tuple[str, ...], tuple[list[dict[str, Any]], int]] = {}
+
+    def _instructions(self, name: str, env: Any) -> str:
+        """`.shou/<name>` if a person trusted it as it is (shou.instructions); a notice when it is left out."""
+        from ..instructions import trusted_state_text
+
+        text, warning = trusted_state_text(self.agent.workspace, name, env)
+        if warning is not None:
+            self.emit(Notice(self.run_id, 0, "trust", warning))
+        return text
 
     def recall(self, task: str) -> None:
         """Recall long-term memories relevant to the task (once, at the start of the run)."""
