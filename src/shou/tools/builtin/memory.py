@@ -54,7 +54,8 @@ def memory_store_for(ctx: ToolContext) -> MemoryStore:
             from ...memory.postgres import PostgresMemoryStore
 
             store = _stores[where] = (PostgresMemoryStore(where, embeddings=embeddings) if isinstance(where, str)
-                                      else MemoryStore(where, embeddings=embeddings))
+                                      else MemoryStore(where, embeddings=embeddings,
+                                                       env=getattr(ctx.settings, "env", None) or None))
         return store
 
 
