@@ -150,6 +150,17 @@ def commands_in(line: str) -> list[str]:
     return programs(line).commands
 
 
+def _views(tool: str, argument: str) -> tuple[list[str], list[str]]:
+    """What deny and ask rules are matched against: the argument, and for a shell line each command it
+    runs; and why some program of the line cannot be known before it runs (shou.shellwords)."""
+    if tool != "shell":
+        return [argument], []
+    from .shellwords import programs
+
+    found = programs(argument)
+    return [argument, *found.commands], found.opaque
+
+
 class Policy:
     """Rules by outcome, plus the defaults (see the module docstring)."""
 
@@ -182,14 +193,7 @@ class Policy:
         # For a shell line, deny and ask rules see each of its commands too: `true; rm -r x` and ` rm -r x`
         # are both an `rm -r x`.
         too_long = tool == "shell" and len(argument) > MAX_READ
-        opaque: list[str] = []
-        views = [argument]
-        if tool == "shell" and not too_long:
-            from .shellwords import programs
-
-            found = programs(argument)
-            views += found.commands
-            opaque = found.opaque
+        views, opaque = _views(tool, argument) if not too_long else ([argument], [])
 
         def hit(rule: Rule) -> bool:
             # A program only the running shell knows could be any: it meets every rule for the tool.

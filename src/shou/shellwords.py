@@ -18,6 +18,7 @@ import codecs
 import functools
 import posixpath
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,22 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "xargs": (frozenset({"-a", "--arg-file", "-d", "--delimiter", "-E", "-I", "-L", "-n", "--max-args", "-P",
                          "--max-procs", "-s", "--max-chars", "--process-slot-var"}), 0),
     "busybox": (frozenset(), 0),
+    "coproc": (frozenset(), 0),
+    "unshare": (frozenset({"--map-user", "--map-group", "--setuid", "--setgid", "-S", "-G", "-R", "--root", "-w",
+                           "--wd"}), 0),
+    "nsenter": (frozenset({"-t", "--target", "-S", "--setuid", "-G", "--setgid"}), 0),
+    "setpriv": (frozenset({"--reuid", "--regid", "--groups", "--inh-caps", "--bounding-set"}), 0),
+    "chrt": (frozenset(), 1),
+    "taskset": (frozenset(), 1),
+    "strace": (frozenset({"-o", "-e", "-p", "-s", "-u", "-E", "-I", "-P", "-S", "-X", "-a", "-b"}), 0),
+    "ltrace": (frozenset({"-o", "-e", "-p", "-s", "-u", "-a", "-n", "-l", "-L"}), 0),
+    "prlimit": (frozenset({"-p", "--pid"}), 0),
+    "firejail": (frozenset(), 0),
+    "runuser": (frozenset({"-u", "--user", "-g", "--group", "-G", "--supp-group", "-s", "--shell"}), 0),
+    "catchsegv": (frozenset(), 0),
+    "faketime": (frozenset({"-f"}), 1),
+    "proxychains": (frozenset({"-f"}), 0),
+    "torsocks": (frozenset(), 0),
     "then": (frozenset(), 0), "do": (frozenset(), 0), "else": (frozenset(), 0),
 }
 _EXEC_FLAGS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
@@ -121,18 +138,23 @@ def _static(node: Any) -> str | None:
         except (UnicodeDecodeError, ValueError):
             return None
     if kind in ("string", "translated_string"):
-        parts = []
-        for child in node.children:
-            if child.type in ('"', '$"'):
-                continue
-            if child.type != "string_content":
-                return None
-            parts.append(re.sub(r'\\([$`"\\])', r"\1", _text(child).replace("\\\n", "")))
-        return "".join(parts)
+        return _quoted(node)
     if kind in ("concatenation", "command_name"):
         pieces = [_static(c) for c in node.children]
         return None if any(p is None for p in pieces) else "".join(p or "" for p in pieces)
     return None
+
+
+def _quoted(node: Any) -> str | None:
+    """A double-quoted string's text, or None when it holds an expansion or a substitution."""
+    parts = []
+    for child in node.children:
+        if child.type in ('"', '$"'):
+            continue
+        if child.type != "string_content":
+            return None
+        parts.append(re.sub(r'\\([$`"\\])', r"\1", _text(child).replace("\\\n", "")))
+    return "".join(parts)
 
 
 def _globbed(node: Any) -> bool:
@@ -184,33 +206,81 @@ def _run(argv: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
         argv = rest
 
 
+Handler = Callable[[str, list[Word], Found, int, list[Any]], "list[Word] | None"]
+
+
+def _opaque(why: str) -> Handler:
+    def handle(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
+        found.opaque.append(f"{base}: {why}")
+
+    return handle
+
+
+def _eval(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
+    _script([s for s, _ in (args[:1] if base == "trap" else args)], found, depth, base)
+
+
+def _watch(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
+    rest = _skip_options_of(args, frozenset({"-n", "--interval", "-d", "-q", "--equexit"}))
+    _script([s for s, _ in rest], found, depth, base)  # it runs its words as one `sh -c` line
+
+
+def _with_c(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[Word] | None:
+    if _dash_c(args, found, depth, anywhere=True):  # su USER -c, script -c, flock FILE -c, runuser -c
+        return None
+    return _skip_options(base, args) if base in _WRAPPERS else None
+
+
+def _xargs(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[Word]:
+    rest = _skip_options(base, args)
+    if rest and rest[0][0] is not None:  # it runs the program with words read from its input as well
+        found.commands.append(" ".join([posixpath.basename(rest[0][0]), *(s or r for s, r in rest[1:]), "<input>"]))
+    return rest
+
+
+def _env(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[Word] | None:
+    if any(s in ("-S", "--split-string") or (s or "").startswith("-S") for s, _ in args):
+        found.opaque.append("env -S: a command line split at run time")
+        return None
+    return _skip_options(base, args)
+
+
+def _coproc(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[Word]:
+    return args[2:] if len(args) > 1 and args[1][0] == "{" else _skip_options(base, args)
+
+
+_HANDLERS: dict[str, Handler] = {
+    **{name: lambda b, a, f, d, i: _shell(a, f, d, i) for name in SHELLS},
+    "eval": _eval, "trap": _eval, "watch": _watch, "xargs": _xargs, "env": _env, "coproc": _coproc,
+    ".": _opaque("runs a script file shou cannot see"), "source": _opaque("runs a script file shou cannot see"),
+    # A name that runs another program from now on.
+    **{name: _opaque("makes a name run another program") for name in ("alias", "hash", "enable")},
+    **{name: _with_c for name in ("su", "script", "flock", "runuser")},
+    "find": lambda b, a, f, d, i: _find(a, f, d),
+}
+
+
 def _through(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[Word] | None:
     """The command `base args` runs in turn (a wrapper's program), or None after reading what it runs."""
-    if base in SHELLS:
-        _shell(args, found, depth, stdin)
-    elif base in ("eval", "trap"):
-        script = args[:1] if base == "trap" else args
-        if any(s is None for s, _ in script):
-            found.opaque.append(f"{base} of words only the running shell knows")
-        elif script:
-            _line(" ".join(s or "" for s, _ in script), found, depth + 1)
-    elif base in (".", "source"):
-        found.opaque.append(f"{base}: runs a script file shou cannot see")
-    elif base == "su":
-        _dash_c(args, found, depth, anywhere=True)
-    elif base == "find":
-        _find(args, found, depth)
-    elif base == "env" and any(s in ("-S", "--split-string") or (s or "").startswith("-S") for s, _ in args):
-        found.opaque.append("env -S: a command line split at run time")
-    elif base == "xargs":
-        rest = _skip_options(base, args)
-        if rest and rest[0][0] is not None:  # it runs the program with words read from its input as well
-            found.commands.append(" ".join([posixpath.basename(rest[0][0]), *(s or r for s, r in rest[1:]),
-                                            "<input>"]))
-        return rest
-    elif base in _WRAPPERS:
-        return _skip_options(base, args)
-    return None
+    handler = _HANDLERS.get(base)
+    if handler is not None:
+        return handler(base, args, found, depth, stdin)
+    return _skip_options(base, args) if base in _WRAPPERS else None
+
+
+def _script(words: list[str | None], found: Found, depth: int, what: str) -> None:
+    """Read `words`, joined by spaces, as the shell line they become (`eval`, `trap`, `watch`)."""
+    if any(w is None for w in words):
+        found.opaque.append(f"{what} of words only the running shell knows")
+    elif words:
+        _line(" ".join(w or "" for w in words), found, depth + 1)
+
+
+def _skip_options_of(args: list[Word], takes_value: frozenset[str]) -> list[Word]:
+    i = 0
+    while i < len(args) and (args[i][0] or "").startswith("-"):
+        i += 2 if args[i][0] in takes_value else 1
+    return args[i:]
 
 
 def _skip_options(base: str, args: list[Word]) -> list[Word]:

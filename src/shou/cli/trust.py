@@ -35,7 +35,7 @@ def trust(
     keys, the sandbox backend, allow-lists) are ignored in them. Any later change needs trust again.
     """
     from ..config import user_config_dir
-    from ..trust import TrustStore, digest, read_config_file
+    from ..trust import TrustStore, read_config_file
 
     out = Console(highlight=False, soft_wrap=True)
     store = TrustStore(user_config_dir())
@@ -62,14 +62,7 @@ def trust(
         out.print(f"nothing to trust: no shou.toml, .env, .shou/AGENTS.md, .shou/MEMORY.md or .agents/skills/ in "
                   f"{escape(str(root))}")
         return
-    for path, data in found.items():  # what the person agrees to, before they agree
-        out.print(f"{escape(str(path))} ({digest(data)[:19]}…) sets:")
-        for line in _what_it_sets(path.name, data) or ["(nothing)"]:
-            out.print(f"  {escape(line)}")
-    for path, data in told.items():
-        out.print(f"{escape(str(path))} ({digest(data)[:19]}…) tells the model:")
-        for line in _first_lines(data):
-            out.print(f"  {escape(line)}")
+    _show(out, found, told)
     found.update(told)
     if not yes:
         if not sys.stdin.isatty():
@@ -120,6 +113,21 @@ def _what_it_sets(name: str, data: bytes) -> list[str]:
         return [f"(not valid TOML: {e})"]
     return [f"{_name(key)} = {mask(str(value)) if key in SECRET_FIELDS else repr(value)}"
             for key, value in parsed.items()]
+
+
+def _show(out: Console, settings: dict[Path, bytes], instructions: dict[Path, bytes]) -> None:
+    """What the person agrees to, before they agree: what each settings file sets, and how each
+    instruction file starts."""
+    from ..trust import digest
+
+    for path, data in settings.items():
+        out.print(f"{escape(str(path))} ({digest(data)[:19]}…) sets:")
+        for line in _what_it_sets(path.name, data) or ["(nothing)"]:
+            out.print(f"  {escape(line)}")
+    for path, data in instructions.items():
+        out.print(f"{escape(str(path))} ({digest(data)[:19]}…) tells the model:")
+        for line in _first_lines(data):
+            out.print(f"  {escape(line)}")
 
 
 def _belongs(path: Path, root: Path) -> bool:
