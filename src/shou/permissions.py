@@ -153,12 +153,27 @@ def commands_in(line: str) -> list[str]:
 def _views(tool: str, argument: str) -> tuple[list[str], list[str]]:
     """What deny and ask rules are matched against: the argument, and for a shell line each command it
     runs; and why some program of the line cannot be known before it runs (shou.shellwords)."""
+    if tool in _HOST_OF:  # an IPv6 form of an IPv4 address reaches that address: rules on it apply
+        return [argument, *_embedded_ipv4(argument)], []
     if tool != "shell":
         return [argument], []
     from .shellwords import programs
 
     found = programs(argument)
     return [argument, *found.commands], found.opaque
+
+
+def _embedded_ipv4(host: str) -> list[str]:
+    import ipaddress
+
+    from .net.address import _embedded
+
+    try:
+        addr = ipaddress.IPv6Address(host)
+    except ValueError:
+        return []
+    inner = _embedded(addr)
+    return [] if inner is None else [str(inner[0])]
 
 
 class Policy:

@@ -18,7 +18,7 @@ from .test_web import ARTICLE, Site, context, fetch, send, site  # noqa: F401 (s
 LOCALHOSTS = ["ｌｏｃａｌｈｏｓｔ", "LOCALHOST", "localhost.", "localhost..", "%6cocalhost", "local%68ost",
               "ｌｏｃａｌｈｏｓｔ。", "local\u00adhost", "Localhost"]
 LOOPBACKS = ["2130706433", "0x7f.1", "127.1", "0177.0.0.1", "0x7f000001", "１２７。０。０。１", "127.0.0.1.",
-             "%31%32%37.0.0.1"]
+             "%31%32%37.0.0.1", "017700000001", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[0:0:0:0:0:ffff:7f00:1]"]
 
 
 @pytest.mark.parametrize("tool", ["browser", "web_fetch"])

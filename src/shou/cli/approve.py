@@ -85,7 +85,8 @@ def approvals(workspace: WorkspaceOpt = None,
                     continue
                 for req in Session(info.name, store).pending_approvals.values():
                     args, _ = parse_arguments(req.call.arguments)  # what will run, as the tool will read it
-                    rows.append({"call_id": req.call.id, "session": info.name, "tool": req.call.name,
+                    rows.append({"call_id": req.call.id, "session": info.name, "run_id": req.run_id.split(".", 1)[0],
+                                 "tool": req.call.name,
                                  "arguments": args if isinstance(args, dict) else req.call.arguments,
                                  "why": req.why, "since": req.at})
     if json_out:
@@ -97,7 +98,7 @@ def approvals(workspace: WorkspaceOpt = None,
     out = Console(highlight=False, soft_wrap=True)
     for r in rows:  # every argument in full: what is approved is exactly what runs
         since = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["since"])) if r["since"] else ""
-        out.print(f"[bold]{escape(r['call_id'])}[/] in session {escape(r['session'])} since {since}: "
+        out.print(f"[bold]{escape(r['session'])}:{escape(r['call_id'])}[/] (run {escape(r['run_id'])}) since {since}: "
                   f"[cyan]{escape(r['tool'])}[/] [dim]({escape(r['why'])})[/]")
         args = r["arguments"]
         out.print(escape(printable(describe_arguments(args) if isinstance(args, dict) else str(args))))
