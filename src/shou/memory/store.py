@@ -50,6 +50,8 @@ class MemoryStore:
     `near_duplicate` and their word sets nearly match (None: exact copies only).
     """
 
+    SIGNED = True  # a workspace file: memories carry the user's signature (memory/signing.py)
+
     def __init__(
         self, path: str | Path, *, embeddings: bool | Embedder = True, near_duplicate: float | None = 0.97,
         params: RankParams | None = None, env: Mapping[str, str] | None = None,
@@ -188,12 +190,14 @@ class MemoryStore:
         now = _time.time()
         when = item.time if item.time is not None else now
         tags = tuple(dict.fromkeys(t.strip() for t in item.tags if t.strip()))
+        values = (mem_id, item.text, normalise(item.text), when, item.session, item.source, json.dumps(tags), now,
+                  vec.tobytes() if vec is not None else None, self.embedder.name if vec is not None else None,
+                  *_read(item.text), pieces)
+        signed = (", sig", ", ?", (self._sign(mem_id, item.text),)) if self.SIGNED else ("", "", ())
         cur = self._db.execute(
             "INSERT INTO memories(id, text, norm, time, session, source, tags, created, embedding, model, terms, "
-            "asks, timed, tokens, sig) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (mem_id, item.text, normalise(item.text), when, item.session, item.source, json.dumps(tags), now,
-             vec.tobytes() if vec is not None else None, self.embedder.name if vec is not None else None,
-             *_read(item.text), pieces, self._sign(mem_id, item.text)),
+            f"asks, timed, tokens{signed[0]}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?{signed[1]})",
+            (*values, *signed[2]),
         )
         row = int(cur.lastrowid or 0)
         self._db.executemany("INSERT INTO memory_tags(tag, row) VALUES (?, ?)", [(t, row) for t in tags])
@@ -404,6 +408,6 @@ def recall(store: MemoryStore, query: str, k: int = 5) -> list[Memory]:
     """The memories to put before a run: the `k` best for `query`, marked as used."""
     # A workspace's file may come from anyone: only what the user's own runs wrote is recalled. (A
     # PostgreSQL store is the operator's database, not a workspace file.)
-    found = store.search(query, k, signed_only=True) if isinstance(store, MemoryStore) else store.search(query, k)
+    found = store.search(query, k, signed_only=store.SIGNED)
     store.touch([m.id for m in found])
     return found
