@@ -68,7 +68,7 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "then": (frozenset(), 0), "do": (frozenset(), 0), "else": (frozenset(), 0),
 }
 _EXEC_FLAGS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
-_GLOB = re.compile(r"(?<!\\)[*?\[]")
+_GLOB = re.compile(r"(?<!\\)(?:[*?]|\[[^\]]+\])")  # `[` alone is the test command, no pattern
 _BRACES = re.compile(r"\{[^{}]*,[^{}]*\}")
 
 Word = tuple[str | None, str]  # (the word as bash reads it, or None when only the running line knows; the text)

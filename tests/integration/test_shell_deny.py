@@ -25,7 +25,9 @@ THROUGH = [
     "su bob -c 'rm x'", "bash -xc 'r\"\"m -r x'", "time rm x", "if true; then rm -r x; fi", "! rm x",
 ]
 HARMLESS = ["ls -la", "git status", "echo rm is a word", "grep -r 'rm -rf' .", "printf '%s\\n' rm",
-            "cat README.md | wc -l", "make test", "python -m pytest -q", "echo $HOME", "find . -name '*.py'"]
+            "cat README.md | wc -l", "make test", "python -m pytest -q", "echo $HOME", "find . -name '*.py'",
+            "[ -f x ] && echo hi", "for i in $(seq 3); do echo $i; done", "python3 - <<'EOF'\nprint(1)\nEOF",
+            "bash -c 'ls | wc -l'", "diff <(sort a) <(sort b)", "trap 'echo bye' EXIT", "ls [ab]*"]
 
 
 @pytest.mark.parametrize("line", THROUGH)

@@ -166,7 +166,7 @@ def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None, sess
             listed = "\n".join(f"  {s}:{r.call.id}  {r.call.name}  run {r.run_id.split('.', 1)[0]}"
                                 for s, r in found)
             raise fail(f"{len(found)} waiting calls match {call_id!r}; name one with --session S (or S:CALL_ID):"
-                       f"\n{listed}")
+                       f"\n{printable(listed)}")  # names come from the session log: no terminal escapes
         name, req = found[0]
         _confirm("approve" if allow else "deny", name, req, yes)
         session = Session(name, store)
