@@ -13,6 +13,7 @@ nothing here.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -163,6 +164,19 @@ def _views(tool: str, argument: str) -> tuple[list[str], list[str]]:
     return [argument, *found.commands], found.opaque
 
 
+def _host_rule(rule: Rule) -> Rule:
+    """A rule on a URL's host, its pattern spelled as hosts are compared (`LOCALHOST.` is `localhost`)."""
+    if rule.tool not in _HOST_OF or not rule.pattern:
+        return rule
+    pattern = rule.pattern.strip().lower().rstrip(".")
+    if not re.search(r"[*?\[]", pattern):
+        from .net.hostname import BadHost, canonical_host
+
+        with contextlib.suppress(BadHost):
+            pattern = canonical_host(pattern)
+    return Rule(rule.tool, pattern)
+
+
 def _embedded_ipv4(host: str) -> list[str]:
     import ipaddress
 
@@ -182,8 +196,8 @@ class Policy:
     def __init__(self, allow: Iterable[str] = (), ask: Iterable[str] = (), deny: Iterable[str] = (), *,
                  sandbox: str = "auto") -> None:
         self.rules: dict[Outcome, list[Rule]] = {
-            "deny": [Rule.parse(r) for r in deny], "ask": [Rule.parse(r) for r in ask],
-            "allow": [Rule.parse(r) for r in allow],
+            "deny": [_host_rule(Rule.parse(r)) for r in deny], "ask": [_host_rule(Rule.parse(r)) for r in ask],
+            "allow": [_host_rule(Rule.parse(r)) for r in allow],
         }
         self.sandbox = sandbox
 

@@ -83,3 +83,8 @@ async def test_host_port_entries_allow_that_port_only(site: Site, site6: str, tm
     with pytest.raises(ToolError, match="refused"):
         await fetch(context(tmp_path, web_allow_hosts=(f"[::1]:{port6 + 1}",)), f"{site6}/otters")
     assert Allow.parse(f"127.0.0.1:{port}, [::1]:{port6}, ::1").nets  # a bare IPv6 address is no port
+
+
+@pytest.mark.parametrize("written", ["LOCALHOST.", "ｌｏｃａｌｈｏｓｔ", "Localhost"])
+def test_a_rule_written_in_another_spelling_of_the_host_still_meets_it(written: str) -> None:
+    assert Policy(deny=[f"browser({written})"]).decide("browser", {"url": "http://localhost:9/"}).outcome == "deny"
