@@ -42,7 +42,7 @@ def instruction_files(workspace: Path) -> dict[Path, bytes]:
     and records)."""
     from .skills import workspace_skill_files
 
-    root = Path(os.path.abspath(workspace))
+    root = Path(workspace).resolve()  # the path `shou trust` records (it resolves too)
     out: dict[Path, bytes] = {}
     for name in STATE_FILES:
         data = read_state_bytes(root, name)
@@ -57,7 +57,7 @@ def trusted_state_text(workspace: Path, name: str, env: Any = None, limit: int =
     exact bytes, else ""; and a warning when a file was there but left out."""
     from .config import user_config_dir
 
-    root = Path(os.path.abspath(workspace))
+    root = Path(workspace).resolve()  # the path `shou trust` records (it resolves too)
     data = read_state_bytes(root, name)
     if data is None:
         return "", None

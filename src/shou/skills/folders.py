@@ -208,7 +208,7 @@ def load_skills(workspace: Path | None, user_dir: Path | None, trusted: bool | A
 def workspace_skill_files(workspace: Path) -> dict[Path, bytes]:
     """The SKILL.md of every folder of the workspace's `.agents/skills/`, as `shou trust` records them
     (read as skills are: no symlink followed, regular files only; unreadable ones left out)."""
-    ws = Path(os.path.abspath(workspace))
+    ws = Path(workspace).resolve()
     try:
         fd = open_dir(ws, WORKSPACE_PARTS)
     except OSError:
@@ -258,7 +258,7 @@ def discover(settings: Any) -> SkillSet:
     from ..config import user_config_dir
     from ..trust import TrustStore
 
-    workspace = Path(settings.workspace)
+    workspace = Path(settings.workspace).resolve()  # trust is recorded under the resolved path
     store = TrustStore(user_config_dir(settings.env))
     try:
         entries = store.entries()
