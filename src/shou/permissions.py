@@ -13,12 +13,9 @@ nothing here.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import posixpath
 import re
-import shlex
-import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -114,23 +111,29 @@ def workspace_path(path: str, workspace: str | None = None) -> str:
 
 
 def url_host(url: str) -> str:
-    """The host a browser or HTTP client would reach for `url`: backslashes read as slashes (as browsers do),
-    lowercase, no trailing dot, and numeric IPv4 spellings (`167772161`, `0x0a000001`, `10.1`) dotted."""
+    """The host a browser or HTTP client would reach for `url` (shou.net.hostname): backslashes read as
+    slashes (as browsers do), percent-decoded, UTS #46-mapped (`ｌｏｃａｌｈｏｓｔ` is `localhost`), lowercase,
+    punycode, no trailing dot, and numeric IPv4 spellings (`167772161`, `0x0a000001`, `10.1`) dotted."""
+    from .net.hostname import BadHost, canonical_host
+
     text = url.strip().replace("\\", "/")
     try:
-        host = urlsplit(text).hostname or ""
+        parts = urlsplit(text)
+        host = parts.hostname or ""
+        if host and ":" in host:
+            host = f"[{host}]"
     except ValueError:
         return text
-    host = host.rstrip(".").lower()
-    if host and re.fullmatch(r"(?:0x[0-9a-f]+|\d+)(?:\.(?:0x[0-9a-f]+|\d+)){0,3}", host):
-        with contextlib.suppress(OSError):  # inet_aton reads every form a resolver would
-            host = socket.inet_ntoa(socket.inet_aton(host))
-    return host or text
+    if not host:
+        return text
+    try:
+        return canonical_host(host)
+    except BadHost:  # no browser reaches it; rules still see it as it is written
+        return host.rstrip(".").lower()
 
 
 # Shell syntax that chains or substitutes commands: `git status; rm -rf ~` must not pass as `git status*`.
 _CHAINING = re.compile(r"[;&|`<>\n\r]|\$\(|\$\{")
-_SPLIT = re.compile(r"\|\||&&|[;&|\n\r()`]|\$\(|<\(|>\(")
 
 def _smuggles(tool: str, argument: str, rule: Rule) -> bool:
     """Whether an allow pattern would let a second command ride along: for `shell`, a command with more
@@ -140,76 +143,51 @@ def _smuggles(tool: str, argument: str, rule: Rule) -> bool:
     return len(_CHAINING.findall(argument)) > len(_CHAINING.findall(rule.pattern))
 
 
-_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
-# Words that run what follows as a command (their options skipped too), and the shell's reserved words.
-_LEADERS = frozenset({"env", "command", "exec", "builtin", "nohup", "time", "nice", "ionice", "sudo", "doas", "su",
-                      "xargs", "stdbuf", "timeout", "setsid", "chroot", "unbuffer", "eval", "then", "else", "elif",
-                      "do", "if", "while", "until", "!", "{", "}", "(", ")", "busybox"})
-_OPTION_VALUE = frozenset({"-u", "-g", "-a", "-s", "-n", "-C", "-k", "-U", "-c"})
+def commands_in(line: str) -> list[str]:
+    """The commands of a shell line as a rule should see them (shou.shellwords: every program the line runs,
+    by its name, its words as bash reads them, through wrappers and shells given their script)."""
+    from .shellwords import programs
+
+    return programs(line).commands
 
 
-def _strip_leaders(words: list[str]) -> list[str]:
-    """`words` without the leading wrappers, their options and assignments: `env -i A=1 nice -n 5 rm x` is
-    `rm x`; the command itself by its name (`/bin/rm` is `rm`)."""
-    while words:
-        head = posixpath.basename(words[0])
-        if head in _LEADERS and not (head == "su" and "-c" in words):
-            words = words[1:]
-            while words and (words[0].startswith("-") or re.fullmatch(r"[+-]?\d+[smhd]?", words[0])):
-                words = words[2:] if words[0] in _OPTION_VALUE and head != "command" else words[1:]
-            if head == "timeout" and words and re.fullmatch(r"[\d.]+[smhd]?", words[0]):
-                words = words[1:]
-            continue
-        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
-            words = words[1:]
-            continue
-        break
-    return [posixpath.basename(words[0]), *words[1:]] if words else []
+def _views(tool: str, argument: str) -> tuple[list[str], list[str]]:
+    """What deny and ask rules are matched against: the argument, and for a shell line each command it
+    runs; and why some program of the line cannot be known before it runs (shou.shellwords)."""
+    if tool in _HOST_OF:  # an IPv6 form of an IPv4 address reaches that address: rules on it apply
+        return [argument, *_embedded_ipv4(argument)], []
+    if tool != "shell":
+        return [argument], []
+    from .shellwords import programs
+
+    found = programs(argument)
+    return [argument, *found.commands], found.opaque
 
 
-def _ansi_c(text: str) -> str:
-    """`$'...'` strings decoded as bash does (`$'\\x72m'` is `'rm'`), and `$"..."` as plain quotes."""
-    def decode(m: re.Match[str]) -> str:
-        try:
-            inner = codecs.decode(m.group(1), "unicode_escape")
-        except (UnicodeDecodeError, ValueError):
-            inner = m.group(1)
-        return "'" + inner.replace("'", "'\\''") + "'"
+def _host_rule(rule: Rule) -> Rule:
+    """A rule on a URL's host, its pattern spelled as hosts are compared (`LOCALHOST.` is `localhost`)."""
+    if rule.tool not in _HOST_OF or not rule.pattern:
+        return rule
+    pattern = rule.pattern.strip().lower().rstrip(".")
+    if not re.search(r"[*?\[]", pattern):
+        from .net.hostname import BadHost, canonical_host
 
-    return re.sub(r"\$\"", '"', re.sub(r"\$'((?:[^'\\]|\\.)*)'", decode, text))
+        with contextlib.suppress(BadHost):
+            pattern = canonical_host(pattern)
+    return Rule(rule.tool, pattern)
 
 
-def commands_in(line: str, depth: int = 0) -> list[str]:
-    """The simple commands of a shell line as a rule should see them: each without leading wrappers
-    (`env -i`, `command`, `nice -n 5`, `if`, `then`, `{`...), quoting and backslashes read as the shell
-    reads them (`\\rm`, `r''m`, `"rm"`, `$'rm'` are `rm`), the command by its name (`/bin/rm` is `rm`), and
-    the commands inside `sh -c '...'`. What a deny or ask rule is matched against besides the whole line;
-    a best effort, not a shell parser (README: `ask` is the sure control)."""
-    out: list[str] = []
-    line = line.replace("\\\n", "")  # a line continuation joins the words around it
-    for index, text in enumerate((line, *_SPLIT.split(line))):
-        whole = index == 0  # the line itself: only for a nested shell whose script holds `;` or `&&`
-        piece = text.strip()
-        if not piece:
-            continue
-        if not whole:
-            out.append(piece)
-        try:
-            words = shlex.split(_ansi_c(piece))
-        except ValueError:  # unbalanced quotes: the shell would refuse it too
-            continue
-        if words and re.fullmatch(r"\{[^{}]*,[^{}]*\}", words[0]):  # {rm,-r,x} is `rm -r x`
-            words = [*words[0][1:-1].split(","), *words[1:]]
-        words = _strip_leaders(words)
-        if not words:
-            continue
-        if not whole:
-            out.append(" ".join(words))
-        if depth < 3 and (words[0] in _SHELLS or words[0] == "su"):
-            flag = next((i for i, w in enumerate(words[1:5], 1) if w.startswith("-") and "c" in w), None)
-            if flag is not None and flag + 1 < len(words):  # sh -e -c '...', bash -xc '...', su -c '...'
-                out.extend(commands_in(words[flag + 1], depth + 1))
-    return out
+def _embedded_ipv4(host: str) -> list[str]:
+    import ipaddress
+
+    from .net.address import _embedded
+
+    try:
+        addr = ipaddress.IPv6Address(host)
+    except ValueError:
+        return []
+    inner = _embedded(addr)
+    return [] if inner is None else [str(inner[0])]
 
 
 class Policy:
@@ -218,8 +196,8 @@ class Policy:
     def __init__(self, allow: Iterable[str] = (), ask: Iterable[str] = (), deny: Iterable[str] = (), *,
                  sandbox: str = "auto") -> None:
         self.rules: dict[Outcome, list[Rule]] = {
-            "deny": [Rule.parse(r) for r in deny], "ask": [Rule.parse(r) for r in ask],
-            "allow": [Rule.parse(r) for r in allow],
+            "deny": [_host_rule(Rule.parse(r)) for r in deny], "ask": [_host_rule(Rule.parse(r)) for r in ask],
+            "allow": [_host_rule(Rule.parse(r)) for r in allow],
         }
         self.sandbox = sandbox
 
@@ -244,16 +222,18 @@ class Policy:
         # For a shell line, deny and ask rules see each of its commands too: `true; rm -r x` and ` rm -r x`
         # are both an `rm -r x`.
         too_long = tool == "shell" and len(argument) > MAX_READ
-        views = [argument, *commands_in(argument)] if tool == "shell" and not too_long else [argument]
+        views, opaque = _views(tool, argument) if not too_long else ([argument], [])
 
         def hit(rule: Rule) -> bool:
-            return any(rule.matches(tool, v) for v in views)
+            # A program only the running shell knows could be any: it meets every rule for the tool.
+            return (bool(opaque) and rule.tool in (tool, "*")) or any(rule.matches(tool, v) for v in views)
 
         deny = next((r for r in self.rules["deny"] if hit(r)), None)
         if deny is not None:
-            return Decision("deny", f"rule deny = {deny}", deny)
+            seen = "" if not opaque else f" (the line runs {opaque[0]}; deny rules cannot see what that is)"
+            return Decision("deny", f"rule deny = {deny}{seen}", deny)
         if too_long and any(r.tool in (tool, "*") for o in ("deny", "ask") for r in self.rules[o]):  # type: ignore[index]
-            # Past this size a line is not read command by command (shlex is quadratic in a word's length),
+            # Past this size a line is not parsed command by command,
             # so rules that would ask or deny cannot be sure they do not apply: a person decides.
             return Decision("ask", f"the command is over {MAX_READ} characters, too long to check against the rules")
         # Between ask and allow the narrower rule wins (allow shell(git status*) over ask shell); at the

@@ -6,6 +6,8 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from shou import Agent, Session, SQLiteStore, ToolContext, tool
 from shou.events import RunFinished
 from shou.models.openai_compat import OpenAICompatible
@@ -178,10 +180,17 @@ async def test_working_memory_is_always_in_context_and_persists(serve, workspace
     store.close()
 
 
-async def test_agents_md_and_memory_md_reach_the_system_message(serve, workspace: Path) -> None:
+async def test_agents_md_and_memory_md_reach_the_system_message(serve, workspace: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from shou.instructions import instruction_files
+    from shou.trust import TrustStore
+
     (workspace / ".shou").mkdir(exist_ok=True)
     (workspace / ".shou" / "AGENTS.md").write_text("Always answer in French.")
     (workspace / ".shou" / "MEMORY.md").write_text("The project is called Heron.")
+    monkeypatch.setenv("SHOU_CONFIG_DIR", str(tmp_path / "config"))
+    for path, data in instruction_files(workspace).items():  # what `shou trust` records
+        TrustStore(tmp_path / "config").trust(path, data)
     srv = serve([{"text": "Bonjour."}])
     assert (await Agent(model_for(srv), [], workspace=workspace).arun("hello")).status == "completed"
     system = srv.requests[0]["messages"][0]["content"]

@@ -307,6 +307,7 @@ def test_known_secrets_are_not_stored_in_the_trace(serve, shou, tmp_path: Path, 
     secret = "sk-live-abcdefghijklmnop1234"
     (workspace / ".shou").mkdir(exist_ok=True)
     (workspace / ".shou" / "AGENTS.md").write_text(f"Deploy key is {secret}, use it.")
+    assert shou("trust", "--yes").returncode == 0  # the model reads AGENTS.md only once it is trusted
     srv = serve([{"text": "ok"}])
     r = shou("run", "hi", server=srv, OPENAI_API_KEY=secret)
     assert r.returncode == 0, r.stderr

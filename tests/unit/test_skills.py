@@ -192,18 +192,22 @@ def test_symlinks_are_not_followed(tmp_path: Path, ws: Path, user: Path) -> None
     assert found.skills == {} and "symlink" in found.problems[0]
 
 
-def test_skills_for_trusts_only_an_approved_shou_toml(ws: Path, user: Path) -> None:
-    write_skill(ws / ".agents" / "skills" / "pdf")
+def test_skills_for_trusts_only_an_approved_skill_file(ws: Path, user: Path) -> None:
+    folder = write_skill(ws / ".agents" / "skills" / "pdf")
     warnings: list[str] = []
-    assert skills_for(settings_for(ws, user), warnings.append) is None  # no shou.toml: nothing to trust
-    assert len(warnings) == 1 and "shou trust" in warnings[0]
+    assert skills_for(settings_for(ws, user), warnings.append) is None  # nothing trusted
+    assert len(warnings) == 1 and "shou trust" in warnings[0] and "not trusted" in warnings[0]
     data = b"# trusted\n"
     (ws / "shou.toml").write_bytes(data)
     TrustStore(user.parent).trust(ws / "shou.toml", data)
     warnings.clear()
+    assert skills_for(settings_for(ws, user), warnings.append) is None  # trusting the settings is not enough
+    assert "not trusted" in warnings[0]
+    TrustStore(user.parent).trust(folder / "SKILL.md", (folder / "SKILL.md").read_bytes())
+    warnings.clear()
     found = skills_for(settings_for(ws, user), warnings.append)
     assert found is not None and list(found.skills) == ["pdf"] and warnings == []
-    (ws / "shou.toml").write_bytes(b"# changed after it was trusted\n")
+    write_skill(folder, body="Changed after it was trusted.")
     assert skills_for(settings_for(ws, user), warnings.append) is None
     assert "not trusted" in warnings[0]
 

@@ -24,7 +24,7 @@ from ..messages import Message
 from ..models.base import ModelSettings, model_id
 from ..tools import spills
 from ..usage import Usage
-from ..workspace import read_state_text, save_output
+from ..workspace import save_output
 
 if TYPE_CHECKING:
     from .loop import Run
@@ -48,8 +48,9 @@ class RunContext:
             self.policy, idempotent=lambda name: bool(getattr(tools.get(name), "idempotent", False)),
             untrusted=lambda name: bool(getattr(tools.get(name), "untrusted_output", True)))
         self._spilled: dict[str, str] = {}
-        self.rules = read_state_text(agent.workspace, "AGENTS.md")
-        self.memory_md = read_state_text(agent.workspace, "MEMORY.md")
+        env = getattr(agent.settings, "env", None)
+        self.rules = self._instructions("AGENTS.md", env)
+        self.memory_md = self._instructions("MEMORY.md", env)
         self.recalled: list[str] = []
         skills = getattr(agent, "skills", None)
         self.catalog = skills.catalog() if skills is not None else ""
@@ -61,6 +62,15 @@ class RunContext:
                                 if session.messages[i].role == "user" and session.messages[i].text == task),
                                self.pinned)
         self._tool_tokens: dict[tuple[str, ...], tuple[list[dict[str, Any]], int]] = {}
+
+    def _instructions(self, name: str, env: Any) -> str:
+        """`.shou/<name>` if a person trusted it as it is (shou.instructions); a notice when it is left out."""
+        from ..instructions import trusted_state_text
+
+        text, warning = trusted_state_text(self.agent.workspace, name, env)
+        if warning is not None:
+            self.emit(Notice(self.run_id, 0, "trust", warning))
+        return text
 
     def recall(self, task: str) -> None:
         """Recall long-term memories relevant to the task (once, at the start of the run)."""

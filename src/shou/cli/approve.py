@@ -85,7 +85,8 @@ def approvals(workspace: WorkspaceOpt = None,
                     continue
                 for req in Session(info.name, store).pending_approvals.values():
                     args, _ = parse_arguments(req.call.arguments)  # what will run, as the tool will read it
-                    rows.append({"call_id": req.call.id, "session": info.name, "tool": req.call.name,
+                    rows.append({"call_id": req.call.id, "session": info.name, "run_id": req.run_id.split(".", 1)[0],
+                                 "tool": req.call.name,
                                  "arguments": args if isinstance(args, dict) else req.call.arguments,
                                  "why": req.why, "since": req.at})
     if json_out:
@@ -97,52 +98,107 @@ def approvals(workspace: WorkspaceOpt = None,
     out = Console(highlight=False, soft_wrap=True)
     for r in rows:  # every argument in full: what is approved is exactly what runs
         since = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["since"])) if r["since"] else ""
-        out.print(f"[bold]{escape(r['call_id'])}[/] in session {escape(r['session'])} since {since}: "
+        out.print(f"[bold]{escape(r['session'])}:{escape(r['call_id'])}[/] (run {escape(r['run_id'])}) since {since}: "
                   f"[cyan]{escape(r['tool'])}[/] [dim]({escape(r['why'])})[/]")
         args = r["arguments"]
         out.print(escape(printable(describe_arguments(args) if isinstance(args, dict) else str(args))))
 
 
-def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None) -> None:
+def _waiting(store: Any) -> list[tuple[str, Any]]:
+    """Every call that waits for a decision in this workspace: (session name, request)."""
+    from ..session import Session
+
+    out: list[tuple[str, Any]] = []
+    for info in store.sessions():
+        if info.status == "waiting_approval":
+            out.extend((info.name, req) for req in Session(info.name, store).pending_approvals.values())
+    return out
+
+
+def candidates(waiting: list[tuple[str, Any]], call_id: str, session: str | None) -> list[tuple[str, Any]]:
+    """The waiting calls `call_id` may name: by id in `session` (or any session), or written `SESSION:CALL_ID`.
+    Call ids are chosen by the provider and reused across runs and sessions, so the caller must refuse more
+    than one candidate instead of picking one."""
+    found = [(s, r) for s, r in waiting if r.call.id == call_id and (session is None or s == session)]
+    if session is None:  # `S:CALL_ID`, split at every colon: both session names and call ids may hold one
+        for i, ch in enumerate(call_id):
+            if ch == ":":
+                name, cid = call_id[:i], call_id[i + 1:]
+                found.extend((s, r) for s, r in waiting if s == name and r.call.id == cid)
+    unique: dict[tuple[str, str], tuple[str, Any]] = {(s, r.call.id): (s, r) for s, r in found}
+    return list(unique.values())
+
+
+def _describe(session: str, req: Any) -> str:
+    args, _ = parse_arguments(req.call.arguments)  # what will run, as the tool will read it
+    shown = describe_arguments(args) if isinstance(args, dict) else f"  {req.call.arguments}"
+    return (f"call {req.call.id} in session {session}, run {req.run_id.split('.', 1)[0]} (step {req.step}): "
+            f"{req.call.name} ({req.why})\n{shown}")
+
+
+def _confirm(verb: str, session: str, req: Any, yes: bool) -> None:
+    """Show exactly what is decided; on a terminal, ask before deciding it (unless `--yes`)."""
+    err.print(escape(printable(_describe(session, req))), highlight=False)
+    if yes or not sys.stdin.isatty():  # a script named the call; it was shown above for the record
+        return
+    err.print(f"{verb} this call? \\[y/N] ", end="")
+    try:
+        line = sys.stdin.readline()
+    except (EOFError, OSError):
+        line = ""
+    if line.strip().lower() not in ("y", "yes"):
+        raise fail("nothing decided")
+
+
+def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None, session_name: str | None = None,
+            yes: bool = False) -> None:
     from ..errors import ShouError
     from ..session import Session
 
     with _stores(workspace) as store:
         if store is None:
             raise fail("no sessions in this workspace")
-        for info in store.sessions():
-            if info.status != "waiting_approval":
-                continue
-            session = Session(info.name, store)
-            req = session.pending_approvals.get(call_id)
-            if req is None:
-                continue
-            try:
-                session.acquire()  # the run is stopped; nobody else may write the session meanwhile
-            except ShouError as e:
-                raise fail(str(e)) from None
-            try:
-                session.refresh()
-                try:
-                    decide(session, call_id, allow, reason, (workspace or Path.cwd()).resolve())
-                except KeyError:
-                    raise fail(f"call {call_id} was decided meanwhile") from None
-            finally:
-                session.release()
-            verb = "approved" if allow else "denied"
-            typer.echo(f"{verb} {call_id} ({req.call.name}) in session {info.name}; `shou resume {info.name}` goes on")
-            return
-    raise fail(f"no call {call_id!r} is waiting for approval (`shou approvals` lists them)")
+        found = candidates(_waiting(store), call_id, session_name)
+        if not found:
+            where = f" in session {session_name!r}" if session_name else ""
+            raise fail(f"no call {call_id!r} is waiting for approval{where} (`shou approvals` lists them)")
+        if len(found) > 1:  # deciding the wrong session's call would run it
+            listed = "\n".join(f"  {s}:{r.call.id}  {r.call.name}  run {r.run_id.split('.', 1)[0]}"
+                                for s, r in found)
+            raise fail(f"{len(found)} waiting calls match {call_id!r}; name one with --session S (or S:CALL_ID):"
+                       f"\n{printable(listed)}")  # names come from the session log: no terminal escapes
+        name, req = found[0]
+        _confirm("approve" if allow else "deny", name, req, yes)
+        session = Session(name, store)
+        try:
+            session.acquire()  # the run is stopped; nobody else may write the session meanwhile
+        except ShouError as e:
+            raise fail(str(e)) from None
+        try:
+            session.refresh()
+            now = session.pending_approvals.get(req.call.id)
+            if now is None or (now.run_id, now.step, now.call) != (req.run_id, req.step, req.call):
+                raise fail(f"call {req.call.id} was decided meanwhile")  # not what was shown: decide nothing
+            decide(session, req.call.id, allow, reason, (workspace or Path.cwd()).resolve())
+        finally:
+            session.release()
+        verb = "approved" if allow else "denied"
+        typer.echo(f"{verb} {req.call.id} ({req.call.name}) in session {name}; `shou resume {name}` goes on")
 
 
-def approve(call_id: Annotated[str, typer.Argument(metavar="CALL_ID", help="The call to allow.")],
+CallOpt = Annotated[str, typer.Argument(metavar="CALL_ID", help="The call: its id, or SESSION:CALL_ID.")]
+SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="The session the call waits in.")]
+ConfirmOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask on the terminal.")]
+
+
+def approve(call_id: CallOpt, session: SessionOpt = None, yes: ConfirmOpt = False,
             workspace: WorkspaceOpt = None) -> None:
     """Allow a call that waits for approval (it runs when the session is resumed)."""
-    _decide(call_id, True, "", workspace)
+    _decide(call_id, True, "", workspace, session, yes)
 
 
-def deny(call_id: Annotated[str, typer.Argument(metavar="CALL_ID", help="The call to refuse.")],
+def deny(call_id: CallOpt, session: SessionOpt = None,
          reason: Annotated[str, typer.Option("--reason", help="Why, for the model to read.")] = "",
-         workspace: WorkspaceOpt = None) -> None:
+         yes: ConfirmOpt = False, workspace: WorkspaceOpt = None) -> None:
     """Refuse a call that waits for approval (the model is told, with the reason, when the run resumes)."""
-    _decide(call_id, False, reason, workspace)
+    _decide(call_id, False, reason, workspace, session, yes)

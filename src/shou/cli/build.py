@@ -196,7 +196,7 @@ def build_agent(opts: Options, *, open_store: bool = True):  # -> tuple[Agent, S
         if (settings.workspace / ".shou" / "memory.db").exists():
             from ..memory import MemoryStore
 
-            memory = MemoryStore.for_workspace(settings.workspace)
+            memory = MemoryStore.for_workspace(settings.workspace, env=settings.env)
     except Exception as e:  # a damaged memory file must not stop the run: it goes without long-term memory
         err.print(f"[yellow]warning:[/] long-term memory is off for this run: {escape(str(e))}")
     from ..agent.delegate import agent_specs

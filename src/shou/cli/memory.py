@@ -202,6 +202,32 @@ def forget(
     typer.echo(f"forgot {n} {'memory' if n == 1 else 'memories'}")
 
 
+@memory_app.command(name="trust")
+def trust_memories(
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Sign them without asking (after showing them).")] = False,
+    store: StoreOpt = None, workspace: WorkspaceOpt = None,
+) -> None:
+    """Show the memories no run of yours wrote here (a cloned repository's, a copied file's, or ones older
+    than signatures) and, once you agree, sign them so they are recalled into runs again."""
+    import sys
+
+    from ..memory.signing import sign_memories, unsigned
+
+    with _open(store, workspace, bm25_only=True) as db:
+        found = unsigned(db)
+        if not found:
+            typer.echo("every memory here was written by your own runs")
+            return
+        _table(found, scored=False)
+        if not yes:
+            if not sys.stdin.isatty():
+                raise _fail("not a terminal: run `shou memory trust --yes` to sign these without a prompt")
+            if not typer.confirm(f"Recall these {len(found)} memories in your runs from now on?", default=False):
+                raise typer.Exit(1)
+        n = sign_memories(db, [m.id for m in found])
+    typer.echo(f"signed {n} {'memory' if n == 1 else 'memories'}")
+
+
 @memory_app.command(name="import")
 def import_memories(
     file: Annotated[Path, typer.Argument(

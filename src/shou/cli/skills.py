@@ -1,6 +1,6 @@
 """`shou skills`: the Agent Skills a run would get, and why any is skipped.
 
-Lists every skill folder looked at, in the workspace's `.agents/skills/` (trusted workspaces only) and the
+Lists every skill folder looked at, in the workspace's `.agents/skills/` (those you trusted with `shou trust`) and the
 user's `skills/` folder beside their shou.toml: its name, whether it is valid (or the reason it is skipped,
 or that a workspace skill overrides it), where it comes from and its path. `--json` gives scripts the same.
 """
@@ -23,8 +23,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")
 
 
 def skills(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
-    """List the skills (.agents/skills/ in a trusted workspace, skills/ in the user's config folder) and
-    whether each is valid."""
+    """List the skills (.agents/skills/ of the workspace, as trusted with `shou trust`; skills/ in the user's
+    config folder) and whether each is valid."""
     from ..config import load_settings
     from ..skills import discover, user_skills_dir
 
@@ -41,8 +41,8 @@ def skills(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
                               ensure_ascii=False))
         return
     if not found.listed:
-        err.print(f"no skills: put them in {settings.workspace / '.agents' / 'skills'}/NAME/SKILL.md (trusted "
-                  f"workspaces) or {user_skills_dir(settings)}/NAME/SKILL.md")
+        err.print(f"no skills: put them in {settings.workspace / '.agents' / 'skills'}/NAME/SKILL.md (then "
+                  f"`shou trust`) or {user_skills_dir(settings)}/NAME/SKILL.md")
         return
     table = Table("skill", "status", "source", box=None)
     table.add_column("path", overflow="fold")

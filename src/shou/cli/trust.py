@@ -1,4 +1,5 @@
-"""`shou trust`: approve (or revoke) the exact content of a workspace's `shou.toml` and `.env`."""
+"""`shou trust`: approve (or revoke) the exact content of a workspace's `shou.toml` and `.env`, and of what
+the model reads as instructions there (`.shou/AGENTS.md`, `.shou/MEMORY.md`, `.agents/skills/*/SKILL.md`)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,14 @@ def trust(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Trust without asking (after showing what they set).")]
     = False,
 ) -> None:
-    """Trust this workspace's shou.toml and .env as they are now, so all their settings apply.
+    """Trust this workspace's shou.toml and .env as they are now, so all their settings apply, and its
+    instructions for the model (.shou/AGENTS.md, .shou/MEMORY.md, .agents/skills/), so the model sees them.
 
     Until then, settings that could run code, move a secret or weaken isolation (provider, base URLs,
     keys, the sandbox backend, allow-lists) are ignored in them. Any later change needs trust again.
     """
     from ..config import user_config_dir
-    from ..trust import TrustStore, digest, read_config_file
+    from ..trust import TrustStore, read_config_file
 
     out = Console(highlight=False, soft_wrap=True)
     store = TrustStore(user_config_dir())
@@ -43,7 +45,7 @@ def trust(
             _list(out, store)
             return
         if revoke:
-            gone = [root / name for name in WORKSPACE_FILES if store.revoke(root / name)]
+            gone = [Path(p) for p in store.entries() if _belongs(Path(p), root) and store.revoke(Path(p))]
             for path in gone:
                 out.print(f"no longer trusted: {escape(str(path))}")
             if not gone:
@@ -53,13 +55,15 @@ def trust(
     except ShouError as e:
         Console(stderr=True, highlight=False).print(f"[red]error:[/] {escape(str(e))}")
         raise typer.Exit(2) from None
-    if not found:
-        out.print(f"nothing to trust: no shou.toml or .env in {escape(str(root))}")
+    from ..instructions import instruction_files
+
+    told = instruction_files(root)  # what the model will read as instructions: trusted by content too
+    if not found and not told:
+        out.print(f"nothing to trust: no shou.toml, .env, .shou/AGENTS.md, .shou/MEMORY.md or .agents/skills/ in "
+                  f"{escape(str(root))}")
         return
-    for path, data in found.items():  # what the person agrees to, before they agree
-        out.print(f"{escape(str(path))} ({digest(data)[:19]}…) sets:")
-        for line in _what_it_sets(path.name, data) or ["(nothing)"]:
-            out.print(f"  {escape(line)}")
+    _show(out, found, told)
+    found.update(told)
     if not yes:
         if not sys.stdin.isatty():
             Console(stderr=True, highlight=False).print(
@@ -115,6 +119,37 @@ def _what_it_sets(name: str, data: bytes) -> list[str]:
                      for v in server_secrets(t)]).text  # the keys a server's table holds are masked too
     return [f"{_name(key)} = {mask(str(value)) if key in SECRET_FIELDS else hide(repr(value))}"
             for key, value in parsed.items()]
+
+
+def _show(out: Console, settings: dict[Path, bytes], instructions: dict[Path, bytes]) -> None:
+    """What the person agrees to, before they agree: what each settings file sets, and how each
+    instruction file starts."""
+    from ..trust import digest
+
+    for path, data in settings.items():
+        out.print(f"{escape(str(path))} ({digest(data)[:19]}…) sets:")
+        for line in _what_it_sets(path.name, data) or ["(nothing)"]:
+            out.print(f"  {escape(line)}")
+    for path, data in instructions.items():
+        out.print(f"{escape(str(path))} ({digest(data)[:19]}…) tells the model:")
+        for line in _first_lines(data):
+            out.print(f"  {escape(line)}")
+
+
+def _belongs(path: Path, root: Path) -> bool:
+    """Whether a trusted path is one of this workspace's settings or instruction files."""
+    if path.parent == root:
+        return path.name in WORKSPACE_FILES
+    return path.parent == root / ".shou" or root / ".agents" / "skills" in path.parents
+
+
+def _first_lines(data: bytes, count: int = 12) -> list[str]:
+    """The start of an instruction file, printable, so the person sees what the model would be told."""
+    from .render import printable
+
+    lines = data.decode("utf-8", "replace").splitlines()
+    shown = [printable(line)[:160] for line in lines[:count]]
+    return [*shown, f"... ({len(lines) - count} more lines)"] if len(lines) > count else shown or ["(empty)"]
 
 
 def _name(key: str) -> str:

@@ -72,6 +72,8 @@ class PostgresMemoryStore(MemoryStore):
     lock; share a store between the threads of a process, open one per process.
     """
 
+    SIGNED = False  # the operator's database, not a file a repository can ship: nothing to sign
+
     def __init__(
         self, url: str, *, embeddings: bool | Embedder = True, near_duplicate: float | None = 0.97,
         params: RankParams | None = None,

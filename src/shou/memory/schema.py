@@ -81,6 +81,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             "CREATE INDEX relations_by_row ON relations(row)",
         ],
     ),
+    (
+        # The HMAC of the user's own runs (memory/signing.py): recall takes only rows whose signature verifies.
+        "003_signatures",
+        ["ALTER TABLE memories ADD COLUMN sig TEXT"],
+    ),
 ]
 
 COLUMNS = "row, id, text, time, session, source, tags"

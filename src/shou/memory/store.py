@@ -18,7 +18,7 @@ import sqlite3
 import threading
 import time as _time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -50,11 +50,15 @@ class MemoryStore:
     `near_duplicate` and their word sets nearly match (None: exact copies only).
     """
 
+    SIGNED = True  # a workspace file: memories carry the user's signature (memory/signing.py)
+
     def __init__(
         self, path: str | Path, *, embeddings: bool | Embedder = True, near_duplicate: float | None = 0.97,
-        params: RankParams | None = None,
+        params: RankParams | None = None, env: Mapping[str, str] | None = None,
     ) -> None:
         self.path = Path(path)
+        self._env = env  # whose config folder holds the signing key (memory/signing.py)
+        self._signed: tuple[Any, set[int]] | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.embedder: Embedder | None = (
             (default_embedder() if embeddings else None) if isinstance(embeddings, bool) else embeddings
@@ -186,12 +190,14 @@ class MemoryStore:
         now = _time.time()
         when = item.time if item.time is not None else now
         tags = tuple(dict.fromkeys(t.strip() for t in item.tags if t.strip()))
+        values = (mem_id, item.text, normalise(item.text), when, item.session, item.source, json.dumps(tags), now,
+                  vec.tobytes() if vec is not None else None, self.embedder.name if vec is not None else None,
+                  *_read(item.text), pieces)
+        signed = (", sig", ", ?", (self._sign(mem_id, item.text),)) if self.SIGNED else ("", "", ())
         cur = self._db.execute(
             "INSERT INTO memories(id, text, norm, time, session, source, tags, created, embedding, model, terms, "
-            "asks, timed, tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (mem_id, item.text, normalise(item.text), when, item.session, item.source, json.dumps(tags), now,
-             vec.tobytes() if vec is not None else None, self.embedder.name if vec is not None else None,
-             *_read(item.text), pieces),
+            f"asks, timed, tokens{signed[0]}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?{signed[1]})",
+            (*values, *signed[2]),
         )
         row = int(cur.lastrowid or 0)
         self._db.executemany("INSERT INTO memory_tags(tag, row) VALUES (?, ?)", [(t, row) for t in tags])
@@ -248,13 +254,19 @@ class MemoryStore:
 
     def search(
         self, query: str, k: int = 10, *, session: str | None = None, source: str | None = None,
-        tags: Sequence[str] = (), since: float | None = None, until: float | None = None,
+        tags: Sequence[str] = (), since: float | None = None, until: float | None = None, signed_only: bool = False,
     ) -> list[Memory]:
-        """The `k` memories best matching `query`, best first, among those passing the filters."""
+        """The `k` memories best matching `query`, best first, among those passing the filters (and, with
+        `signed_only`, among those the user's own runs wrote: see memory/signing.py)."""
         where, args = filters(session=session, source=source, tags=tags, since=since, until=until)
         allowed = None
         if where:
             allowed = {r for (r,) in self._db.execute(f"SELECT row FROM memories {where_clause(where)}", args)}
+        if signed_only:
+            signed = self.signed_rows()
+            allowed = signed if allowed is None else allowed & signed
+            if not allowed:
+                return []
         with self._lock:
             index = self._current_index()
         # The query is embedded in another thread while SQLite runs BM25 here: both release the GIL.
@@ -357,6 +369,19 @@ class MemoryStore:
             with self._transaction():
                 self._db.executemany("UPDATE memories SET embedding = ?, model = ?, tokens = ? WHERE row = ?", updates)
 
+    # ------------------------------------------------------------------ signatures
+
+    def _sign(self, mem_id: str, text: str) -> str:
+        from .signing import memory_key, signature
+
+        return signature(memory_key(self._env), self.path.resolve(), mem_id, text)
+
+    def signed_rows(self) -> set[int]:
+        """The rows the user's own runs wrote here (their signature verifies for this store's path)."""
+        from .signing import verified_rows
+
+        return verified_rows(self)
+
     def _current_index(self) -> Index:
         # data_version changes when another connection commits; _writes when this one does.
         version = (self._db.execute("PRAGMA data_version").fetchone()[0], self._writes)
@@ -381,6 +406,8 @@ def _encoder_pool() -> ThreadPoolExecutor:
 
 def recall(store: MemoryStore, query: str, k: int = 5) -> list[Memory]:
     """The memories to put before a run: the `k` best for `query`, marked as used."""
-    found = store.search(query, k)
+    # A workspace's file may come from anyone: only what the user's own runs wrote is recalled. (A
+    # PostgreSQL store is the operator's database, not a workspace file.)
+    found = store.search(query, k, signed_only=store.SIGNED)
     store.touch([m.id for m in found])
     return found

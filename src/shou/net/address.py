@@ -109,26 +109,38 @@ def is_public(addr: IPAddr) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Allow:
-    """The hosts a person allowed beyond public addresses: exact hostnames and IP networks."""
+    """The hosts a person allowed beyond public addresses: hostnames and IP networks, each on any port or,
+    written `host:port` (`[::1]:8080` for IPv6), on that port only."""
 
     names: frozenset[str] = frozenset()
     nets: tuple[IPNet, ...] = ()
+    name_ports: frozenset[tuple[str, int]] = frozenset()
+    net_ports: tuple[tuple[IPNet, int], ...] = ()
 
     @classmethod
     def parse(cls, entries: Iterable[Any] | str | None) -> Allow:
-        """From `web_allow_hosts`: hostnames, IP addresses or CIDR networks (a string: separated by commas)."""
+        """From `web_allow_hosts`: hostnames, IP addresses or CIDR networks, each optionally `:port` (a
+        string: separated by commas)."""
         if isinstance(entries, str):
             entries = re.split(r"[,\s]+", entries)
         names: set[str] = set()
         nets: list[IPNet] = []
+        name_ports: set[tuple[str, int]] = set()
+        net_ports: set[tuple[IPNet, int]] = set()
         for entry in entries or ():
             text = str(entry).strip()
+            if not text:
+                continue
+            host, port = _split_port(text)
             try:
-                nets.append(ipaddress.ip_network(text.strip("[]"), strict=False))
+                net = ipaddress.ip_network(host.strip("[]"), strict=False)
             except ValueError:
-                if text:
-                    names.add(_bare(text))
-        return cls(frozenset(names), tuple(sorted(set(nets), key=str)))
+                name = _bare(host)
+                names.add(name) if port is None else name_ports.add((name, port))
+                continue
+            nets.append(net) if port is None else net_ports.add((net, port))
+        return cls(frozenset(names), tuple(sorted(set(nets), key=str)), frozenset(name_ports),
+                   tuple(sorted(net_ports, key=str)))
 
     @classmethod
     def of(cls, value: Allow | tuple[Iterable[str], Iterable[IPNet]] | Iterable[Any] | None) -> Allow:
@@ -144,28 +156,50 @@ class Allow:
         """The allow-list of a settings object (`web_allow_hosts`; absent means none)."""
         return cls.parse(getattr(settings, "web_allow_hosts", None))
 
-    def allows_name(self, host: str) -> bool:
-        """Whether `host` itself was allowed by name."""
-        return _bare(host) in self.names
+    def allows_name(self, host: str, port: int | None = None) -> bool:
+        """Whether `host` itself was allowed by name (on `port`, for entries that name one)."""
+        name = _bare(host)
+        return name in self.names or (port is not None and (name, port) in self.name_ports)
 
-    def allows(self, addr: IPAddr) -> bool:
-        """Whether `addr` lies in an allowed network (or in one through its embedded IPv4 address)."""
+    def allows(self, addr: IPAddr, port: int | None = None) -> bool:
+        """Whether `addr` lies in an allowed network (or in one through its embedded IPv4 address), on
+        `port` for entries that name one."""
         inner = _embedded(addr) if isinstance(addr, ipaddress.IPv6Address) else None
         forms = (addr,) if inner is None else (addr, inner[0])
-        return any(a in net for net in self.nets for a in forms if a.version == net.version)
+        nets = [*self.nets, *(net for net, p in self.net_ports if p == port)]
+        return any(a in net for net in nets for a in forms if a.version == net.version)
+
+
+def _split_port(text: str) -> tuple[str, int | None]:
+    """`host:port` or `[v6]:port` as (host, port); a bare IPv6 address or a host without one as (text, None)."""
+    m = re.fullmatch(r"\[([^\]]+)\](?::(\d{1,5}))?", text)
+    if m:
+        return m.group(1), int(m.group(2)) if m.group(2) else None
+    host, sep, port = text.rpartition(":")
+    if sep and ":" not in host and port.isdigit() and 0 < int(port) < 65536:
+        return host, int(port)
+    return text, None
 
 
 class AddressRefused(ToolError):
     """A host resolves to an address the policy refuses; `.reason` is the one-line why."""
 
     def __init__(self, host: str, addr: IPAddr, reason: str) -> None:
-        shown = f"{_bare(host)} is {reason}" if _literal(host) is not None else f"{host} resolves to {addr}, {reason}"
+        written = host.strip().strip("[]").lower().rstrip(".")
+        shown = f"{written} is {reason}" if _literal(host) is not None else f"{host} resolves to {addr}, {reason}"
         self.reason = shown
         super().__init__(f"refused: {shown}; shou only connects to public addresses ({ALLOW_HINT})")
 
 
 def _bare(host: str) -> str:
-    return host.strip().strip("[]").lower().rstrip(".")
+    """`host` as a browser reaches it (shou.net.hostname), or as written when no browser could."""
+    from .hostname import BadHost, canonical_host
+
+    text = host.strip()
+    try:
+        return canonical_host(f"[{text}]" if ":" in text and not text.startswith("[") else text)
+    except BadHost:
+        return text.strip("[]").lower().rstrip(".")
 
 
 def _literal(host: str) -> IPAddr | None:
@@ -212,10 +246,10 @@ async def resolve_checked(host: str, port: int, allow: Allow) -> list[IPAddr]:
         except (OSError, UnicodeError) as e:
             raise ToolError(f"cannot resolve host {host!r}: {e}") from None
         addrs = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
-    if not allow.allows_name(host):
+    if not allow.allows_name(host, port):
         for one in addrs:
             why = refusal(one)
-            if why is not None and not allow.allows(one):
+            if why is not None and not allow.allows(one, port):
                 raise AddressRefused(host, one, why)
     return addrs
 
@@ -226,6 +260,6 @@ async def check_address(host: str, port: int, allow: Allow | tuple[Any, Any] | I
     A host allowed by name is not even resolved.
     """
     allowed = Allow.of(allow)
-    if allowed.allows_name(host):
+    if allowed.allows_name(host, port):
         return
     await resolve_checked(host, port, allowed)

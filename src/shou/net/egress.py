@@ -96,6 +96,19 @@ def _parse_head(head: bytes) -> _Request | None:
     return _Request(parts[0].upper(), parts[1], headers)
 
 
+def _bracketed(req: _Request) -> str:
+    """The request target, with brackets put back around an IPv6 host: httpx writes `http://::1:8080/x`
+    (its Host header, `[::1]:8080`, has them), which no URL parser reads as that host and port."""
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](:\d{1,5})?", req.header("host") or "")
+    if m is None:
+        return req.target
+    bare = f"http://{m.group(1)}{m.group(2) or ''}"
+    rest = req.target[len(bare):]
+    if req.target[:len(bare)].lower() == bare.lower() and (not rest or rest.startswith(("/", "?"))):
+        return f"http://[{m.group(1)}]{m.group(2) or ''}{rest}"
+    return req.target
+
+
 def _target(req: _Request) -> tuple[str, int, bytes | None] | None:
     """(host, port, head to send upstream or None for a tunnel), or None if the target is not understood."""
     if req.method == "CONNECT":
@@ -105,7 +118,7 @@ def _target(req: _Request) -> tuple[str, int, bytes | None] | None:
             return None
         return host, int(port), None
     try:
-        url = urlsplit(req.target)
+        url = urlsplit(_bracketed(req))
         port = url.port or 80
     except ValueError:
         return None

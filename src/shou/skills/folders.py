@@ -1,4 +1,5 @@
-"""Finding and reading skills on disk: the user's skills folder and a trusted workspace's `.agents/skills/`.
+"""Finding and reading skills on disk: the user's skills folder and a workspace's `.agents/skills/` (each
+workspace skill only as the exact SKILL.md a person trusted with `shou trust`).
 
 Nothing below a skills folder is reached through a symlink (every step is opened with O_NOFOLLOW relative
 to the last), SKILL.md is read only up to `MAX_SKILL_BYTES`, and `read_file` reaches a user skill's files
@@ -70,8 +71,17 @@ def _read_skill_file(dir_fd: int) -> bytes:
         os.close(fd)
 
 
-def _load_one(parent_fd: int, folder: str, source: Source, root: Path, parts: tuple[str, ...], shown: str) -> Skill:
-    """The skill in `folder` of the open skills folder; `ValueError` saying why it is skipped."""
+Accept = Callable[[Path, bytes], bool]
+
+
+class Untrusted(ValueError):
+    """A workspace skill whose SKILL.md a person has not trusted as it is: not even listed, only noted."""
+
+
+def _load_one(parent_fd: int, folder: str, source: Source, root: Path, parts: tuple[str, ...], shown: str,
+              accept: Accept | None = None) -> Skill:
+    """The skill in `folder` of the open skills folder; `ValueError` saying why it is skipped. `accept(path,
+    bytes)` says whether those exact bytes of SKILL.md were trusted (the bytes checked are the bytes read)."""
     try:
         fd = os.open(folder, _DIR_FLAGS, dir_fd=parent_fd)
     except OSError as e:
@@ -83,6 +93,9 @@ def _load_one(parent_fd: int, folder: str, source: Source, root: Path, parts: tu
         data = _read_skill_file(fd)
     finally:
         os.close(fd)
+    if accept is not None and not accept(root.joinpath(*parts, folder, SKILL_FILE), data):
+        raise Untrusted(f"the skill {folder!r} in {root.joinpath(*parts)} is ignored: it is not trusted as it is now "
+                        f"(new, or changed since `shou trust`). Read it, then run `shou trust` in {root}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -128,7 +141,7 @@ def walk(fd: int, prefix: str, depth: int, out: list[str]) -> None:
 
 
 def _scan(root: Path, parts: tuple[str, ...], source: Source, shown: Callable[[str], str], out: SkillSet,
-          found: dict[str, Skill]) -> None:
+          found: dict[str, Skill], accept: Accept | None = None) -> None:
     """Load every skill folder of `root/parts...` into `found`, noting each in `out.listed` and every skipped one in
     `out.problems`."""
     where = root.joinpath(*parts)
@@ -150,7 +163,10 @@ def _scan(root: Path, parts: tuple[str, ...], source: Source, shown: Callable[[s
             names = names[:MAX_FOLDERS]
         for name in names:
             try:
-                skill = _load_one(fd, name, source, root, parts, shown(name))
+                skill = _load_one(fd, name, source, root, parts, shown(name), accept)
+            except Untrusted as e:  # its name and description are the planter's words: not shown as a row
+                out._notice(str(e))
+                continue
             except ValueError as e:
                 out.listed.append(Listed(name, source, where / name, str(e)))
                 out.problems.append(f"skill {name!r} in {where} is skipped: {e}")
@@ -161,9 +177,11 @@ def _scan(root: Path, parts: tuple[str, ...], source: Source, shown: Callable[[s
         os.close(fd)
 
 
-def load_skills(workspace: Path | None, user_dir: Path | None, trusted: bool) -> SkillSet:
-    """The skills of the workspace's `.agents/skills/` (only when `trusted`) and of `user_dir` (the user's
-    skills folder, `<config dir>/skills`); a workspace skill overrides a user skill of the same name."""
+def load_skills(workspace: Path | None, user_dir: Path | None, trusted: bool | Accept) -> SkillSet:
+    """The skills of the workspace's `.agents/skills/` and of `user_dir` (the user's skills folder,
+    `<config dir>/skills`); a workspace skill overrides a user skill of the same name. `trusted`: True reads
+    every workspace skill, False none, and a function `(SKILL.md path, bytes) -> bool` those whose exact
+    bytes a person trusted (`shou trust`): a skill planted or changed since is skipped with a warning."""
     out = SkillSet()
     user: dict[str, Skill] = {}
     if user_dir is not None:
@@ -173,17 +191,45 @@ def load_skills(workspace: Path | None, user_dir: Path | None, trusted: bool) ->
     if workspace is not None:
         ws = Path(os.path.abspath(workspace))
         if trusted:
-            _scan(ws, WORKSPACE_PARTS, "workspace", lambda name: "/".join((*WORKSPACE_PARTS, name)), out, mine)
+            _scan(ws, WORKSPACE_PARTS, "workspace", lambda name: "/".join((*WORKSPACE_PARTS, name)), out, mine,
+                  None if trusted is True else trusted)
         elif os.path.lexists(ws.joinpath(*WORKSPACE_PARTS)):  # looked at, never read: only its presence is told
             out._notice(
                 f"the skills in {ws.joinpath(*WORKSPACE_PARTS)} are ignored: this workspace is not trusted. A cloned "
-                "repository must not hand the model instructions; if you trust it, create its shou.toml (it may be "
-                f"empty) and run `shou trust` in {ws}")
+                f"repository must not hand the model instructions; if you trust it, run `shou trust` in {ws}")
     for i, entry in enumerate(out.listed):
         if entry.source == "user" and entry.valid and entry.name in mine:
             out.listed[i] = Listed(entry.name, "user", entry.path, "overridden by the workspace skill of the same name",
                                    entry.description)
     out.skills = {**user, **mine}
+    return out
+
+
+def workspace_skill_files(workspace: Path) -> dict[Path, bytes]:
+    """The SKILL.md of every folder of the workspace's `.agents/skills/`, as `shou trust` records them
+    (read as skills are: no symlink followed, regular files only; unreadable ones left out)."""
+    ws = Path(workspace).resolve()
+    try:
+        fd = open_dir(ws, WORKSPACE_PARTS)
+    except OSError:
+        return {}
+    out: dict[Path, bytes] = {}
+    try:
+        with os.scandir(fd) as entries:
+            names = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False))
+        for name in names[:MAX_FOLDERS]:
+            try:
+                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue
+            try:
+                out[ws.joinpath(*WORKSPACE_PARTS, name, SKILL_FILE)] = _read_skill_file(sub)
+            except ValueError:
+                continue
+            finally:
+                os.close(sub)
+    finally:
+        os.close(fd)
     return out
 
 
@@ -207,12 +253,23 @@ def workspace_trusted(workspace: Path, config_dir: Path) -> bool:
 
 
 def discover(settings: Any) -> SkillSet:
-    """Every skill the settings' workspace and user config dir offer (what `shou skills` lists)."""
+    """Every skill the settings' workspace and user config dir offer (what `shou skills` lists): workspace
+    skills whose SKILL.md a person trusted as it is now (`shou trust`)."""
     from ..config import user_config_dir
+    from ..trust import TrustStore
 
-    workspace = Path(settings.workspace)
-    trusted = workspace_trusted(workspace, user_config_dir(settings.env))
-    return load_skills(workspace, user_skills_dir(settings), trusted)
+    workspace = Path(settings.workspace).resolve()  # trust is recorded under the resolved path
+    store = TrustStore(user_config_dir(settings.env))
+    try:
+        entries = store.entries()
+    except ConfigError:  # a damaged trusted.json: nothing is trusted
+        entries = {}
+    from ..trust import digest
+
+    def accept(path: Path, data: bytes) -> bool:
+        return entries.get(str(path)) == digest(data)
+
+    return load_skills(workspace, user_skills_dir(settings), accept)
 
 
 def skills_for(settings: Any, warn: Callable[[str], Any]) -> SkillSet | None:

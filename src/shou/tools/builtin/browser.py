@@ -86,9 +86,16 @@ async def _check_url(ctx: ToolContext, url: str | None) -> str:
     url = url.strip()
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme in ("http", "https"):
+        from ...net.hostname import BadHost, canonical_url
+
         try:
             parts = urlsplit(url)
             host, port = parts.hostname, parts.port or (443 if scheme == "https" else 80)
+            if host:
+                url = canonical_url(url)  # the host Chromium will reach, as the policy judged it
+                host = urlsplit(url).hostname
+        except BadHost as e:
+            raise ToolError(f"cannot open {url!r}: {e}") from None
         except ValueError as e:
             raise ToolError(f"{url!r} is not a valid URL: {e}") from None
         if not host:

@@ -54,7 +54,8 @@ def memory_store_for(ctx: ToolContext) -> MemoryStore:
             from ...memory.postgres import PostgresMemoryStore
 
             store = _stores[where] = (PostgresMemoryStore(where, embeddings=embeddings) if isinstance(where, str)
-                                      else MemoryStore(where, embeddings=embeddings))
+                                      else MemoryStore(where, embeddings=embeddings,
+                                                       env=getattr(ctx.settings, "env", None) or None))
         return store
 
 
@@ -122,7 +123,8 @@ def search_memory(query: str, ctx: ToolContext, top_k: int = 5, tags: list[str] 
     if not 1 <= top_k <= MAX_TOP_K:
         raise ToolError(f"top_k must be between 1 and {MAX_TOP_K}")
     store = memory_store_for(ctx)
-    found = store.search(query, top_k, tags=tags or ())
+    # Like recall: only what the user's own runs wrote (a workspace's memory.db may come from anyone).
+    found = store.search(query, top_k, tags=tags or (), signed_only=store.SIGNED)
     store.touch([m.id for m in found])
     details = {"results": [{"id": m.id, "score": m.score, "text": m.text} for m in found], "mode": store.mode}
     if not found:

@@ -147,9 +147,8 @@ async def _fetch(url: str, limit: int, seconds: float, allow: Allow, settings: A
                                  proxy=egress_proxy(allow).url, verify=_tls(),
                                  headers={"User-Agent": USER_AGENT}) as client:
         for _ in range(MAX_REDIRECTS + 1):
+            current = _readable(current)
             parts = urlsplit(current)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ToolError(f"{current!r} is not an http(s) URL; web_fetch reads http:// and https:// only")
             await check_address(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), allow)
             async with client.stream("GET", current) as resp:
                 refused = resp.headers.get("x-shou-refused") if resp.status_code == 403 else None
@@ -166,6 +165,22 @@ async def _fetch(url: str, limit: int, seconds: float, allow: Allow, settings: A
                     continue
                 return await _to_result(resp, current, hops, limit)
     raise ToolError(f"{url} redirected more than {MAX_REDIRECTS} times; stopped at {current}")
+
+
+def _readable(url: str) -> str:
+    """`url` with its host as a browser reads it (`ｌｏｃａｌｈｏｓｔ` is `localhost`: the policy judged that
+    host), or a `ToolError` saying what is wrong with it."""
+    from ...net.hostname import BadHost, canonical_url
+
+    try:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ToolError(f"{url!r} is not an http(s) URL; web_fetch reads http:// and https:// only")
+        return canonical_url(url)
+    except BadHost as e:
+        raise ToolError(f"cannot fetch {url!r}: {e}") from None
+    except ValueError as e:  # a port that is no number, an unbalanced bracket
+        raise ToolError(f"{url!r} is not a valid URL: {e}") from None
 
 
 async def _to_result(resp: httpx.Response, url: str, hops: list[str], limit: int) -> ToolResult:

@@ -1,0 +1,72 @@
+"""Trust of what shou reads as instructions for the model: `.shou/AGENTS.md`, `.shou/MEMORY.md` and the
+workspace's skills (`.agents/skills/*/SKILL.md`).
+
+These files steer the model as the user's own words would, and a cloned repository or sandboxed code can
+write them (`.agents/` is an ordinary workspace folder). So they count only as the exact bytes a person
+trusted with `shou trust` (`trusted.json`, by absolute path and SHA-256, like the settings files); a file
+that is new or changed since is left out of the system prompt with a warning until it is trusted again.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, ToolError
+from .trust import MAX_CONFIG_BYTES, TrustStore, digest, read_regular
+
+__all__ = ["STATE_FILES", "instruction_files", "trusted_state_text"]
+
+STATE_FILES = ("AGENTS.md", "MEMORY.md")
+
+
+def read_state_bytes(workspace: Path, name: str) -> bytes | None:
+    """`.shou/<name>`'s bytes (no symlink followed anywhere, a regular file of at most 1 MB), or None."""
+    from .workspace import STATE_DIR, open_beneath
+
+    try:
+        fd = open_beneath(Path(workspace), (STATE_DIR, name), os.O_RDONLY | os.O_NONBLOCK)
+    except (ToolError, OSError):
+        return None
+    try:
+        return read_regular(fd, MAX_CONFIG_BYTES)
+    except (ValueError, OSError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def instruction_files(workspace: Path) -> dict[Path, bytes]:
+    """Every file of the workspace shou reads as instructions, with its bytes now (what `shou trust` shows
+    and records)."""
+    from .skills import workspace_skill_files
+
+    root = Path(workspace).resolve()  # the path `shou trust` records (it resolves too)
+    out: dict[Path, bytes] = {}
+    for name in STATE_FILES:
+        data = read_state_bytes(root, name)
+        if data is not None:
+            out[root / ".shou" / name] = data
+    out.update(workspace_skill_files(root))
+    return out
+
+
+def trusted_state_text(workspace: Path, name: str, env: Any = None, limit: int = 20_000) -> tuple[str, str | None]:
+    """`.shou/<name>` as text for the system prompt (capped at `limit` characters) if a person trusted its
+    exact bytes, else ""; and a warning when a file was there but left out."""
+    from .config import user_config_dir
+
+    root = Path(workspace).resolve()  # the path `shou trust` records (it resolves too)
+    data = read_state_bytes(root, name)
+    if data is None:
+        return "", None
+    path = root / ".shou" / name
+    try:
+        trusted = TrustStore(user_config_dir(env if env else None)).entries().get(str(path)) == digest(data)
+    except ConfigError:
+        trusted = False
+    if not trusted:
+        return "", (f"{path} is new or changed since this workspace was trusted, so the model does not see it; "
+                    f"read it, then run `shou trust` in {root}")
+    return data.decode("utf-8", "replace")[:limit], None
