@@ -41,6 +41,7 @@ from ..messages import Message, ToolCall
 from ..models.base import model_id
 from ..session import INTERRUPTED
 from ..store.sqlite import NOT_STORED
+from ..store.sqlite_errors import StoreError
 from ..tools.base import ToolContext
 from ..tools.executor import DEFAULT_TIMEOUT, ToolExecutor
 from ..usage import Usage
@@ -179,6 +180,8 @@ class Run:
             status, error = "timeout", f"the run passed its deadline of {agent.run_timeout:g} s"
         except ModelError as e:
             status, error = "error", str(e)
+        except StoreError:  # the log cannot be written (a full disk): stop as a kill would, to resume once fixed
+            raise
         except Exception as e:  # a bug in a model backend or in shou: end the run cleanly, state saved
             status, error = "error", f"internal error: {type(e).__name__}: {e}"
         except asyncio.CancelledError:

@@ -20,7 +20,7 @@ from rich.markup import escape
 
 from ..agent.approvals import Answer, ApprovalRequest, decide, describe_arguments
 from ..tools.executor import parse_arguments
-from .build import WorkspaceOpt, err, fail
+from .build import WorkspaceOpt, err, fail, utf8_text
 from .render import json_text, printable
 
 _ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no", "s": "session",
@@ -66,10 +66,10 @@ def choose_approvals(setting: str | None, yes: bool) -> Any:
     return "deny"
 
 
-def _stores(workspace: Path | None) -> Any:
+def _stores(workspace: Path | None, readonly: bool = True) -> Any:
     from .sessions import _open
 
-    return _open(workspace)
+    return _open(workspace, readonly)
 
 
 def approvals(workspace: WorkspaceOpt = None,
@@ -107,7 +107,7 @@ def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None) -> N
     from ..errors import ShouError
     from ..session import Session
 
-    with _stores(workspace) as store:
+    with _stores(workspace, readonly=False) as store:
         if store is None:
             raise fail("no sessions in this workspace")
         for info in store.sessions():
@@ -135,13 +135,15 @@ def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None) -> N
     raise fail(f"no call {call_id!r} is waiting for approval (`shou approvals` lists them)")
 
 
-def approve(call_id: Annotated[str, typer.Argument(metavar="CALL_ID", help="The call to allow.")],
+def approve(call_id: Annotated[str, typer.Argument(metavar="CALL_ID", help="The call to allow.",
+                                                                 callback=utf8_text)],
             workspace: WorkspaceOpt = None) -> None:
     """Allow a call that waits for approval (it runs when the session is resumed)."""
     _decide(call_id, True, "", workspace)
 
 
-def deny(call_id: Annotated[str, typer.Argument(metavar="CALL_ID", help="The call to refuse.")],
+def deny(call_id: Annotated[str, typer.Argument(metavar="CALL_ID", help="The call to refuse.",
+                                                              callback=utf8_text)],
          reason: Annotated[str, typer.Option("--reason", help="Why, for the model to read.")] = "",
          workspace: WorkspaceOpt = None) -> None:
     """Refuse a call that waits for approval (the model is told, with the reason, when the run resumes)."""

@@ -331,8 +331,9 @@ async def _unavailable(request: Request, exc: Exception) -> Response:
 def _store_errors() -> list[type[Exception]]:
     """The errors that mean the database is away (answered 503, the connection kept), not a bug (500)."""
     from ..store.pg_link import StoreUnavailable
+    from ..store.sqlite_errors import StoreUnusable
 
-    kinds: list[type[Exception]] = [StoreUnavailable, sqlite3.OperationalError]
+    kinds: list[type[Exception]] = [StoreUnavailable, StoreUnusable, sqlite3.OperationalError]
     try:
         import psycopg
 
