@@ -366,6 +366,10 @@ class SecurityHeaders:
                                       (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer")]
             await send(message)
 
+        if "\x00" in scope.get("path", "") or b"%00" in scope.get("query_string", b""):
+            # no id, name or filter holds a NUL, and PostgreSQL's text cannot even be asked about one
+            await error(400, "the address holds a NUL character")(scope, receive, with_headers)
+            return
         await self.app(scope, receive, with_headers)
 
 
