@@ -87,3 +87,31 @@ def test_runs_in_flight_survive_a_database_restart(serve, tmp_path: Path, worksp
         pg.stop()
     log = s.log()
     assert "Traceback" not in log and "dropped" not in log and "syntax error" not in log, log
+
+
+def test_rows_of_a_session_whose_lock_went_with_the_connection_are_fenced_not_refused(postgres_url: str,
+                                                                                      caplog) -> None:
+    import psycopg
+
+    from shou.events import Notice
+    from shou.store.postgres import PostgresStore
+
+    store = PostgresStore(postgres_url)
+    try:
+        lock = store.lock("held")
+        store.append("held", Notice("run_a", 1, "info", "written before the break"))
+        store.commit()
+        with psycopg.connect(postgres_url, autocommit=True) as admin:  # the server drops the store's connections
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+                          " AND pid <> pg_backend_pid()")
+        store.append("held", Notice("run_a", 2, "info", "after the lock went: never written"))
+        store.commit()  # nothing to write of a fenced session: no statement at all, no error
+        assert store.lost() == {"held"}
+        store.append("free", Notice("run_b", 1, "info", "another session, on the fresh connection"))
+        store.commit()
+        texts = {s: [e.text for e in store.events(s)] for s in ("held", "free")}
+        assert texts == {"held": ["written before the break"], "free": ["another session, on the fresh connection"]}
+        lock.release()
+    finally:
+        store.close()
+    assert "dropped" not in caplog.text and "syntax" not in caplog.text
