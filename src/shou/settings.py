@@ -182,6 +182,12 @@ def convert(key: str, raw: Any, source: str) -> Any:
     """The value of setting `key` from `raw` (a string from a variable or flag, or a TOML value), checked."""
     spec = setting_fields()[key]
     kind, optional = _parts(_types()[key])
+    if isinstance(raw, str) and kind is not Path:
+        try:  # a variable or argument whose bytes are not UTF-8 holds lone surrogates no request can carry
+            raw.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ConfigError(f"setting {key!r} from {source} is not valid UTF-8 (at character {e.start}); "
+                              "set it as UTF-8 text") from None
     try:
         if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in ("", "none")):
             return None

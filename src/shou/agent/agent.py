@@ -298,7 +298,9 @@ class Agent:
             finally:
                 if not task_.done():
                     task_.cancel()
-                    await asyncio.gather(task_, return_exceptions=True)
+                # collected either way: when this side failed first (the log could not be written), the run's
+                # own failure is the same one, not a second error to report
+                await asyncio.gather(task_, return_exceptions=True)
                 session.commit()
         finally:
             if owned:

@@ -40,7 +40,9 @@ from ..events import (
 from ..messages import Message, ToolCall
 from ..models.base import model_id
 from ..session import INTERRUPTED
+from ..store.pg_link import is_connection_error
 from ..store.sqlite import NOT_STORED
+from ..store.sqlite_errors import StoreError
 from ..tools.base import ToolContext
 from ..tools.executor import DEFAULT_TIMEOUT, ToolExecutor
 from ..usage import Usage
@@ -180,6 +182,8 @@ class Run:
         except ModelError as e:
             status, error = "error", str(e)
         except Exception as e:  # a bug in a model backend or in shou: end the run cleanly, state saved
+            if _store_failed(e):  # the log cannot be written (a full disk, the database away): stop as a kill
+                raise  # would, so the run is resumed from its log once that is fixed, not recorded as failed
             status, error = "error", f"internal error: {type(e).__name__}: {e}"
         except asyncio.CancelledError:
             self._finish_unfinished("the run was cancelled before this call finished")
@@ -364,3 +368,8 @@ class Run:
         waiting = await self._run_calls(executor, ctx, again)
         self.emit(StepFinished(self.run_id, self.step, self.usage))
         return ("waiting_approval", "", waiting) if waiting else None
+
+
+def _store_failed(error: BaseException) -> bool:
+    """Whether `error` means the session log could not be read or written (rather than a bug)."""
+    return isinstance(error, StoreError) or is_connection_error(error)

@@ -20,7 +20,7 @@ from rich.markup import escape
 
 from ..agent.approvals import Answer, ApprovalRequest, decide, describe_arguments
 from ..tools.executor import parse_arguments
-from .build import WorkspaceOpt, err, fail
+from .build import WorkspaceOpt, err, fail, utf8_text
 from .render import json_text, printable
 
 _ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no", "s": "session",
@@ -66,10 +66,10 @@ def choose_approvals(setting: str | None, yes: bool) -> Any:
     return "deny"
 
 
-def _stores(workspace: Path | None) -> Any:
+def _stores(workspace: Path | None, readonly: bool = True) -> Any:
     from .sessions import _open
 
-    return _open(workspace)
+    return _open(workspace, readonly)
 
 
 def approvals(workspace: WorkspaceOpt = None,
@@ -155,7 +155,7 @@ def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None, sess
     from ..errors import ShouError
     from ..session import Session
 
-    with _stores(workspace) as store:
+    with _stores(workspace, readonly=False) as store:
         if store is None:
             raise fail("no sessions in this workspace")
         found = candidates(_waiting(store), call_id, session_name)
@@ -186,8 +186,10 @@ def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None, sess
         typer.echo(f"{verb} {req.call.id} ({req.call.name}) in session {name}; `shou resume {name}` goes on")
 
 
-CallOpt = Annotated[str, typer.Argument(metavar="CALL_ID", help="The call: its id, or SESSION:CALL_ID.")]
-SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="The session the call waits in.")]
+CallOpt = Annotated[str, typer.Argument(metavar="CALL_ID", help="The call: its id, or SESSION:CALL_ID.",
+                                        callback=utf8_text)]
+SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="The session the call waits in.",
+                                                callback=utf8_text)]
 ConfirmOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask on the terminal.")]
 
 

@@ -17,8 +17,20 @@ from ..errors import UserError
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
+
+def utf8_text(value: str | None) -> str | None:
+    """A typer callback: argv bytes that are not UTF-8 arrive as lone surrogates, which no log, header or
+    database can hold; a name or id given so is refused up front, as a usage error."""
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise typer.BadParameter(f"not valid UTF-8 (at character {e.start}); pass it as UTF-8 text") from None
+    return value
+
+
 ModelOpt = Annotated[str | None, typer.Option(
-    "--model", "-m", metavar="MODEL", help="Model, as PROVIDER:MODEL or MODEL (SHOU_MODEL).")]
+    "--model", "-m", metavar="MODEL", help="Model, as PROVIDER:MODEL or MODEL (SHOU_MODEL).", callback=utf8_text)]
 BaseUrlOpt = Annotated[str | None, typer.Option(
     "--base-url", metavar="URL", help="Any OpenAI-compatible endpoint (SHOU_BASE_URL).")]
 Provider = Literal["openai", "deepseek", "qwen", "ollama", "vllm", "llamacpp", "custom"]
@@ -31,7 +43,7 @@ WorkspaceOpt = Annotated[Path | None, typer.Option(
 ToolsOpt = Annotated[str | None, typer.Option(
     "--tools", metavar="NAMES", help="Offer only these tools (comma-separated).")]
 SessionOpt = Annotated[str | None, typer.Option(
-    "--session", "-s", metavar="NAME", help="Continue (or start) the named session.")]
+    "--session", "-s", metavar="NAME", help="Continue (or start) the named session.", callback=utf8_text)]
 FunctionsOpt = Annotated[list[Path] | None, typer.Option(
     "--functions", metavar="FILE", help="A Python file whose @tool functions are offered too (repeatable).")]
 StreamOpt = Annotated[bool | None, typer.Option("--stream/--no-stream", help="Stream the model's output.")]

@@ -16,6 +16,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import ShouError
+from ..store.sqlite_errors import StoreUnusable
 from .build import (
     ApprovalsOpt,
     BaseUrlOpt,
@@ -44,7 +45,13 @@ from .build import (
     continued,
     err,
     fail,
+    utf8_text,
 )
+
+
+class RunStopped(StoreUnusable):
+    """The run stopped part-way because its log could not be written; `shou resume` continues it."""
+
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print every event as a JSON line.")]
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -70,7 +77,7 @@ def run(
 
 def resume(
     session: Annotated[str | None, typer.Argument(
-        metavar="SESSION",
+        metavar="SESSION", callback=utf8_text,
         help="The session whose run to continue (default: the workspace's most recent unfinished run).")] = None,
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, functions: FunctionsOpt = None,
@@ -128,6 +135,8 @@ def _execute(opts: Options, json_lines: bool, start: Any) -> None:
     stopped: list[int] = []
     try:
         status = asyncio.run(_consume(agent, start, render, stopped))
+    except RunStopped as e:
+        raise fail(str(e), 1) from None
     except ShouError as e:
         raise fail(str(e)) from None
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -156,11 +165,18 @@ async def _consume(agent: Any, start: Any, render: Any, stopped: list[int]) -> s
     for signum in STOPPING:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, stop, signum)
+    started = False
     try:
         async for event in start(agent):
+            started = True
             render(event)
             if event.type == "run_finished":
                 status = event.status
+    except StoreUnusable as e:
+        if not started:
+            raise
+        raise RunStopped(f"{e}. The run stopped; its log holds every step up to here: once that is fixed, "
+                         "`shou resume` continues it", e.path, e.cause) from None
     except asyncio.CancelledError:
         if not stopped:
             raise

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ShouError
-from .build import WorkspaceOpt, err, fail
+from .build import WorkspaceOpt, err, fail, utf8_text
 from .render import STATUS_STYLE, format_arguments, json_text, printable
 
 if TYPE_CHECKING:
@@ -27,8 +27,13 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")
 
 
 @contextmanager
-def _open(workspace: Path | None) -> Iterator[SQLiteStore | None]:
+def _open(workspace: Path | None, readonly: bool = True) -> Iterator[SQLiteStore | None]:
+    """The workspace's session log (None when it has none), opened to read unless `readonly` is False. A
+    store that cannot be read ends the command with what is wrong, never a traceback."""
+    import sqlite3
+
     from ..store.sqlite import SQLiteStore
+    from ..store.sqlite_errors import explain
     from ..workspace import state_database
 
     root = (workspace or Path.cwd()).resolve()
@@ -37,10 +42,16 @@ def _open(workspace: Path | None) -> Iterator[SQLiteStore | None]:
         return
     try:
         path = state_database(root, "shou.db")
+        store = SQLiteStore(path, readonly=readonly)
     except ShouError as e:
         raise fail(str(e)) from None
-    with SQLiteStore(path) as store:
-        yield store
+    try:
+        with store:
+            yield store
+    except ShouError as e:  # damage deep in the file, found by a query: what is wrong, not a traceback
+        raise fail(str(e)) from None
+    except sqlite3.Error as e:  # the trace's own queries
+        raise fail(str(explain(e, path))) from None
 
 
 def latest_session(workspace: Path) -> str | None:
@@ -82,7 +93,8 @@ def sessions(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
 
 
 def show(
-    session: Annotated[str | None, typer.Argument(help="The session (default: the most recent one).")] = None,
+    session: Annotated[str | None, typer.Argument(help="The session (default: the most recent one).",
+                                                              callback=utf8_text)] = None,
     workspace: WorkspaceOpt = None, json_out: JsonOpt = False,
     full: Annotated[bool, typer.Option("--full", help="Show tool results whole, not cut at 600 characters.")] = False,
 ) -> None:

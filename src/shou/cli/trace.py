@@ -21,7 +21,7 @@ from rich.table import Table
 from .. import trace as tr
 from .. import usage_report as ur
 from ..events import CALL_NOTICES
-from .build import WorkspaceOpt, fail
+from .build import WorkspaceOpt, fail, utf8_text
 from .render import STATUS_STYLE, format_arguments, json_text, printable, short
 
 
@@ -42,10 +42,11 @@ _CUT = 4000  # characters of one message `trace show` prints without --full
 
 def trace(
     target: Annotated[str | None, typer.Argument(
-        metavar="SESSION|RUN|show",
+        metavar="SESSION|RUN|show", callback=utf8_text,
         help="A session, a run id (run_...), or `show` followed by a model call's id. Default: the latest "
              "session.")] = None,
-    call: Annotated[str | None, typer.Argument(metavar="CALL", help="With `show`: the model call's id.")] = None,
+    call: Annotated[str | None, typer.Argument(metavar="CALL", help="With `show`: the model call's id.",
+                                                          callback=utf8_text)] = None,
     workspace: WorkspaceOpt = None, json_out: JsonOpt = False, full: FullOpt = False,
 ) -> None:
     """Show what runs did, step by step: each model call (model, time, tokens, cost, why it stopped) and

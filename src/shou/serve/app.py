@@ -331,8 +331,9 @@ async def _unavailable(request: Request, exc: Exception) -> Response:
 def _store_errors() -> list[type[Exception]]:
     """The errors that mean the database is away (answered 503, the connection kept), not a bug (500)."""
     from ..store.pg_link import StoreUnavailable
+    from ..store.sqlite_errors import StoreUnusable
 
-    kinds: list[type[Exception]] = [StoreUnavailable, sqlite3.OperationalError]
+    kinds: list[type[Exception]] = [StoreUnavailable, StoreUnusable, sqlite3.OperationalError]
     try:
         import psycopg
 
@@ -365,6 +366,10 @@ class SecurityHeaders:
                                       (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer")]
             await send(message)
 
+        if "\x00" in scope.get("path", "") or b"%00" in scope.get("query_string", b""):
+            # no id, name or filter holds a NUL, and PostgreSQL's text cannot even be asked about one
+            await error(400, "the address holds a NUL character")(scope, receive, with_headers)
+            return
         await self.app(scope, receive, with_headers)
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ..agent.agent import MAX_TASK_CHARS
+from ..usage import MOST_TOKENS
 
 SESSION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_HISTORY = 200  # messages in an OpenAI-style request
@@ -34,8 +35,8 @@ class RunOptions(BaseModel):
     plan: bool = False
     reflect: bool = False
     code: bool = False
-    token_budget: int | None = Field(None, ge=1)
-    max_cost: float | None = Field(None, ge=0)
+    token_budget: int | None = Field(None, ge=1, le=MOST_TOKENS)  # a database integer holds it
+    max_cost: float | None = Field(None, ge=0, allow_inf_nan=False)
 
 
 class RunRequest(BaseModel):
@@ -100,7 +101,7 @@ class Decision(BaseModel):
     model_config = ConfigDict(extra="forbid")
     allow: bool
     reason: Text = Field("", max_length=4000)
-    run_id: str | None = Field(None, max_length=200, description="the run, when call ids repeat across runs")
+    run_id: Text | None = Field(None, max_length=200, description="the run, when call ids repeat across runs")
 
 
 class DecisionOut(BaseModel):

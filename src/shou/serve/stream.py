@@ -8,16 +8,19 @@ turn whose complete `model_response` was already sent is dropped, so text is nev
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 
 from ..events import Event, RunFinished
+from ..store.pg_link import is_connection_error
 from .hub import Hub
 from .jobs import ACTIVE, RunQueue
 
 KEEPALIVE = 15.0
+log = logging.getLogger("shou.serve")
 
 
 def frame(event: Event | dict[str, Any], event_id: int | None = None) -> bytes:
@@ -37,25 +40,19 @@ async def run_events(store: Any, hub: Hub, queue: RunQueue, session: str, run_id
                      after: int = 0) -> AsyncIterator[tuple[int | None, Event | dict[str, Any]]]:
     """`(id, event)` of run `run_id` after id `after`, then live ones, until the run's final `run_finished`;
     fragments have id None. When the queue says the run ended with nothing logged (cancelled before it
-    started), a `run_finished` made from the queue's row ends the stream."""
+    started), a `run_finished` made from the queue's row ends the stream. While the database is away the
+    stream waits for it (keep-alives still go out), then goes on from the last id sent."""
     answered: set[tuple[str, int]] = set()
     idle = 0.0
     with hub.watch(session, run_id) as watch:
         while True:
             watch.wake.clear()
-            out: list[tuple[int | None, Event]] = []
-            bounded = False
-            while not watch.items.empty():  # what this replica's run produced, in order
-                item = watch.items.get_nowait()
-                if isinstance(item, int):
-                    bounded = True
-                    last = out_after(out, after)
-                    if item > last:
-                        out += [(i, e) for i, e in store.run_rows(session, run_id, last) if i <= item]
-                else:
-                    out.append((None, item))
-            if not bounded:  # woken from elsewhere (another replica's run, a decision) or looking on its own
-                out += store.run_rows(session, run_id, out_after(out, after))
+            try:
+                out = _collect(store, watch, session, run_id, after)
+            except _Away as e:  # what was drained is read again from `after` next time: nothing stored is lost
+                log.warning("run %s: its event stream waits for the store: %s", run_id, e)
+                out, idle = [], idle + 1.0
+                await asyncio.sleep(1.0)
             for row_id, event in out:
                 if row_id is None:
                     if (event.run_id, getattr(event, "step", 0)) not in answered:
@@ -74,14 +71,57 @@ async def run_events(store: Any, hub: Hub, queue: RunQueue, session: str, run_id
                 idle = 0.0
             except TimeoutError:
                 idle += 1.0
-                job = queue.get(run_id)
-                ended = job is None or (job.status not in ACTIVE and job.status != "waiting_approval")
-                if ended and not store.run_rows(session, run_id, after):  # nothing more will come
-                    yield None, _ended(run_id, job)
+                ending = _ending(store, queue, session, run_id, after)
+                if ending is not None:
+                    yield None, ending
                     return
-                if idle >= KEEPALIVE:
-                    idle = 0.0
-                    yield None, {"type": ":keepalive"}
+            if idle >= KEEPALIVE:
+                idle = 0.0
+                yield None, {"type": ":keepalive"}
+
+
+class _Away(Exception):
+    """The database is away for the moment."""
+
+
+def _reading(read: Any, *args: Any) -> Any:
+    try:
+        return read(*args)
+    except Exception as e:
+        if is_connection_error(e):
+            raise _Away(str(e)) from None
+        raise
+
+
+def _collect(store: Any, watch: Any, session: str, run_id: str, after: int) -> list[tuple[int | None, Event]]:
+    """What this replica's run produced since the last look, in order, with the stored rows it announced (or,
+    woken from elsewhere, every stored row after `after`)."""
+    out: list[tuple[int | None, Event]] = []
+    bounded = False
+    while not watch.items.empty():
+        item = watch.items.get_nowait()
+        if isinstance(item, int):
+            bounded = True
+            last = out_after(out, after)
+            if item > last:
+                out += [(i, e) for i, e in _reading(store.run_rows, session, run_id, last) if i <= item]
+        else:
+            out.append((None, item))
+    if not bounded:  # woken from elsewhere (another replica's run, a decision) or looking on its own
+        out += _reading(store.run_rows, session, run_id, out_after(out, after))
+    return out
+
+
+def _ending(store: Any, queue: RunQueue, session: str, run_id: str, after: int) -> dict[str, Any] | None:
+    """The `run_finished` to end on when the queue says the run ended and nothing more is logged."""
+    try:
+        job = _reading(queue.get, run_id)
+        ended = job is None or (job.status not in ACTIVE and job.status != "waiting_approval")
+        if ended and not _reading(store.run_rows, session, run_id, after):  # nothing more will come
+            return _ended(run_id, job)
+    except _Away as e:
+        log.warning("run %s: its event stream waits for the store: %s", run_id, e)
+    return None
 
 
 def out_after(out: list[tuple[int | None, Event]], after: int) -> int:

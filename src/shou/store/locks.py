@@ -72,3 +72,18 @@ class SessionLock:
             self.file._fcntl(fcntl.F_OFD_SETLK, fcntl.F_UNLCK, self.offset)
             self.file.held.discard(self.offset)
         self.offset = -1
+
+
+def held(path: Path, session: str) -> bool:
+    """Whether a process holds `session`'s lock in the lock file at `path`, asked without writing anything
+    (the folder may be read-only: the file is neither created nor opened for writing)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False  # no lock file: no process has ever taken a session here
+    try:
+        probe = struct.pack("@hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, LockFile._offset(session), 1, 0)
+        kind = struct.unpack("@hhqqi4x", fcntl.fcntl(fd, fcntl.F_OFD_GETLK, probe))[0]
+        return kind != fcntl.F_UNLCK
+    finally:
+        os.close(fd)

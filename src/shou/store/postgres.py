@@ -157,6 +157,8 @@ class PostgresStore(StoreBasics):
             self._buffer = []
 
     def _write(self, db: Any, rows: list[PgRow]) -> None:
+        if not rows:  # every row was of a session whose lock went with the connection (filtered on the retry)
+            return
         if not any(r[2] in _SESSION_EVENTS for r in rows):
             # The usual batch: one statement, so one round trip, that inserts and notifies atomically.
             found = db.execute(_insert_and_notify(len(rows)), [v for row in rows for v in row]).fetchall()

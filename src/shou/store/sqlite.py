@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import sqlite3
 import threading
@@ -30,59 +31,15 @@ import orjson
 
 from ..errors import UserError
 from ..events import Event, event_from_dict
-from .locks import LockFile, SessionBusy, SessionLock
-from .migrate import Migration, migrate
+from .locks import LockFile, SessionBusy, SessionLock, held
 from .retention import PRUNABLE_TYPES, pruned, referenced
+from .sqlite_errors import StoreDamaged, StoreError, StoreUnusable, explain, read_only, unwritable
+from .sqlite_open import MIGRATIONS, behind, open_to_read, open_to_write
 
-__all__ = ["LockFile", "SQLiteStore", "SessionBusy", "SessionInfo", "SessionLock", "StoreDamaged"]
+_log = logging.getLogger(__name__)
+__all__ = ["MIGRATIONS", "LockFile", "SQLiteStore", "SessionBusy", "SessionInfo", "SessionLock", "StoreDamaged",
+           "StoreError", "StoreUnusable"]
 
-MIGRATIONS: list[Migration] = [
-    (
-        "001_sessions_and_events",
-        [
-            """CREATE TABLE sessions (
-                name TEXT PRIMARY KEY,
-                created REAL NOT NULL,
-                updated REAL NOT NULL,
-                title TEXT NOT NULL DEFAULT ''
-            )""",
-            """CREATE TABLE events (
-                id INTEGER PRIMARY KEY AUTOINCREMENT,
-                session TEXT NOT NULL REFERENCES sessions(name),
-                run_id TEXT NOT NULL,
-                type TEXT NOT NULL,
-                ts REAL NOT NULL,
-                data TEXT NOT NULL
-            )""",
-            "CREATE INDEX events_by_session ON events(session, id)",
-        ],
-    ),
-    (
-        "002_session_status",
-        [
-            # The last run's status ("running" while one is under way), so listing needs no scan.
-            "ALTER TABLE sessions ADD COLUMN status TEXT NOT NULL DEFAULT ''",
-            """UPDATE sessions SET status = COALESCE((
-                SELECT CASE e.type WHEN 'run_finished' THEN json_extract(e.data, '$.status') ELSE 'running' END
-                FROM events e WHERE e.session = sessions.name AND e.type IN ('run_started', 'run_finished')
-                ORDER BY e.id DESC LIMIT 1), '')""",
-        ],
-    ),
-    (
-        "003_event_writer",
-        [
-            # Which Session object appended the row, so one that catches up skips its own rows.
-            "ALTER TABLE events ADD COLUMN writer TEXT NOT NULL DEFAULT ''",
-        ],
-    ),
-    (
-        "004_meta",
-        [
-            # Facts about the file itself, such as when retention last ran.
-            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        ],
-    ),
-]
 DEFAULT_RETENTION_DAYS = 7.0
 _MOST_ROWS = 5000  # SQLite takes 32766 parameters in one statement
 _SESSION_EVENTS = frozenset({"run_started", "run_resumed", "run_finished", "history_cleared"})
@@ -139,19 +96,46 @@ class StoreBasics:
         self.close()  # type: ignore[attr-defined]
 
 
-class SQLiteStore(StoreBasics):
-    """Append-only event log in one SQLite file (created with its folder on first use)."""
-
-    def __init__(self, path: str | Path, retention_days: float | None = DEFAULT_RETENTION_DAYS) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+def _explained(method: Any) -> Any:
+    """`method` raising a `StoreError` that says what is wrong (and what to do) instead of a `sqlite3.Error`."""
+    @functools.wraps(method)
+    def wrapper(self: SQLiteStore, *args: Any, **kwargs: Any) -> Any:
         try:
-            self._db = self._connect()
-            migrate(self._db, MIGRATIONS)
-        except sqlite3.DatabaseError as e:
-            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
-                raise UserError(f"{self.path} is locked by another process for too long ({e}); try again") from None
-            raise StoreDamaged(self.path, e) from None
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as e:
+            raise explain(e, self.path) from None
+        except UnicodeEncodeError as e:  # text from bytes that were not UTF-8 (lone surrogates): never storable
+            raise UserError(f"{e.object!r} is not valid UTF-8 (at character {e.start}); give it as UTF-8 "
+                            "text") from None
+    return wrapper
+
+
+class SQLiteStore(StoreBasics):
+    """Append-only event log in one SQLite file (created with its folder on first use).
+
+    `readonly` opens it only to read (`shou sessions`, `show`, `trace`): nothing is migrated nor pruned, and a
+    read-only mount works. `check` runs SQLite's `quick_check` first, so damage inside the file is found at
+    open instead of in the middle of a run. A file SQLite calls corrupt raises `StoreDamaged`; any other
+    failure (a full disk, no permission, a lock) raises `StoreUnusable` and leaves the file alone.
+    """
+
+    def __init__(self, path: str | Path, retention_days: float | None = DEFAULT_RETENTION_DAYS, *,
+                 readonly: bool = False, check: bool = False) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        if not readonly:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists() and not os.access(self.path, os.W_OK):  # SQLite would open it to read only
+                raise read_only(self.path)
+        try:
+            self._db = open_to_read(self.path) if readonly else None
+            if self._db is not None and behind(self._db):  # an older shou's file: brought up to date first
+                self._db.close()
+                self._db, self.readonly = None, False
+            if self._db is None:
+                self._db = open_to_write(self.path, check)
+        except sqlite3.Error as e:
+            raise explain(e, self.path) from None
         self._buffer: list[Row] = []
         self.committed: dict[str, int] = {}  # session -> the id of its last row this object wrote
         self._frozen = False
@@ -160,35 +144,20 @@ class SQLiteStore(StoreBasics):
         self._lock = threading.Lock()
         self.notice = ""  # something the person should be told about the file (it was replaced, ...)
         # Before any session is read from it: a session folds in which request contents its log holds.
-        self.apply_retention()
+        if not readonly:
+            self.apply_retention()
         self._locks: LockFile | None = None
-
-
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
-        deadline = time.monotonic() + 10.0
-        while True:  # switching a new file to WAL takes it whole, without waiting: processes opening it together
-            try:
-                db.execute("PRAGMA journal_mode=WAL")
-                break
-            except sqlite3.OperationalError as e:
-                if "locked" not in str(e) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA busy_timeout=10000")
-        db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # reads the header: a damaged file fails here
-        return db
 
     @classmethod
     def for_workspace(cls, workspace: str | Path, retention_days: float | None = DEFAULT_RETENTION_DAYS) -> SQLiteStore:
-        """The store at `<workspace>/.shou/shou.db` (never through a symlink). A damaged file is moved
-        aside (kept, renamed) and a fresh one started; `notice` then says so, for the person."""
+        """The store at `<workspace>/.shou/shou.db` (never through a symlink), checked. A file SQLite calls
+        corrupt is moved aside (kept, renamed) and a fresh one started; `notice` then says so, for the person.
+        Any other failure is a `StoreUnusable`, with the file left as it was."""
         from ..workspace import state_database
 
         path = state_database(Path(workspace), "shou.db")
         try:
-            return cls(path, retention_days)
+            return cls(path, retention_days, check=True)
         except StoreDamaged as e:
             kept = e.move_aside()
             store = cls(path, retention_days)
@@ -222,6 +191,7 @@ class SQLiteStore(StoreBasics):
             self._frozen = True
             self._buffer = []
 
+    @_explained
     def ping(self) -> None:
         """Raise unless the file can be read."""
         self._db.execute("SELECT 1").fetchone()
@@ -240,6 +210,7 @@ class SQLiteStore(StoreBasics):
         """Let `session` be written again."""
         self._lost.discard(session)
 
+    @_explained
     def commit(self) -> None:
         """Write everything appended so far in one transaction, on this thread (a few tens of µs)."""
         if not self._buffer:
@@ -337,6 +308,7 @@ class SQLiteStore(StoreBasics):
 
     # ------------------------------------------------------------------ reading
 
+    @_explained
     def rows(self, session: str, after: int = 0, other_than: str = "\0") -> list[tuple[int, Event]]:
         """`(id, event)` for the stored events of `session` after id `after` (leaving out those appended by
         writer `other_than`), oldest first. A row that cannot be decoded (a newer shou's, damage) is skipped.
@@ -346,6 +318,7 @@ class SQLiteStore(StoreBasics):
                                (session, after, other_than))
         return decoded(cur.fetchall())
 
+    @_explained
     def run_rows(self, session: str, run_id: str, after: int = 0) -> list[tuple[int, Event]]:
         """`(id, event)` of run `run_id` and its sub-runs (`RUN.N...`) in `session`, after id `after`."""
         self.commit()
@@ -354,6 +327,7 @@ class SQLiteStore(StoreBasics):
                                (session, after, run_id, len(run_id) + 1, run_id + "."))
         return decoded(cur.fetchall())
 
+    @_explained
     def delete(self, session: str) -> None:
         """Remove `session` and all its events."""
         self.commit()
@@ -367,6 +341,7 @@ class SQLiteStore(StoreBasics):
                 self._db.execute("ROLLBACK")
                 raise
 
+    @_explained
     def sessions(self) -> list[SessionInfo]:
         """All sessions, most recently updated first."""
         self.commit()
@@ -377,6 +352,7 @@ class SQLiteStore(StoreBasics):
         ).fetchall()
         return [SessionInfo(*r) for r in rows]
 
+    @_explained
     def unfinished(self) -> list[str]:
         """Sessions whose last run never finished (killed, running now, or waiting for approvals), newest first."""
         self.commit()
@@ -384,6 +360,7 @@ class SQLiteStore(StoreBasics):
                                 "ORDER BY updated DESC")
         return [name for (name,) in rows]
 
+    @_explained
     def exists(self, session: str) -> bool:
         """Whether `session` has any stored event."""
         self.commit()
@@ -395,13 +372,28 @@ class SQLiteStore(StoreBasics):
         """Take the session for this process; `SessionBusy` when another process (or another holder in this
         one) has it."""
         if self._locks is None:
-            self._locks = LockFile(self.path.with_name(self.path.name + ".locks"))
+            where = self.path.with_name(self.path.name + ".locks")
+            try:
+                self._locks = LockFile(where)
+            except OSError as e:
+                raise unwritable(where, e) from None
         return self._locks.take(session)
 
+    def is_locked(self, session: str) -> bool:
+        """Whether some process holds `session` now (asked without writing, when the store is read-only)."""
+        if self.readonly:
+            return held(self.path.with_name(self.path.name + ".locks"), session)
+        return super().is_locked(session)
+
     def close(self) -> None:
-        """Commit and close the connection."""
+        """Commit and close the connection. Rows that cannot be written now (a full disk) are given up, as a
+        killed process would leave them: what they announce never happened, and `shou resume` goes on from
+        the log."""
         try:
             self.commit()
+        except StoreUnusable as e:
+            _log.info("%s: %d events were not written", e, len(self._buffer))
+            self._buffer = []
         finally:
             self._db.close()
             if self._locks is not None:
@@ -418,21 +410,3 @@ def decoded(found: list[tuple[int, str]]) -> list[tuple[int, Event]]:
         except (ValueError, TypeError, KeyError, AttributeError):
             continue
     return out
-
-
-class StoreDamaged(UserError):
-    """The file is not a readable SQLite store."""
-
-    def __init__(self, path: Path, cause: Exception) -> None:
-        super().__init__(f"{path} is not a readable session store ({cause})")
-        self.path = path
-        self.cause = cause
-
-    def move_aside(self) -> Path:
-        """Rename the file (and SQLite's files beside it) out of the way, keeping it; returns its new path."""
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        kept = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(f"{self.path}{suffix}", f"{kept}{suffix}")
-        return kept
