@@ -217,7 +217,8 @@ async def test_the_printed_link_opens_the_page_with_its_token(serve, tmp_path: P
         await page.reload()  # kept for this tab
         await expect(page.locator("#token-overlay")).to_be_hidden()
         await expect(page.locator("#sessions li button")).to_have_count(1)
-        fresh = await page.context.new_page()  # the link opened in a new tab: read as the page loads
+        assert page.context.browser is not None
+        fresh = await page.context.browser.new_page()  # the link opened afresh: read as the page loads
         await fresh.goto(served.link)
         await expect(fresh.locator("#sessions li button")).to_have_count(1)
         await expect(fresh.locator("#token-overlay")).to_be_hidden()
