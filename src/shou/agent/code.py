@@ -78,7 +78,7 @@ def python_tool(tools: ToolSet) -> Tool:
 
         run = ctx.state.get("shou.run")
         calls = CodeCalls(run, by_python) if run is not None else None
-        kernel = kernel_for(sandbox_of(ctx), ctx.session)
+        kernel = kernel_for(sandbox_of(ctx), ctx.resource_key)
         result = to_result(await kernel.execute(code, tools=specs, on_call=calls))
         if calls is not None and calls.untrusted:  # outside content must not lose its marking on the way through
             from ..tools.untrusted import mark_untrusted

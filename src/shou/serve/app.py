@@ -31,6 +31,7 @@ from .auth import LOCAL_USER, Tokens
 from .docs import docs_page
 from .hub import Hub
 from .jobs import ACTIVE, Job, Refused, RunQueue
+from .leftovers import close_leftovers
 from .runner import Runner
 from .schema import Decision, RunRequest, openapi
 from .stream import run_events, sse
@@ -221,11 +222,11 @@ async def delete_session(request: Request) -> Response:
     except SessionBusy as e:
         raise HTTPException(409, str(e)) from None
     try:
+        key = srv.queue.session_id(name)
         srv.store.delete(name)
         srv.queue.forget_session(name)
-        from ..sandbox.stateful import close_session
-
-        await close_session(name)  # its Python state goes with it, not to the next session of that name
+        if key:  # its browser, interpreter and spills go with it, not to the next session of that name
+            await close_leftovers(srv.workspace, key)
     finally:
         lock.release()
     return Response(status_code=204)

@@ -119,7 +119,7 @@ class ToolExecutor:
             return ToolResult.error(mark_untrusted(text, call.name) if untrusted else text)
         result = self._cap(ToolResult.coerce(value), call, ctx, untrusted)
         if ctx is not None and result.details and isinstance(result.details.get("output_path"), str):
-            spills.claim(ctx.session, result.details["output_path"])  # a sandbox's spill: this session's to read
+            spills.claim(ctx.resource_key, result.details["output_path"])  # a sandbox's spill: this session's to read
         if untrusted:
             result = ToolResult(mark_untrusted(result.content, call.name), result.image, result.is_error,
                                 result.details)
@@ -137,7 +137,7 @@ class ToolExecutor:
             try:
                 label = f"{UNTRUSTED_SPILL}{call.name}" if untrusted else call.name
                 rel = save_output(ctx.workspace, label, text.encode("utf-8"))
-                spills.claim(ctx.session, rel)
+                spills.claim(ctx.resource_key, rel)
                 hint = f"the full output ({len(text)} characters) is in {rel}; read it with read_file and offset"
             except (OSError, ShouError):
                 pass

@@ -72,7 +72,7 @@ async def run_code(
         code: The complete program.
         stateful: python only: keep variables and imports between calls, like a notebook.
     """
-    return await _run_code(sandbox_of(ctx), ctx.session, language, code, stateful)
+    return await _run_code(sandbox_of(ctx), ctx.resource_key, language, code, stateful)
 
 
 def sandbox_tools(sandbox: Sandbox) -> list[Tool]:
@@ -82,7 +82,7 @@ def sandbox_tools(sandbox: Sandbox) -> list[Tool]:
         return await _shell(sandbox, command)
 
     async def bound_run_code(language: str, code: str, ctx: ToolContext, stateful: bool = False) -> ToolResult:
-        return await _run_code(sandbox, ctx.session, language, code, stateful)
+        return await _run_code(sandbox, ctx.resource_key, language, code, stateful)
 
     return [
         Tool("shell", shell.description, shell.parameters, bound_shell, timeout=BACKSTOP),
