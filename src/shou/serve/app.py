@@ -2,7 +2,8 @@
 
 Every handler but the page, the API's documents and the health check first names the user (`Server.user()`:
 401 without a valid token, on every server: with no tokens file the person's own token, printed as a link
-at start); every run and session is looked up as that user's, so another user's is a 404, indistinguishable from one that does not exist.
+at start); every run and session is looked up as that user's, so another user's is a 404,
+indistinguishable from one that does not exist.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from starlette.routing import Route
 from ..session import Session, new_session_name
 from ..store.locks import SessionBusy
 from ..tools.executor import parse_arguments
-from .auth import LOCAL_USER, Tokens
+from .auth import Tokens
 from .docs import docs_page
 from .hub import Hub
 from .jobs import ACTIVE, Job, Refused, RunQueue
