@@ -30,6 +30,7 @@ import orjson
 
 from ..errors import UserError
 from ..events import Event, event_from_dict
+from ..private import make_dirs, private_file
 from .locks import LockFile, SessionBusy, SessionLock
 from .migrate import Migration, migrate
 from .retention import PRUNABLE_TYPES, pruned, referenced
@@ -144,7 +145,8 @@ class SQLiteStore(StoreBasics):
 
     def __init__(self, path: str | Path, retention_days: float | None = DEFAULT_RETENTION_DAYS) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path.parent)
+        private_file(self.path)  # 0600 before SQLite makes it (and its -wal, -shm) with the umask's mode
         try:
             self._db = self._connect()
             migrate(self._db, MIGRATIONS)
