@@ -271,6 +271,7 @@ async def decide_approval(request: Request) -> Response:
     from ..agent.approvals import decide
 
     session = Session(found, srv.store)
+    session.key = srv.queue.session_id(found) or session.key  # what its runs' grants are signed for
     try:
         session.acquire()
     except SessionBusy as e:
