@@ -7,9 +7,10 @@
  *     javac -d out examples/java/ShouClient.java && java -cp out ShouClient "What is 6*7?"
  *
  * URL defaults to $SHOU_URL, then http://127.0.0.1:8300; TOKEN to $SHOU_TOKEN (a bearer token from the
- * server's --tokens file). It POSTs the task to /v1/runs, then reads GET /v1/runs/{id}/events as
- * Server-Sent Events and prints each event as it arrives. If the stream drops before the run finishes it
- * reconnects with `Last-Event-ID` (the last `id:` it saw), so no event is lost or printed twice.
+ * server's --tokens file, or the one in the link a server without --tokens prints). It POSTs the task
+ * to /v1/runs, then reads GET /v1/runs/{id}/events as Server-Sent Events and prints each event as it
+ * arrives. If the stream drops before the run finishes it reconnects with `Last-Event-ID` (the last
+ * `id:` it saw), so no event is lost or printed twice.
  * Exit status: 0 if the run completed, 1 if it ended otherwise, 2 on an error (HTTP 4xx/5xx, no server).
  * Output is UTF-8; Java decodes the arguments with the locale's charset, so use a UTF-8 locale
  * (e.g. LC_ALL=C.UTF-8) for a task that is not ASCII.

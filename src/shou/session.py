@@ -245,6 +245,10 @@ class Session:
 
     def __init__(self, name: str | None = None, store: SQLiteStore | None = None) -> None:
         self.name = name or new_session_name()
+        # What the session's live resources are kept under (ToolContext.session_key). The name serves one
+        # person's own log; `shou serve` sets the id it gave the session when it was made, since a name can
+        # be chosen again after a delete, by anyone.
+        self.key = self.name
         self.store = store
         self._fold = MessageFold()
         self._seen = 0  # the id of the last stored event folded in

@@ -23,6 +23,7 @@ import stat
 from pathlib import Path
 
 from .errors import ToolError, UserError
+from .private import DIR_MODE, FILE_MODE, tighten_tree
 
 __all__ = [
     "STATE_DIR", "NotFound", "Opened", "check_state_file", "config_parts", "is_state_path", "open_beneath", "open_file",
@@ -100,7 +101,7 @@ def _open_root(root: Path) -> int:
         raise ToolError(f"the workspace {root} cannot be opened: {e.strerror or e}") from None
 
 
-def _step(dir_fd: int, name: str, shown: str, *, create: bool) -> int:
+def _step(dir_fd: int, name: str, shown: str, *, create: bool, dir_mode: int = 0o777) -> int:
     """Open the folder `name` in `dir_fd` without following a symlink (making it first if asked)."""
     for attempt in (0, 1):
         try:
@@ -110,7 +111,7 @@ def _step(dir_fd: int, name: str, shown: str, *, create: bool) -> int:
                 raise NotFound(f"folder {shown!r} does not exist in the workspace; call list_files to see "
                                "what is there") from None
             with contextlib.suppress(FileExistsError):  # made meanwhile: the next open checks what it is
-                os.mkdir(name, 0o777, dir_fd=dir_fd)
+                os.mkdir(name, dir_mode, dir_fd=dir_fd)
         except OSError as e:
             raise _refusal(dir_fd, name, shown, e) from None
     raise AssertionError("unreachable")
@@ -134,7 +135,7 @@ def _refusal(dir_fd: int, name: str, shown: str, e: OSError) -> ToolError:
 
 
 def open_beneath(root: Path, parts: tuple[str, ...], flags: int, *, make_parents: bool = False,
-                 mode: int = 0o666) -> int:
+                 mode: int = 0o666, dir_mode: int = 0o777) -> int:
     """Open `root/parts...` with `flags`, following no symlink at any component; returns the fd.
 
     The final open adds O_NOFOLLOW, O_NONBLOCK (a FIFO must not block) and O_CLOEXEC, then checks that
@@ -145,7 +146,7 @@ def open_beneath(root: Path, parts: tuple[str, ...], flags: int, *, make_parents
     dir_fd = _open_root(root)
     try:
         for i, name in enumerate(parts[:-1]):
-            next_fd = _step(dir_fd, name, "/".join(parts[: i + 1]), create=make_parents)
+            next_fd = _step(dir_fd, name, "/".join(parts[: i + 1]), create=make_parents, dir_mode=dir_mode)
             os.close(dir_fd)
             dir_fd = next_fd
         shown = "/".join(parts)
@@ -280,7 +281,7 @@ def state_dir(workspace: Path) -> Path:
     """
     path = Path(workspace) / STATE_DIR
     try:
-        os.mkdir(path, 0o755)
+        os.mkdir(path, DIR_MODE)  # its user's alone: it holds what tools read and models said (shou.private)
     except FileExistsError:
         pass
     except OSError as e:
@@ -291,6 +292,7 @@ def state_dir(workspace: Path) -> Path:
                         "Remove the link (rm .shou) and run again")
     if not stat.S_ISDIR(st.st_mode):
         raise UserError(f"{path} is not a folder; shou keeps its state there. Move it away and run again")
+    tighten_tree(path)  # one an older shou made 0755, with 0644 files
     return path
 
 
@@ -301,7 +303,7 @@ def _state_parts(workspace: Path, parts: tuple[str, ...]) -> tuple[str, ...]:
     return (STATE_DIR, *parts)
 
 
-def open_state(workspace: Path, *parts: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+def open_state(workspace: Path, *parts: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int:
     """Open `.shou/<parts...>` with `flags`, making folders as needed, following no symlink.
 
     Raises `UserError` (not `ToolError`: this is shou's own state, and the message is for the person).
@@ -309,7 +311,7 @@ def open_state(workspace: Path, *parts: str, flags: int = os.O_RDONLY, mode: int
     state_dir(workspace)
     try:
         return open_beneath(Path(workspace), _state_parts(workspace, parts), flags,
-                            make_parents=bool(flags & os.O_CREAT), mode=mode)
+                            make_parents=bool(flags & os.O_CREAT), mode=mode, dir_mode=DIR_MODE)
     except ToolError as e:
         why = str(e).split(";")[0]  # the part that says what is in the way, without the model's advice
         raise UserError(f"cannot use {Path(workspace, STATE_DIR, *parts)}: {why}; shou never follows links "
@@ -328,7 +330,7 @@ def check_state_file(workspace: Path, *parts: str) -> Path:
         except FileNotFoundError:
             if last:
                 return path
-            os.mkdir(path, 0o755)
+            os.mkdir(path, DIR_MODE)
             continue
         if stat.S_ISLNK(st.st_mode) or not (stat.S_ISREG(st.st_mode) if last else stat.S_ISDIR(st.st_mode)):
             raise UserError(f"{path} is {_KINDS.get(stat.S_IFMT(st.st_mode), 'not a regular file')}; shou "
@@ -361,7 +363,7 @@ def save_output(workspace: Path, label: str, data: bytes, *, folder: str = "outp
     """
     safe = "".join(c for c in label if c.isascii() and (c.isalnum() or c in "_-"))[:40] or "output"
     name = f"{safe}-{secrets.token_hex(6)}{suffix}"
-    fd = open_state(workspace, folder, name, flags=os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode=0o644)
+    fd = open_state(workspace, folder, name, flags=os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode=FILE_MODE)
     try:
         view = memoryview(data)
         while view:

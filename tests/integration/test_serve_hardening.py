@@ -118,6 +118,7 @@ def test_a_decision_whose_run_was_never_queued_again_is_picked_up(serve, start, 
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # The replica that recorded the decision died before it queued the run: the log has it, the queue not.
     from shou.agent.approvals import decide
+    from shou.serve.jobs import RunQueue
     from shou.session import Session
     from shou.store.sqlite import SQLiteStore
 
@@ -131,6 +132,9 @@ def test_a_decision_whose_run_was_never_queued_again_is_picked_up(serve, start, 
             monkeypatch.setenv(name, value)
         with SQLiteStore(workspace / ".shou" / "serve.db") as store:
             session = Session("stuck", store)
+            queue = RunQueue.open(store)  # as a replica does: the decision is signed for the session's id
+            session.key = queue.session_id("stuck") or ""
+            queue.close()
             session.acquire()
             decide(session, call_id, True, "", workspace)
             session.release()

@@ -95,7 +95,7 @@ async def test_a_run_with_a_tool_call_an_approval_and_the_answer(serve, tmp_path
     # the answer streams: a few characters, a pause, the rest
     srv = serve([calc("6 * 7"), write("note.txt", "42"), {"text": ANSWER, "chunk_size": 3, "stall": 1.5}])
     with serving(workspace, shou_env(tmp_path, srv, SHOU_CONFIG_DIR=str(ask_write))) as served:
-        await page.goto(served.url + "/")
+        await page.goto(served.link)
         await expect(page.locator("#token-overlay")).to_be_hidden()
         await expect(page.locator("#sessions")).to_contain_text("no sessions yet")
         await page.locator("#task").fill(TASK)
@@ -173,7 +173,7 @@ async def test_the_page_asks_for_the_token_and_then_works(serve, tmp_path: Path,
         await page.locator("#task").fill("say hello")
         await page.locator("#task").press("Enter")
         await expect(page.locator("#chat .answer")).to_have_text("hello alice", timeout=30_000)
-        assert await page.evaluate("localStorage.getItem('shou.token')") == TOKEN
+        assert await page.evaluate("sessionStorage.getItem('shou.token')") == TOKEN
 
         await page.reload()  # the token is remembered
         await expect(page.locator("#sessions li button")).to_have_count(1)
@@ -186,7 +186,7 @@ async def test_the_page_asks_for_the_token_and_then_works(serve, tmp_path: Path,
 async def test_cancel_stops_a_running_run(serve, tmp_path: Path, workspace: Path, page: Page) -> None:
     srv = serve([{"text": "never said", "hang": True}])
     with serving(workspace, shou_env(tmp_path, srv)) as served:
-        await page.goto(served.url + "/")
+        await page.goto(served.link)
         await page.locator("#task").fill("wait forever")
         await page.locator("#send").click()
         await expect(page.locator("#send")).to_be_disabled()
@@ -195,3 +195,31 @@ async def test_cancel_stops_a_running_run(serve, tmp_path: Path, workspace: Path
         await expect(page.locator("#chat .answer")).to_have_count(0)
         await expect(page.locator("#cancel")).to_be_hidden()
         await expect(page.locator("#send")).to_be_enabled()
+
+
+async def test_the_printed_link_opens_the_page_with_its_token(serve, tmp_path: Path, workspace: Path,
+                                                               page: Page) -> None:
+    srv = serve([{"text": "hello local"}])
+    with serving(workspace, shou_env(tmp_path, srv)) as served:
+        assert "#token=" in served.link
+        await page.goto(served.url + "/")  # no token: a server without --tokens asks for one too
+        await expect(page.locator("#token-overlay")).to_be_visible()
+        await page.goto(served.link)
+        await expect(page.locator("#token-overlay")).to_be_hidden()
+        await expect(page.locator("#sessions")).to_contain_text("no sessions yet")
+        assert await page.evaluate("location.hash") == ""  # out of the address bar and the history
+        assert "token" not in page.url
+        assert await page.evaluate("sessionStorage.getItem('shou.token')") == served.token
+        assert await page.evaluate("localStorage.getItem('shou.token')") is None
+        await page.locator("#task").fill("say hello")
+        await page.locator("#task").press("Enter")
+        await expect(page.locator("#chat .answer")).to_have_text("hello local", timeout=30_000)
+        await page.reload()  # kept for this tab
+        await expect(page.locator("#token-overlay")).to_be_hidden()
+        await expect(page.locator("#sessions li button")).to_have_count(1)
+        assert page.context.browser is not None
+        fresh = await page.context.browser.new_page()  # the link opened afresh: read as the page loads
+        await fresh.goto(served.link)
+        await expect(fresh.locator("#sessions li button")).to_have_count(1)
+        await expect(fresh.locator("#token-overlay")).to_be_hidden()
+        assert "token" not in fresh.url

@@ -93,7 +93,7 @@ class Gate:
         decided = session.decisions.get(call.id)
         if decided is not None and (decided.run_id, decided.step) != (run.run_id, run.step):
             decided = None  # a decision on an older call that had the same id (some servers reuse ids)
-        where = bound_to(run.agent.workspace, session.name) if decided is not None or session.granted else ""
+        where = bound_to(run.agent.workspace, session.key) if decided is not None or session.granted else ""
         if decided is not None and decided.allow and not verify(decided, where, call.arguments, env):
             decided = None  # not made by this user (a planted session log): decide again
         if decided is not None:  # decided earlier (another process, or before a restart)
@@ -137,7 +137,7 @@ class Gate:
         decided = ApprovalDecided(run.run_id, run.step, call.id, call.name, allow, by, scope, rule, reason,
                                   time.time())
         if allow:
-            where = bound_to(run.agent.workspace, run.session.name)
+            where = bound_to(run.agent.workspace, run.session.key)
             decided = sign(decided, where, call.arguments, getattr(run.agent.settings, "env", None))
         run.emit(decided)
         return "run" if allow else self._refuse(call, reason)
@@ -171,8 +171,9 @@ def _key(env: Any = None) -> bytes:
 
 
 def bound_to(workspace: Any, session: str) -> str:
-    """What a signature binds a decision to besides the call: this workspace's session (a copy of a signed
-    row into another workspace's log, or another session, does not verify)."""
+    """What a signature binds a decision to besides the call: this workspace's session, by its key
+    (`Session.key`: under `shou serve` an id no later session of the same name gets), so a copy of a signed
+    row into another workspace's log, or another session, does not verify."""
     import pathlib
 
     return f"{pathlib.Path(workspace).resolve()}\x1e{session}"
@@ -241,6 +242,6 @@ def decide(session: Any, call_id: str, allow: bool, reason: str, workspace: Any,
     why = reason or ("approved" if allow else "denied")
     decided = ApprovalDecided(req.run_id, req.step, call_id, req.call.name, allow, by or person(), "once", req.rule,
                               why, time.time())
-    session.record(sign(decided, bound_to(workspace, session.name), req.call.arguments) if allow else decided)
+    session.record(sign(decided, bound_to(workspace, session.key), req.call.arguments) if allow else decided)
     session.commit()
     return req

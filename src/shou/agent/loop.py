@@ -211,7 +211,8 @@ class Run:
         agent = self.agent
         executor = ToolExecutor(agent.tools, timeout=agent.tool_timeout or DEFAULT_TIMEOUT, cap=agent.tool_timeout,
                                 concurrency=agent.max_parallel_tools, spill_chars=agent.context.spill_chars)
-        ctx = ToolContext(agent.workspace, self.session.name, self.run_id, agent.settings)
+        ctx = ToolContext(agent.workspace, self.session.name, self.run_id, agent.settings,
+                          session_key=self.session.key)
         ctx.state["shou.run"] = self  # what `delegate` needs to start a sub-agent under this run
         return executor, ctx
 

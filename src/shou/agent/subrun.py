@@ -28,6 +28,7 @@ class SubSession(Session):
 
     def __init__(self, parent: Session) -> None:
         super().__init__(parent.name, None)
+        self.key = parent.key  # the same browser, interpreter and spills as the run it works for
         self._parent = parent
 
     @property

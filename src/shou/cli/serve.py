@@ -62,7 +62,10 @@ def serve(
     store: Annotated[str | None, typer.Option(
         "--store", help="postgresql://... (shared by replicas), or a SQLite file (default: .shou/shou.db).")] = None,
     tokens: Annotated[Path | None, typer.Option(
-        "--tokens", help="File of `TOKEN USER` lines; without it only loopback is served.")] = None,
+        "--tokens", help="File of `TOKEN USER` lines; without it only loopback is served, to one token.")] = None,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", help="Without --tokens: a file holding the one token (default: SHOU_SERVE_TOKEN, or a new "
+        "one); the link printed at start carries it.")] = None,
     max_runs_per_user: Annotated[int, typer.Option(
         "--max-runs-per-user", min=1, help="Runs one user may have queued or running at once.")] = 8,
     max_concurrent: Annotated[int, typer.Option(
@@ -78,11 +81,13 @@ def serve(
     from ..errors import ShouError
     from ..serve.auth import Tokens
 
+    if tokens is not None and token_file is not None:
+        raise fail("give --tokens (a file of `TOKEN USER` lines) or --token-file (one token), not both")
     try:
-        token_set = Tokens.load(tokens) if tokens is not None else None
+        token_set, link_token = (Tokens.load(tokens), None) if tokens is not None else Tokens.local(token_file)
     except ShouError as e:
         raise fail(str(e)) from None
-    if token_set is None and not _loopback(host):
+    if link_token is not None and not _loopback(host):
         raise fail(f"refusing to serve {host} without --tokens: anyone who can reach it could run tools here")
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, None, sandbox, None, option,
                    False, "defer")
@@ -91,13 +96,24 @@ def serve(
     except ShouError as e:
         raise fail(str(e)) from None
     try:
-        asyncio.run(_serve(agent, settings, host, port, store, token_set, max_runs_per_user, max_concurrent, lease,
-                           replica))
+        asyncio.run(_serve(agent, settings, host, port, store, (token_set, link_token), max_runs_per_user,
+                           max_concurrent, lease, replica))
     finally:
         asyncio.run(close_resources(agent))
 
 
-async def _serve(agent, settings, host: str, port: int, store_spec: str | None, tokens, max_runs_per_user: int,
+def _print_link(base: str, token: str) -> None:
+    """The page's address with the token in its fragment: a browser never sends a fragment, so the token is
+    in no request line, proxy log or Referer; the page reads it and takes it out of the address bar."""
+    from urllib.parse import quote
+
+    err.print("[yellow]no --tokens: serving loopback only, to user 'local'; every request needs this token "
+              "(Authorization: Bearer TOKEN)[/]")
+    err.print(f"shou serve: open {base}/#token={quote(token, safe='')}", soft_wrap=True, markup=False,
+              highlight=False)
+
+
+async def _serve(agent, settings, host: str, port: int, store_spec: str | None, auth, max_runs_per_user: int,
                  max_concurrent: int, lease: float, replica: str) -> None:
     import uvicorn
 
@@ -125,7 +141,8 @@ async def _serve(agent, settings, host: str, port: int, store_spec: str | None, 
     queue = RunQueue.open(store)
     runner = Runner(agent, store, queue, Hub(), replica=replica, max_concurrent=max_concurrent, lease=lease,
                     max_runs_per_user=max_runs_per_user, users=UserMemory(agent.settings, store))
-    app = create_app(Server(runner, tokens, settings.workspace))
+    tokens, link_token = auth
+    app = create_app(Server(runner, tokens, settings.workspace, local=link_token is not None))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         sock = listening_socket(host, port)
@@ -139,10 +156,10 @@ async def _serve(agent, settings, host: str, port: int, store_spec: str | None, 
         await asyncio.sleep(0.05)
     if server.started:
         where = f"[{host}]" if family == socket.AF_INET6 else host
-        if tokens is None:
-            err.print("[yellow]no --tokens: serving loopback only; every request is user 'local'[/]")
         err.print(f"shou serve: replica {escape(runner.replica)}, store {escape(str(store.path))}")
         err.print(f"shou serve: listening on http://{where}:{bound}", soft_wrap=True)
+        if link_token is not None:
+            _print_link(f"http://{where}:{bound}", link_token)
     try:
         await task
     finally:

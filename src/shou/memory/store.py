@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..private import make_dirs, private_file
 from ..ranking import fts_query, terms
 from ..store.migrate import migrate
 from . import graph, tokens
@@ -59,7 +60,8 @@ class MemoryStore:
         self.path = Path(path)
         self._env = env  # whose config folder holds the signing key (memory/signing.py)
         self._signed: tuple[Any, set[int]] | None = None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path.parent)
+        private_file(self.path)  # 0600 before SQLite makes it (and its -wal, -shm) with the umask's mode
         self.embedder: Embedder | None = (
             (default_embedder() if embeddings else None) if isinstance(embeddings, bool) else embeddings
         )

@@ -318,6 +318,13 @@ class ScriptedServer:
         """Every request body received on the chat endpoint, in order (errors included)."""
         return self._script.requests
 
+    def extend(self, turns: list[dict[str, Any]]) -> None:
+        """Add turns to the end of the script while it serves: for a test that learns what a later turn must
+        say (a file name a tool made up) only as it goes."""
+        more = load_script(turns)
+        with self._script._lock:
+            self._script.turns.extend(more)
+
     @property
     def faults_injected(self) -> list[dict[str, Any]]:
         """The faults sent instead of a turn: `{"request": index into requests, "kind": ...}`, in order."""

@@ -1,7 +1,9 @@
 """The HTTP API of `shou serve` (Starlette): runs, their event streams, sessions, approvals, docs and the page.
 
-Every handler first names the user (`Server.user()`: 401 without a valid token); every run and session is
-looked up as that user's, so another user's is a 404, indistinguishable from one that does not exist.
+Every handler but the page, the API's documents and the health check first names the user (`Server.user()`:
+401 without a valid token, on every server: with no tokens file the person's own token, printed as a link
+at start); every run and session is looked up as that user's, so another user's is a 404,
+indistinguishable from one that does not exist.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from starlette.routing import Route
 from ..session import Session, new_session_name
 from ..store.locks import SessionBusy
 from ..tools.executor import parse_arguments
-from .auth import LOCAL_USER, Tokens
+from .auth import Tokens
 from .docs import docs_page
 from .hub import Hub
 from .jobs import ACTIVE, Job, Refused, RunQueue
+from .leftovers import close_leftovers
 from .runner import Runner
 from .schema import Decision, RunRequest, openapi
 from .stream import run_events, sse
@@ -44,8 +47,9 @@ class Server:
     """What the handlers share: the runner (and through it the store and queue), tokens and the workspace."""
 
     runner: Runner
-    tokens: Tokens | None
+    tokens: Tokens
     workspace: Path
+    local: bool = False  # no tokens file: one token, of the person at the machine, on loopback
 
     @property
     def store(self) -> Any:
@@ -60,17 +64,16 @@ class Server:
         return self.runner.hub
 
     def user(self, request: Request) -> str:
-        """The caller (401 without a valid token, when the server has tokens). Without tokens, only a request
-        addressed to loopback by name from no other origin is served: a web page the person visits cannot
-        reach the server by rebinding a name of its own to 127.0.0.1, nor post to it from another origin."""
-        if self.tokens is None:
-            if not _local_host(request.headers.get("host", "")) or not _same_origin(request):
-                raise HTTPException(403, "without --tokens only requests to localhost from its own pages are "
-                                         "served")
-            return LOCAL_USER
+        """The caller: 401 without a valid token. Every local account can reach a loopback port, so even the
+        person's own server asks for their token. On such a server a request must also be addressed to
+        loopback by name from no other origin: defence in depth against a page that rebinds a name of its
+        own to 127.0.0.1 or posts to it from another origin."""
+        if self.local and (not _local_host(request.headers.get("host", "")) or not _same_origin(request)):
+            raise HTTPException(403, "without --tokens only requests to localhost from its own pages are served")
         user = self.tokens.user_of(request.headers.get("authorization"))
         if user is None:
-            raise HTTPException(401, "a valid bearer token is required (Authorization: Bearer TOKEN)")
+            raise HTTPException(401, "a valid bearer token is required (Authorization: Bearer TOKEN); "
+                                     "`shou serve` prints a link with it when it starts")
         return user
 
     def job(self, request: Request, user: str) -> Job:
@@ -220,11 +223,11 @@ async def delete_session(request: Request) -> Response:
     except SessionBusy as e:
         raise HTTPException(409, str(e)) from None
     try:
+        key = srv.queue.session_id(name)
         srv.store.delete(name)
         srv.queue.forget_session(name)
-        from ..sandbox.stateful import close_session
-
-        await close_session(name)  # its Python state goes with it, not to the next session of that name
+        if key:  # its browser, interpreter and spills go with it, not to the next session of that name
+            await close_leftovers(srv.workspace, key)
     finally:
         lock.release()
     return Response(status_code=204)
@@ -268,6 +271,7 @@ async def decide_approval(request: Request) -> Response:
     from ..agent.approvals import decide
 
     session = Session(found, srv.store)
+    session.key = srv.queue.session_id(found) or session.key  # what its runs' grants are signed for
     try:
         session.acquire()
     except SessionBusy as e:

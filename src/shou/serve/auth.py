@@ -1,14 +1,19 @@
-"""Who is asking: bearer tokens from a file (`TOKEN USER` per line), compared by their hashes."""
+"""Who is asking: bearer tokens from a file (`TOKEN USER` per line), or the one token of the person at the
+machine (`local`: generated at start, or from `SHOU_SERVE_TOKEN` or `--token-file`), compared by their hashes."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import secrets
 from pathlib import Path
 
 from ..errors import UserError
 
 LOCAL_USER = "local"
+MIN_TOKEN = 16
+TOKEN_ENV = "SHOU_SERVE_TOKEN"
 
 
 class Tokens:
@@ -31,7 +36,7 @@ class Tokens:
             if not line:
                 continue
             parts = line.split()
-            if len(parts) != 2 or len(parts[0]) < 16:
+            if len(parts) != 2 or len(parts[0]) < MIN_TOKEN:
                 raise UserError(f"{path}:{number}: expected `TOKEN USER` with a token of at least 16 characters")
             if parts[1] == LOCAL_USER:
                 raise UserError(f"{path}:{number}: the user name {LOCAL_USER!r} is the person at the machine "
@@ -40,6 +45,26 @@ class Tokens:
         if not pairs:
             raise UserError(f"{path} has no tokens")
         return cls(pairs)
+
+    @classmethod
+    def local(cls, token_file: Path | None = None) -> tuple[Tokens, str]:
+        """The tokens of a server with no tokens file: the one token of user `local` (from `token_file`, else
+        `SHOU_SERVE_TOKEN`, else a new random one) and that token. Every local account can reach a loopback
+        port, so the port alone says nothing about who is asking."""
+        if token_file is not None:
+            try:
+                token = token_file.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as e:
+                raise UserError(f"cannot read the token file {token_file}: {getattr(e, 'strerror', None) or e}"
+                                ) from None
+            where = str(token_file)
+        else:
+            token, where = os.environ.get(TOKEN_ENV, "").strip(), TOKEN_ENV
+            if not token:
+                token = secrets.token_urlsafe(24)
+        if len(token) < MIN_TOKEN or any(c.isspace() for c in token) or not token.isprintable():
+            raise UserError(f"{where}: the token must be one word of at least {MIN_TOKEN} printable characters")
+        return cls({token: LOCAL_USER}), token
 
     def user_of(self, authorization: str | None) -> str | None:
         """The user whose token the header carries, or None."""

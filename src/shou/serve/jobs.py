@@ -17,6 +17,7 @@ import hmac
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -42,6 +43,9 @@ _TABLES = [
     "CREATE INDEX IF NOT EXISTS serve_runs_by_session ON serve_runs(session)",
     "CREATE TABLE IF NOT EXISTS serve_sessions (name TEXT PRIMARY KEY, username TEXT NOT NULL)",
 ]
+# The session's id, unique forever (a uuid4 given when it is made): what its browser context, interpreter
+# and spilled outputs are kept under, since its name can be taken again once it is deleted.
+_SID_COLUMN = "ALTER TABLE serve_sessions ADD COLUMN {} sid TEXT NOT NULL DEFAULT ''"
 
 
 class Refused(UserError):
@@ -128,6 +132,10 @@ class RunQueue:
                 self._x("SELECT pg_advisory_xact_lock(%s)", (0x5340_0002,))
             for statement in _TABLES:
                 self._x(statement)
+            if postgres:
+                self._x(_SID_COLUMN.format("IF NOT EXISTS"))
+            elif "sid" not in {row[1] for row in self._x("PRAGMA table_info(serve_sessions)").fetchall()}:
+                self._x(_SID_COLUMN.format(""))
 
     @classmethod
     def open(cls, store: Any) -> RunQueue:
@@ -201,7 +209,8 @@ class RunQueue:
             if owner is not None and owner[0] != user:
                 raise Refused(404, f"no session {session!r}")
             if owner is None:
-                self._x("INSERT INTO serve_sessions(name, username) VALUES (%s, %s)", (session, user))
+                self._x("INSERT INTO serve_sessions(name, username, sid) VALUES (%s, %s, %s)",
+                        (session, user, uuid.uuid4().hex))
             busy = self._x("SELECT run_id FROM serve_runs WHERE session = %s AND status IN "
                            "('queued', 'running', 'waiting_approval')", (session,)).fetchone()
             if busy is not None:
@@ -365,6 +374,17 @@ class RunQueue:
         with self._tx(write=False):
             row = self._x("SELECT username FROM serve_sessions WHERE name = %s", (session,)).fetchone()
         return row[0] if row else None
+
+    def session_id(self, session: str) -> str | None:
+        """The id `session` got when it was made (None: nobody made it through the API). A session from
+        before ids were kept gets one now."""
+        with self._tx():
+            row = self._x("SELECT sid FROM serve_sessions WHERE name = %s", (session,)).fetchone()
+            if row is None or row[0]:
+                return row[0] if row else None
+            self._x("UPDATE serve_sessions SET sid = %s WHERE name = %s AND sid = ''", (uuid.uuid4().hex, session))
+            (sid,) = self._x("SELECT sid FROM serve_sessions WHERE name = %s", (session,)).fetchone()
+        return str(sid)
 
     def forget_session(self, session: str) -> None:
         """Drop a session's runs and ownership (its events are deleted by the store)."""

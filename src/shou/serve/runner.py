@@ -243,6 +243,7 @@ class Runner:
     async def _execute(self, job: Job) -> None:
         try:
             session = Session(job.session, self.store)
+            session.key = self.queue.session_id(job.session) or session.key
             session.acquire()
         except Exception as e:  # busy (its previous holder may be dying) or the database is away: later
             if not isinstance(e, SessionBusy):

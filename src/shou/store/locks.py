@@ -25,7 +25,7 @@ class LockFile:
     """
 
     def __init__(self, path: Path) -> None:
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self.held: set[int] = set()  # one description: holders in this process are told apart here
 
     @staticmethod

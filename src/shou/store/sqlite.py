@@ -31,6 +31,7 @@ import orjson
 
 from ..errors import UserError
 from ..events import Event, event_from_dict
+from ..private import make_dirs, private_file
 from .locks import LockFile, SessionBusy, SessionLock, held
 from .retention import PRUNABLE_TYPES, pruned, referenced
 from .sqlite_errors import StoreDamaged, StoreError, StoreUnusable, explain, read_only, unwritable
@@ -124,7 +125,8 @@ class SQLiteStore(StoreBasics):
         self.path = Path(path)
         self.readonly = readonly
         if not readonly:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.path.parent)
+            private_file(self.path)  # 0600 before SQLite makes it (and its -wal, -shm) with the umask's mode
             if self.path.exists() and not os.access(self.path, os.W_OK):  # SQLite would open it to read only
                 raise read_only(self.path)
         try:

@@ -79,6 +79,15 @@ class ToolContext:
     run_id: str = ""
     settings: Any = None
     state: dict[str, Any] = field(default_factory=dict)
+    # What the session's resources (browser context, interpreter, spilled outputs) are kept under: an id
+    # unique to this session forever (`Session.key`), so a later session of the same name, maybe another
+    # user's, never finds them.
+    session_key: str = ""
+
+    @property
+    def resource_key(self) -> str:
+        """The key of this session's resources: `session_key`, or the session's name when it has none."""
+        return self.session_key or self.session
 
     async def run_process(
         self, *argv: str, input: bytes | None = None, cwd: str | os.PathLike[str] | None = None,

@@ -124,7 +124,7 @@ class ToolExecutor:
         untrusted = untrusted or result.untrusted  # the tool knows this result carries outside content
         result = self._cap(result, call, ctx, untrusted)
         if ctx is not None and result.details and isinstance(result.details.get("output_path"), str):
-            spills.claim(ctx.session, result.details["output_path"])  # a sandbox's spill: this session's to read
+            spills.claim(ctx.resource_key, result.details["output_path"])  # a sandbox's spill: this session's to read
         if untrusted:
             result = replace(result, content=mark_untrusted(result.content, call.name), untrusted=True)
         return result
@@ -141,7 +141,7 @@ class ToolExecutor:
             try:
                 label = f"{UNTRUSTED_SPILL}{call.name}" if untrusted else call.name
                 rel = save_output(ctx.workspace, label, text.encode("utf-8"))
-                spills.claim(ctx.session, rel)
+                spills.claim(ctx.resource_key, rel)
                 hint = f"the full output ({len(text)} characters) is in {rel}; read it with read_file and offset"
             except (OSError, ShouError):
                 pass

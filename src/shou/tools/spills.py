@@ -9,8 +9,11 @@ earlier process is not readable again, which costs nothing but a re-run of the c
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 from collections import OrderedDict
+from pathlib import Path
 
 from ..errors import ToolError
 
@@ -27,6 +30,30 @@ def claim(session: str, path: str | None) -> None:
         _owners[path.strip("/")] = session
         while len(_owners) > _MOST:
             _owners.popitem(last=False)
+
+
+def discard(session: str, workspace: Path) -> int:
+    """Delete the outputs `session` spilled (it was deleted) and forget them; returns how many files went.
+    Only regular files directly in `.shou/outputs/` are removed, never through a link."""
+    with _lock:
+        mine = [path for path, owner in _owners.items() if owner == session]
+        for path in mine:
+            del _owners[path]
+    outputs = Path(workspace) / ".shou" / "outputs"
+    if not outputs.is_dir() or outputs.is_symlink() or Path(workspace, ".shou").is_symlink():
+        return 0
+    removed = 0
+    for path in mine:
+        parts = path.split("/")
+        if len(parts) != 3 or parts[:2] != [".shou", "outputs"] or parts[2] in ("", ".", ".."):
+            continue
+        try:
+            if stat.S_ISREG(os.lstat(outputs / parts[2]).st_mode):
+                os.unlink(outputs / parts[2])
+                removed += 1
+        except OSError:
+            continue  # gone already, or not shou's to remove
+    return removed
 
 
 def check_readable(session: str, parts: list[str]) -> None:

@@ -200,7 +200,7 @@ async def browser(
     act_ms, nav_ms = _timeouts(ctx)
     if action == "navigate" or (action == "tab_open" and url):
         url = await _check_url(ctx, url)  # before starting a browser for a URL that will be refused
-    sess = await get_session(ctx.session or "default", ctx.workspace, ctx.settings)
+    sess = await get_session(ctx.resource_key or "default", ctx.workspace, ctx.settings)
     async with sess.lock:
         try:
             return await _run(sess, ctx, action, url, selector, index, text, key, full_page, act_ms, nav_ms)

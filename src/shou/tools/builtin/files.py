@@ -73,7 +73,7 @@ def _open_for_reading(ctx: ToolContext, path: str) -> Opened:
         if skill_file is None:
             raise
         return skill_file
-    check_readable(ctx.session, list(parts))
+    check_readable(ctx.resource_key, list(parts))
     return open_file(ctx.workspace, path)
 
 
