@@ -7,7 +7,8 @@ function takes. So a call may be waited for on the spot, blocking the loop for a
 when the result comes. The caller decides who may: `Tool.call` lets a tool that answered quickly last
 time, so a slow tool stalls the loop once, by `wait`, and then never again until it is quick again.
 Timeouts stay enforceable: the loop is back within `wait`, and a call that runs on is abandoned, as
-before.
+before. An abandoned call's processes end with it (tools/children.py): a timed-out tool that ran `sleep 300`
+leaves no `sleep` behind, and nothing keeps shou's exit waiting on it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import queue
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from .children import kill_thread_children
 
 
 class _DaemonPool:
@@ -73,7 +76,7 @@ class _Call:
     on the spot is neither lost nor delivered twice.
     """
 
-    __slots__ = ("done", "fn", "future", "guard", "kwargs", "loop", "outcome")
+    __slots__ = ("abandoned", "done", "fn", "future", "guard", "kwargs", "loop", "outcome", "tid")
 
     def __init__(self, fn: Callable[..., Any], kwargs: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
         self.fn = fn
@@ -84,9 +87,16 @@ class _Call:
         self.guard = threading.Lock()
         self.outcome: tuple[bool, Any] | None = None
         self.future: asyncio.Future[Any] | None = None
+        self.tid: int | None = None  # the worker's native thread id while it runs the call
+        self.abandoned = False
 
     def run(self) -> None:
         """On the worker: call, record, and wake the loop if it stopped waiting on the spot."""
+        with self.guard:
+            if self.abandoned:  # given up on before a worker took it: it never runs
+                self.done.release()
+                return
+            self.tid = threading.get_native_id()
         try:
             outcome: tuple[bool, Any] = (True, self.fn(**self.kwargs))
         except BaseException as e:
@@ -94,6 +104,10 @@ class _Call:
         with self.guard:
             self.outcome = outcome
             future = self.future
+            tid, self.tid = self.tid, None
+            abandoned = self.abandoned
+        if abandoned and tid is not None:  # what it started after it was given up on ends too
+            kill_thread_children(tid)
         self.done.release()
         if future is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
@@ -108,9 +122,22 @@ class _Call:
             outcome = self.outcome
             if outcome is None:
                 self.future = future  # the worker settles it through the loop
+                future.add_done_callback(self._cancelled)
                 return future
         _settle(future, outcome)
         return future
+
+    def _cancelled(self, future: asyncio.Future[Any]) -> None:
+        """The caller gave up (a timeout, a stopped run): the call is abandoned, and the processes it started
+        are killed, since a thread cannot be stopped but its children can."""
+        if not future.cancelled():
+            return
+        with self.guard:  # held while killing: the worker cannot move on to another call's processes meanwhile
+            if self.outcome is not None:
+                return
+            self.abandoned = True
+            if self.tid is not None:
+                kill_thread_children(self.tid)
 
 
 def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
