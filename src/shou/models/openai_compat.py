@@ -5,7 +5,9 @@ calls from their fragments by stream position (`reply.py`). A reply is complete 
 `finish_reason`: a stream that ends or breaks before one is a `ModelCutOffError`, retried from scratch like
 any transient failure. That is safe even after text or call fragments went out: tool calls are acted on
 only after the final `Completion`, so nothing of a cut reply has run (whoever showed its text drops it on
-`Retrying`). A 200 whose body is not a reply (an HTML page, a JSON error) is an error naming what arrived.
+`Retrying`). A stream chunk that is not JSON (half an object, a proxy's text spliced in) breaks the
+stream the same way, and is retried as a cut one; a 200 whose body is not a reply at all (an HTML page, a
+JSON error) is an error naming what arrived.
 Failures become the `ModelError` tree with messages that name the setting to change (`provider_errors.py`);
 429, 5xx, 408, timeouts and cut or broken replies are retried with backoff (`RetryPolicy`).
 """
@@ -293,9 +295,12 @@ class OpenAICompatible:
         """Take in one `chat.completion.chunk`; return the text and call fragments it carries."""
         try:
             chunk = _loads(data)
-        except ValueError:
-            raise ModelResponseError(
-                f"{self._where} sent a stream chunk that is not JSON: {preview(data)!r}"
+        except ValueError:  # the stream broke, like one that stops: nothing of it has run, so try again
+            if reply.finish is not None:  # the reply is whole already: only its usage could be lost
+                return []
+            raise ModelCutOffError(
+                f"the stream from {self._where} broke: it sent a chunk that is not JSON after {reply.progress()}: "
+                f"{preview(data)!r}"
             ) from None
         if not isinstance(chunk, dict):
             raise ModelResponseError(f"{self._where} sent a stream chunk that is not an object: {preview(data)!r}")
