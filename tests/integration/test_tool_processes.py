@@ -12,7 +12,7 @@ from shou.models.scripted import ScriptedServer
 
 from .conftest import FIXTURES, shou_env, tool_messages
 
-WAYS = ("run", "shell", "session", "system")
+WAYS = ("run", "shell", "session", "system", "orphan")
 
 
 def sleepers(workspace: Path) -> list[int]:
@@ -35,7 +35,7 @@ def sleepers(workspace: Path) -> list[int]:
 def test_a_timed_out_sync_tool_leaves_no_process_and_shou_exits(tmp_path: Path, workspace: Path) -> None:
     calls = [{"name": "start_sleeper", "arguments": {"how": how}} for how in WAYS]
     with ScriptedServer([{"tool_calls": calls}, {"text": "They all hung."}]) as srv:
-        env = shou_env(tmp_path, srv, SHOU_TOOL_TIMEOUT="1")
+        env = shou_env(tmp_path, srv, SHOU_TOOL_TIMEOUT="1", SHOU_MAX_PARALLEL_TOOLS=str(len(WAYS)))
         proc = subprocess.Popen([sys.executable, "-m", "shou", "run", "sleep", "--json", "--functions",
                                  str(FIXTURES / "extra_tools.py")], cwd=workspace, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)

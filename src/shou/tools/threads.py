@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .children import kill_thread_children
+from .children import kill_thread_children, tracked
 
 
 class _DaemonPool:
@@ -76,7 +76,7 @@ class _Call:
     on the spot is neither lost nor delivered twice.
     """
 
-    __slots__ = ("abandoned", "done", "fn", "future", "guard", "kwargs", "loop", "outcome", "tid")
+    __slots__ = ("abandoned", "done", "fn", "future", "groups", "guard", "kwargs", "loop", "outcome", "tid")
 
     def __init__(self, fn: Callable[..., Any], kwargs: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
         self.fn = fn
@@ -88,6 +88,7 @@ class _Call:
         self.outcome: tuple[bool, Any] | None = None
         self.future: asyncio.Future[Any] | None = None
         self.tid: int | None = None  # the worker's native thread id while it runs the call
+        self.groups: list[int] = []  # the process groups its subprocesses were put in (tools/children.py)
         self.abandoned = False
 
     def run(self) -> None:
@@ -98,7 +99,8 @@ class _Call:
                 return
             self.tid = threading.get_native_id()
         try:
-            outcome: tuple[bool, Any] = (True, self.fn(**self.kwargs))
+            with tracked() as self.groups:
+                outcome: tuple[bool, Any] = (True, self.fn(**self.kwargs))
         except BaseException as e:
             outcome = (False, e)
         with self.guard:
@@ -107,7 +109,7 @@ class _Call:
             tid, self.tid = self.tid, None
             abandoned = self.abandoned
         if abandoned and tid is not None:  # what it started after it was given up on ends too
-            kill_thread_children(tid)
+            kill_thread_children(tid, self.groups)
         self.done.release()
         if future is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
@@ -137,7 +139,7 @@ class _Call:
                 return
             self.abandoned = True
             if self.tid is not None:
-                kill_thread_children(self.tid)
+                kill_thread_children(self.tid, self.groups)
 
 
 def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
