@@ -270,6 +270,16 @@ async def test_a_stream_that_keeps_sending_non_json_fails_when_the_retries_run_o
     assert len(srv.requests) == 3  # the request and its two retries
 
 
+async def test_an_html_page_labelled_as_an_event_stream_is_not_retried() -> None:
+    page = "<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+    with (
+        ScriptedServer([{"raw_body": page, "content_type": "text/event-stream"}, {"text": "never"}]) as srv,
+        pytest.raises(ModelResponseError, match=r"HTTP 200 with text/event-stream, not an event stream: .*502 Bad"),
+    ):
+        await collect(srv)
+    assert len(srv.requests) == 1
+
+
 async def test_non_json_after_the_finish_reason_loses_nothing() -> None:
     with ScriptedServer([sse(delta(content="ok"), delta("stop"), "{garbled usage")]) as srv:
         events = await collect(srv)
