@@ -110,7 +110,7 @@ class ModelRequest(Event):
     tools_ref: str = ""
     params: dict[str, Any] | None = None
     contents: dict[str, Any] | None = None
-    purpose: str = ""  # "" for a ReAct step; "plan", "review" or "answer" for the calls around a plan
+    purpose: str = ""  # "" for a ReAct step; "plan", "verdict", "review" or "answer" for the calls around a plan
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,7 +59,7 @@ class ModelCallTrace:
     run_id: str
     step: int
     model: str = ""
-    purpose: str = ""  # "" for a ReAct step; "plan", "review" or "answer"
+    purpose: str = ""  # "" for a ReAct step; "plan", "verdict", "review" or "answer"
     response_model: str = ""
     sent_model: str = ""  # the name a fallback model that answered was asked with (its price went by it)
     provider: str = ""

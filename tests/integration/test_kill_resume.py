@@ -4,6 +4,10 @@ Each killed run is a real `shou run --json` process against the scripted provide
 side-effect tool (it appends a token to a file) and an idempotent one. After each kill: every event the
 process printed (streaming fragments aside) is in the store, `shou resume` finishes the run, no
 non-idempotent call ran twice, and every call that was running is reported to the model.
+
+The moments are counted in the process's own progress, not in seconds: it is killed just after it prints
+its N-th event (N drawn at random), so a loaded machine that runs it slowly kills it at the same points as
+a quiet one. Clocks bound only a hang (a deadlock guard), never decide when to kill.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -55,6 +60,8 @@ def lookup(key: str) -> str:
     return key.upper()
 '''
 FRAGMENTS = ("text_delta", "tool_call_delta")
+RUN_LINES = 68  # the events a whole run of the script prints (a resume prints fewer)
+HANG_GUARD = 300.0  # seconds one process may take before it is taken for hung: a deadlock guard only
 
 
 def script(tag: str) -> list[dict[str, Any]]:
@@ -77,7 +84,36 @@ def stored(db: Path, session: str) -> list[dict[str, Any]]:
         conn.close()
 
 
-@pytest.mark.timeout(1200)
+def run_until(cmd: list[str], cwd: Path, env: dict[str, str], kill_after: int | None, errors: Path
+              ) -> tuple[int, list[dict[str, Any]], str]:
+    """Run `cmd`; with `kill_after`, SIGKILL it just after it prints that many events. Returns its exit code,
+    every event it printed (those still in the pipe after the kill included) and its stderr."""
+    hung = threading.Event()
+    with errors.open("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        guard = threading.Timer(HANG_GUARD, lambda: (hung.set(), proc.kill()))
+        guard.start()
+        try:
+            assert proc.stdout is not None
+            lines, events = [], 0
+            for line in proc.stdout:
+                lines.append(line)
+                events += line.startswith("{")
+                if kill_after is not None and events >= kill_after:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+            lines.extend(proc.stdout.readlines())  # what it printed before the kill landed
+            proc.wait()
+        finally:
+            guard.cancel()
+            proc.kill()
+        err.seek(0)
+        text = err.read()
+    assert not hung.is_set(), f"{' '.join(cmd[3:5])} hung for {HANG_GUARD:g} s: {text[-500:]}"
+    return proc.returncode, [json.loads(x) for x in lines if x.startswith("{")], text
+
+
+@pytest.mark.timeout(2400)
 def test_fifty_kills_at_random_moments_lose_nothing_and_rerun_nothing(tmp_path: Path, workspace: Path) -> None:
     (workspace / "tools.py").write_text(TOOLS)
     effects = tmp_path / "effects.log"
@@ -97,17 +133,12 @@ def test_fifty_kills_at_random_moments_lose_nothing_and_rerun_nothing(tmp_path: 
             env["SHOU_BASE_URL"] = srv.base_url
             cmd, killing = run, True
             for _ in range(12):  # the run, then resumes, each killed at a random moment, until one finishes
-                proc = subprocess.Popen(cmd, cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                try:
-                    out, err = proc.communicate(timeout=rng.uniform(0.3, 2.0) if killing and kills < 50 else 60)
-                except subprocess.TimeoutExpired:
-                    proc.send_signal(signal.SIGKILL)
-                    out, err = proc.communicate()
-                printed = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
-                if proc.returncode != -signal.SIGKILL:
-                    if cmd is resume or proc.returncode == 0:
+                kill_after = rng.randint(1, RUN_LINES - 1) if killing and kills < 50 else None
+                code, printed, err = run_until(cmd, workspace, env, kill_after, tmp_path / "stderr.log")
+                if code != -signal.SIGKILL:
+                    if cmd is resume or code == 0:
                         break
-                    unfinished.append((session, proc.returncode, err.decode()[-300:]))
+                    unfinished.append((session, code, err[-300:]))
                     break
                 log = stored(db, session) if db.exists() else []
                 lost += [(session, e["type"]) for e in printed if e["type"] not in FRAGMENTS and e not in log]

@@ -147,9 +147,10 @@ def test_the_cli_exports_when_the_endpoint_variable_is_set(shou, serve, collecto
 
 async def test_a_planned_run_and_its_sub_runs_are_one_trace(collector: OtlpCollector, tmp_path: Path) -> None:
     """The plan call, each step's own run and the final answer hang under the run's span: one trace."""
+    done = {"tool_calls": [{"name": "step_verdict", "arguments": {"done": True, "reason": "done"}}]}
     script = [{"tool_calls": [{"name": "submit_plan", "arguments": {"steps": ["Compute 6*7", "Say it"]}}]},
-              {"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]}, {"text": "42"},
-              {"text": "It is 42."}, {"text": "6*7 is 42."}]
+              {"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]}, {"text": "42"}, done,
+              {"text": "It is 42."}, done, {"text": "6*7 is 42."}]
     srv = ScriptedServer(script).start()
     observer = OtelObserver(endpoint=collector.endpoint)
     try:

@@ -1,5 +1,6 @@
-"""`shou run` against a scripted provider that misbehaves: cut and broken streams, resets, stalls, 200s that
-are not replies, tool calls with missing or repeated ids, and 30% of requests failing at random."""
+"""`shou run` against a scripted provider that misbehaves: cut and broken streams, resets, stalls, chunks that
+are not JSON, 200s that are not replies, tool calls with missing or repeated ids, and 30% of requests failing at
+random."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from shou.models.scripted import FaultPlan, ScriptedServer
 from .conftest import shou_env, tool_messages
 
 MODEL = "scripted-test"  # what shou_env configures
+RETRIED = ("429", "500", "503", "reset", "cut", "stall", "garbage")  # the fault kinds a retry gets past
 ADDLOG_TOOL = '''
 from shou import ToolContext, tool
 
@@ -131,12 +133,12 @@ def test_two_calls_with_one_id_each_get_their_own_result(serve, shou, tmp_path, 
 
 
 def test_thirty_three_turn_tasks_at_30_percent_faults_all_complete_once(tmp_path: Path) -> None:
-    """Each request fails with probability 0.3 (429, 500, 503, a reset, a cut mid-call, a stall), instead of
-    getting its turn; every task still completes with the right answer and each call runs exactly once.
-    Seeded: the same faults every run."""
+    """Each request fails with probability 0.3 (429, 500, 503, a reset, a cut mid-call, a stall, a chunk that
+    is not JSON), instead of getting its turn; every task still completes with the right answer and each call
+    runs exactly once. Seeded: the same faults every run."""
     functions = tmp_path / "addlog_tool.py"
     functions.write_text(ADDLOG_TOOL)
-    plan = FaultPlan(rate=0.3, kinds=("429", "500", "503", "reset", "cut", "stall"), stall_seconds=0.5)
+    plan = FaultPlan(rate=0.3, kinds=RETRIED, stall_seconds=0.5)
 
     def task(k: int) -> tuple[int, list[dict[str, Any]]]:
         workspace = tmp_path / f"ws{k}"
@@ -157,6 +159,33 @@ def test_thirty_three_turn_tasks_at_30_percent_faults_all_complete_once(tmp_path
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(task, range(30)))
     kinds = Counter(f["kind"] for _, faults in results for f in faults)
-    assert set(kinds) == {"429", "500", "503", "reset", "cut", "stall"}, kinds
+    assert set(kinds) == set(RETRIED), kinds
     assert sum(kinds.values()) >= 20, kinds
 
+
+
+def test_a_chunk_that_is_not_json_mid_call_is_retried_and_the_call_runs_once(tmp_path, workspace) -> None:
+    functions = tmp_path / "addlog_tool.py"
+    functions.write_text(ADDLOG_TOOL)
+    plan = FaultPlan(rate=1.0, kinds=("garbage",), max_in_a_row=1)  # every other request breaks
+    with ScriptedServer([addlog(12, 345), {"text": "12 + 345 = 357"}], model=MODEL, faults=plan) as srv:
+        r = subprocess.run([sys.executable, "-m", "shou", "run", "add", "--functions", str(functions), "--json"],
+                           cwd=workspace, env=shou_env(tmp_path, srv), capture_output=True, text=True, timeout=120)
+        faults = list(srv.faults_injected)
+    assert r.returncode == 0, r.stderr
+    assert adds(workspace) == ["12+345=357"]
+    assert [f["kind"] for f in faults] == ["garbage", "garbage"]
+    assert "not JSON" in r.stdout  # the retry notice says why
+    finished = events_of(r.stdout)[-1]
+    assert (finished["status"], finished["answer"]) == ("completed", "12 + 345 = 357")
+
+
+def test_an_html_page_with_status_200_is_not_retried_and_says_so(tmp_path, workspace) -> None:
+    plan = FaultPlan(rate=1.0, kinds=("html",))
+    with ScriptedServer([{"text": "never"}], model=MODEL, faults=plan) as srv:
+        r = subprocess.run([sys.executable, "-m", "shou", "run", "hello"], cwd=workspace,
+                           env=shou_env(tmp_path, srv), capture_output=True, text=True, timeout=120)
+        requests = len(srv.requests)
+    assert r.returncode == 1 and requests == 1
+    assert "HTTP 200 with text/html" in r.stderr and "Sign in to the network" in r.stderr
+    assert "--base-url" in r.stderr and "Traceback" not in r.stdout + r.stderr

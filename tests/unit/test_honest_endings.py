@@ -250,12 +250,41 @@ async def test_keep_alives_and_other_named_events_are_skipped() -> None:
     assert done.message.text == "ok"
 
 
-async def test_a_chunk_that_is_not_json_is_a_terminal_error() -> None:
+@pytest.mark.parametrize("garbage", ["{not json", '{"choices": [{"delta": {"content": "ha', "502 Bad Gateway",
+                                     "<html><body>proxy error</body></html>"])
+async def test_a_chunk_that_is_not_json_is_retried_as_a_cut_stream(garbage: str) -> None:
+    with ScriptedServer([sse(delta(content="a"), garbage), {"text": "whole"}]) as srv:
+        events = await collect(srv)
+    [retry] = [e for e in events if isinstance(e, Retrying)]
+    assert "broke" in retry.reason and "not JSON" in retry.reason and garbage[:8] in retry.reason
+    [done] = completions(events)
+    assert done.message.text == "whole" and len(srv.requests) == 2
+
+
+async def test_a_stream_that_keeps_sending_non_json_fails_when_the_retries_run_out() -> None:
     with (
-        ScriptedServer([sse(delta(content="a"), "{not json"), {"text": "never"}]) as srv,
-        pytest.raises(ModelResponseError, match=r"not JSON: '\{not json'"),
+        ScriptedServer([sse(delta(content="a"), "{not json")] * 3) as srv,
+        pytest.raises(ModelUnavailableError, match=r"not JSON.*'\{not json'"),
     ):
         await collect(srv)
+    assert len(srv.requests) == 3  # the request and its two retries
+
+
+async def test_an_html_page_labelled_as_an_event_stream_is_not_retried() -> None:
+    page = "<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+    with (
+        ScriptedServer([{"raw_body": page, "content_type": "text/event-stream"}, {"text": "never"}]) as srv,
+        pytest.raises(ModelResponseError, match=r"HTTP 200 with text/event-stream, not an event stream: .*502 Bad"),
+    ):
+        await collect(srv)
+    assert len(srv.requests) == 1
+
+
+async def test_non_json_after_the_finish_reason_loses_nothing() -> None:
+    with ScriptedServer([sse(delta(content="ok"), delta("stop"), "{garbled usage")]) as srv:
+        events = await collect(srv)
+    [done] = completions(events)
+    assert done.message.text == "ok" and not any(isinstance(e, Retrying) for e in events)
     assert len(srv.requests) == 1
 
 

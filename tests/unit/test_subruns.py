@@ -26,6 +26,10 @@ def test_a_sub_runs_events_count_but_never_join_the_conversation(tmp_path: Path)
         assert s.open_run is not None and s.open_run.run_id == "r1"
 
 
+# a plan step's verdict, which the step's model is asked for once the step's run completes
+DONE = {"tool_calls": [{"name": "step_verdict", "arguments": {"done": True, "reason": "done"}}]}
+
+
 @tool
 def note(text: str) -> str:
     """Keep a note."""
@@ -37,8 +41,10 @@ async def test_a_planned_run_through_the_python_api(tmp_path: Path) -> None:
         {"tool_calls": [{"name": "submit_plan", "arguments": {"steps": ["note a", "note b"]}}]},
         {"tool_calls": [{"name": "note", "arguments": {"text": "a"}}]},
         {"text": "a is noted"},
+        DONE,
         {"tool_calls": [{"name": "note", "arguments": {"text": "b"}}]},
         {"text": "b is noted"},
+        DONE,
         {"text": "Both notes are kept."},
     ])
     store = SQLiteStore(tmp_path / "db")
@@ -51,9 +57,12 @@ async def test_a_planned_run_through_the_python_api(tmp_path: Path) -> None:
     # the session's conversation is the task and the answer; the steps live in the log as sub-runs
     assert [m.text for m in Session("plan", store).messages] == ["note a and b", "Both notes are kept."]
     # step 2 knew step 1's result and nothing of the planner's conversation
-    step2 = model.requests[3]["messages"]
+    step2 = model.requests[4]["messages"]
     assert "a is noted" in step2[-1]["content"] and all(m["role"] != "tool" for m in step2)
-    assert seen[-1].usage.requests == 6  # the plan, both steps and the answer count for the run
+    verdict = model.requests[3]
+    assert [t["function"]["name"] for t in verdict["tools"]] == ["step_verdict"]
+    assert "note a" in verdict["messages"][-1]["content"] and "noted a" in verdict["messages"][-1]["content"]
+    assert seen[-1].usage.requests == 8  # the plan, both steps, their verdicts and the answer count for the run
 
 
 async def test_delegate_through_the_python_api_with_a_named_agent(tmp_path: Path) -> None:
@@ -78,7 +87,9 @@ async def test_sub_runs_store_each_request_content_once_in_the_log(tmp_path: Pat
     model = ScriptedModel([
         {"tool_calls": [{"name": "submit_plan", "arguments": {"steps": ["note a", "note b"]}}]},
         {"text": "a done"},
+        DONE,
         {"text": "b done"},
+        DONE,
         {"text": "Done."},
     ])
     store = SQLiteStore(tmp_path / "db")
@@ -101,6 +112,7 @@ async def test_a_killed_planned_run_resumes_from_its_plan(tmp_path: Path) -> Non
     model = ScriptedModel([
         {"tool_calls": [{"name": "submit_plan", "arguments": {"steps": ["check whether b is noted, note it if not"]}}]},
         {"text": "b was not noted; now it is"},
+        DONE,
         {"text": "a and b are noted."},
     ])
     agent = Agent(model, [note], workspace=tmp_path, store=store)  # not planning: the log says the run was
@@ -119,7 +131,9 @@ async def test_model_given_text_is_bounded(tmp_path: Path) -> None:
     model = ScriptedModel([
         {"tool_calls": [{"name": "submit_plan", "arguments": {"steps": [huge, {"odd": "step"}, "  "]}}]},
         {"text": "one"},
+        DONE,
         {"text": "two"},
+        DONE,
         {"text": "answer"},
         {"text": "first answer"},
         {"tool_calls": [{"name": "review", "arguments": {"approved": False, "feedback": huge}}]},

@@ -101,6 +101,7 @@ class Run:
         self.step = resume.step if resume is not None else 0
         self.usage = resume.usage if resume is not None else Usage()
         self.unfinished: dict[str, ToolCall] = {}
+        self.entered: set[str] = set()  # ids of the calls whose tool began to run (the executor adds them)
         self.truncated = 0
         self._gate: Gate | None = None
         self.accounts = Accounts(agent.prices, self._budgets() if budgets is None else budgets,
@@ -186,12 +187,12 @@ class Run:
                 raise  # would, so the run is resumed from its log once that is fixed, not recorded as failed
             status, error = "error", f"internal error: {type(e).__name__}: {e}"
         except asyncio.CancelledError:
-            self._finish_unfinished("the run was cancelled before this call finished")
+            self._finish_unfinished("the run was cancelled")
             done = self._finished("cancelled", "", "the run was cancelled", started)
             self.emit(done)
             self.commit()
             raise
-        self._finish_unfinished(f"not finished: the run ended ({status})")
+        self._finish_unfinished(f"the run ended ({status})")
         done = self._finished(status, answer, error, started)
         self.emit(done)
         self.commit()
@@ -201,16 +202,23 @@ class Run:
         return RunFinished(self.run_id, status, answer, self.step, self.usage, time.perf_counter() - started, error)
 
     def _finish_unfinished(self, why: str) -> None:
-        """Give every call that never finished an error result, so the conversation stays valid."""
+        """Give every call that never finished an error result, so the conversation stays valid. A call whose
+        tool had begun may have had its effect, as after `kill -9`: its outcome is unknown, not "not run"."""
         for call in list(self.unfinished.values()):
-            self.emit(ToolCallFinished(self.run_id, self.step, call.id, call.name, f"Error: {why}.", is_error=True))
+            if call.id in self.entered:
+                text = (f"Error: interrupted: {why} while this call ran, so its outcome is unknown (it may or may "
+                        "not have had its effect). Check before repeating it.")
+            else:
+                text = f"Error: not run: {why} before this call started."
+            self.emit(ToolCallFinished(self.run_id, self.step, call.id, call.name, text, is_error=True))
         self.unfinished.clear()
 
     def tools_and_context(self) -> tuple[ToolExecutor, ToolContext]:
         """The executor and the context the run's tool calls get."""
         agent = self.agent
         executor = ToolExecutor(agent.tools, timeout=agent.tool_timeout or DEFAULT_TIMEOUT, cap=agent.tool_timeout,
-                                concurrency=agent.max_parallel_tools, spill_chars=agent.context.spill_chars)
+                                concurrency=agent.max_parallel_tools, spill_chars=agent.context.spill_chars,
+                                started=self.entered)
         ctx = ToolContext(agent.workspace, self.session.name, self.run_id, agent.settings,
                           session_key=self.session.key)
         ctx.state["shou.run"] = self  # what `delegate` needs to start a sub-agent under this run
@@ -269,7 +277,7 @@ class Run:
                 call = message.tool_calls[verdicts.index("stop")]
                 why = f"{call.name} was called with the same arguments again after a warning"
                 self.emit(Notice(run_id, step, "loop", why))
-                self._finish_unfinished("not run: the same call was repeated, the run was stopped")
+                self._finish_unfinished("the same call was repeated and the run was stopped")
                 self.emit(StepFinished(run_id, step, self.usage))
                 return "loop", "", why
             runnable = [c for c in message.tool_calls if c.id not in oversized or not self._refuse_oversized(c)]

@@ -4,9 +4,11 @@ failed step leads to a new plan for what remains, and one last call writes the a
 The planner is offered one tool, `submit_plan(steps)`. Each step is a sub-run (shou.agent.subrun) with all
 the agent's tools, `plan_step_max_steps` model calls and `plan_step_timeout` seconds; its context is the
 task, the plan and the results of the steps before it. A step that ends in anything but `completed`
-fails, and the planner is called again with the plan, what was done and why the step failed (at most
-`max_replans` times). `PlanUpdated` events carry the plan after every change, so a consumer can show it
-as a live checklist, and a resumed run picks the plan up where the log left it.
+fails, and so does a completed one whose verdict (agent/verdict.py: the step's model, asked whether the
+step achieved what it was for) is "not done"; the planner is then called again with the plan, what was
+done and why the step failed (at most `max_replans` times). `PlanUpdated` events carry the plan after
+every change, so a consumer can show it as a live checklist, and a resumed run picks the plan up where the
+log left it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ..events import PlanStep, PlanUpdated, RunStatus, StepFinished
 from ..messages import Message
 from .subrun import derived, outcome, run_sub
 from .turn import must_call, tool_arguments
+from .verdict import judge_step
 
 if TYPE_CHECKING:
     from .loop import Run
@@ -91,12 +94,20 @@ class Planner:
             self._publish()
             done, session = await run_sub(run, self._step_agent(), self._step_prompt(i), self.steps[i].run_id)
             result = outcome(done, session)
+            why = done.status
             if done.status == "completed":
-                self._set(i, status="done", result=result)
-                self._publish()
-                continue
+                verdict = await judge_step(run, self.steps[i].text, result, session)
+                if isinstance(verdict, str):
+                    return "budget", "", verdict
+                achieved, reason = verdict
+                if achieved:
+                    self._set(i, status="done", result=result)
+                    self._publish()
+                    continue
+                why = "its verdict: not done"
+                result = f"not done: {reason or '(no reason given)'}\nThe step's report: {result}"
             self._set(i, status="failed", result=result)
-            self._publish(f"step {i + 1} failed ({done.status})", awaiting=i + 1)
+            self._publish(f"step {i + 1} failed ({why})", awaiting=i + 1)
             failed = i
         return await self._answer()
 

@@ -50,19 +50,7 @@ class Critic:
 
     def _evidence(self) -> str:
         """What the run's tools returned, newest last, each cut to a readable size."""
-        calls = {}
-        lines = []
-        for m in self.run.session.messages[self.first:]:
-            for c in m.tool_calls:
-                calls[c.id] = c
-            if m.role == "tool":
-                call = calls.get(m.tool_call_id or "")
-                args = call.arguments[:300] if call is not None else ""
-                text = m.text if len(m.text) <= RESULT_CHARS else m.text[:RESULT_CHARS] + " [...]"
-                lines.append(f"- {m.name}({args}) returned:\n{text}")
-        if not lines:
-            return "(no tool was called)"
-        return "\n".join(lines[-RESULTS_SHOWN:])
+        return tool_evidence(self.run.session.messages[self.first:])
 
     async def review(self, step: int, answer: str) -> bool | str:
         """Ask the critic about `answer`: True (approved), False (rejected: the feedback is in the
@@ -83,6 +71,24 @@ class Critic:
         if not approved:
             run.emit(Feedback(run.run_id, step, REJECTED.format(feedback=feedback or "(no reason given)")))
         return approved
+
+
+def tool_evidence(messages: list[Message]) -> str:
+    """What the tools returned in `messages` (each call with its arguments), newest last, each cut to a readable
+    size: what a judge of the work is shown."""
+    calls = {}
+    lines = []
+    for m in messages:
+        for c in m.tool_calls:
+            calls[c.id] = c
+        if m.role == "tool":
+            call = calls.get(m.tool_call_id or "")
+            args = call.arguments[:300] if call is not None else ""
+            text = m.text if len(m.text) <= RESULT_CHARS else m.text[:RESULT_CHARS] + " [...]"
+            lines.append(f"- {m.name}({args}) returned:\n{text}")
+    if not lines:
+        return "(no tool was called)"
+    return "\n".join(lines[-RESULTS_SHOWN:])
 
 
 def _verdict(message: Message) -> tuple[bool, str]:

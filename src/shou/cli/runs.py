@@ -1,13 +1,13 @@
 """`shou run TASK` and `shou resume [SESSION]`: one run, its events shown as they happen, a summary.
 
 SIGINT, SIGTERM and SIGHUP all stop a run the same way: it is cancelled, its unfinished calls get an
-answer, and it is recorded as `cancelled` before the process exits with 128 + the signal's number.
+answer, and it is recorded as `cancelled` before the process exits with 128 + the signal's number. A signal
+after the run finished changes nothing: the exit code is the run's (cli/stopping.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
 from typing import Annotated, Any
@@ -47,6 +47,7 @@ from .build import (
     fail,
     utf8_text,
 )
+from .stopping import StopSignals
 
 
 class RunStopped(StoreUnusable):
@@ -54,7 +55,6 @@ class RunStopped(StoreUnusable):
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print every event as a JSON line.")]
-STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run(
@@ -162,28 +162,24 @@ async def _consume(agent: Any, start: Any, render: Any, stopped: list[int]) -> s
         if main is not None:
             main.cancel()
 
-    for signum in STOPPING:
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signum, stop, signum)
     started = False
-    try:
-        async for event in start(agent):
-            started = True
-            render(event)
-            if event.type == "run_finished":
-                status = event.status
-    except StoreUnusable as e:
-        if not started:
-            raise
-        raise RunStopped(f"{e}. The run stopped; its log holds every step up to here: once that is fixed, "
-                         "`shou resume` continues it", e.path, e.cause) from None
-    except asyncio.CancelledError:
-        if not stopped:
-            raise
-        return "cancelled"
-    finally:
-        for signum in STOPPING:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(signum)
-        await close_resources(agent)
+    with StopSignals(loop, stop) as signals:
+        try:
+            async for event in start(agent):
+                started = True
+                if event.type == "run_finished":  # over before anyone is shown it: no signal can stop it now
+                    status = event.status
+                    signals.finished()
+                render(event)
+        except StoreUnusable as e:
+            if not started:
+                raise
+            raise RunStopped(f"{e}. The run stopped; its log holds every step up to here: once that is fixed, "
+                             "`shou resume` continues it", e.path, e.cause) from None
+        except asyncio.CancelledError:
+            if not stopped:
+                raise
+            return "cancelled"
+        finally:
+            await close_resources(agent)
     return status

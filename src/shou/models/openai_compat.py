@@ -5,7 +5,9 @@ calls from their fragments by stream position (`reply.py`). A reply is complete 
 `finish_reason`: a stream that ends or breaks before one is a `ModelCutOffError`, retried from scratch like
 any transient failure. That is safe even after text or call fragments went out: tool calls are acted on
 only after the final `Completion`, so nothing of a cut reply has run (whoever showed its text drops it on
-`Retrying`). A 200 whose body is not a reply (an HTML page, a JSON error) is an error naming what arrived.
+`Retrying`). A stream chunk that is not JSON (half an object, a proxy's text spliced in) breaks the
+stream the same way, and is retried as a cut one; a 200 whose body is not a reply at all (an HTML page, a
+JSON error) is an error naming what arrived.
 Failures become the `ModelError` tree with messages that name the setting to change (`provider_errors.py`);
 429, 5xx, 408, timeouts and cut or broken replies are retried with backoff (`RetryPolicy`).
 """
@@ -200,6 +202,8 @@ class OpenAICompatible:
                 while True:
                     if not reply.head:
                         reply.head = raw[:300]
+                        if _html(reply.head):  # a page labelled as a stream (a proxy's): no retry makes it a reply
+                            raise self._not_a_reply(raw, resp)
                     for name, data in decoder.feed(raw):
                         reply.events += 1
                         if name == "error":
@@ -293,9 +297,12 @@ class OpenAICompatible:
         """Take in one `chat.completion.chunk`; return the text and call fragments it carries."""
         try:
             chunk = _loads(data)
-        except ValueError:
-            raise ModelResponseError(
-                f"{self._where} sent a stream chunk that is not JSON: {preview(data)!r}"
+        except ValueError:  # the stream broke, like one that stops: nothing of it has run, so try again
+            if reply.finish is not None:  # the reply is whole already: only its usage could be lost
+                return []
+            raise ModelCutOffError(
+                f"the stream from {self._where} broke: it sent a chunk that is not JSON after {reply.progress()}: "
+                f"{preview(data)!r}"
             ) from None
         if not isinstance(chunk, dict):
             raise ModelResponseError(f"{self._where} sent a stream chunk that is not an object: {preview(data)!r}")
@@ -341,13 +348,17 @@ class OpenAICompatible:
             raise ModelCutOffError(f"the reply from {self._where} was cut off: its body stopped after {len(raw)} "
                                    "bytes, before its JSON was complete (it had no length, so the connection "
                                    "closing was its only end)")
+        raise self._not_a_reply(raw, resp)
+
+    def _not_a_reply(self, raw: bytes, resp: Any) -> ModelResponseError:
+        """The error for a body that is no reply at all, naming what came (and a hint for a web page)."""
         ctype = resp.headers.get("content-type") or "no Content-Type"
         wanted = "an event stream" if self.streaming else "a chat completion"
         body = f"{preview(raw)!r}" if raw else "an empty body"
         hint = ""
-        if "html" in ctype.lower() or raw.lstrip()[:1] == b"<":
+        if "html" in ctype.lower() or _html(raw):
             hint = ". Is the base URL (--base-url / SHOU_BASE_URL) the API's root, e.g. https://host/v1?"
-        raise ModelResponseError(
+        return ModelResponseError(
             f"{self._where} answered HTTP {resp.status} with {ctype}, not {wanted}: {body}{hint}",
             status=resp.status,
         )
@@ -388,6 +399,11 @@ def _undecodable(e: BaseException) -> bool:
 def _int(value: Any) -> int:
     """`value` if it is a whole number (a `max_tokens` from `extra` can be anything), else 0."""
     return value if type(value) is int and value > 0 else 0
+
+
+def _html(raw: bytes) -> bool:
+    """Whether a body begins like a web page (an event stream's lines never begin with `<`)."""
+    return raw.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"<"
 
 
 def _is_json_object(data: str) -> bool:

@@ -33,6 +33,11 @@ from .scripted_wire import error_body, reply_body
 __all__ = ["FaultPlan", "ScriptedServer", "main"]
 
 
+FAULT_KINDS = ("reset", "cut", "stall", "garbage", "html")
+NOT_JSON = b'data: {"id": "chatcmpl-scripted", "choices": [{"delta": {"content": "ha\n\n'  # half an event
+PORTAL = b"<!DOCTYPE html><html><head><title>Sign in to the network</title></head><body>Log in first</body></html>"
+
+
 @dataclass(frozen=True, slots=True)
 class FaultPlan:
     """Random faults for a whole script: each request, with probability `rate`, gets one of `kinds` instead
@@ -41,9 +46,12 @@ class FaultPlan:
     Kinds: an HTTP error status (`"429"`, `"500"`, `"503"`, ...); `"reset"` (an RST mid-reply); `"cut"` (the
     reply ends cleanly in the middle of a tool call's arguments, or of its text); `"stall"` (the reply stops
     there for `stall_seconds`, then ends: a client whose read timeout is shorter gives up first, any other
-    sees a cut). The same `seed` gives the same sequence of draws. `max_in_a_row` caps consecutive faults
-    (per server), e.g. at a client's retry budget, so that a test does not hang on the luck of the draw: at
-    rate 0.3, nine faults in a row (what exhausts the default 8 retries) come once in ~50,000 requests.
+    sees a cut); `"garbage"` (a stream event that is not JSON spliced in mid-reply, as a broken proxy sends;
+    a non-streamed reply is cut instead); `"html"` (status 200 with an HTML page, a captive portal's or a
+    proxy's, which no retry turns into a reply). The same `seed` gives the same sequence of draws.
+    `max_in_a_row` caps consecutive faults (per server), e.g. at a client's retry budget, so that a test does
+    not hang on the luck of the draw: at rate 0.3, nine faults in a row (what exhausts the default 8 retries)
+    come once in ~50,000 requests.
     """
 
     rate: float = 0.3
@@ -58,8 +66,9 @@ class FaultPlan:
         if not self.kinds:
             raise ValueError("a fault plan needs at least one kind")
         for kind in self.kinds:
-            if kind not in ("reset", "cut", "stall") and not (kind.isdigit() and 400 <= int(kind) <= 599):
-                raise ValueError(f"unknown fault kind {kind!r}: use an HTTP error status, 'reset', 'cut' or 'stall'")
+            if kind not in FAULT_KINDS and not (kind.isdigit() and 400 <= int(kind) <= 599):
+                raise ValueError(f"unknown fault kind {kind!r}: use an HTTP error status or one of "
+                                 f"{', '.join(map(repr, FAULT_KINDS))}")
         if self.stall_seconds < 0:
             raise ValueError("stall_seconds must not be negative")
         if self.max_in_a_row is not None and self.max_in_a_row < 0:
@@ -178,9 +187,15 @@ class _Handler(BaseHTTPRequestHandler):
             status = int(kind)
             self._error(status, f"scripted fault: HTTP {status}")
             return
+        if kind == "html":
+            self._send(200, "text/html; charset=utf-8", [PORTAL], "length")
+            return
         ctype, pieces, mid = reply_body(n, turn, body)
         stream = bool(body.get("stream"))
-        if kind == "cut":  # a clean end mid-reply; a whole JSON body cannot end early cleanly, so it breaks
+        if kind == "garbage" and stream:  # spliced in before the finish_reason; the rest of the reply follows
+            at = max(0, min(len(pieces) // 2, len(pieces) - 3))
+            self._send(200, ctype, [*pieces[:at], NOT_JSON, *pieces[at:]], "chunked")
+        elif kind in ("cut", "garbage"):  # a clean end mid-reply; a whole JSON body cannot end cleanly early: breaks
             self._send(200, ctype, pieces, "close" if stream else "length", stop_at=mid)
         elif kind == "reset":
             self._send(200, ctype, pieces, "chunked" if stream else "length", stop_at=mid, reset=True)
@@ -372,7 +387,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fault-rate", type=float, default=0.0, help="share of requests answered with a fault")
     default = FaultPlan()
     parser.add_argument("--fault-kinds", default=",".join(default.kinds),
-                        help="comma-separated: HTTP error statuses, reset, cut, stall (default: %(default)s)")
+                        help="comma-separated: HTTP error statuses, reset, cut, stall, garbage, html "
+                             "(default: %(default)s)")
     parser.add_argument("--fault-seed", type=int, help="seed for the fault draws")
     parser.add_argument("--fault-stall", type=float, default=default.stall_seconds,
                         help="seconds a 'stall' fault waits (default: %(default)s)")

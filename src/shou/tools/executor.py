@@ -71,13 +71,16 @@ class ToolExecutor:
     """Executes tool calls against a `ToolSet` with per-tool timeouts and a concurrency limit.
 
     `timeout` is for tools that declare none; `cap`, when given, limits every tool, those that do included.
+    `started`, when given, gets the id of every call whose tool was entered (past validation and the
+    concurrency limit): a call stopped after that may have had its effect, one stopped before cannot have.
     """
 
     def __init__(
         self, tools: ToolSet, *, timeout: float = DEFAULT_TIMEOUT, concurrency: int = DEFAULT_CONCURRENCY,
-        spill_chars: int = SPILL_CHARS, cap: float | None = None,
+        spill_chars: int = SPILL_CHARS, cap: float | None = None, started: set[str] | None = None,
     ) -> None:
         self.tools = tools
+        self.started = started if started is not None else set()
         self.timeout = timeout
         self.cap = cap
         self.concurrency = max(1, concurrency)
@@ -104,6 +107,7 @@ class ToolExecutor:
         # From outside (a page, a search result, or the spilled whole of one): the model must read it as data,
         # errors included, since a server writes those too (tools/untrusted.py).
         untrusted = tool.untrusted_output or reads_untrusted_spill(call.name, kwargs)
+        self.started.add(call.id)
         try:
             async with asyncio.timeout(limit):
                 value = await tool.call(kwargs, ctx)

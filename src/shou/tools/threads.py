@@ -11,6 +11,8 @@ Timeouts stay enforceable: the loop is back within `wait`, and a call that runs 
 An abandoned call is told so: a thread cannot be killed, so the work it does past its timeout would go on
 holding CPU and memory nobody waits for. A tool that does heavy work checks `stop_requested()` (or calls
 `check_stop()`) between pieces of it and gives up once its caller stopped waiting (timed out, cancelled).
+Its processes end with it (tools/children.py): a timed-out tool that ran `sleep 300` leaves no `sleep`
+behind, and nothing keeps shou's exit waiting on it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import queue
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from .children import kill_thread_children, tracked
 
 __all__ = ["CallAbandoned", "abandoned_calls", "check_stop", "run_in_daemon_thread", "stop_requested",
            "wait_abandoned"]
@@ -116,7 +120,8 @@ class _Call:
     on the spot is neither lost nor delivered twice.
     """
 
-    __slots__ = ("done", "fn", "future", "guard", "kwargs", "loop", "outcome", "ran", "stop")
+    __slots__ = ("abandoned", "done", "fn", "future", "groups", "guard", "kwargs", "loop", "outcome", "ran", "stop",
+                 "tid")
 
     def __init__(self, fn: Callable[..., Any], kwargs: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
         self.fn = fn
@@ -129,28 +134,45 @@ class _Call:
         self.future: asyncio.Future[Any] | None = None
         self.stop = threading.Event()  # set once nobody waits for the outcome any more
         self.ran = False  # the function returned or raised (under _ABANDONED_CHANGED)
+        self.tid: int | None = None  # the worker's native thread id while it runs the call
+        self.groups: list[int] = []  # the process groups its subprocesses were put in (tools/children.py)
+        self.abandoned = False
 
     def run(self) -> None:
         """On the worker: call, record, and wake the loop if it stopped waiting on the spot."""
+        with self.guard:
+            if self.abandoned:  # given up on before a worker took it: it never runs
+                self._finished()
+                self.done.release()
+                return
+            self.tid = threading.get_native_id()
         _LOCAL.stop = self.stop
         try:
-            outcome: tuple[bool, Any] = (True, self.fn(**self.kwargs))
+            with tracked() as self.groups:
+                outcome: tuple[bool, Any] = (True, self.fn(**self.kwargs))
         except BaseException as e:
             outcome = (False, e)
         finally:
             _LOCAL.stop = None
-            with _ABANDONED_CHANGED:
-                self.ran = True
-                if self in _ABANDONED:
-                    _ABANDONED.discard(self)
-                    _ABANDONED_CHANGED.notify_all()
+            self._finished()
         with self.guard:
             self.outcome = outcome
             future = self.future
+            tid, self.tid = self.tid, None
+            abandoned = self.abandoned
+        if abandoned and tid is not None:  # what it started after it was given up on ends too
+            kill_thread_children(tid, self.groups)
         self.done.release()
         if future is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
                 self.loop.call_soon_threadsafe(_settle, future, outcome)
+
+    def _finished(self) -> None:
+        with _ABANDONED_CHANGED:
+            self.ran = True
+            if self in _ABANDONED:
+                _ABANDONED.discard(self)
+                _ABANDONED_CHANGED.notify_all()
 
     def result(self, wait: float) -> asyncio.Future[Any]:
         """On the loop: the outcome's future, settled already if it came within `wait` seconds."""
@@ -167,12 +189,20 @@ class _Call:
         return future
 
     def _abandon(self, future: asyncio.Future[Any]) -> None:
-        # Cancelled means the awaiting task was (a timeout is a cancellation): nobody wants the outcome now.
-        if future.cancelled():
-            with _ABANDONED_CHANGED:
-                if not self.ran:
-                    _ABANDONED.add(self)
-            self.stop.set()
+        """The caller gave up (a timeout, a stopped run): the call is abandoned and told to stop, and the
+        processes it started are killed, since a thread cannot be stopped but its children can."""
+        if not future.cancelled():
+            return
+        with _ABANDONED_CHANGED:
+            if not self.ran:
+                _ABANDONED.add(self)
+        self.stop.set()
+        with self.guard:  # held while killing: the worker cannot move on to another call's processes meanwhile
+            if self.outcome is not None:
+                return
+            self.abandoned = True
+            if self.tid is not None:
+                kill_thread_children(self.tid, self.groups)
 
 
 def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
