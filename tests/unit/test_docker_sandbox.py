@@ -110,7 +110,7 @@ class FakeEngine:
         return FakeContainer(self)
 
 
-async def until(condition: Any, within: float = 5.0) -> None:
+async def until(condition: Any, within: float = 30.0) -> None:
     deadline = time.monotonic() + within
     while not condition():
         assert time.monotonic() < deadline, "condition never came true"
