@@ -207,7 +207,7 @@ def webhook():
     server.server_close()
 
 
-def _wait_for(received: list, timeout: float = 10.0) -> None:
+def _wait_for(received: list, timeout: float = 30.0) -> None:
     import time
 
     deadline = time.monotonic() + timeout

@@ -4,6 +4,7 @@ for the cooldown, and configuration errors are never papered over."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,15 @@ async def test_a_run_falls_back_when_the_first_provider_is_down_and_then_skips_i
 async def test_after_the_cooldown_the_first_model_is_tried_again(serve) -> None:
     flaky = serve([{"error": 503}, {"text": "primary is back"}])
     backup = serve([{"text": "from the backup"}])
-    model = FallbackModel([client(flaky, "primary", retries=0), client(backup, "backup")], cooldown=0.2)
+    # A cooldown long next to one loopback request (which a busy machine could stretch past 0.2 s), waited
+    # out by watching the order rather than by a sleep; one that never ended fails at the deadline.
+    model = FallbackModel([client(flaky, "primary", retries=0), client(backup, "backup")], cooldown=2)
     first = await collect(model)
     assert isinstance(first[0], Retrying) and first[-1].message.text == "from the backup"
     assert [m.name for m in model.order()] == ["openai:backup", "openai:primary"]  # cooling: tried last
-    await asyncio.sleep(0.25)
+    deadline = time.monotonic() + 30
+    while model.order()[0].name != "openai:primary" and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     assert [m.name for m in model.order()] == ["openai:primary", "openai:backup"]
     second = await collect(model)
     assert second[-1].message.text == "primary is back" and second[-1].sent_model == "primary"

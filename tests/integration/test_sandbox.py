@@ -65,7 +65,7 @@ async def nothing_left(sb: Sandbox) -> bool:
     return containers() == []
 
 
-async def no_processes_of(uid: int, within: float = 5.0) -> bool:
+async def no_processes_of(uid: int, within: float = 30.0) -> bool:
     """Poll until `uid` runs no live process (zombies awaiting their reaper do not count)."""
     deadline = time.monotonic() + within
     while True:
@@ -140,7 +140,7 @@ async def test_infinite_loop_ends_at_the_timeout(sb: Sandbox) -> None:
     t0 = time.monotonic()
     r = await py(sb, "while True: pass", timeout=1.5)
     assert r.reason == "timeout" and r.exit_code is None
-    assert time.monotonic() - t0 < 6
+    assert time.monotonic() - t0 < 30  # the loop is endless: only the 1.5 s timeout ends it
 
 
 async def test_cpu_limit_is_reported(sb: Sandbox) -> None:
@@ -154,8 +154,12 @@ async def test_escapes_leave_no_process_behind(sb: Sandbox) -> None:
               "    os.setsid()\n    if os.fork() == 0: os.execvp('sleep', ['sleep', '1005'])\"; echo launched")
     r = await sb.run(["bash", "-c", script])
     assert r.stdout.strip() == "launched"
-    await asyncio.sleep(0.3)
-    found = subprocess.run(["pgrep", "-f", "sleep 100[1-5]"], capture_output=True, text=True).stdout.split()
+    # Killed processes may take a moment to go on a busy machine; an escaped one sleeps 1000 s and outlives
+    # any wait, so wait for them to go rather than for a fixed time.
+    deadline = time.monotonic() + 30
+    while (found := subprocess.run(["pgrep", "-f", "sleep 100[1-5]"], capture_output=True,
+                                   text=True).stdout.split()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
     assert found == [] and await nothing_left(sb), f"escaped processes still running: {found}"
 
 

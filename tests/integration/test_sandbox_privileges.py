@@ -18,8 +18,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,25 +122,38 @@ async def test_no_mode_or_acl_changes_and_the_sandbox_uid_gains_nothing(backend:
         assert not can_read_as(uid, home / "proj" / "main.py")
 
 
-async def test_sandboxed_code_is_unprivileged_on_the_host(sb: Sandbox, workspace: Path) -> None:
-    task = asyncio.ensure_future(sb.run(["sh", "-c", "echo ready > ready; sleep 3"]))
-    for _ in range(100):
-        if (workspace / "ready").exists():
-            break
-        await asyncio.sleep(0.05)
-    uids = set()
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
+async def running(prefixes: tuple[bytes, ...], enough: Callable[[list[Any]], bool]) -> list[tuple[bytes, str, str]]:
+    """(cmdline, status, cgroup) of the host's processes whose command line starts with one of `prefixes`,
+    scanned again until `enough(found)` holds: waiting on the processes themselves, not on a guess at how
+    long a sandbox takes to start on a busy machine."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while True:
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
             try:
-                status = Path(entry.path, "status").read_text()
                 cmd = Path(entry.path, "cmdline").read_bytes()
+                if cmd.startswith(prefixes):
+                    found.append((cmd, Path(entry.path, "status").read_text(), Path(entry.path, "cgroup").read_text()))
             except OSError:
                 continue
-            if cmd == b"sleep\x003\x00":
-                line = next(x for x in status.splitlines() if x.startswith("Uid:"))
-                uids.update(int(v) for v in line.split()[1:])
-                caps = next(x for x in status.splitlines() if x.startswith("CapEff:"))
-                assert int(caps.split()[1], 16) == 0
+        if enough(found) or loop.time() > deadline:
+            return found
+        await asyncio.sleep(0.05)
+
+
+async def test_sandboxed_code_is_unprivileged_on_the_host(sb: Sandbox, workspace: Path) -> None:
+    # An odd duration, as below: no other process on the machine can pass for it.
+    task = asyncio.ensure_future(sb.run(["sh", "-c", "sleep 3.719"]))
+    found = await running((b"sleep\x003.719\x00",), bool)
+    uids = set()
+    for _, status, _ in found:
+        line = next(x for x in status.splitlines() if x.startswith("Uid:"))
+        uids.update(int(v) for v in line.split()[1:])
+        caps = next(x for x in status.splitlines() if x.startswith("CapEff:"))
+        assert int(caps.split()[1], 16) == 0
     await task
     expected = SANDBOX_UID if ROOT else os.geteuid()
     assert uids == {expected}  # real, effective, saved and fs uid alike; in Docker too, never 0
@@ -230,21 +244,9 @@ async def test_every_process_is_in_the_run_cgroup_from_its_start(sb: Sandbox, wo
         pytest.skip("no writable cgroup here: rlimits only")
     # An odd duration: no other process on the machine (a `sleep 40` elsewhere) can pass for one of these.
     task = asyncio.ensure_future(sb.run(["sh", "-c", "sleep 4.173 & (sleep 4.173 &) ; echo ready > ready; wait"]))
-    for _ in range(100):
-        if (workspace / "ready").exists():
-            break
-        await asyncio.sleep(0.05)
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = Path(entry.path, "cmdline").read_bytes()
-            groups = Path(entry.path, "cgroup").read_text()
-        except OSError:
-            continue
-        if cmd.startswith((b"sleep\x004.173\x00", b"bwrap\x00", b"/bin/sh\x00-c\x00\"$@\"")):
-            found.append((cmd.split(b"\0")[0], groups))
+    prefixes = (b"sleep\x004.173\x00", b"bwrap\x00", b'/bin/sh\x00-c\x00"$@"')
+    listed = await running(prefixes, lambda found: sum(c.startswith(b"sleep\x00") for c, _, _ in found) == 2)
+    found = [(cmd.split(b"\0")[0], groups) for cmd, _, groups in listed]
     await task
     assert len([c for c, _ in found if c == b"sleep"]) == 2 and (docker or any(c == b"bwrap" for c, _ in found))
     for cmd, groups in found:

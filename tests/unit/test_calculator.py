@@ -130,7 +130,9 @@ async def test_huge_results_are_refused_quickly(expression: str) -> None:
     start = time.monotonic()
     with pytest.raises(ToolError):
         await calc_call(expression)
-    assert time.monotonic() - start < 1.0
+    # Computing any of these would take hours (or exhaust memory), so 10 s is 1000x a normal run and still
+    # tells a refusal up front from a result computed, then found too big.
+    assert time.monotonic() - start < 10
 
 
 def test_the_allowlist_is_what_the_brief_says() -> None:

@@ -116,7 +116,7 @@ async def test_async_tool_times_out_and_is_cancelled(ex: ToolExecutor) -> None:
     t0 = time.perf_counter()
     r = await ex.execute(call("hang_async"), None)
     assert r.is_error and "did not finish within 0.3 s" in r.content
-    assert time.perf_counter() - t0 < 2.5
+    assert time.perf_counter() - t0 < 30  # the tool sleeps an hour: only the 0.3 s timeout ends it this soon
 
 
 async def test_sync_tool_times_out_without_blocking_the_loop(ex: ToolExecutor) -> None:

@@ -338,23 +338,26 @@ def test_server_hang_until_client_gives_up() -> None:
         started = time.monotonic()
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{srv.base_url}/chat/completions", json={"model": "m", "messages": []}, timeout=0.3)
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 20  # the hang is endless: only the client's 0.3 s ends it
         assert chat(srv).json()["choices"][0]["message"]["content"] == "after"
         assert len(srv.requests) == 2
         closing = time.monotonic()
-    assert time.monotonic() - closing < 2  # close() is not blocked by the hung handler
+    # A close() that waited for the hung handler would wait forever (the hang ends only with the server).
+    assert time.monotonic() - closing < 20
 
 
 def test_server_delay_then_answer() -> None:
     body = {"model": "m", "messages": []}
-    with ScriptedServer([{"text": "now"}, {"text": "late", "delay": 0.5}]) as srv, httpx.Client() as client:
+    # The delay is long next to a loopback request however busy the machine (ms normally), so the turn
+    # without it must come back well inside it and the turn with it no sooner than it.
+    with ScriptedServer([{"text": "now"}, {"text": "late", "delay": 2}]) as srv, httpx.Client() as client:
         url = f"{srv.base_url}/chat/completions"
         started = time.monotonic()
         assert client.post(url, json=body).json()["choices"][0]["message"]["content"] == "now"
         quick = time.monotonic() - started
-        resp = client.post(url, json=body, timeout=5)
+        resp = client.post(url, json=body, timeout=30)
         slow = time.monotonic() - started - quick
-    assert quick < 0.4 and 0.5 <= slow < 3
+    assert quick < 2 <= slow < 20
     assert resp.json()["choices"][0]["message"]["content"] == "late"
 
 
@@ -365,7 +368,8 @@ def test_server_close_is_not_blocked_by_idle_keep_alive_connection() -> None:
         with ScriptedServer([{"text": "a"}]) as srv:
             assert client.post(f"{srv.base_url}/chat/completions", json={"messages": []}).status_code == 200
             closing = time.monotonic()
-        assert time.monotonic() - closing < 2
+        # An idle keep-alive connection that held close() would hold it until the client let go (after this).
+        assert time.monotonic() - closing < 15
     finally:
         client.close()
 
@@ -533,7 +537,9 @@ def test_server_stall_pauses_mid_reply() -> None:
                                                                 json=body) as resp:
             arrivals = [(time.monotonic(), chunk) for chunk in resp.iter_raw()]
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(arrivals)]
-    assert max(gaps) >= 0.45 and b"[DONE]" in b"".join(c for _, c in arrivals)
+    # A client that reads a chunk late narrows the gap after it, so a busy machine may see less than the
+    # 0.5 s stall, never near none: without the stall the gaps are a few ms.
+    assert max(gaps) >= 0.25 and b"[DONE]" in b"".join(c for _, c in arrivals)
 
 
 def test_fault_plan_answers_instead_of_the_turn_which_stays_for_the_retry() -> None:

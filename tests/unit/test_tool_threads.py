@@ -29,13 +29,13 @@ async def test_without_a_wait_the_loop_is_woken_with_the_result() -> None:
     gate = threading.Event()
 
     def held() -> str:
-        gate.wait(5)
+        gate.wait(60)
         return "done"
 
     future = run_in_daemon_thread(held, {})
     assert not future.done()
     gate.set()
-    assert await asyncio.wait_for(future, 5) == "done"
+    assert await asyncio.wait_for(future, 30) == "done"  # the loop is woken at once; 30 s only for a broken one
 
 
 async def test_errors_arrive_on_both_paths() -> None:
