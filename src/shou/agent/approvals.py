@@ -19,8 +19,6 @@ import getpass
 import hashlib
 import hmac
 import json
-import os
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -153,21 +151,9 @@ class Gate:
 
 def _key(env: Any = None) -> bytes:
     """The user's approval key (made on first use, readable by them only)."""
-    from ..config import user_config_dir
+    from ..keys import user_key
 
-    path = user_config_dir(env if env else None) / "approvals.key"
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_bytes(32)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another process made it meanwhile
-            return path.read_bytes()
-        with os.fdopen(fd, "wb") as f:
-            f.write(key)
-        return key
+    return user_key("approvals.key", env)
 
 
 def bound_to(workspace: Any, session: str) -> str:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
-import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,21 +26,9 @@ KEY_FILE = "memory.key"
 
 def memory_key(env: Mapping[str, str] | None = None) -> bytes:
     """The user's memory key (made on first use, mode 0600)."""
-    from ..config import user_config_dir
+    from ..keys import user_key
 
-    path = user_config_dir(env if env else None) / KEY_FILE
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_bytes(32)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another process made it meanwhile
-            return path.read_bytes()
-        with os.fdopen(fd, "wb") as f:
-            f.write(key)
-        return key
+    return user_key(KEY_FILE, env)
 
 
 def signature(key: bytes, store: Path, mem_id: str, text: str) -> str:
