@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ..workspace import config_parts, state_dir
-from .base import ExecResult, Limits, new_output_path
+from .base import ExecResult, ExitReason, Limits, new_output_path
 from .cgroup import RunCgroup
 from .languages import program
 from .process import exec_result, kill_group, spawn_and_wait
@@ -266,7 +266,7 @@ class BubblewrapSandbox:
         allowance = current_allowance(self.allowance)
         disk = allowance.watch(self.workspace, limits.disk_mb * 2**20, limits.inodes)
         return Started(proc, cgroup, asyncio.ensure_future(disk.guard(lambda: kill_group(proc.pid))),
-                       (allowance, disk))
+                       (allowance, disk), limits.memory_mb)
 
     async def run_code(self, language: str, code: str, *, limits: Limits | None = None) -> ExecResult:
         """Run a program in python, bash, node or java."""
@@ -280,11 +280,20 @@ class Started:
 
     def __init__(self, proc: asyncio.subprocess.Process, cgroup: RunCgroup | None,
                  watcher: asyncio.Future[None] | None = None,
-                 charge: tuple[DiskAllowance, DiskWatch] | None = None) -> None:
+                 charge: tuple[DiskAllowance, DiskWatch] | None = None, limits_mb: int = 0) -> None:
         self.proc = proc
+        self.limits_mb = limits_mb
         self.cgroup = cgroup
         self.watcher = watcher
         self._charge = charge
+
+    def why_ended(self) -> tuple[ExitReason, str]:
+        """Why the process died on its own (call before `stop`): the disk allowance, memory, or unknown."""
+        if self._charge is not None and self._charge[1].check():
+            return "disk", self._charge[1].exceeded
+        if self.cgroup is not None and self.cgroup.oom_killed():
+            return "memory", f"the memory limit is {self.limits_mb} MB" if self.limits_mb else "out of memory"
+        return "killed", ""
 
     async def stop(self) -> None:
         """Kill the process group and the cgroup's processes, and reap."""
