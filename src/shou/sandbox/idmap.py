@@ -132,6 +132,11 @@ class IdmappedWorkspace:
             _live.add(mounted)
         return mounted
 
+    @property
+    def staging(self) -> Path:
+        """The private folder (root's and the sandbox uid's only) holding the mount: room for more."""
+        return self._base
+
     def close(self) -> None:
         """Unmount and remove the staging folder."""
         with _lock:
