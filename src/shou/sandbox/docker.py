@@ -301,21 +301,19 @@ class DockerSandbox:
     async def _execute(self, container: Any, limits: Limits, allowance: DiskAllowance) -> ExecResult:
         started = time.monotonic()
         disk = allowance.watch(self.workspace, limits.disk_mb * MiB, limits.inodes)
+        out = OutputCapture(spill_path=new_output_path(self.workspace, "docker"), budget=disk.room)
+        err = OutputCapture(spill_path=new_output_path(self.workspace, "docker-stderr"), budget=disk.room)
         try:
             await asyncio.to_thread(container.start)
             exit_code, reason = await wait(container, limits, disk)
-        finally:
-            allowance.charge(disk)  # before the logs are read: spilled output is shou's, not the program's
-        duration = time.monotonic() - started
-        await asyncio.to_thread(container.reload)
-        oom_killed = bool((container.attrs.get("State") or {}).get("OOMKilled"))
-        out = OutputCapture(spill_path=new_output_path(self.workspace, "docker"))
-        err = OutputCapture(spill_path=new_output_path(self.workspace, "docker-stderr"))
-        try:
+            duration = time.monotonic() - started
+            await asyncio.to_thread(container.reload)
+            oom_killed = bool((container.attrs.get("State") or {}).get("OOMKilled"))
             await asyncio.to_thread(read_logs, container, out, err)
         finally:
             out.close()
             err.close()
+            allowance.charge(disk)  # after the logs are spilled: they take the run's disk as much as its files
         stderr = err.text()
         if reason == "exit":
             reason = _exit_reason(exit_code, oom_killed, stderr)
@@ -325,6 +323,8 @@ class DockerSandbox:
             notes.append(disk.exceeded)
         if len(spilled) > 1:
             notes.append(f"[the full stderr is in {spilled[1]}]")
+        if unsaved := out.spill_error or err.spill_error:
+            notes.append(f"the full output could not be saved ({unsaved})")
         return ExecResult(
             stdout=out.text(), stderr=stderr, exit_code=exit_code, duration=duration, reason=reason,
             stdout_omitted=out.omitted, stderr_omitted=err.omitted, output_path=spilled[0] if spilled else None,
