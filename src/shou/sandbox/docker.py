@@ -33,7 +33,7 @@ from ..workspace import STATE_DIR, state_dir
 from .base import ExecResult, ExitReason, Limits, OutputCapture, new_output_path
 from .bubblewrap import SANDBOX_UID
 from .docker_binds import PinnedBinds
-from .docker_engine import create, discard, read_logs, wait
+from .docker_engine import create, discard, read_logs, start, wait
 from .docker_seccomp import profile_json
 from .languages import looks_out_of_memory, program
 from .protect import GIT_ENV, Protected, protect, remove_planted
@@ -304,7 +304,7 @@ class DockerSandbox:
         out = OutputCapture(spill_path=new_output_path(self.workspace, "docker"), budget=disk.room)
         err = OutputCapture(spill_path=new_output_path(self.workspace, "docker-stderr"), budget=disk.room)
         try:
-            await asyncio.to_thread(container.start)
+            await start(container)
             exit_code, reason = await wait(container, limits, disk)
             duration = time.monotonic() - started
             await asyncio.to_thread(container.reload)

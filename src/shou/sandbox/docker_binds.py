@@ -72,7 +72,10 @@ class PinnedBinds:
             self._count += 1
             target = self.dir / str(self._count)
             if self.mount:
-                return str(self._clone(fd, target, st, read_only))
+                try:
+                    return str(self._clone(fd, target, st, read_only))
+                except OSError:
+                    return None  # it was removed meanwhile (move_mount: ENOENT): there is nothing to protect
             if not read_only:
                 return None  # cannot be pinned without mounting: the caller binds it by path
             return str(self._copy(fd, target, st))
