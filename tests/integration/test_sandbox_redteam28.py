@@ -169,3 +169,17 @@ async def test_a_stateful_interpreter_stopped_for_disk_says_so(workspace: Path) 
             release(sb)
     assert r.reason == "disk", r.for_model()
     assert "disk allowance" in r.note and "out of memory" not in r.for_model()
+
+
+async def test_a_stateful_interpreter_cannot_leave_a_commondir(workspace: Path) -> None:
+    from shou.sandbox.stateful import StatefulPython
+
+    ws = repo(workspace)
+    sb = make("bubblewrap", ws, Limits(timeout=60))
+    kernel = StatefulPython(sb)  # type: ignore[arg-type]
+    try:
+        r = await kernel.execute("open('.git/commondir', 'w').write('../evil\\n')")
+    finally:
+        await kernel.close()
+        release(sb)
+    assert not os.path.lexists(ws / ".git" / "commondir") and "removed .git/commondir" in r.note, r.for_model()

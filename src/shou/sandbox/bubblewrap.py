@@ -25,6 +25,7 @@ import os
 import shutil
 import stat
 import subprocess
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -264,7 +265,7 @@ class BubblewrapSandbox:
                     files: dict[str, bytes] | None = None) -> Started:
         """Start a long-lived process in the sandbox with stdin/stdout pipes (the stateful interpreter)."""
         limits = (limits or self.limits).within(self.limits)
-        cmd, fds, cgroup, _ = self._prepare(argv, limits, files)
+        cmd, fds, cgroup, protected = self._prepare(argv, limits, files)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -281,8 +282,10 @@ class BubblewrapSandbox:
         # charged to the run that started it.
         allowance = current_allowance(self.allowance)
         disk = allowance.watch(self.workspace, limits.disk_mb * 2**20, limits.inodes)
-        return Started(proc, cgroup, asyncio.ensure_future(disk.guard(lambda: kill_group(proc.pid))),
-                       (allowance, disk), limits.memory_mb)
+        started = Started(proc, cgroup, asyncio.ensure_future(disk.guard(lambda: kill_group(proc.pid))),
+                          (allowance, disk), limits.memory_mb)
+        started.tidy = functools.partial(remove_planted, self.workspace, protected)
+        return started
 
     async def run_code(self, language: str, code: str, *, limits: Limits | None = None) -> ExecResult:
         """Run a program in python, bash, node or java."""
@@ -299,6 +302,8 @@ class Started:
                  charge: tuple[DiskAllowance, DiskWatch] | None = None, limits_mb: int = 0) -> None:
         self.proc = proc
         self.limits_mb = limits_mb
+        # Undoes what the process planted in the repository (protect.remove_planted), after each of its calls.
+        self.tidy: Callable[[], str] = lambda: ""
         self.cgroup = cgroup
         self.watcher = watcher
         self._charge = charge

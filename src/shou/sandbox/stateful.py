@@ -133,6 +133,9 @@ class StatefulPython:
                                   note="; ".join(x for x in ("the interpreter crashed during this call", why) if x))
             error = reply.get("error")
             stderr = str(reply.get("stderr", "")) + (error or "")
+            tidy = getattr(self._handle, "tidy", None)
+            if callable(tidy) and (planted := tidy()):
+                note = "; ".join(x for x in (note, planted) if x)
             return ExecResult(str(reply.get("stdout", "")), stderr, 1 if error else 0, duration, "exit", note=note)
 
     async def close(self) -> None:
