@@ -4,7 +4,8 @@ One run is create -> start -> wait (kill at the wall-clock limit or past the run
 the logs -> remove. The container has no network, no capabilities, no new privileges, a seccomp
 allow-list of its own (`docker_seccomp.py`: no set-id bits, no namespaces), a read-only root filesystem
 with a small tmpfs at /tmp, memory without swap, one CPU, a process cap and rlimits; the workspace is
-bound read-write at /workspace (its settings files and a repository's config and hooks read-only) and
+bound read-write at /workspace (its settings files and a repository's config and hooks read-only, its
+repository folders bound over themselves, all from sources no program can swap: `docker_binds.py`) and
 the run's files read-only at /code. Code never runs as root: as root it runs as `SANDBOX_UID` on the
 same idmapped, nosuid, nodev workspace mount the bubblewrap sandbox uses (the engine binds that mount,
 so it must share shou's mount namespace). The SDK (`pip install 'shou[docker]'`) is imported only when
