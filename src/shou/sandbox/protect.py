@@ -4,8 +4,9 @@ An allow rule such as `git status` trusts git, and git runs what its configurati
 (`core.fsmonitor`, `core.pager`, `core.hooksPath`, filter drivers, aliases) and the hooks it finds. If the
 model could write those, a narrow rule would run arbitrary code. So the config and hooks of the
 workspace's repository are bound read-only in the sandbox (and the repository folder over itself, so that
-it cannot be renamed away from those binds; a `commondir` the program makes is removed after the call), and `is_git_control_path` makes the file
-tools refuse them (at any depth, and the `.git` file that could point git at a folder of the model's).
+it cannot be renamed away from those binds; a `commondir` the program makes is removed after the call),
+and `is_git_control_path` makes the file tools refuse them (at any depth, and the `.git` file that could
+point git at a folder of the model's).
 
 Git inside the sandbox also gets `GIT_ENV`, settings that outrank every config file: no fsmonitor, no
 descent into submodules (a repository the program made and registered in the index as a submodule
