@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import BinaryIO, Literal, Protocol, runtime_checkable
@@ -143,9 +144,11 @@ class OutputCapture:
     once the output outgrows memory) stops at `spill_limit` bytes.
     """
 
-    __slots__ = ("_spill", "head", "keep", "spill_error", "spill_limit", "spill_path", "spilled", "tail", "total")
+    __slots__ = ("_spill", "budget", "head", "keep", "spill_error", "spill_limit", "spill_path", "spilled", "tail",
+                 "total")
 
-    def __init__(self, keep: int = 32_000, spill_path: Path | None = None, spill_limit: int = 50_000_000) -> None:
+    def __init__(self, keep: int = 32_000, spill_path: Path | None = None, spill_limit: int = 50_000_000,
+                 budget: Callable[[], int] | None = None) -> None:
         self.keep = keep
         self.head = bytearray()
         self.tail = bytearray()
@@ -154,11 +157,18 @@ class OutputCapture:
         self.spill_limit = spill_limit
         self.spilled = 0
         self.spill_error = ""
+        self.budget = budget  # bytes the run's disk allowance has left for spilling (None: no bound)
         self._spill: BinaryIO | None = None
 
     def feed(self, data: bytes) -> None:
         """Take the next chunk of output."""
-        if self.spill_path is not None and self.spilled < self.spill_limit:
+        limit = self.spill_limit
+        if self.budget is not None:
+            # Spilled output lands on the workspace's disk: it is part of the run's allowance.
+            limit = min(limit, self.spilled + max(0, self.budget()))
+            if self.spilled + len(data) > limit and not self.spill_error and self.total + len(data) > 2 * self.keep:
+                self.spill_error = "the run's disk allowance has no room left for it"
+        if self.spill_path is not None and self.spilled < limit:
             if self._spill is None and self.total + len(data) > 2 * self.keep:
                 try:
                     self._spill = open_output(self.spill_path)
@@ -168,7 +178,7 @@ class OutputCapture:
                     self._spill.write(self.head + self.tail)  # everything so far is still in memory
                     self.spilled = len(self.head) + len(self.tail)
             if self._spill is not None:
-                part = data[: self.spill_limit - self.spilled]
+                part = data[: max(0, limit - self.spilled)]
                 self._spill.write(part)
                 self.spilled += len(part)
         self.total += len(data)

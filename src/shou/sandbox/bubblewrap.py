@@ -25,16 +25,18 @@ import os
 import shutil
 import stat
 import subprocess
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ..workspace import config_parts, state_dir
-from .base import ExecResult, Limits, new_output_path
+from .base import ExecResult, ExitReason, Limits, new_output_path
 from .cgroup import RunCgroup
 from .languages import program
 from .process import exec_result, kill_group, spawn_and_wait
-from .protect import GIT_ENV, open_path_beneath, protected_paths
+from .protect import GIT_ENV, Protected, open_path_beneath, protect, remove_planted
 from .quota import DiskAllowance, DiskWatch, current_allowance
 from .seccomp import filter_fd
 
@@ -95,11 +97,13 @@ class BubblewrapSandbox:
 
     def command(self, argv: list[str], limits: Limits, *, workspace_fd: int | None,
                 masks: tuple[tuple[int, str], ...] = (), files: dict[str, int] | None = None,
-                cgroup: RunCgroup | None = None, seccomp_fd: int | None = None) -> list[str]:
+                cgroup: RunCgroup | None = None, seccomp_fd: int | None = None,
+                pinned: tuple[tuple[int, str], ...] = ()) -> list[str]:
         """The full command line: [join the cgroup] prlimit [setpriv] bwrap ... sh-init argv.
 
         `workspace_fd` is an open directory fd bound at /workspace (None binds nothing: used by the
-        probe); `masks` are (fd, name) files bound read-only over the workspace's own; `files` maps
+        probe); `pinned` are (fd, name) folders bound read-write over themselves (before the masks, which
+        may lie inside them); `masks` are (fd, name) files bound read-only over the workspace's own; `files` maps
         names under /code to open fds whose content is copied in; `seccomp_fd` holds the filter of
         `seccomp.py`.
         """
@@ -129,6 +133,8 @@ class BubblewrapSandbox:
             cmd += ["--bind-fd", str(workspace_fd), "/workspace", "--chdir", "/workspace"]
             # shou's own state (the session log, spilled outputs) is not the program's to read or rewrite.
             cmd += ["--tmpfs", "/workspace/.shou", "--remount-ro", "/workspace/.shou"]
+            for fd, name in pinned:
+                cmd += ["--bind-fd", str(fd), f"/workspace/{name}"]
             for fd, name in masks:
                 cmd += ["--ro-bind-fd", str(fd), f"/workspace/{name}"]
         if files:
@@ -188,9 +194,11 @@ class BubblewrapSandbox:
         return masks
 
     def _prepare(self, argv: list[str], limits: Limits, files: dict[str, bytes] | None
-                 ) -> tuple[list[str], tuple[int, ...], RunCgroup | None]:
-        """The command, the fds it inherits (the caller closes them after spawning) and the cgroup."""
+                 ) -> tuple[list[str], tuple[int, ...], RunCgroup | None, Protected]:
+        """The command, the fds it inherits (the caller closes them after spawning), the cgroup and what
+        of the repository is protected."""
         state_dir(self.workspace)  # a real folder, made by shou, before the program could make a link there
+        protected = protect(self.workspace)
         source = self._source()
         ws_fd = os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         fds: list[int] = [ws_fd]
@@ -202,7 +210,14 @@ class BubblewrapSandbox:
                     masks.append((fd, name))
                 fds.append(fd)
         masks += self._config_masks(ws_fd, fds)
-        for rel in protected_paths(self.workspace):  # a repository's config and hooks (protect.py)
+        pinned = []
+        for rel in protected.git_dirs:  # so that .git cannot be renamed away from the binds in it
+            with contextlib.suppress(OSError):
+                fd = open_path_beneath(ws_fd, rel)
+                fds.append(fd)
+                if stat.S_ISDIR(os.fstat(fd).st_mode):
+                    pinned.append((fd, rel))
+        for rel in protected.read_only:  # a repository's config and hooks (protect.py)
             with contextlib.suppress(OSError):
                 fd = open_path_beneath(ws_fd, rel)
                 fds.append(fd)
@@ -218,8 +233,8 @@ class BubblewrapSandbox:
         fds.append(seccomp_fd)
         cgroup = RunCgroup.create(limits.memory_mb * 1024 * 1024, limits.processes) if self.use_cgroup else None
         cmd = self.command(argv, limits, workspace_fd=ws_fd, masks=tuple(masks), files=code, cgroup=cgroup,
-                           seccomp_fd=seccomp_fd)
-        return cmd, tuple(fds), cgroup
+                           seccomp_fd=seccomp_fd, pinned=tuple(pinned))
+        return cmd, tuple(fds), cgroup, protected
 
     async def run(self, argv: list[str], *, stdin: bytes | None = None, limits: Limits | None = None,
                   files: dict[str, bytes] | None = None) -> ExecResult:
@@ -228,7 +243,7 @@ class BubblewrapSandbox:
         allowance = current_allowance(self.allowance)
         if spent := allowance.spent():
             return ExecResult("", "", None, 0.0, "disk", note=spent)
-        cmd, fds, cgroup = self._prepare(argv, limits, files)
+        cmd, fds, cgroup, protected = self._prepare(argv, limits, files)
         disk = allowance.watch(self.workspace, limits.disk_mb * 2**20, limits.inodes)
         try:
             done = await spawn_and_wait(
@@ -242,13 +257,15 @@ class BubblewrapSandbox:
             _close(fds)
             if cgroup:
                 cgroup.remove()
-        return exec_result(done, self.workspace, limits, oom)
+            planted = remove_planted(self.workspace, protected)
+        result = exec_result(done, self.workspace, limits, oom)
+        return replace(result, note="; ".join(x for x in (result.note, planted) if x)) if planted else result
 
     async def start(self, argv: list[str], *, limits: Limits | None = None,
                     files: dict[str, bytes] | None = None) -> Started:
         """Start a long-lived process in the sandbox with stdin/stdout pipes (the stateful interpreter)."""
         limits = (limits or self.limits).within(self.limits)
-        cmd, fds, cgroup = self._prepare(argv, limits, files)
+        cmd, fds, cgroup, protected = self._prepare(argv, limits, files)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -265,8 +282,10 @@ class BubblewrapSandbox:
         # charged to the run that started it.
         allowance = current_allowance(self.allowance)
         disk = allowance.watch(self.workspace, limits.disk_mb * 2**20, limits.inodes)
-        return Started(proc, cgroup, asyncio.ensure_future(disk.guard(lambda: kill_group(proc.pid))),
-                       (allowance, disk))
+        started = Started(proc, cgroup, asyncio.ensure_future(disk.guard(lambda: kill_group(proc.pid))),
+                          (allowance, disk), limits.memory_mb)
+        started.tidy = functools.partial(remove_planted, self.workspace, protected)
+        return started
 
     async def run_code(self, language: str, code: str, *, limits: Limits | None = None) -> ExecResult:
         """Run a program in python, bash, node or java."""
@@ -280,11 +299,22 @@ class Started:
 
     def __init__(self, proc: asyncio.subprocess.Process, cgroup: RunCgroup | None,
                  watcher: asyncio.Future[None] | None = None,
-                 charge: tuple[DiskAllowance, DiskWatch] | None = None) -> None:
+                 charge: tuple[DiskAllowance, DiskWatch] | None = None, limits_mb: int = 0) -> None:
         self.proc = proc
+        self.limits_mb = limits_mb
+        # Undoes what the process planted in the repository (protect.remove_planted), after each of its calls.
+        self.tidy: Callable[[], str] = lambda: ""
         self.cgroup = cgroup
         self.watcher = watcher
         self._charge = charge
+
+    def why_ended(self) -> tuple[ExitReason, str]:
+        """Why the process died on its own (call before `stop`): the disk allowance, memory, or unknown."""
+        if self._charge is not None and self._charge[1].check():
+            return "disk", self._charge[1].exceeded
+        if self.cgroup is not None and self.cgroup.oom_killed():
+            return "memory", f"the memory limit is {self.limits_mb} MB" if self.limits_mb else "out of memory"
+        return "killed", ""
 
     async def stop(self) -> None:
         """Kill the process group and the cgroup's processes, and reap."""

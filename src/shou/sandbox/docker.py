@@ -4,7 +4,8 @@ One run is create -> start -> wait (kill at the wall-clock limit or past the run
 the logs -> remove. The container has no network, no capabilities, no new privileges, a seccomp
 allow-list of its own (`docker_seccomp.py`: no set-id bits, no namespaces), a read-only root filesystem
 with a small tmpfs at /tmp, memory without swap, one CPU, a process cap and rlimits; the workspace is
-bound read-write at /workspace (its settings files and a repository's config and hooks read-only) and
+bound read-write at /workspace (its settings files and a repository's config and hooks read-only, its
+repository folders bound over themselves, all from sources no program can swap: `docker_binds.py`) and
 the run's files read-only at /code. Code never runs as root: as root it runs as `SANDBOX_UID` on the
 same idmapped, nosuid, nodev workspace mount the bubblewrap sandbox uses (the engine binds that mount,
 so it must share shou's mount namespace). The SDK (`pip install 'shou[docker]'`) is imported only when
@@ -24,6 +25,7 @@ import shutil
 import stat
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -31,10 +33,11 @@ from ..errors import UserError
 from ..workspace import STATE_DIR, state_dir
 from .base import ExecResult, ExitReason, Limits, OutputCapture, new_output_path
 from .bubblewrap import SANDBOX_UID
-from .docker_engine import create, discard, read_logs, wait
+from .docker_binds import PinnedBinds
+from .docker_engine import create, discard, read_logs, start, wait
 from .docker_seccomp import profile_json
 from .languages import looks_out_of_memory, program
-from .protect import GIT_ENV, protected_paths
+from .protect import GIT_ENV, Protected, protect, remove_planted
 from .quota import DiskAllowance, current_allowance
 
 if TYPE_CHECKING:
@@ -110,6 +113,8 @@ class DockerSandbox:
         self.allowance = DiskAllowance(limits.disk_mb * MiB, limits.inodes)  # calls made outside any agent run
         self._client = client
         self._mount: IdmappedWorkspace | None = None
+        self._unclaimed: list[PinnedBinds] = []
+        self._protected = Protected((), ())
 
     def _source(self) -> Path:
         """The folder bound at /workspace: the idmapped view for the sandbox uid, else the workspace itself."""
@@ -123,6 +128,8 @@ class DockerSandbox:
 
     def close(self) -> None:
         """Release the idmapped mount (made again on the next run)."""
+        while self._unclaimed:
+            self._unclaimed.pop().close()
         if self._mount is not None:
             mount, self._mount = self._mount, None
             mount.close()
@@ -153,11 +160,22 @@ class DockerSandbox:
         return True, f"a Docker engine answers at {host}" + (
             f"; as root: runs as uid {SANDBOX_UID} on an idmapped workspace" if os.geteuid() == 0 else "")
 
+    def pinned_binds(self) -> PinnedBinds:
+        """Fresh bind sources for one container (close them once it is created, or with the sandbox)."""
+        source = self._source()
+        if self._mount is not None:
+            return PinnedBinds(source, self._mount.staging, mount=True)
+        return PinnedBinds(source, Path(tempfile.gettempdir()), mount=False)
+
     def container_config(self, argv: list[str], limits: Limits, code_dir_host: Path | str, *,
-                         image: str | None = None) -> dict[str, Any]:
-        """The keyword arguments for `client.containers.create(...)` that run `argv` under `limits`."""
+                         image: str | None = None, binds: PinnedBinds | None = None) -> dict[str, Any]:
+        """The keyword arguments for `client.containers.create(...)` that run `argv` under `limits`;
+        `binds` holds the sources of the binds inside the workspace (made, and kept until `close`, if not given)."""
         if not argv:
             raise UserError("argv is empty: give the command to run")
+        if binds is None:
+            binds = self.pinned_binds()
+            self._unclaimed.append(binds)
         fsize = limits.file_size_mb * MiB
         # tmpfs pages count against the container's memory anyway, so more than memory_mb could never be used.
         tmp_mb = max(1, min(limits.file_size_mb, limits.memory_mb))
@@ -176,7 +194,7 @@ class DockerSandbox:
             "labels": {"shou": "1"},
             "volumes": {
                 str(source): {"bind": WORKSPACE_DIR, "mode": "rw"},
-                **self._read_only_files(source),
+                **self._workspace_binds(source, binds),
                 str(code_dir_host): {"bind": CODE_DIR, "mode": "ro"},
             },
             "read_only": True,
@@ -209,17 +227,25 @@ class DockerSandbox:
             "log_config": {"type": "json-file", "config": {"max-size": "32m", "max-file": "2"}},
         }
 
-    def _read_only_files(self, source: Path) -> dict[str, dict[str, str]]:
-        """The workspace's settings files and a repository's config and hooks, bound read-only over
-        themselves (settings files only when regular: the engine would follow a symlink; no container runs
-        between calls that could swap one in meanwhile)."""
+    def _workspace_binds(self, source: Path, pinned: PinnedBinds) -> dict[str, dict[str, str]]:
+        """The workspace's settings files and a repository's config and hooks, read-only, and its
+        repository folders over themselves (so that they cannot be renamed away), all from sources no
+        program can redirect (`docker_binds.py`)."""
+        protected = protect(self.workspace)
+        self._protected = protected
         binds = {}
-        for name in READ_ONLY_FILES:
-            with contextlib.suppress(OSError):
-                if stat.S_ISREG(os.lstat(self.workspace / name).st_mode):
-                    binds[str(source / name)] = {"bind": f"{WORKSPACE_DIR}/{name}", "mode": "ro"}
-        for rel in protected_paths(self.workspace):
-            binds[str(source / rel)] = {"bind": f"{WORKSPACE_DIR}/{rel}", "mode": "ro"}
+        for rel in protected.git_dirs:
+            path = pinned.add(rel, read_only=False)
+            if path is None and _is_dir(source / rel):
+                path = str(source / rel)  # not root: no way to pin it but by path
+            if path is not None:
+                binds[path] = {"bind": f"{WORKSPACE_DIR}/{rel}", "mode": "rw"}
+        for rel in (*READ_ONLY_FILES, *protected.read_only):
+            path = pinned.add(rel, read_only=True)
+            if path is not None:
+                # "rw": the mount (or the copy's folder) is read-only itself, and the engine's ro remount
+                # would drop nosuid and nodev. A copy is writable by nobody but root.
+                binds[path] = {"bind": f"{WORKSPACE_DIR}/{rel}", "mode": "rw" if pinned.mount else "ro"}
         return binds
 
     async def run(self, argv: list[str], *, stdin: bytes | None = None, limits: Limits | None = None,
@@ -247,10 +273,18 @@ class DockerSandbox:
             argv = ["/bin/sh", "-c", f'exec "$@" < {CODE_DIR}/{STDIN_FILE}', "sh", *argv]
         code_dir = _write_code_dir(files, stdin)
         container: Any = None
+        binds: PinnedBinds | None = None
         try:
-            container = await create(client, self.container_config(argv, limits, code_dir, image=image))
-            return await self._execute(container, limits, allowance)
+            binds = self.pinned_binds()
+            config = self.container_config(argv, limits, code_dir, image=image, binds=binds)
+            protected = self._protected
+            container = await create(client, config)
+            result = await self._execute(container, limits, allowance)
+            planted = remove_planted(self.workspace, protected)
+            return replace(result, note="; ".join(x for x in (result.note, planted) if x)) if planted else result
         finally:
+            if binds is not None:
+                binds.close()
             if container is not None:
                 # Shielded: a second cancellation must not stop the removal half-way.
                 await asyncio.shield(asyncio.to_thread(discard, container))
@@ -268,21 +302,19 @@ class DockerSandbox:
     async def _execute(self, container: Any, limits: Limits, allowance: DiskAllowance) -> ExecResult:
         started = time.monotonic()
         disk = allowance.watch(self.workspace, limits.disk_mb * MiB, limits.inodes)
+        out = OutputCapture(spill_path=new_output_path(self.workspace, "docker"), budget=disk.room)
+        err = OutputCapture(spill_path=new_output_path(self.workspace, "docker-stderr"), budget=disk.room)
         try:
-            await asyncio.to_thread(container.start)
+            await start(container)
             exit_code, reason = await wait(container, limits, disk)
-        finally:
-            allowance.charge(disk)  # before the logs are read: spilled output is shou's, not the program's
-        duration = time.monotonic() - started
-        await asyncio.to_thread(container.reload)
-        oom_killed = bool((container.attrs.get("State") or {}).get("OOMKilled"))
-        out = OutputCapture(spill_path=new_output_path(self.workspace, "docker"))
-        err = OutputCapture(spill_path=new_output_path(self.workspace, "docker-stderr"))
-        try:
+            duration = time.monotonic() - started
+            await asyncio.to_thread(container.reload)
+            oom_killed = bool((container.attrs.get("State") or {}).get("OOMKilled"))
             await asyncio.to_thread(read_logs, container, out, err)
         finally:
             out.close()
             err.close()
+            allowance.charge(disk)  # after the logs are spilled: they take the run's disk as much as its files
         stderr = err.text()
         if reason == "exit":
             reason = _exit_reason(exit_code, oom_killed, stderr)
@@ -292,11 +324,19 @@ class DockerSandbox:
             notes.append(disk.exceeded)
         if len(spilled) > 1:
             notes.append(f"[the full stderr is in {spilled[1]}]")
+        if unsaved := out.spill_error or err.spill_error:
+            notes.append(f"the full output could not be saved ({unsaved})")
         return ExecResult(
             stdout=out.text(), stderr=stderr, exit_code=exit_code, duration=duration, reason=reason,
             stdout_omitted=out.omitted, stderr_omitted=err.omitted, output_path=spilled[0] if spilled else None,
             note="; ".join(notes),
         )
+
+
+def _is_dir(path: Path) -> bool:
+    with contextlib.suppress(OSError):
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    return False
 
 
 def _exit_reason(exit_code: int | None, oom_killed: bool, stderr: str) -> ExitReason:

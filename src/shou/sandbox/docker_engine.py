@@ -63,6 +63,19 @@ def _create_sync(client: Any, config: dict[str, Any]) -> Any:
     return client.containers.create(**config)
 
 
+async def start(container: Any) -> None:
+    """Start the container; the engine's refusal (a bind whose destination the program turned into a
+    dangling link meanwhile, say) is a `UserError` saying so, not the SDK's exception."""
+    try:
+        await asyncio.to_thread(container.start)
+    except Exception as exc:
+        if getattr(exc, "status_code", None) is None:
+            raise
+        first = str(exc).splitlines()[0][-400:]
+        raise UserError(f"the Docker engine could not start the container ({first}). If the program is changing "
+                        "shou.toml, .env or .git meanwhile (a parallel call), let it finish first") from None
+
+
 def _discard_when_created(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is None:
         threading.Thread(target=discard, args=(task.result(),), daemon=True).start()

@@ -132,6 +132,11 @@ class IdmappedWorkspace:
             _live.add(mounted)
         return mounted
 
+    @property
+    def staging(self) -> Path:
+        """The private folder (root's and the sandbox uid's only) holding the mount: room for more."""
+        return self._base
+
     def close(self) -> None:
         """Unmount and remove the staging folder."""
         with _lock:
@@ -151,12 +156,28 @@ def _staging() -> Path:
 
 
 def _unmount(base: Path) -> None:
+    _remove_binds(base)
     for path in (base / "ws", base):
         _libc.umount2(bytes(path), MNT_DETACH | UMOUNT_NOFOLLOW)
     # rmdir, never a recursive delete: should an unmount have failed, "ws" is still the workspace.
     for path in (base / "ws", base):
         with contextlib.suppress(OSError):
             os.rmdir(path)
+
+
+def _remove_binds(base: Path) -> None:
+    """The Docker sandbox's per-call bind sources (`docker_binds.py`) left by a process that did not close
+    them: unmount each, then remove only what is no mount point (never a recursive delete)."""
+    with contextlib.suppress(OSError):
+        for folder in os.scandir(base):
+            if not folder.name.startswith("binds-") or not folder.is_dir(follow_symlinks=False):
+                continue
+            for entry in os.scandir(folder.path):
+                _libc.umount2(os.fsencode(entry.path), MNT_DETACH | UMOUNT_NOFOLLOW)
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry.path) if entry.is_dir(follow_symlinks=False) else os.unlink(entry.path)
+            with contextlib.suppress(OSError):
+                os.rmdir(folder.path)
 
 
 def _remove_all() -> None:

@@ -51,8 +51,9 @@ async def spawn_and_wait(
     )
     if on_spawn is not None:
         on_spawn(proc.pid)
-    out = OutputCapture(keep, spill[0])
-    err = OutputCapture(keep, spill[1])
+    budget = disk.room if disk is not None else None
+    out = OutputCapture(keep, spill[0], budget=budget)
+    err = OutputCapture(keep, spill[1], budget=budget)
 
     async def pump(stream: asyncio.StreamReader | None, sink: OutputCapture) -> None:
         if stream is None:

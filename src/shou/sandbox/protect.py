@@ -3,8 +3,10 @@
 An allow rule such as `git status` trusts git, and git runs what its configuration names
 (`core.fsmonitor`, `core.pager`, `core.hooksPath`, filter drivers, aliases) and the hooks it finds. If the
 model could write those, a narrow rule would run arbitrary code. So the config and hooks of the
-workspace's repository are bound read-only in the sandbox, and `is_git_control_path` makes the file
-tools refuse them (at any depth, and the `.git` file that could point git at a folder of the model's).
+workspace's repository are bound read-only in the sandbox (and the repository folder over itself, so that
+it cannot be renamed away from those binds; a `commondir` the program makes is removed after the call),
+and `is_git_control_path` makes the file tools refuse them (at any depth, and the `.git` file that could
+point git at a folder of the model's).
 
 Git inside the sandbox also gets `GIT_ENV`, settings that outrank every config file: no fsmonitor, no
 descent into submodules (a repository the program made and registered in the index as a submodule
@@ -16,9 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "is_git_control_path", "open_path_beneath", "protected_paths"]
+from ..errors import UserError
+
+__all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "Protected", "is_git_control_path", "open_path_beneath", "protect",
+           "protected_paths", "remove_planted"]
 
 # Inside a git folder: what git reads to decide what to run, and where the rest of it lives.
 GIT_CONTROL_NAMES = frozenset({"config", "config.worktree", "hooks", "commondir"})
@@ -26,6 +34,9 @@ _GIT_SETTINGS = (("core.fsmonitor", "false"), ("diff.ignoreSubmodules", "all"), 
 GIT_ENV = {"GIT_CONFIG_COUNT": str(len(_GIT_SETTINGS))}
 for _i, (_key, _value) in enumerate(_GIT_SETTINGS):
     GIT_ENV[f"GIT_CONFIG_KEY_{_i}"], GIT_ENV[f"GIT_CONFIG_VALUE_{_i}"] = _key, _value
+# Read by git when present, but only worth binding read-only then: where missing, the sandbox must not make
+# them (a mount point would have to be created in the user's repository), so `remove_planted` undoes them.
+PLANTABLE = ("commondir", "config.worktree")
 MODULE_DEPTH = 4  # submodules of submodules: .git/modules/a/modules/b/...
 
 
@@ -39,8 +50,18 @@ def is_git_control_path(parts: tuple[str, ...]) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Protected:
+    """What the sandbox must pin: `git_dirs` bound read-write over themselves (a mount point cannot be
+    renamed or removed, so the binds beneath stay where git looks), parents first; `read_only` paths."""
+
+    git_dirs: tuple[str, ...]
+    read_only: tuple[str, ...]
+
+
 def _inside(workspace: Path, path: Path) -> str | None:
     """`path` resolved, relative to the (resolved) workspace, or None when it lies outside it."""
+    # A link swapped for a file mid-way makes readlink fail (EINVAL): the caller says the workspace moved.
     real = os.path.realpath(path)
     rel = os.path.relpath(real, workspace)
     return None if rel == ".." or rel.startswith("../") or rel == "." else rel
@@ -98,8 +119,24 @@ def _modules(workspace: Path, gitdir: str, depth: int) -> list[str]:
 def protected_paths(workspace: Path, *, make_missing: bool = True) -> list[str]:
     """Workspace-relative, resolved paths the sandbox must see read-only: each repository folder's
     `config` and `hooks` (with `make_missing`, made empty when missing, so that nothing new can appear
-    there) and a `.git` file."""
-    workspace = Path(os.path.realpath(workspace))
+    there), its `commondir` and `config.worktree` when present, and a `.git` file."""
+    return list(protect(workspace, make_missing=make_missing).read_only)
+
+
+def protect(workspace: Path, *, make_missing: bool = True) -> Protected:
+    """The repository folders to pin and the paths to bind read-only (see `protected_paths`).
+
+    Raises `UserError` when the workspace changes under our feet (a link swapped for a file while it is
+    read): sandboxed code running in parallel is doing that, and the call is refused rather than half-protected.
+    """
+    try:
+        return _protect(Path(os.path.realpath(workspace)), make_missing)
+    except (OSError, ValueError) as e:
+        raise UserError(f"the workspace's repository changed while the sandbox was being prepared ({e}); "
+                        "the command was not run. Stop whatever is rewriting .git and try again") from None
+
+
+def _protect(workspace: Path, make_missing: bool) -> Protected:
     dirs, found = _git_dirs(workspace)
     for rel in dirs:
         gitdir = workspace / rel
@@ -121,7 +158,36 @@ def protected_paths(workspace: Path, *, make_missing: bool = True) -> list[str]:
                         os.lchown(path, owner.st_uid, owner.st_gid)
             if os.path.lexists(path):
                 found.append(f"{rel}/{name}")
-    return found
+        found += [f"{rel}/{name}" for name in PLANTABLE if _regular(gitdir / name)]
+    real_dirs = [rel for rel in dirs if not os.path.islink(workspace / rel)]
+    return Protected(tuple(sorted(set(real_dirs), key=lambda r: (r.count("/"), r))), tuple(dict.fromkeys(found)))
+
+
+def _regular(path: Path) -> bool:
+    with contextlib.suppress(OSError):
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    return False
+
+
+def remove_planted(workspace: Path, protected: Protected) -> str:
+    """Undo a `commondir` or `config.worktree` the sandboxed code made in a repository folder (git would
+    read its config and hooks from where they say); a note naming what was removed, or ""."""
+    removed = []
+    for rel in protected.git_dirs:
+        for name in PLANTABLE:
+            path = Path(workspace) / rel / name
+            if f"{rel}/{name}" in protected.read_only or not os.path.lexists(path):
+                continue
+            with contextlib.suppress(OSError):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+                removed.append(f"{rel}/{name}")
+    if not removed:
+        return ""
+    return (f"removed {', '.join(removed)}, which the program created: git would take the repository's "
+            "config and hooks from where it points")
 
 
 def open_path_beneath(dir_fd: int, rel: str) -> int:

@@ -63,6 +63,11 @@ class DiskWatch:
         used, inodes = self._usage()
         return used - self._start[0] - self.discount, inodes - self._start[1]
 
+    def room(self) -> int:
+        """Bytes the allowance has left now, shou's own writes counted (spilled output is bounded by it)."""
+        used, _ = self._usage()
+        return self.max_bytes - self.used[0] - (used - self._start[0])
+
     async def guard(self, stop: Callable[[], None]) -> None:
         """Call `stop` (and return) once the allowance is passed; runs until cancelled."""
         while not self.check():  # noqa: ASYNC110 - polling is the point: nothing signals disk growth
@@ -98,8 +103,10 @@ class DiskAllowance:
         return DiskWatch(path, min(max_bytes, self.max_bytes), min(max_inodes, self.max_inodes), used=used)
 
     def charge(self, watch: DiskWatch) -> None:
-        """Add what the call behind `watch` wrote (net: a call that deletes files gives room back)."""
+        """Add what the call behind `watch` wrote (net: a call that deletes files gives room back), its
+        spilled output included: that is on the disk too, and a run printing without end must not fill it."""
         grown, files = watch.growth()
+        grown += watch.discount
         with self._lock:
             self.used_bytes = max(0, self.used_bytes + grown)
             self.used_inodes = max(0, self.used_inodes + files)

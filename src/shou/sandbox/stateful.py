@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import ToolError
-from .base import ExecResult, Limits
+from .base import ExecResult, ExitReason, Limits
 
 KERNEL_SOURCE = (Path(__file__).parent / "kernel.py").read_bytes()
 OnCall = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -125,13 +125,17 @@ class StatefulPython:
                     return ExecResult("", "", None, duration, "killed", note="the interpreter broke its protocol")
                 await proc.wait()
                 code_ = proc.returncode
+                reason, why = _why_ended(self._handle, code_)
                 await self.close()
                 self._restart_note = (f"[the Python interpreter crashed (exit code {code_}) and was restarted: "
                                       "variables and imports from earlier calls are gone]")
-                reason = "memory" if code_ in (-9, 137) else "killed"
-                return ExecResult("", "", code_, duration, reason, note="the interpreter crashed during this call")
+                return ExecResult("", "", code_, duration, reason,
+                                  note="; ".join(x for x in ("the interpreter crashed during this call", why) if x))
             error = reply.get("error")
             stderr = str(reply.get("stderr", "")) + (error or "")
+            tidy = getattr(self._handle, "tidy", None)
+            if callable(tidy) and (planted := tidy()):
+                note = "; ".join(x for x in (note, planted) if x)
             return ExecResult(str(reply.get("stdout", "")), stderr, 1 if error else 0, duration, "exit", note=note)
 
     async def close(self) -> None:
@@ -139,6 +143,16 @@ class StatefulPython:
         if self._handle is not None:
             handle, self._handle = self._handle, None
             await handle.stop()
+
+
+def _why_ended(handle: Any, code: int | None) -> tuple[ExitReason, str]:
+    """Why a kernel died: what its sandbox knows (disk allowance, memory), else a guess from the signal."""
+    why = getattr(handle, "why_ended", None)
+    if why is not None:
+        reason, note = why()
+        if reason != "killed":
+            return reason, note
+    return ("memory" if code in (-9, 137) else "killed"), ""
 
 
 _KERNELS: dict[tuple[int, str], StatefulPython] = {}  # oldest use first
