@@ -191,6 +191,10 @@ class Connection:
         try:
             # the SDK waits a little longer than a call may take: the tool timeout (with its message) comes first
             async with Client(_transport(self.spec, log), read_timeout_seconds=self.spec.timeout + 5) as client:
+                from .results import bound_result_checks
+
+                # results are checked off the loop, within the call's time (the tool timeout ends it first)
+                bound_result_checks(client, self.spec.timeout)
                 self.client = client
                 ready.set()
                 await stop.wait()
