@@ -110,8 +110,10 @@ def test_token_file_readable_by_others_is_refused(serve, tmp_path: Path, workspa
     srv = serve([{"text": "x"}])
     try:
         s = start_serve(workspace, shou_env(tmp_path, srv), "--token-file", str(tf))
-    except RuntimeError:
-        return  # refused: fixed
+    except RuntimeError as e:
+        assert "may be read by group or others" in str(e) and "chmod 600" in str(e), e  # refused, and says why
+        assert "T0kenFileValue" not in str(e)
+        return
     try:
         assert not s.url, "a world-readable token file was accepted"
     finally:
@@ -167,16 +169,18 @@ def test_a_foreign_dot_shou_is_refused(serve, tmp_path: Path) -> None:
     subprocess.run(["runuser", "-u", "nobody", "--", "bash", "-c",
                     f"umask 000; mkdir -p {workspace}/.shou; touch {wal}"], check=True)
     spy = subprocess.Popen(["runuser", "-u", "nobody", "--", "bash", "-c",
-                            f"exec 3<{wal}; sleep 20; strings <&3 | grep -c ROOT-SECRET"],
+                            f"exec 3<{wal}; echo open; sleep 20; strings <&3 | grep -c ROOT-SECRET"],
                            stdout=subprocess.PIPE, text=True)
-    time.sleep(1)
+    assert spy.stdout is not None and spy.stdout.readline().strip() == "open"  # it holds the WAL open now
     srv = serve([{"tool_calls": [{"name": "shell", "arguments": {
         "command": "for i in $(seq 1 3000); do echo ROOT-SECRET-$i; done"}}]}, {"text": "done"}])
     r = subprocess.run([sys.executable, "-m", "shou", "run", "--tools", "shell", "go"], cwd=workspace,
                        env=shou_env(tmp_path, srv), capture_output=True, text=True, timeout=120)
     seen = spy.communicate(timeout=60)[0].strip()
-    if r.returncode != 0:
-        return  # refused: fixed
+    if r.returncode != 0:  # refused, saying why, and nothing of the run written
+        assert "belongs to another user" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert sorted(p.name for p in wal.parent.iterdir()) == ["shou.db-wal"] and wal.stat().st_size == 0
+        return
     assert seen in ("", "0"), f"nobody read {seen} lines of root's run from the WAL"
 
 
