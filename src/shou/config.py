@@ -168,6 +168,14 @@ def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "shou"
 
 
+def make_user_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """`user_config_dir()`, made 0700 if missing (tightened if not): it holds keys, approvals and the chat
+    history. The one place that makes it."""
+    from .private import user_folder
+
+    return user_folder(user_config_dir(env))
+
+
 def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings:
     """Merge every configuration source; `overrides` are the command-line flags (None values ignored)."""
     real_env = dict(os.environ if env is None else env)

@@ -13,13 +13,13 @@ from collections.abc import Mapping
 
 def user_key(name: str, env: Mapping[str, str] | None = None) -> bytes:
     """The key in the user's config folder's file `name` (made there, mode 0600, on first use)."""
-    from .config import user_config_dir
+    from .config import make_user_config_dir, user_config_dir
 
     path = user_config_dir(env if env else None) / name
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_user_config_dir(env if env else None)
         key = secrets.token_bytes(32)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)

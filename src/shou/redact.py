@@ -7,7 +7,8 @@ a program can still print them) whose name ends in `_API_KEY`, `_KEY`, `_TOKEN`,
 `_PASSWORD`; and what URLs carry (`url_secrets`: a login, key-like query values) in the base URL and the
 other URL settings, and in variables whose name ends in `_URL`, `_URI`, `_ENDPOINT` or `_PROXY`. Values
 shorter than 8 characters are left alone: not secret enough to find without false hits.
-A secret is also found inside tool-call arguments written with JSON escapes.
+A secret is also found as JSON spells it (quotes, backslashes, `\\u` escapes) and inside tool-call arguments
+written with any other JSON escapes.
 
 And what the `[mcp_servers.NAME]` tables say that may be a credential (shou.redact_servers).
 """
@@ -26,7 +27,7 @@ import orjson
 from .events import Event, field_names
 from .messages import Message, TextPart, ToolCall
 
-__all__ = ["REDACTED", "Redactor", "looks_secret", "secrets_of", "url_secrets"]
+__all__ = ["REDACTED", "Redactor", "json_spellings", "looks_secret", "secrets_of", "url_secrets"]
 
 REDACTED = "[redacted]"
 _SECRET_NAME = re.compile(r"(?:^|_)(?:API_KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
@@ -164,12 +165,20 @@ def _workspace_dotenv(workspace: Any) -> Mapping[str, str]:
         return {}
 
 
+def json_spellings(value: str) -> set[str]:
+    """`value` and how a JSON string writes it (without the quotes), with `\\u` escapes and without."""
+    return {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+
+
 class Redactor:
     """Replaces known secret values in text and in events."""
 
     def __init__(self, values: Iterable[str]) -> None:
-        # Longest first: where one secret holds another, the whole of it is replaced.
-        self.values = sorted({v for v in values if len(v) >= MIN_LENGTH}, key=len, reverse=True)
+        # Longest first: where one secret holds another, the whole of it is replaced. Each secret also as JSON
+        # spells it (`Pa\\"ss`, `p\\u00e4ss`): tool-call arguments are JSON text, streamed and cached as such,
+        # and every path that redacts text must find it there too.
+        self.values = sorted({s for v in values if len(v) >= MIN_LENGTH for s in json_spellings(v)},
+                             key=len, reverse=True)
         self._by_first: dict[str, list[str]] | None = None  # the secrets by their first character (held_back)
         self._pattern = re.compile("|".join(re.escape(v) for v in self.values)) if self.values else None
         # The secrets as they appear in JSON text (escaped where JSON escapes), and a JSON \u escape, which

@@ -1,10 +1,11 @@
 """What an MCP server's table (`[mcp_servers.NAME]`) holds that may be a credential: a trusted table's url,
 args, env and headers are secret sources for the redactor (shou.redact).
 
-Found: the login and key-like query values of its url, every value of its `headers` (with the token of
-`Bearer ...`, and the login a `Basic ...` value encodes), the values of its `env` whose name is key-like (or
-that look like keys), and in its `args` the value of a key-like flag (`--token=X`, `--api-key X`),
-`NAME=value` with a key-like name, the credentials of a URL, and any argument that looks like a key.
+Over-redaction is preferred, since a credential's name says nothing reliable (`?code=`, `-p`, `DB_PASSPHRASE`).
+Found: in its url, the login, every query value, the fragment, and each path part that looks like a key (the
+ones `url_path_masked` masks when the server is shown); every value of its `env` and of its `headers` (with the
+token of `Bearer ...`, and the login a `Basic ...` value encodes); and in its `args` every value that is not
+plainly a flag, a path, a package or a module (`--token=X`, `-p X`, `NAME=value`, a URL's credentials, a key).
 """
 
 from __future__ import annotations
@@ -15,16 +16,14 @@ from typing import Any
 
 from .redact import _HEADERS_NAME, _SECRET_NAME, _URL_NAME, MIN_LENGTH, _header_values, url_secrets
 
-__all__ = ["looks_like_key", "server_secrets"]
+__all__ = ["looks_like_key", "server_secrets", "url_path_masked", "url_path_secrets"]
 
 # A word of a flag's or variable's name that says its value is a credential (`--api-key`, `--github-token`,
 # `SLACK_BOT_TOKEN`, `x-auth`): whole words only, so `--author` or `--keyboard-layout` are not.
 _KEY_WORD = re.compile(r"(?:^|[-_.])(?:api[-_]?key|apikey|key|keys|token|tokens|secret|secrets|password|passwd|"
                        r"pass|pwd|auth|authorization|credentials?|cookie|bearer|pat|sig|signature|jwt|session)(?:$|[-_.])",
                        re.IGNORECASE)
-# Headers that carry no credential (their values are words and media types, not to be hidden everywhere).
-_PLAIN_HEADERS = frozenset({"accept", "accept-language", "content-type", "user-agent", "mcp-protocol-version",
-                            "accept-encoding", "cache-control"})
+
 
 
 def looks_like_key(value: str) -> bool:
@@ -36,21 +35,52 @@ def looks_like_key(value: str) -> bool:
     return (len(value) >= 16 and letters and digits) or len(value) >= 40
 
 
+def url_path_secrets(path: str) -> list[str]:
+    """The parts of a URL path that look like a key (`/s/TOKEN/mcp`): hidden when shown and redacted."""
+    return [p for p in path.split("/") if p and looks_like_key(p)]
+
+
+def url_path_masked(path: str) -> str:
+    """`path` with its key-like parts (`url_path_secrets`) shown as `***`."""
+    secret = set(url_path_secrets(path))
+    return "/".join("***" if p in secret else p for p in path.split("/"))
+
+
 def server_secrets(table: Mapping[str, Any]) -> set[str]:
     """The credentials an MCP server's table (`url`, `args`, `env`, `headers`) may hold (see the module)."""
     found: set[str] = set()
     url = table.get("url")
     if isinstance(url, str):
-        found.update(url_secrets(url))  # shou sends to it: a bare password counts
+        found.update(_url_table_secrets(url))
     args = [a for a in table.get("args") or () if isinstance(a, str)]
     for i, arg in enumerate(args):
-        found.update(_arg_secrets(arg, args[i + 1] if i + 1 < len(args) else None))
-    for name, value in _pairs(table.get("env")):
-        found.update(_named_secrets(name, value))
-    for name, value in _pairs(table.get("headers")):
-        if name.strip().lower() not in _PLAIN_HEADERS or looks_like_key(value.strip()):
-            found.update(_credential(value))
+        found.update(_arg_secrets(arg, args[i - 1] if i else None))
+    for _, value in _pairs(table.get("env")):
+        found.update(_credential(value) | _header_values(value) | url_secrets(value))
+    for _, value in _pairs(table.get("headers")):
+        found.update(_credential(value))
     return {v for v in found if len(v) >= MIN_LENGTH}
+
+
+def _url_table_secrets(url: str) -> set[str]:
+    """A trusted server url's login, every query value (as written and decoded), its fragment, and its key-like
+    path parts: a server's credential can be named anything (`?code=`), or be a path part (`/s/TOKEN/`)."""
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    found = url_secrets(url)  # shou sends to it: a bare password counts
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return found | {url}
+    for part in parts.query.split("&"):
+        value = part.partition("=")[2]
+        found.update({value, unquote(value)} - {""})
+    found.update(v for _, v in parse_qsl(parts.query) if v)
+    if parts.fragment:
+        found.update({parts.fragment, unquote(parts.fragment)})
+    for part in url_path_secrets(parts.path):
+        found.update({part, unquote(part)})
+    return found
 
 
 def _pairs(table: Any) -> list[tuple[str, str]]:
@@ -60,23 +90,31 @@ def _pairs(table: Any) -> list[tuple[str, str]]:
     return [(k, v) for k, v in table.items() if isinstance(k, str) and isinstance(v, str) and v.strip()]
 
 
-def _arg_secrets(arg: str, following: str | None) -> set[str]:
-    """The secrets one command-line argument holds, `following` being the next argument (`--token X`)."""
+def _plain_word(arg: str, before: str | None) -> bool:
+    """Whether an argument is plainly not a credential: a flag, a path, a package, or the module of `-m`."""
+    if arg.startswith(("-", "/", "~", ".", "@")) or "/" in arg:
+        return True
+    return before == "-m" and all(p.isidentifier() for p in arg.split("."))
+
+
+def _arg_secrets(arg: str, before: str | None) -> set[str]:
+    """The secrets one command-line argument holds, `before` being the argument before it (`-p X`)."""
     name, eq, value = arg.partition("=")
     if arg.startswith("-"):
-        if _KEY_WORD.search(name.lstrip("-")):
-            if eq:
-                return _credential(value)
-            return _credential(following) if following is not None and not following.startswith("-") else set()
-        return url_secrets(value) | ({value} if eq and looks_like_key(value) else set())
+        if eq and (_KEY_WORD.search(name) or not _plain_word(value, None)):
+            return _credential(value) | url_secrets(value)
+        return url_secrets(value) if eq else set()
+    # The value of a flag, whatever the flag is named (`-p hunter2pw`, `--api-key X`), as a whole too.
+    found = _credential(arg) if before is not None and before.startswith("-") and not _plain_word(arg, before) \
+        else set()
     if "://" in arg:
-        return url_secrets(arg)
+        return found | url_secrets(arg)
     head, colon, rest = arg.partition(":")
     if colon and _KEY_WORD.search(head.strip()) and rest.strip():  # `--header "Authorization: Bearer X"`
-        return _credential(rest.strip())
+        return found | _credential(rest.strip())
     if eq:  # `API_KEY=...` (for env, docker -e)
-        return _named_secrets(name, value)
-    return {arg} if looks_like_key(arg) else set()
+        return found | _named_secrets(name, value)
+    return found | ({arg} if looks_like_key(arg) else set())
 
 
 def _named_secrets(name: str, value: str) -> set[str]:

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import ConfigError
+from .private import user_folder
 
 __all__ = ["MAX_CONFIG_BYTES", "TrustStore", "digest", "read_config_file", "read_regular"]
 
@@ -100,7 +101,7 @@ class TrustStore:
         return True
 
     def _save(self, entries: dict[str, str]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        user_folder(self.path.parent)  # the config folder: 0700 (shou.private)
         text = json.dumps({"version": 1, "files": dict(sorted(entries.items()))}, indent=1)
         fd, tmp = tempfile.mkstemp(prefix=".trusted-", dir=self.path.parent)
         try:

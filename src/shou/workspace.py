@@ -23,7 +23,7 @@ import stat
 from pathlib import Path
 
 from .errors import ToolError, UserError
-from .private import DIR_MODE, FILE_MODE, tighten_tree
+from .private import DIR_MODE, FILE_MODE, check_owned, tighten_tree
 
 __all__ = [
     "STATE_DIR", "NotFound", "Opened", "check_state_file", "config_parts", "is_state_path", "open_beneath", "open_file",
@@ -292,6 +292,7 @@ def state_dir(workspace: Path) -> Path:
                         "Remove the link (rm .shou) and run again")
     if not stat.S_ISDIR(st.st_mode):
         raise UserError(f"{path} is not a folder; shou keeps its state there. Move it away and run again")
+    check_owned(path, st)  # another user's, or one they may write: they could read what shou writes there
     tighten_tree(path)  # one an older shou made 0755, with 0644 files
     return path
 
@@ -310,12 +311,18 @@ def open_state(workspace: Path, *parts: str, flags: int = os.O_RDONLY, mode: int
     """
     state_dir(workspace)
     try:
-        return open_beneath(Path(workspace), _state_parts(workspace, parts), flags,
-                            make_parents=bool(flags & os.O_CREAT), mode=mode, dir_mode=DIR_MODE)
+        fd = open_beneath(Path(workspace), _state_parts(workspace, parts), flags,
+                          make_parents=bool(flags & os.O_CREAT), mode=mode, dir_mode=DIR_MODE)
     except ToolError as e:
         why = str(e).split(";")[0]  # the part that says what is in the way, without the model's advice
         raise UserError(f"cannot use {Path(workspace, STATE_DIR, *parts)}: {why}; shou never follows links "
                         "or writes odd files for its own state (remove what is in the way)") from None
+    try:
+        check_owned(Path(workspace, STATE_DIR, *parts), os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def check_state_file(workspace: Path, *parts: str) -> Path:
@@ -335,6 +342,7 @@ def check_state_file(workspace: Path, *parts: str) -> Path:
         if stat.S_ISLNK(st.st_mode) or not (stat.S_ISREG(st.st_mode) if last else stat.S_ISDIR(st.st_mode)):
             raise UserError(f"{path} is {_KINDS.get(stat.S_IFMT(st.st_mode), 'not a regular file')}; shou "
                             "keeps its state there and never follows links for it. Remove it and run again")
+        check_owned(path, st)
     return path
 
 

@@ -33,6 +33,7 @@ def test_a_later_run_of_the_session_prints_the_page_marked(serve, tmp_path: Path
     ])
     tokens = tmp_path / "tokens.txt"
     tokens.write_text(f"{TOKEN} alice\n")
+    tokens.chmod(0o600)  # a tokens file must be its owner's alone
     served: Served = start_serve(workspace, shou_env(tmp_path, srv, SHOU_WEB_ALLOW_HOSTS="127.0.0.1"),
                                  "--tokens", str(tokens))
     try:

@@ -49,6 +49,7 @@ def served(tmp_path: Path, workspace: Path, serve) -> Iterator[Served]:
     srv = serve([calc("6*7"), {"text": "6*7 = 42", "chunk_size": 2, "delay": 2, "stall": 1}])
     tokens = tmp_path / "tokens"
     tokens.write_text(f"# token user\n{TOKEN} alice\n")
+    tokens.chmod(0o600)  # a tokens file must be its owner's alone
     s = start_serve(workspace, shou_env(tmp_path, srv), "--tokens", str(tokens))
     yield s
     s.stop()

@@ -120,6 +120,7 @@ def test_the_serve_event_stream_holds_no_server_credential(serve, tmp_path: Path
     srv = serve(_turns())
     tokens = tmp_path / "tokens.txt"
     tokens.write_text(f"{TOKEN} alice\n")
+    tokens.chmod(0o600)  # a tokens file must be its owner's alone
     served = start_serve(workspace, shou_env(tmp_path, srv), "--tokens", str(tokens))
     try:
         with served.client(TOKEN, timeout=180) as c:

@@ -29,6 +29,7 @@ def call(name: str, **arguments: object) -> dict:
 def tokens(tmp_path: Path) -> Path:
     path = tmp_path / "tokens.txt"
     path.write_text(f"# token user\n{ALICE} alice\n{BOB} bob\n")
+    path.chmod(0o600)  # a tokens file must be its owner's alone
     return path
 
 

@@ -28,6 +28,7 @@ def test_out_of_range_options_and_nul_addresses_are_4xx(serve, tmp_path: Path, w
                                                          store_spec: str | None) -> None:
     srv = serve([{"text": "fine"}])
     (tmp_path / "tokens").write_text(f"{TOKEN} dana\n")
+    (tmp_path / "tokens").chmod(0o600)  # a tokens file must be its owner's alone
     args = ["--tokens", str(tmp_path / "tokens")] + (["--store", store_spec] if store_spec else [])
     s = start_serve(workspace, shou_env(tmp_path, srv), *args)
     try:

@@ -30,6 +30,7 @@ def call(name: str, id: str | None = None, **arguments: object) -> dict:
 @pytest.fixture
 def start(tmp_path: Path, workspace: Path) -> Iterator:
     (tmp_path / "tokens").write_text(f"{ALICE} alice\n{BOB} bob\n")
+    (tmp_path / "tokens").chmod(0o600)  # a tokens file must be its owner's alone
     started: list[Served] = []
 
     def go(srv, *args: str, toml: str = "", tokens: bool = True) -> Served:
@@ -206,6 +207,7 @@ def test_a_configured_agent_named_as_the_model_keeps_the_operators_step_limit(se
 
 def test_a_token_may_not_name_the_local_user(tmp_path: Path, workspace: Path) -> None:
     (tmp_path / "tokens").write_text("some-token-0123456789 local\n")
+    (tmp_path / "tokens").chmod(0o600)  # a tokens file must be its owner's alone
     r = subprocess.run([sys.executable, "-m", "shou", "serve", "--port", "0", "--tokens", str(tmp_path / "tokens")],
                        cwd=workspace, env=shou_env(tmp_path, None), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "'local'" in r.stderr and "Traceback" not in r.stderr

@@ -21,6 +21,7 @@ def calc(expression: str) -> dict:
 def served(serve, tmp_path: Path, workspace: Path) -> Iterator[tuple[Served, object]]:
     srv = serve([calc("123 * 45"), {"text": "123 * 45 = 5535"}, {"text": "You asked about 123 * 45."}])
     (tmp_path / "tokens").write_text(f"{TOKEN} carol\n")
+    (tmp_path / "tokens").chmod(0o600)  # a tokens file must be its owner's alone
     s = start_serve(workspace, shou_env(tmp_path, srv), "--tokens", str(tmp_path / "tokens"))
     yield s, srv
     s.stop()

@@ -51,6 +51,7 @@ def test_runs_in_flight_survive_a_database_restart(serve, tmp_path: Path, worksp
     pg = start_postgres()
     srv = serve(_script(), turn_by="history")
     (tmp_path / "tokens").write_text(f"{TOKEN} dana\n")
+    (tmp_path / "tokens").chmod(0o600)  # a tokens file must be its owner's alone
     s = start_serve(workspace, shou_env(tmp_path, srv), "--store", pg.database("outage"), "--tokens",
                     str(tmp_path / "tokens"), "--lease", "6", "--functions", str(FIXTURES / "extra_tools.py"))
     try:

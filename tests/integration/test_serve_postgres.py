@@ -23,6 +23,7 @@ def nap(tag: str, seconds: float) -> dict:
 
 def replicas(n: int, tmp_path: Path, workspace: Path, srv, url: str) -> list[Served]:
     (tmp_path / "tokens").write_text(f"{TOKEN} dana\n")
+    (tmp_path / "tokens").chmod(0o600)  # a tokens file must be its owner's alone
     env = shou_env(tmp_path, srv)
     args = ("--store", url, "--tokens", str(tmp_path / "tokens"), "--lease", "2",
             "--functions", str(FIXTURES / "extra_tools.py"))
@@ -141,6 +142,7 @@ def test_a_database_outage_is_survived(serve, tmp_path: Path, workspace: Path) -
     pg = start_postgres()
     srv = serve([{"text": "before"}, {"text": "after"}])
     (tmp_path / "tokens").write_text(f"{TOKEN} dana\n")
+    (tmp_path / "tokens").chmod(0o600)  # a tokens file must be its owner's alone
     s = start_serve(workspace, shou_env(tmp_path, srv), "--store", pg.database("restart"), "--tokens",
                     str(tmp_path / "tokens"))
     try:

@@ -69,6 +69,7 @@ def test_a_session_name_taken_again_finds_nothing_of_the_deleted_one(serve, serv
     cfg.mkdir(exist_ok=True)
     (cfg / "shou.toml").write_text('tools = ["run_code", "shell", "browser", "read_file"]\n')
     (tmp_path / "tokens").write_text(f"{ALICE} alice\n{BOB} bob\n")
+    (tmp_path / "tokens").chmod(0o600)  # a tokens file must be its owner's alone
     keep_open = f"held = open('/workspace/{HELD}', 'w')\nsecret = 'alice-python-secret'"
     turns = [
         call("run_code", language="python", code=keep_open, stateful=True),

@@ -55,6 +55,7 @@ def test_a_run_leaves_only_private_state(serve, shou, workspace: Path) -> None:
 
 def test_a_serve_run_leaves_only_private_state(serve, tmp_path: Path, workspace: Path) -> None:
     (tmp_path / "tokens").write_text(f"{ALICE} alice\n")
+    (tmp_path / "tokens").chmod(0o600)  # a tokens file must be its owner's alone
     srv = serve([BIG, REMEMBER, {"text": "done"}])
     s = start_serve(workspace, shou_env(tmp_path, srv), "--tokens", str(tmp_path / "tokens"))
     try:
@@ -72,6 +73,7 @@ def test_a_serve_run_leaves_only_private_state(serve, tmp_path: Path, workspace:
 
 def test_a_store_given_by_path_is_private_too(serve, tmp_path: Path, workspace: Path) -> None:
     (tmp_path / "tokens").write_text(f"{ALICE} alice\n")
+    (tmp_path / "tokens").chmod(0o600)  # a tokens file must be its owner's alone
     srv = serve([{"text": "done"}])
     s = start_serve(workspace, shou_env(tmp_path, srv), "--tokens", str(tmp_path / "tokens"), "--store",
                     str(tmp_path / "elsewhere" / "api.db"))

@@ -157,6 +157,7 @@ async def test_the_page_asks_for_the_token_and_then_works(serve, tmp_path: Path,
     srv = serve([{"text": "hello alice"}])
     tokens = tmp_path / "tokens"
     tokens.write_text(f"# token user\n{TOKEN} alice\n")
+    tokens.chmod(0o600)  # a tokens file must be its owner's alone
     with serving(workspace, shou_env(tmp_path, srv), "--tokens", str(tokens)) as served:
         await page.goto(served.url + "/")
         overlay = page.locator("#token-overlay")

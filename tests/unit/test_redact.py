@@ -94,3 +94,17 @@ def test_an_untrusted_dotenv_cannot_make_an_ordinary_word_a_secret(tmp_path) -> 
     trusted = secrets_of(SimpleNamespace(workspace=tmp_path, env={}),
                          {"OTEL_EXPORTER_OTLP_HEADERS": "api-key=plainvalue1,x-other=two22222"})
     assert {"plainvalue1", "two22222"} <= set(trusted)
+
+
+def test_a_secret_is_found_as_json_spells_it() -> None:
+    """Second review: call arguments are JSON text; a quote, a backslash or a non-ASCII letter changes how
+    a secret is written there (`Pa\\"ss\\\\wd`, `p\\u00e4ss`), and every path that redacts must find it."""
+    import json
+
+    from shou.redact import Redactor
+
+    quote, utf8 = 'Pa"ss\\wd-Split99xyz', "pässwört-Geheim-4242"
+    r = Redactor([quote, utf8])
+    for text in (json.dumps({"e": f"1 # {quote} {utf8}"}), json.dumps({"e": f"{quote} {utf8}"}, ensure_ascii=False)):
+        out = r.text(text)
+        assert out.count("[redacted]") == 2 and "Split99xyz" not in out and "Geheim" not in out, out

@@ -26,8 +26,8 @@ def test_every_way_a_table_carries_a_credential_is_found() -> None:
                    "ghp_6666ffffGGGG7777hhhh", "pat-8888iiii", "pw-9999jjjj", "sig-0000kkkk", "auth-1212llll",
                    "Bearer auth-1212llll", "basic-3434mmmm", "me:basic-3434mmmm"):
         assert secret in found, secret
-    # what describes the server (its package, a time zone, a media type) is not hidden from every event
-    for plain in ("@modelcontextprotocol/server-github", "Europe/Berlin", "application/json", "--header"):
+    # what describes the server (its package, its flags) is not hidden from every event
+    for plain in ("@modelcontextprotocol/server-github", "-y", "--header"):
         assert plain not in found, plain
 
 
@@ -51,3 +51,19 @@ def test_a_server_is_described_without_its_credentials() -> None:
     assert "tok-1111aaaa" not in repr(local) and "key-2222bbbb" not in repr(local)
     assert ServerSpec.from_table("s", {"command": "uvx", "args": ["sk-live-1234567890abcdef"]}).where == "uvx"
     assert ServerSpec.from_table("s", {"command": "uvx", "args": ["mcp-server-time"]}).where == "uvx mcp-server-time"
+
+
+def test_a_credential_named_nothing_secret_is_still_found() -> None:
+    """Second review: a path token, `?code=`, a fragment, `-p VALUE` and any env or header value."""
+    table = {"url": "https://h.example/api/mcp/s/PathTok9Xq2Lm4Np7Rt/mcp?code=AzCode5Qw12Er34Ty#FragTok7Hh3Jj9Kk",
+             "args": ["-c", "print(1)", "-p", "hunter2pw", "-m", "my.module", "--dir", "/srv/data"],
+             "env": {"DB_PASSPHRASE": "correct horse battery staple"},
+             "headers": {"X-Custom": "hdrvalue99"}}
+    found = server_secrets(table)
+    for secret in ("PathTok9Xq2Lm4Np7Rt", "AzCode5Qw12Er34Ty", "FragTok7Hh3Jj9Kk", "hunter2pw",
+                   "correct horse battery staple", "hdrvalue99"):
+        assert secret in found, secret
+    for plain in ("my.module", "/srv/data", "--dir"):
+        assert plain not in found, plain
+    # what is masked when the server is shown is exactly what is redacted
+    assert ServerSpec.from_table("s", table).where == "https://h.example/api/mcp/s/***/mcp"

@@ -29,3 +29,18 @@ def test_only_what_could_start_a_secret_is_held_back() -> None:
     assert out == ["hello wor", "ld, ", "[redacted]!", ""]
     assert _through(["no secrets here"]) == ["no secrets here", ""]
     assert StreamRedactor(Redactor([])).feed("anything sk-") == "anything sk-"
+
+
+def test_a_json_escaped_secret_split_across_pieces_is_held_and_hidden() -> None:
+    """The carry-over is the longest spelling's: `p\\u00e4ssw\\u00f6rt...` is longer than the secret itself."""
+    import json
+
+    from shou.redact import Redactor
+    from shou.redact_stream import StreamRedactor
+
+    secret, quoted = "pässwört-Geheim-4242", 'Pa"ss\\wd-Split99xyz'
+    text = json.dumps({"expression": f"1 # {secret} and {quoted}"})
+    for size in (1, 2, 3, 5, 7):
+        stream = StreamRedactor(Redactor([secret, quoted]))
+        out = "".join(stream.feed(text[i:i + size]) for i in range(0, len(text), size)) + stream.end()
+        assert "Geheim" not in out and "Split99xyz" not in out and out.count("[redacted]") == 2, out

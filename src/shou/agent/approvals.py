@@ -192,10 +192,9 @@ def save_rule(rule: str, env: Any = None) -> None:
     """Add `rule` to `[permissions] allow` in the user's shou.toml (made if missing), keeping the rest."""
     import tomlkit
 
-    from ..config import user_config_dir
+    from ..config import make_user_config_dir
 
-    path = user_config_dir(env if env else None) / "shou.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = make_user_config_dir(env if env else None) / "shou.toml"
     doc = tomlkit.parse(path.read_text()) if path.exists() else tomlkit.document()
     table = doc.get("permissions")
     if table is None:

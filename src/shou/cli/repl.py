@@ -32,14 +32,15 @@ async def run_repl(agent: Agent, settings: Settings, session_name: str | None) -
     from prompt_toolkit import PromptSession
     from prompt_toolkit.history import FileHistory, InMemoryHistory
 
-    from ..config import user_config_dir
+    from ..config import make_user_config_dir
+    from ..private import private_text_file
 
     console = Console(highlight=False)
     session = agent.session(session_name)
     session.acquire()  # the whole chat: another process must not interleave turns (SessionBusy if one runs it)
-    history_file = user_config_dir(settings.env) / "history"
     try:
-        history_file.parent.mkdir(parents=True, exist_ok=True)
+        # It holds every prompt typed (pasted keys too): 0600 before prompt_toolkit appends with the umask's mode.
+        history_file = private_text_file(make_user_config_dir(settings.env) / "history")
         history: FileHistory | InMemoryHistory = FileHistory(str(history_file))
     except OSError:
         history = InMemoryHistory()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import ipaddress
+import os
 import socket
 from pathlib import Path
 from typing import Annotated
@@ -79,7 +80,7 @@ def serve(
 ) -> None:
     """Serve agents over HTTP: REST runs with streamed events, an OpenAI-compatible endpoint, and a web page."""
     from ..errors import ShouError
-    from ..serve.auth import Tokens
+    from ..serve.auth import TOKEN_ENV, Tokens
 
     if tokens is not None and token_file is not None:
         raise fail("give --tokens (a file of `TOKEN USER` lines) or --token-file (one token), not both")
@@ -87,6 +88,7 @@ def serve(
         token_set, link_token = (Tokens.load(tokens), None) if tokens is not None else Tokens.local(token_file)
     except ShouError as e:
         raise fail(str(e)) from None
+    supplied = token_file is not None or bool(os.environ.get(TOKEN_ENV, "").strip())  # not ours to print
     if link_token is not None and not _loopback(host):
         raise fail(f"refusing to serve {host} without --tokens: anyone who can reach it could run tools here")
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, None, sandbox, None, option,
@@ -96,17 +98,24 @@ def serve(
     except ShouError as e:
         raise fail(str(e)) from None
     try:
-        asyncio.run(_serve(agent, settings, host, port, store, (token_set, link_token), max_runs_per_user,
+        asyncio.run(_serve(agent, settings, host, port, store, (token_set, link_token, supplied), max_runs_per_user,
                            max_concurrent, lease, replica))
     finally:
         asyncio.run(close_resources(agent))
 
 
-def _print_link(base: str, token: str) -> None:
+def _print_link(base: str, token: str | None) -> None:
     """The page's address with the token in its fragment: a browser never sends a fragment, so the token is
-    in no request line, proxy log or Referer; the page reads it and takes it out of the address bar."""
+    in no request line, proxy log or Referer; the page reads it and takes it out of the address bar. A token
+    the operator supplied (`--token-file`, SHOU_SERVE_TOKEN) is theirs to keep: it is not printed (terminal
+    scrollback, a captured log), and the page asks for it."""
     from urllib.parse import quote
 
+    if token is None:
+        err.print("[yellow]no --tokens: serving loopback only, to user 'local'; every request needs the token "
+                  "you gave (Authorization: Bearer TOKEN)[/]")
+        err.print(f"shou serve: open {base}/", soft_wrap=True, markup=False, highlight=False)
+        return
     err.print("[yellow]no --tokens: serving loopback only, to user 'local'; every request needs this token "
               "(Authorization: Bearer TOKEN)[/]")
     err.print(f"shou serve: open {base}/#token={quote(token, safe='')}", soft_wrap=True, markup=False,
@@ -141,7 +150,7 @@ async def _serve(agent, settings, host: str, port: int, store_spec: str | None, 
     queue = RunQueue.open(store)
     runner = Runner(agent, store, queue, Hub(), replica=replica, max_concurrent=max_concurrent, lease=lease,
                     max_runs_per_user=max_runs_per_user, users=UserMemory(agent.settings, store))
-    tokens, link_token = auth
+    tokens, link_token, supplied = auth
     app = create_app(Server(runner, tokens, settings.workspace, local=link_token is not None))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
@@ -159,7 +168,7 @@ async def _serve(agent, settings, host: str, port: int, store_spec: str | None, 
         err.print(f"shou serve: replica {escape(runner.replica)}, store {escape(str(store.path))}")
         err.print(f"shou serve: listening on http://{where}:{bound}", soft_wrap=True)
         if link_token is not None:
-            _print_link(f"http://{where}:{bound}", link_token)
+            _print_link(f"http://{where}:{bound}", None if supplied else link_token)
     try:
         await task
     finally:

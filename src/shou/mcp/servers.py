@@ -92,7 +92,7 @@ def _describe_url(url: str) -> str:
     """The URL's scheme, host, port and path: no login, query or fragment, and key-like path parts masked."""
     from urllib.parse import urlsplit
 
-    from ..redact_servers import looks_like_key
+    from ..redact_servers import url_path_masked
 
     try:
         parts = urlsplit(url)
@@ -101,8 +101,7 @@ def _describe_url(url: str) -> str:
     except ValueError:
         return "(an HTTP server)"
     host = f"[{host}]" if ":" in host else host
-    path = "/".join("***" if looks_like_key(p) else p for p in parts.path.split("/"))
-    return f"{parts.scheme}://{host}{port}{path}"
+    return f"{parts.scheme}://{host}{port}{url_path_masked(parts.path)}"
 
 
 def _describe_program(spec: ServerSpec) -> str:
@@ -192,6 +191,10 @@ class Connection:
         try:
             # the SDK waits a little longer than a call may take: the tool timeout (with its message) comes first
             async with Client(_transport(self.spec, log), read_timeout_seconds=self.spec.timeout + 5) as client:
+                from .results import bound_result_checks
+
+                # results are checked off the loop, within the call's time (the tool timeout ends it first)
+                bound_result_checks(client, self.spec.timeout)
                 self.client = client
                 ready.set()
                 await stop.wait()

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..messages import ImagePart
 from ..tools.base import NAME_RE, Tool, ToolResult
+from ..tools.schema_bounds import ValidationTimeout
 from ..tools.schema_regex import UnsafePattern, safe_schema
 from .servers import Connection, ServerSpec, connection
 from .stdio import TOO_BIG
@@ -77,6 +78,9 @@ def _caller(conn: Connection, remote: str) -> Any:
             return ToolResult.error(f"Error: {e}")
         try:
             return convert(await client.call_tool(remote, arguments))
+        except ValidationTimeout as e:  # a result too slow to check (shou.mcp.results): the server is fine
+            return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} sent a result shou could not check "
+                                    f"in time: {e}")
         except UnsafePattern as e:  # the SDK checks results against the server's output schema
             return ToolResult.error(f"Error: the MCP server {conn.spec.name!r} sent a result whose output schema "
                                     f"cannot be checked safely: {e}")

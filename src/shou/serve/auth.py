@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from ..errors import UserError
@@ -14,6 +15,36 @@ from ..errors import UserError
 LOCAL_USER = "local"
 MIN_TOKEN = 16
 TOKEN_ENV = "SHOU_SERVE_TOKEN"
+
+
+MAX_TOKENS_FILE = 1 << 20
+
+
+def read_secret_file(path: Path, what: str) -> str:
+    """The text of a file of tokens, which must be its owner's alone (like ssh's keys): `UserError` when it is
+    a symlink, not a regular file, another user's, or group or others may read or write it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        if os.path.islink(path):
+            raise UserError(f"{what} {path} is a symlink; give the file itself") from None
+        raise UserError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{what} {path} is not a regular file")
+        if st.st_uid != os.geteuid():
+            raise UserError(f"{what} {path} belongs to another user (uid {st.st_uid}); it must be yours alone")
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            raise UserError(f"{what} {path} may be read by group or others (mode {stat.S_IMODE(st.st_mode):04o}); "
+                            f"anyone who reads it can act as its users. Run `chmod 600 {path}` and start again")
+        data = f.read(MAX_TOKENS_FILE + 1)
+    if len(data) > MAX_TOKENS_FILE:
+        raise UserError(f"{what} {path} is over {MAX_TOKENS_FILE:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"cannot read {what} {path}: it is not UTF-8 text") from None
 
 
 class Tokens:
@@ -26,10 +57,7 @@ class Tokens:
     @classmethod
     def load(cls, path: Path) -> Tokens:
         """Read a tokens file; `UserError` naming the line that is not `TOKEN USER`."""
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise UserError(f"cannot read the tokens file {path}: {e.strerror or e}") from None
+        text = read_secret_file(path, "the tokens file")
         pairs: dict[str, str] = {}
         for number, line in enumerate(text.splitlines(), start=1):
             line = line.split("#", 1)[0].strip()
@@ -52,11 +80,7 @@ class Tokens:
         `SHOU_SERVE_TOKEN`, else a new random one) and that token. Every local account can reach a loopback
         port, so the port alone says nothing about who is asking."""
         if token_file is not None:
-            try:
-                token = token_file.read_text(encoding="utf-8").strip()
-            except (OSError, UnicodeDecodeError) as e:
-                raise UserError(f"cannot read the token file {token_file}: {getattr(e, 'strerror', None) or e}"
-                                ) from None
+            token = read_secret_file(token_file, "the token file").strip()
             where = str(token_file)
         else:
             token, where = os.environ.get(TOKEN_ENV, "").strip(), TOKEN_ENV

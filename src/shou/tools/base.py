@@ -191,9 +191,11 @@ class Tool:
         if self._validator is None:
             import jsonschema
 
+            from . import schema_bounds
             from .schema_regex import install
 
             install()  # patterns are searched in linear time: a schema may come from an MCP server
+            schema_bounds.install()  # and uniqueItems checked in linear time
             cls = jsonschema.validators.validator_for(self.parameters)
             self._validator = cls(self.parameters)
         from .schema_regex import UnsafePattern

@@ -19,6 +19,7 @@ from ..workspace import save_output
 from . import spills
 from .base import ToolArgumentsError, ToolContext, ToolResult
 from .registry import ToolSet
+from .schema_bounds import ValidationTimeout, checked_off_loop
 from .truncate import truncate
 from .untrusted import UNTRUSTED_SPILL, mark_untrusted, reads_untrusted_spill
 
@@ -67,6 +68,17 @@ def _repair(text: str) -> Any:
         return None
 
 
+ARGUMENT_CHECK_SECONDS = 30.0  # for arguments against a schema from outside (an MCP server's)
+
+
+async def _validated(tool: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """`tool.validate(args)`; off the loop, with a deadline, for the tools whose output is untrusted (every MCP
+    tool among them, whose server wrote its schema, which could be made slow to check)."""
+    if not tool.untrusted_output:
+        return tool.validate(args)
+    return await checked_off_loop(lambda: tool.validate(args), ARGUMENT_CHECK_SECONDS, "the arguments")
+
+
 class ToolExecutor:
     """Executes tool calls against a `ToolSet` with per-tool timeouts and a concurrency limit.
 
@@ -96,9 +108,11 @@ class ToolExecutor:
         if problem is not None:
             return ToolResult.error(f"Error calling {call.name}: {problem}")
         try:
-            kwargs = tool.validate(args or {})
+            kwargs = await _validated(tool, args or {})
         except ToolArgumentsError as e:
             return ToolResult.error(f"Error calling {call.name}: {e}\nFix the arguments and call it again.")
+        except ValidationTimeout as e:
+            return ToolResult.error(f"Error calling {call.name}: {e}")
         limit = tool.timeout if tool.timeout is not None else self.timeout
         if self.cap is not None and limit > self.cap:
             # A limit the person set governs every tool. The second of grace lets a tool that enforces the
