@@ -36,7 +36,8 @@ from ..usage import format_cost
 # names are untrusted, so they are shown with these replaced.
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # Characters that make a terminal show text other than what it is: bidi overrides and isolates reorder it
-# (a right-to-left override shows `lss.txt` for `txt.ssl`), zero-width ones hide inside a word, separators break the line.
+# (a right-to-left override shows `lss.txt` for `txt.ssl`), zero-width ones hide inside a word,
+# separators break the line.
 _INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff\u2028\u2029\u061c\u180e\u2060-\u2064]")
 
 
