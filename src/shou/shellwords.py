@@ -35,6 +35,7 @@ MAX_LINE = 64 * 1024  # characters; a longer line is opaque
 # Work a line may take, in nodes visited and characters of commands recorded: linear in its size, so the
 # worst line is decided in a fraction of a second (wrappers make every suffix of their words a command).
 WORK_PER_CHAR, WORK_BASE = 24, 200_000
+PARSE_READS_PER_BYTE = 32
 MAX_WRAPPED = 256  # words after a wrapper; more is opaque (each suffix is a possible command)
 # Programs that run the rest of their words as a command. Their options are not parsed (a table of them
 # misses some: `exec -la z rm`, `setpriv --ruid 0 rm`): every suffix of their words may be the command.
@@ -114,7 +115,7 @@ def _line(line: str, found: Found, depth: int) -> None:
         found.opaque.append("shells nested too deep to read")
         return
     line = line.replace("\\\n", "")  # a line continuation joins the words around it, even mid-word
-    root = _parser().parse(line.encode("utf-8", "surrogatepass")).root_node
+    root = _parse(line.encode("utf-8", "surrogatepass"))
     if root.has_error:  # bash may still run the part before the mistake: read what parsed, vouch for nothing
         found.opaque.append("a line the bash parser cannot read")
     risk = Risk()
@@ -127,6 +128,24 @@ def _line(line: str, found: Found, depth: int) -> None:
             _command(node, found, depth, risk)
         stack.extend(reversed(node.children))
     found.opaque.extend(risk.reasons())
+
+
+def _parse(source: bytes) -> Any:
+    """The parsed tree of `source`, or `_Exhausted` past a work bound linear in its size: tree-sitter's error
+    recovery is quadratic on some input (`x[a][a]...` took seconds). The parser re-reads the text as it
+    works, so it is fed a byte at a time and the reads counted (an honest line takes under ten per byte);
+    past the bound it is told the text ended."""
+    reads, limit = 0, PARSE_READS_PER_BYTE * len(source) + 10_000
+
+    def read(offset: int, _point: Any) -> bytes:
+        nonlocal reads
+        reads += 1
+        return b"" if reads > limit else source[offset:offset + 1]
+
+    tree = _parser().parse(read)
+    if reads > limit:
+        raise _Exhausted
+    return tree.root_node
 
 
 def _text(node: Any) -> str:

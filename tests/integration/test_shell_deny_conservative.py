@@ -51,7 +51,8 @@ def test_plain_lines_are_still_allowed(line: str) -> None:
 def test_the_worst_lines_are_decided_at_once_and_a_parser_fault_fails_closed(monkeypatch) -> None:
     """`env ` * 16380 took 58 s (quadratic) on the event loop; a parser exception ended the run."""
     done = threading.Event()
-    worker = threading.Thread(target=lambda: (DENY.decide("shell", {"command": "env " * 16380 + "true"}), done.set()))
+    lines = ["env " * 16380 + "true", "x" + "[a]" * 21000]  # quadratic in our reading, then in tree-sitter's
+    worker = threading.Thread(target=lambda: ([DENY.decide("shell", {"command": c}) for c in lines], done.set()))
     worker.start()
     # Far above an honest run (a fraction of a second), far below the old 58 s.
     assert done.wait(20), "deciding the line took too long"
