@@ -35,7 +35,6 @@ _MAIN = {"shell": "command", "run_code": "code", "read_file": "path", "write_fil
 _HOST_OF = frozenset({"web_fetch", "browser"})
 SANDBOXED = frozenset({"shell", "run_code"})
 CODE_TOOL = "python"  # code mode's one tool (shou.agent.code)
-MAX_READ = 64 * 1024  # characters of a shell line read command by command
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,8 +220,7 @@ class Policy:
         argument = main_argument(tool, args, order, workspace)
         # For a shell line, deny and ask rules see each of its commands too: `true; rm -r x` and ` rm -r x`
         # are both an `rm -r x`.
-        too_long = tool == "shell" and len(argument) > MAX_READ
-        views, opaque = _views(tool, argument) if not too_long else ([argument], [])
+        views, opaque = _views(tool, argument)
 
         def hit(rule: Rule) -> bool:
             # A program only the running shell knows could be any: it meets every rule for the tool.
@@ -232,10 +230,6 @@ class Policy:
         if deny is not None:
             seen = "" if not opaque else f" (the line runs {opaque[0]}; deny rules cannot see what that is)"
             return Decision("deny", f"rule deny = {deny}{seen}", deny)
-        if too_long and any(r.tool in (tool, "*") for o in ("deny", "ask") for r in self.rules[o]):  # type: ignore[index]
-            # Past this size a line is not parsed command by command,
-            # so rules that would ask or deny cannot be sure they do not apply: a person decides.
-            return Decision("ask", f"the command is over {MAX_READ} characters, too long to check against the rules")
         # Between ask and allow the narrower rule wins (allow shell(git status*) over ask shell); at the
         # same breadth, ask does.
         found = [(r.pattern is not None, outcome == "ask", outcome, r) for outcome in ("ask", "allow")

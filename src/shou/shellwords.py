@@ -22,51 +22,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .shellrisk import Risk
+
 __all__ = ["Found", "programs"]
 
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "fish"})
+SHELLS = frozenset({"sh", "bash", "rbash"})  # read as bash reads them
+# Shells whose syntax is not bash's (or that bash's parser would misread): what they run is not known.
+OTHER_SHELLS = frozenset({"dash", "zsh", "ksh", "ksh93", "mksh", "pdksh", "oksh", "loksh", "ash", "yash", "posh",
+                          "fish", "tcsh", "csh", "rc", "es", "elvish", "nu", "xonsh", "osh", "ysh"})
 MAX_DEPTH = 4  # shells inside shells; deeper is opaque
-# Wrappers: the options that take a separate value, and how many words (after the options) are not the program.
-_WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
-    "env": (frozenset({"-u", "--unset", "-C", "--chdir"}), 0),
-    "exec": (frozenset({"-a"}), 0),
-    "command": (frozenset(), 0),
-    "builtin": (frozenset(), 0),
-    "nohup": (frozenset(), 0),
-    "setsid": (frozenset(), 0),
-    "unbuffer": (frozenset(), 0),
-    "time": (frozenset({"-f", "--format", "-o", "--output"}), 0),
-    "nice": (frozenset({"-n", "--adjustment"}), 0),
-    "ionice": (frozenset({"-c", "--class", "-n", "--classdata", "-p", "-P", "-u"}), 0),
-    "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
-    "stdbuf": (frozenset({"-i", "-o", "-e", "--input", "--output", "--error"}), 0),
-    "sudo": (frozenset({"-u", "--user", "-g", "--group", "-C", "--close-from", "-D", "--chdir", "-h", "--host",
-                        "-p", "--prompt", "-r", "--role", "-t", "--type", "-U", "--other-user", "-T",
-                        "--command-timeout"}), 0),
-    "doas": (frozenset({"-u", "-C"}), 0),
-    "chroot": (frozenset({"--userspec", "--groups"}), 1),
-    "flock": (frozenset({"-w", "--timeout", "-E", "--conflict-exit-code"}), 1),
-    "xargs": (frozenset({"-a", "--arg-file", "-d", "--delimiter", "-E", "-I", "-L", "-n", "--max-args", "-P",
-                         "--max-procs", "-s", "--max-chars", "--process-slot-var"}), 0),
-    "busybox": (frozenset(), 0),
-    "coproc": (frozenset(), 0),
-    "unshare": (frozenset({"--map-user", "--map-group", "--setuid", "--setgid", "-S", "-G", "-R", "--root", "-w",
-                           "--wd"}), 0),
-    "nsenter": (frozenset({"-t", "--target", "-S", "--setuid", "-G", "--setgid"}), 0),
-    "setpriv": (frozenset({"--reuid", "--regid", "--groups", "--inh-caps", "--bounding-set"}), 0),
-    "chrt": (frozenset(), 1),
-    "taskset": (frozenset(), 1),
-    "strace": (frozenset({"-o", "-e", "-p", "-s", "-u", "-E", "-I", "-P", "-S", "-X", "-a", "-b"}), 0),
-    "ltrace": (frozenset({"-o", "-e", "-p", "-s", "-u", "-a", "-n", "-l", "-L"}), 0),
-    "prlimit": (frozenset({"-p", "--pid"}), 0),
-    "firejail": (frozenset(), 0),
-    "runuser": (frozenset({"-u", "--user", "-g", "--group", "-G", "--supp-group", "-s", "--shell"}), 0),
-    "catchsegv": (frozenset(), 0),
-    "faketime": (frozenset({"-f"}), 1),
-    "proxychains": (frozenset({"-f"}), 0),
-    "torsocks": (frozenset(), 0),
-    "then": (frozenset(), 0), "do": (frozenset(), 0), "else": (frozenset(), 0),
-}
+MAX_LINE = 64 * 1024  # characters; a longer line is opaque
+# Work a line may take, in nodes visited and characters of commands recorded: linear in its size, so the
+# worst line is decided in a fraction of a second (wrappers make every suffix of their words a command).
+WORK_PER_CHAR, WORK_BASE = 24, 200_000
+PARSE_READS_PER_BYTE = 32
+MAX_WRAPPED = 256  # words after a wrapper; more is opaque (each suffix is a possible command)
+# Programs that run the rest of their words as a command. Their options are not parsed (a table of them
+# misses some: `exec -la z rm`, `setpriv --ruid 0 rm`): every suffix of their words may be the command.
+_WRAPPERS = frozenset({
+    "env", "exec", "command", "builtin", "nohup", "setsid", "unbuffer", "time", "nice", "ionice", "timeout",
+    "stdbuf", "sudo", "doas", "chroot", "flock", "xargs", "busybox", "coproc", "unshare", "nsenter", "setpriv",
+    "chrt", "taskset", "strace", "ltrace", "prlimit", "firejail", "runuser", "catchsegv", "faketime",
+    "proxychains", "proxychains4", "torsocks", "then", "do", "else", "pkexec", "sg", "numactl", "cgexec",
+    "systemd-run", "nocache", "eatmydata", "fakeroot", "chpst", "softlimit", "valgrind", "ssh-agent",
+    "dbus-launch", "xvfb-run", "trickle", "schedtool", "cpulimit", "sem", "parallel", "rlwrap", "!", "{",
+})
 _EXEC_FLAGS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _GLOB = re.compile(r"(?<!\\)(?:[*?]|\[[^\]]+\])")  # `[` alone is the test command, no pattern
 _BRACES = re.compile(r"\{[^{}]*,[^{}]*\}")
@@ -81,6 +61,22 @@ class Found:
 
     commands: list[str] = field(default_factory=list)
     opaque: list[str] = field(default_factory=list)
+    budget: int = 0  # work left (nodes visited, characters of commands recorded); see _spend
+
+
+class _Exhausted(Exception):
+    """The line needs more work to read than any honest line does (a deliberate parser DoS)."""
+
+
+def _spend(found: Found, cost: int) -> None:
+    found.budget -= cost
+    if found.budget < 0:
+        raise _Exhausted
+
+
+def _record(found: Found, command: str) -> None:
+    _spend(found, len(command) + 1)
+    found.commands.append(command)
 
 
 @functools.cache
@@ -92,14 +88,25 @@ def _parser() -> Any:
 
 
 def programs(line: str) -> Found:
-    """Every program `line` runs (see the module docstring)."""
-    found = Found()
+    """Every program `line` runs (see the module docstring). Never raises: whatever stops the reading
+    (a line too long, too much work, the parser failing) makes the line opaque."""
+    found = Found(budget=WORK_PER_CHAR * len(line) + WORK_BASE)
+    if len(line) > MAX_LINE:
+        found.opaque.append(f"a line over {MAX_LINE} characters, too long to read")
+        return found
     try:
         _parser()
     except ImportError as e:  # a broken install: nothing can be read, so nothing is vouched for
         found.opaque.append(f"the bash parser is missing ({e})")
         return found
-    _line(line, found, 0)
+    try:
+        _line(line, found, 0)
+    except _Exhausted:
+        found.opaque.append("a line that takes too much work to read")
+    except RecursionError:
+        found.opaque.append("a line nested too deep to read")
+    except Exception as e:  # a parser fault must fail closed, never end the run
+        found.opaque.append(f"a line the bash parser failed on ({type(e).__name__})")
     return found
 
 
@@ -108,15 +115,37 @@ def _line(line: str, found: Found, depth: int) -> None:
         found.opaque.append("shells nested too deep to read")
         return
     line = line.replace("\\\n", "")  # a line continuation joins the words around it, even mid-word
-    root = _parser().parse(line.encode("utf-8", "surrogatepass")).root_node
+    root = _parse(line.encode("utf-8", "surrogatepass"))
     if root.has_error:  # bash may still run the part before the mistake: read what parsed, vouch for nothing
         found.opaque.append("a line the bash parser cannot read")
+    risk = Risk()
     stack = [root]
     while stack:
         node = stack.pop()
+        _spend(found, 1)
+        risk.see(node)
         if node.type == "command":
-            _command(node, found, depth)
+            _command(node, found, depth, risk)
         stack.extend(reversed(node.children))
+    found.opaque.extend(risk.reasons())
+
+
+def _parse(source: bytes) -> Any:
+    """The parsed tree of `source`, or `_Exhausted` past a work bound linear in its size: tree-sitter's error
+    recovery is quadratic on some input (`x[a][a]...` took seconds). The parser re-reads the text as it
+    works, so it is fed a byte at a time and the reads counted (an honest line takes under ten per byte);
+    past the bound it is told the text ended."""
+    reads, limit = 0, PARSE_READS_PER_BYTE * len(source) + 10_000
+
+    def read(offset: int, _point: Any) -> bytes:
+        nonlocal reads
+        reads += 1
+        return b"" if reads > limit else source[offset:offset + 1]
+
+    tree = _parser().parse(read)
+    if reads > limit:
+        raise _Exhausted
+    return tree.root_node
 
 
 def _text(node: Any) -> str:
@@ -133,8 +162,8 @@ def _static(node: Any) -> str | None:
     if kind == "raw_string":
         return text[1:-1]
     if kind == "ansi_c_string":
-        try:
-            return codecs.decode(text[2:-1], "unicode_escape")
+        try:  # bash ends the string at a NUL (`$'rm\\0'` is `rm`)
+            return codecs.decode(text[2:-1], "unicode_escape").split("\0", 1)[0]
         except (UnicodeDecodeError, ValueError):
             return None
     if kind in ("string", "translated_string"):
@@ -173,177 +202,196 @@ def _stdin(node: Any) -> list[Any]:
     return found
 
 
-def _command(node: Any, found: Found, depth: int) -> None:
+def _command(node: Any, found: Found, depth: int, risk: Risk) -> None:
     name = node.child_by_field_name("name")
     if name is None:  # only assignments: `a=rm` runs nothing (their substitutions are visited on their own)
         return
     if _globbed(name):
         found.opaque.append(f"{_text(name)}: a program named by a glob")
-        found.commands.append(_text(node))
+        _record(found, _text(node))
         return
     argv: list[Word] = [(_static(name), _text(name))]
     argv += [(_static(a), _text(a)) for a in node.children_by_field_name("argument")]
+    risk.command(argv)
     _run(argv, found, depth, _stdin(node))
 
 
 def _run(argv: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
-    """Record the command `argv` and look through it to what it runs."""
-    while argv:
-        head, raw = argv[0]
+    """Record the command `argv` and look through it to what it runs: for a wrapper, every suffix of its
+    words may be the program (each start is read once, so wrappers inside wrappers stay linear)."""
+    seen: set[int] = set()
+    todo = [0]
+    while todo:
+        start = todo.pop()
+        if start in seen or start >= len(argv):
+            continue
+        seen.add(start)
+        head, raw = argv[start]
         if head is None:
             found.opaque.append(f"{raw}: a program named by an expansion or a substitution")
-            found.commands.append(" ".join(r for _, r in argv))
-            return
+            _record(found, " ".join(r for _, r in argv[start:]))
+            continue
         if _BRACES.fullmatch(head):  # {rm,-r,x} is `rm -r x`
-            argv = [(w, w) for w in head[1:-1].split(",")] + argv[1:]
+            _run([(w, w) for w in head[1:-1].split(",")] + argv[start + 1:], found, depth, stdin)
             continue
         base = posixpath.basename(head)
-        words = [base, *(s if s is not None else r for s, r in argv[1:])]
-        found.commands.append(" ".join(words))
-        rest = _through(base, argv[1:], found, depth, stdin)
-        if rest is None:
-            return
-        argv = rest
+        args = argv[start + 1:]
+        _record(found, " ".join([base, *(s if s is not None else r for s, r in args)]))
+        todo.extend(start + 1 + i for i in _through(base, args, found, depth, stdin))
 
 
-Handler = Callable[[str, list[Word], Found, int, list[Any]], "list[Word] | None"]
+Handler = Callable[[str, list[Word], Found, int, list[Any]], list[int]]
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _suffixes(base: str, args: list[Word], found: Found) -> list[int]:
+    """Where among a wrapper's words its command may start: at every word that is not an option or an
+    assignment (an option's value could be the program's name, and the program could be any later word)."""
+    if len(args) > MAX_WRAPPED:
+        found.opaque.append(f"{base}: a wrapper given too many words to read")
+        return []
+    texts = [w if w is not None else r for w, r in args]
+    return [i for i, t in enumerate(texts) if not t.startswith("-") and not _ASSIGNMENT.match(t)]
 
 
 def _opaque(why: str) -> Handler:
-    def handle(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
+    def handle(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
         found.opaque.append(f"{base}: {why}")
+        return []
 
     return handle
 
 
-def _eval(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
-    _script([s for s, _ in (args[:1] if base == "trap" else args)], found, depth, base)
+def _scripts(base: str, args: list[Word], found: Found, depth: int, letters: str = "") -> None:
+    """Read every word of `args` that is not an option, and every value attached to an option (`-c'...'`
+    for a letter in `letters`, `--command=...`), each as a shell line: whichever the program runs, rules see."""
+    for word, _ in args:
+        if word is None:
+            found.opaque.append(f"{base}: given words only the running shell knows")
+        elif word.startswith("--"):
+            if "=" in word:
+                _line(word.split("=", 1)[1], found, depth + 1)
+        elif word.startswith(("-", "+")) and len(word) > 1:
+            for letter in letters:
+                k = word.find(letter, 1)
+                if k > 0 and word[k + 1:]:
+                    _line(word[k + 1:], found, depth + 1)
+        else:
+            _line(word, found, depth + 1)
 
 
-def _watch(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
-    rest = _skip_options_of(args, frozenset({"-n", "--interval", "-d", "-q", "--equexit"}))
-    _script([s for s, _ in rest], found, depth, base)  # it runs its words as one `sh -c` line
+def _eval(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    words = [s for s, _ in args]
+    _script(words[1:] if words[:1] == ["--"] else words, found, depth, base)
+    return []
 
 
-def _with_c(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[Word] | None:
-    if _dash_c(args, found, depth, anywhere=True):  # su USER -c, script -c, flock FILE -c, runuser -c
-        return None
-    return _skip_options(base, args) if base in _WRAPPERS else None
+def _trap(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    _scripts(base, args, found, depth)  # the action and the signal names: reading a name as a line is harmless
+    return []
 
 
-def _xargs(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[Word]:
-    rest = _skip_options(base, args)
-    if rest and rest[0][0] is not None:  # it runs the program with words read from its input as well
-        found.commands.append(" ".join([posixpath.basename(rest[0][0]), *(s or r for s, r in rest[1:]), "<input>"]))
-    return rest
+def _watch(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    for i in _suffixes(base, args, found):  # it runs its words as one `sh -c` line
+        _script([s for s, _ in args[i:]], found, depth, base)
+    return []
 
 
-def _env(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[Word] | None:
-    if any(s in ("-S", "--split-string") or (s or "").startswith("-S") for s, _ in args):
-        found.opaque.append("env -S: a command line split at run time")
-        return None
-    return _skip_options(base, args)
+def _with_c(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    _scripts(base, args, found, depth, "c")  # su USER -c, su -c'...', --command=, script -c, flock FILE -c
+    return _suffixes(base, args, found) if base in _WRAPPERS else []
 
 
-def _coproc(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[Word]:
-    return args[2:] if len(args) > 1 and args[1][0] == "{" else _skip_options(base, args)
+def _xargs(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    starts = _suffixes(base, args, found)
+    for i in starts:  # it runs the program with words read from its input as well
+        if args[i][0] is not None:
+            _record(found, " ".join([posixpath.basename(args[i][0] or ""), *(s or r for s, r in args[i + 1:]),
+                                     "<input>"]))
+    return starts
+
+
+def _env(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    for word, raw in args:
+        text = word if word is not None else raw
+        split = text.startswith("--s") or (text.startswith("-") and not text.startswith("--") and "S" in text)
+        if split or (word is None and raw.startswith("-")):  # -S, -iS'...', --split-string=, --sp ...
+            found.opaque.append("env -S: a command line split at run time")
+            return []
+    return _suffixes(base, args, found)
+
+
+def _find_handler(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    _find(args, found, depth)
+    return []
 
 
 _HANDLERS: dict[str, Handler] = {
-    **{name: lambda b, a, f, d, i: _shell(a, f, d, i) for name in SHELLS},
-    "eval": _eval, "trap": _eval, "watch": _watch, "xargs": _xargs, "env": _env, "coproc": _coproc,
+    **{name: lambda b, a, f, d, i: _shell(b, a, f, d, i) for name in SHELLS},
+    **{name: _opaque("a shell whose language shou does not read") for name in OTHER_SHELLS},
+    "eval": _eval, "trap": _trap, "watch": _watch, "xargs": _xargs, "env": _env, "find": _find_handler,
     ".": _opaque("runs a script file shou cannot see"), "source": _opaque("runs a script file shou cannot see"),
     # A name that runs another program from now on.
     **{name: _opaque("makes a name run another program") for name in ("alias", "hash", "enable")},
     **{name: _with_c for name in ("su", "script", "flock", "runuser")},
-    "find": lambda b, a, f, d, i: _find(a, f, d),
 }
 
 
-def _through(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[Word] | None:
-    """The command `base args` runs in turn (a wrapper's program), or None after reading what it runs."""
+def _through(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """Where among `args` a command `base` runs in turn may start (a wrapper's program), after reading
+    what it runs as a line (a shell's script, eval's words)."""
     handler = _HANDLERS.get(base)
     if handler is not None:
         return handler(base, args, found, depth, stdin)
-    return _skip_options(base, args) if base in _WRAPPERS else None
+    return _suffixes(base, args, found) if base in _WRAPPERS else []
 
 
 def _script(words: list[str | None], found: Found, depth: int, what: str) -> None:
-    """Read `words`, joined by spaces, as the shell line they become (`eval`, `trap`, `watch`)."""
+    """Read `words`, joined by spaces, as the shell line they become (`eval`, `watch`)."""
     if any(w is None for w in words):
         found.opaque.append(f"{what} of words only the running shell knows")
     elif words:
         _line(" ".join(w or "" for w in words), found, depth + 1)
 
 
-def _skip_options_of(args: list[Word], takes_value: frozenset[str]) -> list[Word]:
-    i = 0
-    while i < len(args) and (args[i][0] or "").startswith("-"):
-        i += 2 if args[i][0] in takes_value else 1
-    return args[i:]
+def _dash_c(args: list[Word]) -> int | None:
+    """Where the first option cluster holding `c` is (`-c`, `-xc`), if any."""
+    return next((i for i, (w, _) in enumerate(args) if w is not None and w.startswith("-")
+                 and not w.startswith("--") and "c" in w[1:]), None)
 
 
-def _skip_options(base: str, args: list[Word]) -> list[Word]:
-    """A wrapper's words without its options, their values, assignments (env) and leading operands."""
-    takes_value, operands = _WRAPPERS[base]
-    i = 0
-    while i < len(args):
-        word = args[i][0]
-        if word is None:
-            break
-        if word == "--":
-            i += 1
-            break
-        if base == "env" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word, flags=re.S):
-            i += 1
-            continue
-        if not word.startswith("-") or word == "-":
-            if base == "nice" and re.fullmatch(r"[+-]?\d+", word):
-                i += 1
-                continue
-            break
-        i += 2 if word in takes_value else 1
-    return args[i + operands:]
-
-
-def _dash_c(args: list[Word], found: Found, depth: int, anywhere: bool = False) -> bool:
-    """Read the script of `-c SCRIPT` (any option cluster holding `c`, before the first operand unless
-    `anywhere`, as `su USER -c` has it); whether there was one."""
-    for i, (word, _) in enumerate(args):
-        if word is None or not word.startswith("-") or word == "-":
-            if anywhere:
-                continue
-            return False
-        if word.startswith("--") or "c" not in word[1:]:
-            continue
-        script = args[i + 1][0] if i + 1 < len(args) else ""
-        if script is None:
-            found.opaque.append("a shell given a script only the running shell knows")
-        else:
-            _line(script, found, depth + 1)
-        return True
-    return False
-
-
-def _shell(args: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
-    if _dash_c(args, found, depth):
-        return
-    if any(w is None or not w.startswith("-") for w, _ in args):
+def _shell(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """A shell: its `-c` script (every word after the options read as one, in case), or its here-string or
+    quoted here-document; a script file, its input or an unquoted here-document (which the outer shell
+    expands first) is opaque."""
+    operand = next((i for i, (w, _) in enumerate(args) if w is None or not w.startswith(("-", "+"))), None)
+    c = _dash_c(args)
+    script_file = any(w is not None and w.split("=", 1)[0] in ("--rcfile", "--init-file") for w, _ in args)
+    if c is not None:
+        _scripts(base, args, found, depth, "c")
+        if (operand is not None and operand < c) or script_file:
+            found.opaque.append("a shell running a script file shou cannot see")
+        return []
+    if operand is not None or script_file:
         found.opaque.append("a shell running a script file shou cannot see")
-        return
+        return []
     if not stdin:
         found.opaque.append("a shell reading commands from its input")
-        return
+        return []
     for redirect in stdin:
         script = _redirect_text(redirect)
         if script is None:
-            found.opaque.append("a shell reading a here-string only the running shell knows")
+            found.opaque.append("a shell reading a here-string or here-document only the running shell knows")
         else:
             _line(script, found, depth + 1)
+    return []
 
 
 def _redirect_text(redirect: Any) -> str | None:
     if redirect.type == "heredoc_redirect":
+        start = next((c for c in redirect.children if c.type == "heredoc_start"), None)
+        if start is None or not re.search(r"['\"\\]", _text(start)):
+            return None  # `<<E`: the outer shell expands the body (`\``, `$(...)`, `\r\m`) before the shell reads it
         body = next((c for c in redirect.children if c.type == "heredoc_body"), None)
         return "" if body is None else _text(body)
     value = next((c for c in reversed(redirect.children) if c.type not in ("<<<",)), None)

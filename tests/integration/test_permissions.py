@@ -282,7 +282,9 @@ def test_a_huge_command_is_decided_at_once_and_never_slips_through() -> None:
     """The model picks the text rules are matched against: a megabyte must neither stall the process (fnmatch
     and shlex are superlinear on it) nor pass a rule it was not read against."""
     p = Policy(ask=["shell(*a*a*a*a*a*b)"], deny=["shell(rm *)"])
-    assert p.decide("shell", {"command": "a" * 1_000_000}).outcome == "ask"
-    assert p.decide("shell", {"command": "r''m -r " + "x" * 1_000_000}).outcome == "ask"
+    # A line too long to read could run anything: it meets the deny rule (never lifted by --yes to an ask).
+    assert p.decide("shell", {"command": "a" * 1_000_000}).outcome == "deny"
+    assert p.decide("shell", {"command": "r''m -r " + "x" * 1_000_000}).outcome == "deny"
+    assert Policy(ask=["shell(*a*a*a*a*a*b)"]).decide("shell", {"command": "a" * 1_000_000}).outcome == "ask"
     assert p.decide("shell", {"command": "rm -r " + "x" * 1_000_000}).outcome == "deny"
     assert Policy().decide("shell", {"command": "a" * 1_000_000}).outcome == "allow"  # no rules: the default

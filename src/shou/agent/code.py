@@ -79,7 +79,7 @@ def python_tool(tools: ToolSet) -> Tool:
 
         run = ctx.state.get("shou.run")
         calls = CodeCalls(run, by_python) if run is not None else None
-        kernel = kernel_for(sandbox_of(ctx), ctx.resource_key)
+        kernel = kernel_for(sandbox_of(ctx), ctx.resource_key, ctx.workspace)
         try:
             result = to_result(await kernel.execute(code, tools=specs, on_call=calls))
         finally:  # a cell that failed after an untrusted call still left the content in the interpreter

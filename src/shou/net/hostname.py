@@ -79,7 +79,12 @@ def _ipv4(name: str) -> str:
 
 def canonical_url(url: str) -> str:
     """`url` with its host in canonical form (login and port kept), so what is fetched is what was checked.
-    `BadHost` when the host cannot be read."""
+    `BadHost` when the host cannot be read, or when readers disagree on it: browsers (WHATWG) read a backslash
+    as a slash, Python and httpx as part of the login (`http://a\\@b/` is host a to one, b to the other), and
+    spaces and control characters are dropped by some and kept by others."""
+    if "\\" in url or re.search(r"[\x00-\x20\x7f]", url):
+        raise BadHost("the URL holds a backslash, a space or a control character, which browsers and HTTP "
+                      "clients read differently; spell it with / and %20")
     parts = urlsplit(url)
     if not parts.hostname:
         return url

@@ -56,10 +56,16 @@ class StatefulPython:
         self._lock = asyncio.Lock()
         self._restart_note = ""
         self.tainted = bool(self.limits.network)  # code that can reach the network can fetch anything
+        self.marker: tuple[Path, str] | None = None  # (workspace, session): where the taint is kept on disk
 
     def taint(self) -> None:
-        """Note that outside content entered the interpreter: every later cell's output is untrusted."""
+        """Note that outside content entered the interpreter: every later cell's output is untrusted, in
+        this process and in any later one of the session (shou.sandbox.taintmark)."""
         self.tainted = True
+        if self.marker is not None:
+            from .taintmark import mark
+
+            mark(*self.marker)
 
     async def _ensure(self) -> None:
         if self._handle is not None and self._handle.proc.returncode is None:
@@ -163,7 +169,7 @@ MAX_KERNELS = 16  # interpreters kept at once in a process; the least recently u
 IDLE_SECONDS = 900.0  # an interpreter unused this long is stopped (its session starts a fresh one)
 
 
-def kernel_for(sandbox: Starter, session: str) -> StatefulPython:
+def kernel_for(sandbox: Starter, session: str, workspace: Path | None = None) -> StatefulPython:
     """The session's interpreter in `sandbox`, made on first use. Interpreters idle for `IDLE_SECONDS`, and
     the least recently used past `MAX_KERNELS`, are stopped: each holds a process and up to the sandbox's
     memory, and a server has many sessions."""
@@ -173,8 +179,11 @@ def kernel_for(sandbox: Starter, session: str) -> StatefulPython:
     now = time.monotonic()
     kernel = _KERNELS.pop(key, None)
     if kernel is None:
+        from .taintmark import is_marked
+
         kernel = StatefulPython(sandbox)
-        if key in _TAINTED:
+        kernel.marker = (Path(workspace), session) if workspace is not None else None
+        if key in _TAINTED or kernel.tainted or is_marked(workspace, session):
             kernel.taint()
     _KERNELS[key] = kernel  # now the most recently used
     _USED[key] = now

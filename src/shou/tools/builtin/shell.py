@@ -65,7 +65,7 @@ async def _run_code(sb: Sandbox, ctx: ToolContext, language: str, code: str, sta
                 raise ToolError("stateful=true works for python only; run other languages with stateful=false")
             from ...sandbox.stateful import kernel_for
 
-            kernel = kernel_for(sb, ctx.resource_key)
+            kernel = kernel_for(sb, ctx.resource_key, ctx.workspace)
             result = to_result(await kernel.execute(code))
             # Outside content an earlier cell (or code mode) put in the interpreter may be in any variable.
             return replace(result, untrusted=True) if kernel.tainted else result

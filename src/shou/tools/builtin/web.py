@@ -20,6 +20,7 @@ SearXNG (`SEARXNG_URL`). Base URLs can be pointed elsewhere (`TAVILY_BASE_URL`, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import ssl
@@ -167,6 +168,22 @@ async def _fetch(url: str, limit: int, seconds: float, allow: Allow, settings: A
     raise ToolError(f"{url} redirected more than {MAX_REDIRECTS} times; stopped at {current}")
 
 
+def _same_host(url: str, fetched: str) -> None:
+    """Refuse a URL whose host the policy (shou.permissions.url_host) and httpx read differently: the host
+    checked must be the host fetched."""
+    import httpx
+
+    from ...net.hostname import BadHost, canonical_host
+    from ...permissions import url_host
+
+    host = httpx.URL(fetched).host
+    with contextlib.suppress(BadHost):
+        host = canonical_host(f"[{host}]" if ":" in host else host)
+    judged = url_host(url)
+    if host != judged.strip("[]") and f"[{host}]" != judged and host != judged:
+        raise BadHost(f"the policy reads its host as {judged!r} but it would fetch {host!r}")
+
+
 def _readable(url: str) -> str:
     """`url` with its host as a browser reads it (`ｌｏｃａｌｈｏｓｔ` is `localhost`: the policy judged that
     host), or a `ToolError` saying what is wrong with it."""
@@ -176,7 +193,9 @@ def _readable(url: str) -> str:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ToolError(f"{url!r} is not an http(s) URL; web_fetch reads http:// and https:// only")
-        return canonical_url(url)
+        fetched = canonical_url(url)
+        _same_host(url, fetched)
+        return fetched
     except BadHost as e:
         raise ToolError(f"cannot fetch {url!r}: {e}") from None
     except ValueError as e:  # a port that is no number, an unbalanced bracket

@@ -1,0 +1,71 @@
+"""What in a shell line can run a command that no command word names (shou.shellwords makes such a line opaque).
+
+Two kinds, each found in one parsed line:
+
+- Arithmetic evaluates array subscripts, and a subscript may hold `$(...)`: `let 'a[$(rm x)]'`,
+  `test -v 'a[$(rm x)]'`, `x='a[$(rm x)]'; echo $((x))`, `printf -v`, `read`, `declare`, `[[ -v ]]`. Bash
+  evaluates what is inside the quotes later, so a line with any arithmetic context and any literal holding
+  `$(` or a backtick is opaque (an over-approximation: deny rules may refuse it, never miss it).
+- Start-up variables and callbacks make a shell or a builtin run a string: BASH_ENV, ENV, BASH_FUNC_*, PS0-PS4,
+  PROMPT_COMMAND, SHELLOPTS, BASHOPTS (assigned, exported or given to `env`), `mapfile -C`/`readarray -C`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["Risk"]
+
+# Builtins that evaluate a word as arithmetic or as a variable name with a subscript.
+_ARITH_COMMANDS = frozenset({"let", "test", "[", "[[", "read", "declare", "typeset", "local", "export", "readonly",
+                             "mapfile", "readarray", "unset", "wait", "shift", "return", "exit", "ulimit"})
+_ARITH_NODES = frozenset({"arithmetic_expansion", "test_command", "declaration_command", "unset_command",
+                          "c_style_for_statement"})
+_LITERALS = frozenset({"word", "raw_string", "string_content", "ansi_c_string", "heredoc_body"})
+_STARTUP = re.compile(r"(?:BASH_ENV|ENV|BASH_FUNC_.*|PS[0-4]|PROMPT_COMMAND|SHELLOPTS|BASHOPTS)"
+                      r"(?:\[.*\])?(?:%%)?(?:\+?=.*)?", re.S)
+
+
+class Risk:
+    """Collects, node by node, the marks of a line that can run a hidden command (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.arith = False
+        self.inner = False
+        self.startup: list[str] = []
+
+    def see(self, node: Any) -> None:
+        """Look at one node of the parsed line."""
+        kind = node.type
+        if kind in _ARITH_NODES or (kind == "compound_statement" and node.text.startswith(b"((")):
+            self.arith = True
+        elif kind in _LITERALS and (b"$(" in node.text or b"`" in node.text or b"\\x" in node.text
+                                    or b"\\0" in node.text or b"\\u" in node.text):
+            self.inner = True  # escapes may spell `$(` once decoded
+        elif kind == "variable_assignment":
+            name = node.child_by_field_name("name")
+            text = "" if name is None else name.text.decode("utf-8", "replace")
+            if _STARTUP.fullmatch(text.split("[", 1)[0]):
+                self.startup.append(text)
+
+    def command(self, argv: list[tuple[str | None, str]]) -> None:
+        """Look at one command's words (the name first, as bash reads them, None when only known at run time)."""
+        name = argv[0][0] or ""
+        base = name.rsplit("/", 1)[-1]
+        if base in _ARITH_COMMANDS or (base == "printf" and any((w or r).startswith("-v") for w, r in argv[1:])):
+            self.arith = True
+        for word, raw in argv[1:]:
+            text = word if word is not None else raw
+            if _STARTUP.fullmatch(text.lstrip("-")):
+                self.startup.append(text)
+            if base in ("mapfile", "readarray") and text.startswith("-") and "C" in text:
+                self.startup.append(f"{base} -C")
+
+    def reasons(self) -> list[str]:
+        """Why the line is opaque, if it is."""
+        out = []
+        if self.arith and self.inner:
+            out.append("arithmetic that may evaluate a quoted `$(...)` or backtick")
+        out += [f"{s.split('=', 1)[0]}: a start-up variable or callback that runs a string" for s in self.startup[:1]]
+        return out
