@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import sys
@@ -45,10 +46,18 @@ def docker_sandbox(workspace: Path, limits: Limits) -> Sandbox:
     return DockerSandbox(workspace, limits, images=dict.fromkeys(DEFAULT_IMAGES, DOCKER_IMAGE))
 
 
-def containers() -> list[str]:
-    """shou's containers the engine still has, running or not."""
+def _shou_containers() -> list[str]:
     out = subprocess.run(["docker", "ps", "-aq", "--filter", "label=shou"], capture_output=True, text=True)
     return out.stdout.split()
+
+
+# What the engine held before these tests: another run's leftovers (a process killed mid-call) are not ours.
+_BEFORE = set(_shou_containers()) if shutil.which("docker") else set()
+
+
+def containers() -> list[str]:
+    """shou's containers the engine still has, running or not, that were made since these tests began."""
+    return [c for c in _shou_containers() if c not in _BEFORE]
 
 
 @pytest.fixture(params=["bubblewrap", "docker"])
