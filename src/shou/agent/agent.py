@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..context.builder import ContextPolicy, blocks_of
 from ..context.tokens import TokenCounter
 from ..errors import UserError
-from ..events import Compacted, Event, Notice, RunStatus
+from ..events import Compacted, Event, Notice, RunFinished, RunStatus
 from ..models.base import Model, ModelSettings
 from ..models.capabilities import supports_vision
 from ..pricing import PriceTable
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..store.sqlite import SQLiteStore
     from .approvals import Approver
     from .delegate import AgentSpec
+    from .emitter import Emitter
 
 DEFAULT_INSTRUCTIONS = (
     "You are shou, an agent that completes the user's task by calling tools when they help, then "
@@ -220,6 +221,13 @@ class Agent:
         """A session on this agent's store (continued when `name` already exists there)."""
         return Session(name, self.store)
 
+    def emitter(self, session: Session, consumer: Callable[[Event], Any] | None = None) -> Emitter:
+        """The way events of `session` go outside a run (`/clear`, closing a killed run): this agent's
+        redaction and observers, then `consumer`."""
+        from .emitter import Emitter
+
+        return Emitter(session, self.redactor, self.observers, consumer)
+
     def stream(self, task: str, session: Session | str | None = None, *, run_id: str | None = None
                ) -> AsyncIterator[Event]:
         """Run `task`, yielding every event as it happens; the last one is `RunFinished`. `run_id` names the
@@ -247,19 +255,20 @@ class Agent:
                  run_id: str | None = None) -> Run:
         """The run to execute on `session` (which this process holds): `task`, or the one a killed process
         left unfinished."""
-        self._count_unanswered(session)
+        self._count_unanswered(session)  # through a one-off emitter: these belong to no run of this process
         if resume:
             open_run = session.open_run
             if open_run is None:
                 raise UserError(f"session {session.name!r} has no unfinished run to resume")
             return Run(self, open_run.task, session, emit, resume=open_run)
-        session.close_interrupted()
+        self.emitter(session).close_interrupted()
         return Run(self, task, session, emit, run_id=run_id)
 
     def _count_unanswered(self, session: Session) -> None:
         """Log what the model calls a killed process left under way may have cost, at their worst case (the
         prompt and the reply limit, estimated): the provider may have billed them, so the resumed run's
         budget, the session's and the trace count them."""
+        emitter = None
         for request in session.unanswered_requests():
             # what the log says is checked (events.py), but it may still be any whole number: kept in range
             limit = (request.params or {}).get("max_tokens")
@@ -267,7 +276,8 @@ class Agent:
                 else 0
             usage = Usage(min(max(0, request.tokens), MOST_TOKENS), reply, 0, True)
             cost = self.prices.cost(request.model, usage) if request.model else None
-            session.record(Notice(
+            emitter = emitter or self.emitter(session)
+            emitter.emit(Notice(
                 request.run_id, request.step, "unanswered",
                 f"{request.model or 'the model'}: the process stopped while this call was under way; it counts at "
                 f"its worst case, estimated (the prompt{' and the reply limit' if reply else ''}): the provider "
@@ -306,25 +316,20 @@ class Agent:
             if owned:
                 session.release()
 
-    async def _run_to_end(self, task: str, session: Session | str | None, *, resume: bool) -> RunResult:
-        """A run nobody watches event by event: executed in the caller's task, no queue between. Every event
-        is logged and seen by the observers all the same; the run still commits before each side effect."""
+    async def _run_to_end(self, task: str, session: Session | str | None, *, resume: bool,
+                          run_id: str | None = None) -> RunResult:
+        """`_stream()` drained: the run every consumer sees, to its end. Its own `RunFinished` (the last event
+        that is not a sub-run's) says how it went."""
         if not isinstance(session, Session):
             session = self.session(session)
-        owned = not session.locked
-        if owned:
-            session.acquire()
-        try:
-            run = self._new_run(task, session, resume, _ignore)
-            try:
-                done = await run.execute()
-            finally:
-                session.commit()
-            return RunResult(done.status, done.answer, done.steps, done.usage, done.wall_time, done.error,
-                             session.name, done.run_id)
-        finally:
-            if owned:
-                session.release()
+        done: RunFinished | None = None
+        async for event in self._stream(task, session, resume=resume, run_id=run_id):
+            if type(event) is RunFinished and not event.parent:
+                done = event
+        if done is None:  # pragma: no cover - execute() always ends with one
+            raise RuntimeError("the run ended without a RunFinished event")
+        return RunResult(done.status, done.answer, done.steps, done.usage, done.wall_time, done.error,
+                         session.name, done.run_id)
 
     async def arun(self, task: str, session: Session | str | None = None) -> RunResult:
         """Run `task` to the end and return how it went."""
@@ -379,10 +384,6 @@ def _check_task(task: str) -> None:
     if len(task) > MAX_TASK_CHARS:
         raise UserError(f"the task is {len(task)} characters; the limit is {MAX_TASK_CHARS} (about 100k tokens). "
                         "Put the material in a file in the workspace and ask shou to read it")
-
-
-def _ignore(event: Event) -> None:
-    """No one streams this run's events (they are logged and observed)."""
 
 
 async def _execute(run: Run, queue: asyncio.Queue[Event | None]) -> None:

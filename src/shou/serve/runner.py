@@ -325,8 +325,10 @@ class Runner:
         self.queue.finish(job.run_id, self.replica, end.status, end.answer, end.error or "", usage_json(end.usage))
 
     def _close_cancelled(self, session: Session, run: Any) -> None:
+        # Through the agent's emitter like any run's events: redacted, and seen by its observers (OTel, alerts).
+        emitter = self.agent.emitter(session)
         for call in run.unanswered:
-            session.record(ToolCallFinished(run.run_id, run.step, call.id, call.name, CANCELLED, is_error=True))
-        session.record(RunFinished(run.run_id, "cancelled", "", run.step, run.usage, 0.0, "cancelled"))
-        session.commit()
+            emitter.emit(ToolCallFinished(run.run_id, run.step, call.id, call.name, CANCELLED, is_error=True))
+        emitter.emit(RunFinished(run.run_id, "cancelled", "", run.step, run.usage, 0.0, "cancelled"))
+        emitter.commit()
 
