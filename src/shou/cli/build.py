@@ -260,14 +260,8 @@ def observers(settings, otel: bool = False, store=None) -> list:  # -> list[obse
             from ..observe.otel import otel_from_settings
         except ImportError as e:
             raise UserError(f"OpenTelemetry export needs its packages: pip install 'shou[otel]' ({e})") from None
-        from ..agent import recorder
-
-        recorder.keep_recent = True
-
-        def messages_of(request):  # a request's messages as recorded for the trace (recent ones are in memory)
-            return [recorder.RECENT[k] for k in request.messages if k in recorder.RECENT]
-
-        exporter = otel_from_settings(env, enabled=True, content=settings.otel_content, messages_of=messages_of)
+        # Request messages come from the events themselves (the observer keeps the contents they carried).
+        exporter = otel_from_settings(env, enabled=True, content=settings.otel_content)
         if exporter is not None:
             # The local trace is the record; a collector that is down must not fill the terminal with errors.
             logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
