@@ -225,7 +225,7 @@ def test_a_planted_row_of_the_wrong_shape_is_left_out_not_a_crash_later(tmp_path
     import json
 
     from shou import Agent
-    from shou.events import event_from_dict
+    from shou.event_codec import event_from_dict
     from shou.models.scripted import ScriptedModel
 
     request = {"type": "model_request", "run_id": "run_p", "step": 1, "message_count": 1, "tool_count": 0,
