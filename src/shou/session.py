@@ -1,13 +1,13 @@
 """A session: a named conversation whose messages are the fold of its events.
 
-The loop hands every event to `Session.record()`, which updates the messages and passes the event to
-the store. Loading a session replays its stored events through the same fold, so a conversation
-continued in another process sees exactly what the first one saw.
+Every event reaches a session through its emitter (`shou.agent.emitter`), which appends it to the store
+and folds it into the messages (`Session._write`, the emitter's alone). Loading a session replays its
+stored events through the same fold, so a conversation continued in another process sees exactly what the first one saw.
 
 The fold also knows whether the last run finished. A run whose process was killed leaves an `OpenRun`:
 its task, the last step, and the calls of its last model turn that have no result yet (`started` ones may
 have had effects). `shou resume` continues it; starting anything else on the session first closes it
-(`close_interrupted()`): every unanswered call gets an "interrupted" result, so no request built from
+(`Emitter.close_interrupted()`): every unanswered call gets an "interrupted" result, so no request built from
 the session can contain a call without its answer.
 """
 
