@@ -207,8 +207,8 @@ class AgentConfig:
         """The config `settings` ask for; `overrides` are AgentConfig fields given otherwise (the model when
         built already, the store, observers, approvals). `tools` default to the built-in ones; `settings.tools`
         narrows whichever are given."""
+        check_fields(overrides, "AgentConfig.from_settings()")
         fields_ = {**_settings_fields(settings), **overrides}
-        check_fields(fields_, "AgentConfig.from_settings()")
         if "model" not in fields_:
             from ..models import build_model
 
