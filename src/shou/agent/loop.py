@@ -51,6 +51,7 @@ from .context import RunContext
 from .emitter import Emitter
 from .guards import RepeatGuard
 from .review import Critic
+from .servers import with_servers
 from .turn import MAX_ARGUMENT_CHARS, Caller
 
 if TYPE_CHECKING:
@@ -136,13 +137,10 @@ class Run:
 
     async def execute(self) -> RunFinished:
         """Run to the end; always emits and returns exactly one `RunFinished`."""
-        agent = self.agent
         started = time.perf_counter()
-        problems = []
-        if agent.mcp_servers:  # started (or refreshed) before the run announces its tools
-            from ..mcp import connect
-
-            problems = await connect(agent, agent.mcp_servers)
+        # the servers' tools join the run's agent before the run announces its tools
+        self.agent, problems = await with_servers(self.agent)
+        agent = self.agent
         if self.resume is None:
             self.emit(RunStarted(self.run_id, self.session.name, self.task, agent.model.name,
                                  tuple(agent.tools.names), time.time()))
