@@ -104,7 +104,7 @@ class Agent:
     model: Model = _field("model")
     tools: ToolSet = _field("tools", "offered")  # what the model is offered; set: the tools given
     code_tools: ToolSet = property(attrgetter("config.code_tools"), doc="What code calls in code mode.")
-    redactor: Redactor = property(attrgetter("config.redactor"), doc="Replaces the known secrets.")
+    redactor: Redactor = _field("redactor")  # set: these secrets replace the ones found in settings
     instructions: str = _field("instructions")
     max_steps: int = _field("max_steps")
     run_timeout: float = _field("run_timeout")
