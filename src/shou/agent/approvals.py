@@ -31,7 +31,7 @@ from ..tools.executor import parse_arguments
 
 if TYPE_CHECKING:
     from .emitter import Emitter
-    from .loop import Run
+    from .scope import RunScope
 
 __all__ = ["Answer", "ApprovalRequest", "Approver", "Gate", "save_rule"]
 
@@ -61,28 +61,17 @@ def person() -> str:
 
 
 class Gate:
-    """Screens the calls of one model turn for one run."""
+    """Screens the tool calls of one run, one at a time (the `Approval` control of agent/tool_controls.py)."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: RunScope) -> None:
         self.run = run
         agent = run.agent
         self.policy: Policy = agent.policy if agent.policy is not None else Policy.from_settings(agent.settings)
         self.approvals = agent.approvals
 
-    async def screen(self, calls: list[ToolCall]) -> tuple[list[ToolCall], list[ToolCall]]:
-        """The calls that may run now, and those that wait for a decision (`defer`); every refused call has
-        been answered with the reason."""
-        runnable: list[ToolCall] = []
-        waiting: list[ToolCall] = []
-        for call in calls:
-            verdict = await self._verdict(call)
-            if verdict == "run":
-                runnable.append(call)
-            elif verdict == "wait":
-                waiting.append(call)
-        return runnable, waiting
-
-    async def _verdict(self, call: ToolCall) -> Literal["run", "wait", "refused"]:
+    async def verdict(self, call: ToolCall) -> Literal["run", "wait", "refused"]:
+        """Whether `call` may run now, waits for a decision (`defer`), or was refused (and answered with the
+        reason)."""
         run, session = self.run, self.run.session
         tool = run.agent.tools.get(call.name)
         args, problem = parse_arguments(call.arguments)

@@ -35,7 +35,6 @@ from ..events import (
     RunStatus,
     StepFinished,
     ToolCallFinished,
-    ToolCallStarted,
 )
 from ..messages import Message, ToolCall
 from ..models.base import model_id
@@ -45,14 +44,13 @@ from ..store.sqlite_errors import StoreError
 from ..tools.base import ToolContext
 from ..tools.executor import DEFAULT_TIMEOUT, ToolExecutor
 from ..usage import Usage
-from .approvals import Gate
 from .budget import Accounts, Budget
 from .context import RunContext
 from .emitter import Emitter
-from .guards import RepeatGuard
 from .review import Critic
 from .servers import with_servers
-from .turn import MAX_ARGUMENT_CHARS, Caller
+from .toolpipe import ToolPipeline
+from .turn import Caller
 
 if TYPE_CHECKING:
     from ..session import OpenRun, Session
@@ -64,17 +62,6 @@ CUT_CALL = ("Error: not run: your reply was cut off at the output limit before t
             "(finish_reason: length). Do less per step: fewer or smaller calls, and write long content in parts.")
 CUT_TEXT = ("[shou] Your last reply was cut off at the output limit (finish_reason: length) and is incomplete. "
             "Continue with less per step: a shorter answer, or the next part only.")
-
-
-def without_image(content: str, details: dict | None) -> tuple[str, None]:
-    """A tool result for a text-only model: the image's text stand-in (a page's text) instead of the image."""
-    text = str((details or {}).get("page_text") or "").strip()
-    note = "\n\n[An image was returned, but this model cannot see images (set vision on for a model that can)."
-    if not text:
-        return content + note + "]", None
-    from ..tools.untrusted import mark_untrusted  # a page's text is outside content, like the page itself
-
-    return content + note + " The page's text instead:]\n" + mark_untrusted(text, "browser"), None
 
 
 def new_run_id() -> str:
@@ -104,7 +91,7 @@ class Run:
         self.unfinished: dict[str, ToolCall] = {}
         self.entered: set[str] = set()  # ids of the calls whose tool began to run (the executor adds them)
         self.truncated = 0
-        self._gate: Gate | None = None
+        self._tools: ToolPipeline | None = None  # composed at the run's first tool call
         self.accounts = Accounts(agent.prices, self._budgets() if budgets is None else budgets,
                                  model_id(agent.model), ratios)
         self.caller = Caller(self)
@@ -170,12 +157,12 @@ class Run:
                 raise  # would, so the run is resumed from its log once that is fixed, not recorded as failed
             status, error = "error", f"internal error: {type(e).__name__}: {e}"
         except asyncio.CancelledError:
-            self._finish_unfinished("the run was cancelled")
+            self.finish_unfinished("the run was cancelled")
             done = self._finished("cancelled", "", "the run was cancelled", started)
             self.emit(done)
             self.commit()
             raise
-        self._finish_unfinished(f"the run ended ({status})")
+        self.finish_unfinished(f"the run ended ({status})")
         done = self._finished(status, answer, error, started)
         self.emit(done)
         self.commit()
@@ -184,7 +171,7 @@ class Run:
     def _finished(self, status: RunStatus, answer: str, error: str | None, started: float) -> RunFinished:
         return RunFinished(self.run_id, status, answer, self.step, self.usage, time.perf_counter() - started, error)
 
-    def _finish_unfinished(self, why: str) -> None:
+    def finish_unfinished(self, why: str) -> None:
         """Give every call that never finished an error result, so the conversation stays valid. A call whose
         tool had begun may have had its effect, as after `kill -9`: its outcome is unknown, not "not run"."""
         for call in list(self.unfinished.values()):
@@ -207,21 +194,28 @@ class Run:
         ctx.state["shou.run"] = self  # what `delegate` needs to start a sub-agent under this run
         return executor, ctx
 
+    def tool_pipeline(self) -> ToolPipeline:
+        """The pipeline every tool call of this run goes through (agent/toolpipe.py), composed once."""
+        if self._tools is None:  # the policy, limits and tools are read once per run, not once per step
+            executor, ctx = self.tools_and_context()
+            self._tools = ToolPipeline(self, executor, ctx)
+        return self._tools
+
     async def call_tools(self, calls: list[ToolCall]) -> str | None:
         """Screen and run `calls` outside a model turn (an MCP client's calls, code calling tools), exactly as
         the loop would: permissions, approvals, timeouts, events. Returns why some wait, if they do."""
-        executor, ctx = self.tools_and_context()
-        return await self._run_calls(executor, ctx, calls)
+        ended = await self.tool_pipeline()(calls)
+        return ended[2] if ended is not None else None
 
     async def _steps(self) -> tuple[RunStatus, str, str | None]:
         agent = self.agent
-        guard = RepeatGuard(agent.repeat_limit)
-        executor, ctx = self.tools_and_context()
+        tools = self.tool_pipeline()
+        ctx = tools.ctx
         context = RunContext(self)
         if self.resume is None:
             context.recall(self.task)
         else:
-            ended = await self._pick_up(executor, ctx)
+            ended = await self._pick_up(tools)
             if ended is not None:
                 return ended
         run_id = self.run_id
@@ -237,7 +231,7 @@ class Run:
             if isinstance(turn, str):
                 self.step -= 1
                 return "budget", "", turn
-            completion, message, oversized = turn.completion, turn.message, turn.oversized
+            completion, message = turn.completion, turn.message
             if completion.finish_reason == "length":
                 ended = self._cut(message)
                 if ended is not None:
@@ -254,61 +248,10 @@ class Run:
                         continue
                 self.emit(StepFinished(run_id, step, self.usage))
                 return "completed", message.text, None
-            verdicts = [guard.check(c) for c in message.tool_calls]
-            self.unfinished = {c.id: c for c in message.tool_calls}
-            if "stop" in verdicts:
-                call = message.tool_calls[verdicts.index("stop")]
-                why = f"{call.name} was called with the same arguments again after a warning"
-                self.emit(Notice(run_id, step, "loop", why))
-                self._finish_unfinished("the same call was repeated and the run was stopped")
-                self.emit(StepFinished(run_id, step, self.usage))
-                return "loop", "", why
-            runnable = [c for c in message.tool_calls if c.id not in oversized or not self._refuse_oversized(c)]
-            notes = {c.id: guard.note(c) for c, v in zip(message.tool_calls, verdicts, strict=True) if v == "warn"}
-            waiting = await self._run_calls(executor, ctx, runnable, notes)
+            ended = await tools(message.tool_calls, turn=True, oversized=turn.oversized)
             self.emit(StepFinished(run_id, step, self.usage))
-            if waiting:
-                return "waiting_approval", "", waiting
-
-    async def _run_calls(self, executor: ToolExecutor, ctx: ToolContext, calls: list[ToolCall],
-                         notes: dict[str, str] | None = None) -> str | None:
-        """Screen `calls` (permissions, approvals), announce the allowed ones, make that durable, run them, and
-        record each result as soon as it is there. Returns why the run must wait, if some calls wait for a
-        person's decision (`--approvals defer`)."""
-        if not calls:
-            return None
-        if self._gate is None:  # the policy is read once per run, not once per step
-            self._gate = Gate(self)
-        calls, waiting = await self._gate.screen(calls)
-        for call in waiting:
-            self.unfinished.pop(call.id, None)  # it stays unanswered, to be decided and resumed
-        wait = (f"{len(waiting)} call(s) wait for approval: `shou approvals` lists them, `shou approve ID` or "
-                "`shou deny ID` decides, `shou resume` goes on") if waiting else None
-        if not calls:
-            self.commit()
-            return wait
-        for call in calls:
-            self.unfinished[call.id] = call
-            self.emit(ToolCallStarted(self.run_id, self.step, call))
-        self.commit()  # the message and its calls are in the log before any of them can have an effect
-        remaining = len(calls)
-        async for done in executor.run_all(list(calls), ctx):
-            remaining -= 1
-            result = done.result
-            content = result.content + (notes or {}).get(done.call.id, "")
-            if notes and done.call.id in notes:
-                self.emit(Notice(self.run_id, self.step, "repeat",
-                                 f"{done.call.name} repeated {self.agent.repeat_limit} times"))
-            image = result.image
-            if image is not None and not self.agent.vision:
-                content, image = without_image(content, result.details)
-            self.unfinished.pop(done.call.id, None)
-            self.emit(ToolCallFinished(self.run_id, self.step, done.call.id, done.call.name, content, result.is_error,
-                                       done.latency, image, result.details))
-            if remaining:  # others still run: this one must not look unfinished if the process dies meanwhile
-                self.commit()
-        # The last result is committed with the next request (or the run's end), before either happens.
-        return wait
+            if ended is not None:
+                return ended
 
     def _cut(self, message: Message) -> tuple[RunStatus, str, str | None] | None:
         """A reply cut at the output limit: nothing in it runs; the model is told. Ends the run when it
@@ -327,15 +270,7 @@ class Run:
                                                                 "was asked to do less per step"))
         return None
 
-    def _refuse_oversized(self, call: ToolCall) -> bool:
-        self.unfinished.pop(call.id, None)
-        self.emit(ToolCallFinished(self.run_id, self.step, call.id, call.name,
-                                   f"Error: not run: the arguments were over {MAX_ARGUMENT_CHARS} characters. Send "
-                                   "large content in several smaller calls (e.g. write a file in parts).",
-                                   is_error=True))
-        return True
-
-    async def _pick_up(self, executor: ToolExecutor, ctx: ToolContext) -> tuple[RunStatus, str, str | None] | None:
+    async def _pick_up(self, tools: ToolPipeline) -> tuple[RunStatus, str, str | None] | None:
         """Continue where the killed run stopped. Returns how the run ended if there is nothing left to do."""
         run = self.resume
         assert run is not None
@@ -357,9 +292,9 @@ class Run:
             else:  # never started, or harmless to run twice
                 again.append(call)
         self.commit()
-        waiting = await self._run_calls(executor, ctx, again)
+        ended = await tools(again)
         self.emit(StepFinished(self.run_id, self.step, self.usage))
-        return ("waiting_approval", "", waiting) if waiting else None
+        return ended
 
 
 def _store_failed(error: BaseException) -> bool:

@@ -31,7 +31,8 @@ class ToolExecutor:
     `timeout` is for tools that declare none; `cap`, when given, limits every tool, those that do included.
     `started`, when given, gets the id of every call whose tool was entered (past validation and the
     concurrency limit): a call stopped after that may have had its effect, one stopped before cannot have.
-    `head` is the composed pipeline, for a caller that puts controls of its own around it.
+    `controls` are its pipeline's, outermost first; `head` is that pipeline composed, for a caller that puts
+    controls of its own around it.
     """
 
     def __init__(
@@ -44,9 +45,9 @@ class ToolExecutor:
         self.cap = cap
         self.concurrency = max(1, concurrency)
         self.spill_chars = spill_chars
-        self.head: Next[ToolResult] = compose(
-            [Validate(tools), Timeout(timeout, cap, self.started), Contain(), MarkUntrusted(), Truncate(spill_chars)],
-            invoke)
+        self.controls = (Validate(tools), Timeout(timeout, cap, self.started), Contain(), MarkUntrusted(),
+                         Truncate(spill_chars))
+        self.head: Next[ToolResult] = compose(self.controls, invoke)
 
     async def execute(self, call: ToolCall, ctx: ToolContext | None) -> ToolResult:
         """Run one call to completion; never raises (except for cancellation of the caller)."""
