@@ -17,6 +17,7 @@ from shou.agent.loop import Run
 from shou.agent.tool_controls import (
     OVERSIZED,
     Approval,
+    PolicyCheck,
     RepeatNote,
     Repeats,
     SizeLimit,
@@ -197,24 +198,45 @@ async def test_size_limit_refuses_an_oversized_call_and_answers_it(tmp_path: Pat
     assert answer.call_id == "big" and answer.is_error and answer.content == OVERSIZED
 
 
-async def test_approval_runs_allowed_calls_refuses_denied_ones_and_defers(tmp_path: Path) -> None:
+def screening(tmp_path: Path, events: list[Event], **fields: Any) -> tuple[PolicyCheck, Approval, dict]:
+    gate, questions = Gate(run_for(tmp_path, events, **fields)), {}
+    return PolicyCheck(gate, questions), Approval(gate, questions), questions
+
+
+async def test_policy_runs_allowed_calls_refuses_denied_ones_and_leaves_asks_to_a_person(tmp_path: Path) -> None:
     events: list[Event] = []
     rest = Recorder()
-    allowed = Approval(Gate(run_for(tmp_path, events, policy=Policy())))
-    assert await allowed(inv("add", a=1, b=2), rest) == "run" and len(rest.seen) == 1
-
-    denied = Approval(Gate(run_for(tmp_path, events, policy=Policy(deny=["add"]))))
-    assert await denied(inv("add", call_id="d", a=1, b=2), rest) == "refused" and len(rest.seen) == 1
+    policy, _, questions = screening(tmp_path, events, policy=Policy(deny=["add"]))
+    assert await policy(inv("fetch", call_id="f", url="http://x"), rest) == "run" and questions == {}
+    assert await policy(inv("add", call_id="d", a=1, b=2), rest) == "refused"
+    assert [i.call.id for i in rest.seen] == ["f"]
     refusal = [e for e in events if isinstance(e, ToolCallFinished)][-1]
     assert refusal.call_id == "d" and "denied by policy" in refusal.content
+    assert await policy(inv("deploy", call_id="q", target="prod"), rest) == "run"
+    assert list(questions) == ["q"] and "deploy" in questions["q"].rule
+    assert [e.call_id for e in events if isinstance(e, ApprovalDecided)] == ["d"]  # the policy's refusal, recorded
+    assert not any(isinstance(e, ApprovalRequested) for e in events)  # no one was asked about "q" yet
 
-    deferred = Approval(Gate(run_for(tmp_path, events, policy=Policy(), approvals="defer")))
-    assert await deferred(inv("deploy", call_id="w", target="prod"), rest) == "wait" and len(rest.seen) == 1
+
+async def test_approval_asks_only_about_what_the_policy_left_to_a_person(tmp_path: Path) -> None:
+    events: list[Event] = []
+    rest = Recorder()
+    policy, approval, questions = screening(tmp_path, events, policy=Policy(), approvals="defer")
+    assert await approval(inv("add", call_id="a", a=1, b=2), rest) == "run"  # no question: passes on
+    await policy(inv("deploy", call_id="w", target="prod"), rest)
+    assert await approval(inv("deploy", call_id="w", target="prod"), rest) == "wait" and questions == {}
+    assert [i.call.id for i in rest.seen] == ["a", "w"]  # the policy passed it on; the approval kept it
     assert any(isinstance(e, ApprovalRequested) and e.call.id == "w" for e in events)
 
-    yes = Approval(Gate(run_for(tmp_path, events, policy=Policy(), approvals="yes")))
-    assert await yes(inv("deploy", call_id="y", target="prod"), rest) == "run" and len(rest.seen) == 2
+    policy, approval, _ = screening(tmp_path, events, policy=Policy(), approvals="yes")
+    await policy(inv("deploy", call_id="y", target="prod"), rest)
+    assert await approval(inv("deploy", call_id="y", target="prod"), rest) == "run"
     assert any(isinstance(e, ApprovalDecided) and e.call_id == "y" and e.allow for e in events)
+
+    policy, approval, _ = screening(tmp_path, events, policy=Policy(), approvals="deny")
+    await policy(inv("deploy", call_id="n", target="prod"), rest)
+    assert await approval(inv("deploy", call_id="n", target="prod"), rest) == "refused"
+    assert "no one could be asked" in [e for e in events if isinstance(e, ToolCallFinished)][-1].content
 
 
 async def test_repeat_note_appends_the_warning_and_says_so(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from shou.models.scripted import ScriptedModel
 from shou.permissions import Policy
 from shou.session import Session
 
-WORDS = {"Repeats": "repeat guard", "SizeLimit": "size limit", "Approval": "policy and approval",
+WORDS = {"Repeats": "repeat guard", "SizeLimit": "size limit", "PolicyCheck": "policy", "Approval": "approval",
          "VisionFallback": "vision fallback", "RepeatNote": "repeat note", "Validate": "validate",
          "Timeout": "timeout", "Contain": "contain", "MarkUntrusted": "mark untrusted", "Truncate": "truncate"}
 

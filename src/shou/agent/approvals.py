@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .emitter import Emitter
     from .scope import RunScope
 
-__all__ = ["Answer", "ApprovalRequest", "Approver", "Gate", "save_rule"]
+__all__ = ["Answer", "ApprovalRequest", "Approver", "Gate", "Question", "save_rule"]
 
 Answer = Literal["yes", "no", "session", "always"]
 
@@ -60,8 +60,19 @@ def person() -> str:
         return "user:?"
 
 
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A call the policy leaves to a person: its arguments, the policy's decision and the narrow rule a
+    "session" or "always" answer would allow."""
+
+    args: dict[str, Any]
+    decision: Decision
+    rule: str
+
+
 class Gate:
-    """Screens the tool calls of one run, one at a time (the `Approval` control of agent/tool_controls.py)."""
+    """Screens the tool calls of one run, one at a time: `judge` is the policy (with the decisions already
+    recorded), `ask` a person (the `PolicyCheck` and `Approval` controls of agent/tool_controls.py)."""
 
     def __init__(self, run: RunScope) -> None:
         self.run = run
@@ -72,6 +83,12 @@ class Gate:
     async def verdict(self, call: ToolCall) -> Literal["run", "wait", "refused"]:
         """Whether `call` may run now, waits for a decision (`defer`), or was refused (and answered with the
         reason)."""
+        ruling = self.judge(call)
+        return ruling if isinstance(ruling, str) else await self.ask(call, ruling)
+
+    def judge(self, call: ToolCall) -> Literal["run", "refused"] | Question:
+        """What the policy (and a decision recorded earlier) says of `call`: it runs, it was refused (and
+        answered), or a person must be asked."""
         run, session = self.run, self.run.session
         tool = run.agent.tools.get(call.name)
         args, problem = parse_arguments(call.arguments)
@@ -97,10 +114,12 @@ class Gate:
         rule = str(Rule.exact(call.name, main_argument(call.name, args, order, workspace)))
         if decision.outcome == "deny":
             return self._decide(call, False, "policy", decision.why, rule)
-        return await self._ask(call, args, decision, rule)
+        return Question(args, decision, rule)
 
-    async def _ask(self, call: ToolCall, args: dict[str, Any], decision: Decision, rule: str
-                   ) -> Literal["run", "wait", "refused"]:
+    async def ask(self, call: ToolCall, question: Question) -> Literal["run", "wait", "refused"]:
+        """A person's answer on `call`, as the agent's `approvals` gets it: now (a prompt, `--yes`, no one to
+        ask) or later (`defer`: the call waits)."""
+        args, decision, rule = question.args, question.decision, question.rule
         mode = self.approvals
         if mode == "yes":
             return self._decide(call, True, "--yes", decision.why, rule)

@@ -18,10 +18,10 @@ from .guards import RepeatGuard
 from .turn import MAX_ARGUMENT_CHARS
 
 if TYPE_CHECKING:
-    from .approvals import Gate
+    from .approvals import Gate, Question
     from .scope import RunScope
 
-__all__ = ["Approval", "RepeatNote", "Repeats", "SizeLimit", "Verdict", "VisionFallback", "admit",
+__all__ = ["Approval", "PolicyCheck", "RepeatNote", "Repeats", "SizeLimit", "Verdict", "VisionFallback", "admit",
            "without_image"]
 
 Verdict = Literal["run", "wait", "refused", "stop"]
@@ -74,18 +74,40 @@ class SizeLimit:
         return "refused"
 
 
-class Approval:
-    """The permission policy, then, for an `ask`, a person (agent/approvals.py's `Gate`): runs, waits for a
-    decision, or is refused with the reason."""
+class PolicyCheck:
+    """The permission policy (with the decisions already recorded for the call): runs the call, refuses it with
+    the reason, or leaves it to a person (the question is kept in `questions` for `Approval`)."""
 
-    __slots__ = ("gate",)
+    __slots__ = ("gate", "questions")
 
-    def __init__(self, gate: Gate) -> None:
-        self.gate = gate
+    def __init__(self, gate: Gate, questions: dict[str, Question]) -> None:
+        self.gate, self.questions = gate, questions
 
     async def __call__(self, inv: Invocation, next: Next[Verdict]) -> Verdict:
-        """`wait` or `refused` as the gate decides; otherwise what the rest says."""
-        verdict = await self.gate.verdict(inv.call)
+        """`refused` as the policy decides; otherwise what the rest says."""
+        ruling = self.gate.judge(inv.call)
+        if ruling == "refused":
+            return "refused"
+        if not isinstance(ruling, str):
+            self.questions[inv.call.id] = ruling
+        return await next(inv)
+
+
+class Approval:
+    """Asks a person about a call the policy left to one (the agent's `approvals`): it runs, waits for a
+    decision made later (`defer`), or is refused with the reason."""
+
+    __slots__ = ("gate", "questions")
+
+    def __init__(self, gate: Gate, questions: dict[str, Question]) -> None:
+        self.gate, self.questions = gate, questions
+
+    async def __call__(self, inv: Invocation, next: Next[Verdict]) -> Verdict:
+        """`wait` or `refused` as the person decides; otherwise what the rest says."""
+        question = self.questions.pop(inv.call.id, None)
+        if question is None:
+            return await next(inv)
+        verdict = await self.gate.ask(inv.call, question)
         return await next(inv) if verdict == "run" else verdict
 
 

@@ -2,7 +2,7 @@
 client, goes the same way, in named stages:
 
     judge:    repeat guard                         (a model's turn only; looks, has no effect)
-    screen:   size limit ─► policy and approval    (one call at a time, in the model's order)
+    screen:   size limit ─► policy ─► approval     (one call at a time, in the model's order)
     announce: every admitted call's start, then one commit (write-ahead)
     run:      vision fallback ─► repeat note ─► validate ─► timeout ─► contain ─► mark untrusted ─► truncate ─► tool
               (in parallel, at most `max_parallel_tools` at once; each result recorded as it arrives)
@@ -27,12 +27,13 @@ from ..events import Notice, RunStatus, ToolCallFinished, ToolCallStarted
 from ..tools.pipeline import Control, Invocation, Next, compose, run_parallel
 from .approvals import Gate
 from .guards import RepeatGuard
-from .tool_controls import Approval, RepeatNote, Repeats, SizeLimit, Verdict, VisionFallback, admit
+from .tool_controls import Approval, PolicyCheck, RepeatNote, Repeats, SizeLimit, Verdict, VisionFallback, admit
 
 if TYPE_CHECKING:
     from ..messages import ToolCall
     from ..tools.base import ToolContext, ToolResult
     from ..tools.executor import ToolExecutor
+    from .approvals import Question
     from .scope import RunScope
 
 __all__ = ["Ending", "ToolPipeline", "order"]
@@ -52,7 +53,9 @@ class ToolPipeline:
         self.notes: dict[str, str] = {}  # the repeat warnings of the current turn, by call id
         self.oversized: set[str] = set()  # the ids of the current turn's calls whose arguments were too big
         judging = [Repeats(RepeatGuard(agent.repeat_limit), self.notes)]
-        screening = [SizeLimit(scope, self.oversized), Approval(Gate(scope))]
+        gate = Gate(scope)
+        questions: dict[str, Question] = {}  # what the policy left to a person, by call id
+        screening = [SizeLimit(scope, self.oversized), PolicyCheck(gate, questions), Approval(gate, questions)]
         shaping: list[Control[ToolResult]] = [] if agent.vision else [VisionFallback()]
         shaping.append(RepeatNote(scope, self.notes, agent.repeat_limit))
         self.judge: Next[Verdict] = compose(judging, admit)
