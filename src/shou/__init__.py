@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "Agent": "shou.agent.agent",
     "RunResult": "shou.agent.agent",
     "AgentSpec": "shou.agent.delegate",
+    "AgentConfig": "shou.agent.config",
     "SkillSet": "shou.skills",
     "ServerSpec": "shou.mcp.servers",
     "tool": "shou.tools.base",
@@ -58,6 +59,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Agent",
+    "AgentConfig",
     "AgentSpec",
     "ConfigError",
     "ContextPolicy",
@@ -94,6 +96,7 @@ __all__ = [
 if TYPE_CHECKING:
     from . import events
     from .agent.agent import Agent, RunResult
+    from .agent.config import AgentConfig
     from .agent.delegate import AgentSpec
     from .config import Settings, load_settings
     from .context.builder import ContextPolicy

@@ -189,6 +189,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
         refused = []
         for key, raw in layer.items():
             value = convert(key, raw, source)
+            if key == "models":
+                _priced(value, source)
             if not trusted and not _harmless(key, value):
                 if key not in NARROWING:
                     refused.append(key)
@@ -235,6 +237,18 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
     if "workspace" in flags or "SHOU_WORKSPACE" in real_env:
         sources["workspace"] = "flag" if "workspace" in flags else "environment"
     return Settings(**values, sources=sources, env={**dotenv, **real_env}, ignored=tuple(ignored))
+
+
+def _priced(tables: Mapping[str, Mapping[str, float]], source: str) -> None:
+    """A model given prices needs both of input and output, unless shou has built-in ones for it (which
+    settings cannot know: they are shou.pricing's)."""
+    from .pricing import DEFAULT_PRICES
+
+    for name, values in tables.items():
+        prices = set(values) - {"context_window"}
+        if prices and name not in DEFAULT_PRICES and not {"input_price", "output_price"} <= prices:
+            raise ConfigError(f"setting 'models' from {source} is invalid ('a table'): [models.\"{name}\"] needs "
+                              "input_price and output_price (USD per million tokens)")
 
 
 def _harmless(key: str, value: Any) -> bool:

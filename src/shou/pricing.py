@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .setting_tables import PRICE_KEYS
 from .usage import Usage
 
 __all__ = ["DEFAULT_PRICES", "PRICE_KEYS", "Price", "PriceTable"]
 
-PRICE_KEYS = ("input_price", "cached_input_price", "output_price")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,13 @@
 """A session: a named conversation whose messages are the fold of its events.
 
-The loop hands every event to `Session.record()`, which updates the messages and passes the event to
-the store. Loading a session replays its stored events through the same fold, so a conversation
-continued in another process sees exactly what the first one saw.
+Every event reaches a session through its emitter (`shou.agent.emitter`), which appends it to the store
+and folds it into the messages (`Session._write`, the emitter's alone). Loading a session replays its
+stored events through the same fold, so a conversation continued in another process sees exactly what the first one saw.
 
 The fold also knows whether the last run finished. A run whose process was killed leaves an `OpenRun`:
 its task, the last step, and the calls of its last model turn that have no result yet (`started` ones may
 have had effects). `shou resume` continues it; starting anything else on the session first closes it
-(`close_interrupted()`): every unanswered call gets an "interrupted" result, so no request built from
+(`Emitter.close_interrupted()`): every unanswered call gets an "interrupted" result, so no request built from
 the session can contain a call without its answer.
 """
 
@@ -321,12 +321,13 @@ class Session:
                 self._fold.apply(event)
                 self._seen = row_id
 
-    def record(self, event: Event, data: bytes | None = None) -> None:
-        """Fold `event` into the messages and append it to the store (durable at the next `commit()`).
-        `data` is the event's JSON when the caller made it already."""
-        self._fold.apply(event)
+    def _write(self, event: Event, data: bytes | None = None) -> None:
+        """Append `event` to the store (durable at the next `commit()`), then fold it in. The emitter's alone
+        (`shou.agent.emitter`): every event is redacted and observed on its way here. `data` is the event's JSON
+        when the emitter made it already."""
         if self.store is not None:
             self.store.append(self.name, event, self._token, data)
+        self._fold.apply(event)
 
     def commit(self) -> None:
         """Make every recorded event durable."""
@@ -334,11 +335,6 @@ class Session:
             self.store.commit()
 
     flush = commit
-
-    def clear(self) -> None:
-        """Forget the messages from here on (the log keeps them)."""
-        self.record(HistoryCleared(run_id=""))
-        self.commit()
 
     # ------------------------------------------------------------------ one process at a time
 
@@ -370,19 +366,3 @@ class Session:
             return []
         prefix = run.run_id + "."
         return [r for rid, r in self._fold._asked.items() if rid == run.run_id or rid.startswith(prefix)]
-
-    def close_interrupted(self, why: str = INTERRUPTED) -> OpenRun | None:
-        """End a run that was killed: its unanswered calls get `why` as an error result, and the run a
-        `RunFinished` with status `interrupted`. Returns that run (None if there was none)."""
-        run = self.open_run
-        if run is None:
-            return None
-        if run.waiting:
-            why = "Error: not run: it was waiting for a person's approval when a new task started."
-        for call in run.unanswered:
-            self.record(ToolCallFinished(run.run_id, run.step, call.id, call.name, why, is_error=True))
-        why_end = ("it was waiting for approval when something else started on the session" if run.waiting else
-                   "the process running it stopped before it finished; `shou resume` continues such a run")
-        self.record(RunFinished(run.run_id, "interrupted", "", run.step, run.usage, 0.0, why_end))
-        self.commit()
-        return run

@@ -13,12 +13,13 @@ import json
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError
+from .setting_tables import named_tables, price_tables
 
 __all__ = ["MODEL_OPTIONS", "SANDBOX_BACKENDS", "SECRET_FIELDS", "Settings", "convert", "env_names", "setting_fields"]
 
@@ -124,28 +125,6 @@ class Settings:
     env: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     ignored: tuple[Any, ...] = field(default=(), compare=False, repr=False)
 
-    @property
-    def sandbox_limits(self) -> Any:
-        """The sandbox `Limits` these settings ask for. A tool_timeout someone set governs shell and run_code
-        too; left at its default, those two get sandbox_timeout (builds and test suites outlast 30 s)."""
-        from .sandbox.base import Limits
-
-        timeout = self.sandbox_timeout
-        if "tool_timeout" in self.sources:
-            timeout = min(timeout, self.tool_timeout)
-        return Limits(timeout=timeout, memory_mb=self.sandbox_memory_mb, disk_mb=self.sandbox_disk_mb,
-                      network=self.sandbox_network)
-
-    @property
-    def model_settings(self) -> Any:
-        """The per-request model options these settings ask for (`ModelSettings`), or None for none."""
-        from .models.base import ModelSettings
-
-        extra = {k: v for k in ("top_p", "seed") if (v := getattr(self, k)) is not None}
-        if self.temperature is None and self.max_tokens is None and not extra:
-            return None
-        return ModelSettings(temperature=self.temperature, max_tokens=self.max_tokens, extra=extra)
-
 
 _BOOKKEEPING = ("sources", "env", "ignored")
 
@@ -180,7 +159,6 @@ def _parts(annotation: Any) -> tuple[Any, bool]:
 
 def convert(key: str, raw: Any, source: str) -> Any:
     """The value of setting `key` from `raw` (a string from a variable or flag, or a TOML value), checked."""
-    spec = setting_fields()[key]
     kind, optional = _parts(_types()[key])
     if isinstance(raw, str) and kind is not Path:
         try:  # a variable or argument whose bytes are not UTF-8 holds lone surrogates no request can carry
@@ -191,120 +169,85 @@ def convert(key: str, raw: Any, source: str) -> Any:
     try:
         if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in ("", "none")):
             return None
-        if kind is bool:
-            if isinstance(raw, bool):
-                return raw
-            text = str(raw).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError("expected true or false")
-        if kind in (int, float):
-            if isinstance(raw, bool):
-                raise ValueError("expected a number")
-            if isinstance(raw, float) and not math.isfinite(raw):  # NaN passes every comparison below
-                raise ValueError("expected a finite number")
-            value = kind(raw) if kind is float or not isinstance(raw, str) else int(raw.strip())
-            if not math.isfinite(value):
-                raise ValueError("expected a finite number")
-            if kind is int and isinstance(raw, float) and not raw.is_integer():
-                raise ValueError("expected a whole number")
-            if spec.metadata.get("positive") and value <= 0:
-                raise ValueError("must be positive")
-            minimum, maximum = spec.metadata.get("minimum"), spec.metadata.get("maximum")
-            if minimum is not None and value < minimum:
-                raise ValueError(f"must be at least {minimum}")
-            if maximum is not None and value > maximum:
-                raise ValueError(f"must be at most {maximum}")
-            return value
-        if typing.get_origin(kind) is tuple:
-            items = raw.split(",") if isinstance(raw, str) else list(raw)
-            if not all(isinstance(s, str) for s in items):
-                raise ValueError("expected names separated by commas, or a list of strings")
-            return tuple(s.strip() for s in items if s.strip())
-        if typing.get_origin(kind) is Literal:
-            if raw not in typing.get_args(kind):
-                raise ValueError(f"choose one of {', '.join(typing.get_args(kind))}")
-            return raw
-        if kind is Path:
-            return Path(raw)
-        if typing.get_origin(kind) is dict:
-            table = json.loads(raw) if isinstance(raw, str) else raw
-            if key == "agents":
-                return _named_tables(table, key, "instructions, model, tools, max_steps, description")
-            if key == "mcp_servers":
-                return _named_tables(table, key, "command, args, env (stdio) or url, headers; timeout")
-            return _price_table(table)
-        if not isinstance(raw, str | int | float) or isinstance(raw, bool):
-            raise ValueError("expected text")
-        return str(raw)
+        return _converter(kind)(key, kind, raw)
     except (TypeError, ValueError) as e:
         shown = raw if not isinstance(raw, dict) else "a table"
         raise ConfigError(f"setting {key!r} from {source} is invalid ({shown!r}): {e}") from None
 
 
-def _named_tables(raw: Any, key: str, fields: str) -> dict[str, dict[str, Any]]:
-    """`[KEY.NAME]` tables (`agents`, `mcp_servers`), each checked by its spec's `from_table` (a `UserError`
-    there is this setting's error)."""
-    from .errors import UserError
-
-    if key == "agents":
-        from .agent.delegate import AgentSpec as Spec
-    else:
-        from .mcp.servers import ServerSpec as Spec  # type: ignore[assignment]
-    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
-        raise ValueError(f"expected tables [{key}.NAME] with {fields}")
-    for name, table in raw.items():
-        if not isinstance(name, str) or not name or not name.replace("-", "").replace("_", "").isalnum():
-            raise ValueError(f"[{key}.{name}]: a name is letters, digits, - and _")
-        try:
-            Spec.from_table(name, table)
-        except UserError as e:
-            raise ValueError(str(e)) from None
-    return {str(k): dict(v) for k, v in raw.items()}
+def _converter(kind: Any) -> Callable[[str, Any, Any], Any]:
+    """How a value of type `kind` is converted."""
+    if kind is bool:
+        return _bool
+    if kind in (int, float):
+        return _number
+    origin = typing.get_origin(kind)
+    if origin is tuple:
+        return _names
+    if origin is Literal:
+        return _choice
+    if kind is Path:
+        return lambda key, kind, raw: Path(raw)
+    if origin is dict:
+        return _table
+    return _text
 
 
-def _price_table(raw: Any) -> dict[str, dict[str, float]]:
-    """`[models."NAME"]` tables: prices, USD per million tokens, none negative, and the model's
-    `context_window` in tokens (a whole number in `WINDOW_RANGE`)."""
-    from .pricing import DEFAULT_PRICES, PRICE_KEYS
-
-    if not isinstance(raw, dict):
-        raise ValueError('expected tables [models."NAME"] with input_price, output_price, cached_input_price, '
-                         "context_window")
-    out: dict[str, dict[str, float]] = {}
-    for name, entry in raw.items():
-        if not isinstance(entry, dict):
-            raise ValueError(f'[models."{name}"] must be a table of prices and context_window')
-        unknown = sorted(set(entry) - {*PRICE_KEYS, "context_window"})
-        if unknown:
-            raise ValueError(f'[models."{name}"]: unknown key(s) {", ".join(map(str, unknown))}; known: '
-                             f"{', '.join(PRICE_KEYS)}, context_window")
-        values: dict[str, float] = {}
-        for key, value in entry.items():
-            values[key] = _window(name, value) if key == "context_window" else _price(name, key, value)
-        prices = set(values) - {"context_window"}
-        if prices and name not in DEFAULT_PRICES and not {"input_price", "output_price"} <= prices:
-            raise ValueError(f'[models."{name}"] needs input_price and output_price (USD per million tokens)')
-        out[str(name)] = values
-    return out
+def _bool(key: str, kind: Any, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
 
 
-def _price(name: str, key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-        raise ValueError(f'[models."{name}"] {key} must be a finite number of US dollars per million '
-                         "tokens, not negative")
-    return float(value)
-
-
-def _window(name: str, value: Any) -> int:
-    from .context.tokens import WINDOW_RANGE
-
-    low, high = WINDOW_RANGE
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f'[models."{name}"] context_window must be a whole number of tokens from {low:,} to '
-                         f"{high:,}, not {value!r}")
+def _number(key: str, kind: Any, raw: Any) -> int | float:
+    if isinstance(raw, bool):
+        raise ValueError("expected a number")
+    if isinstance(raw, float) and not math.isfinite(raw):  # NaN passes every comparison below
+        raise ValueError("expected a finite number")
+    value = kind(raw) if kind is float or not isinstance(raw, str) else int(raw.strip())
+    if not math.isfinite(value):
+        raise ValueError("expected a finite number")
+    if kind is int and isinstance(raw, float) and not raw.is_integer():
+        raise ValueError("expected a whole number")
+    _bounds(setting_fields()[key].metadata, value)
     return value
+
+
+def _bounds(meta: Mapping[str, Any], value: float) -> None:
+    """ValueError when `value` is outside the setting's declared bounds."""
+    if meta.get("positive") and value <= 0:
+        raise ValueError("must be positive")
+    minimum, maximum = meta.get("minimum"), meta.get("maximum")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"must be at most {maximum}")
+
+
+def _names(key: str, kind: Any, raw: Any) -> tuple[str, ...]:
+    items = raw.split(",") if isinstance(raw, str) else list(raw)
+    if not all(isinstance(s, str) for s in items):
+        raise ValueError("expected names separated by commas, or a list of strings")
+    return tuple(s.strip() for s in items if s.strip())
+
+
+def _choice(key: str, kind: Any, raw: Any) -> Any:
+    if raw not in typing.get_args(kind):
+        raise ValueError(f"choose one of {', '.join(typing.get_args(kind))}")
+    return raw
+
+
+def _table(key: str, kind: Any, raw: Any) -> dict[str, Any]:
+    table = json.loads(raw) if isinstance(raw, str) else raw
+    return named_tables(table, key) if key in ("agents", "mcp_servers") else price_tables(table)
+
+
+def _text(key: str, kind: Any, raw: Any) -> str:
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+        raise ValueError("expected text")
+    return str(raw)

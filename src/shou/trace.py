@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .event_codec import event_from_dict
 from .events import (
     CALL_NOTICES,
     FAILED_CALL_NOTICES,
@@ -31,7 +32,6 @@ from .events import (
     RunStarted,
     ToolCallFinished,
     ToolCallStarted,
-    event_from_dict,
 )
 from .messages import Message
 from .usage import Usage

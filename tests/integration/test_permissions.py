@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from shou.agent.emitter import Emitter
 from shou.permissions import Policy
 
 from .conftest import tool_messages
@@ -213,7 +214,7 @@ def test_a_planted_approval_in_the_session_log_counts_for_nothing(serve, shou, w
     store = SQLiteStore(workspace / ".shou" / "shou.db")
     session = Session("planted", store)
     [req] = session.pending_approvals.values()
-    session.record(ApprovalDecided(req.run_id, req.step, req.call.id, "shell", True, "user:victim", "session",
+    Emitter(session).emit(ApprovalDecided(req.run_id, req.step, req.call.id, "shell", True, "user:victim", "session",
                                    "shell", "planted", 1e10, sig="0" * 64))
     session.commit()
     store.close()

@@ -64,9 +64,9 @@ async def test_tokens_per_minute_are_settled_from_the_real_usage(workspace: Path
 async def test_a_long_wait_for_the_limit_is_announced_with_its_reason(serve, workspace: Path, monkeypatch) -> None:
     """A run held back by the limiter says so (a notice naming the limit), instead of seeming stuck; a request
     larger than tpm is named as such."""
-    import shou.models.openai_compat as oc
+    import shou.models.controls as controls
 
-    monkeypatch.setattr(oc, "ANNOUNCED_WAIT", 0.3)  # the real threshold is 5 s; the window here is 1 s
+    monkeypatch.setattr(controls, "ANNOUNCED_WAIT", 0.3)  # the real threshold is 5 s; the window here is 1 s
     srv = serve([{"text": "one"}, {"text": "two"}])
     limiter = RateLimiter(tpm=50, period=1.0, margin=0.1)
     model = OpenAICompatible("m", base_url=srv.base_url, limiter=limiter)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from shou.agent.emitter import Emitter
 from shou.events import (
     ModelRequest,
     ModelResponse,
@@ -110,7 +111,7 @@ def test_a_session_folds_from_either_backend(open_store) -> None:
     a = open_store()
     s = Session("chat", a)
     for event in run_events("chat", "run_1", answer="42"):
-        s.record(event)
+        Emitter(s).emit(event)
     s.commit()
     again = Session("chat", open_store())
     assert again.open_run is None and again.messages[0].text == "task"

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from shou import Agent, tool
+from shou.agent.emitter import Emitter
 from shou.events import ModelResponse, RunStarted, ToolCallStarted
 from shou.messages import Message, ToolCall
 from shou.models.scripted import ScriptedModel
@@ -136,15 +137,15 @@ async def test_everything_is_in_the_log_before_it_is_seen_or_acted_on(tools, tmp
 def killed_run(store: SQLiteStore, calls: list[ToolCall], started: list[str], finished: dict[str, str]) -> None:
     """What a process killed in the middle of a step leaves in the log."""
     s = Session("k", store)
-    s.record(RunStarted("r", "k", "do it", "m"))
-    s.record(ModelResponse("r", 1, Message.assistant(None, calls), Usage(5, 5, 1), 0.1, "tool_calls"))
+    Emitter(s).emit(RunStarted("r", "k", "do it", "m"))
+    Emitter(s).emit(ModelResponse("r", 1, Message.assistant(None, calls), Usage(5, 5, 1), 0.1, "tool_calls"))
     for c in calls:
         if c.id in started:
-            s.record(ToolCallStarted("r", 1, c))
+            Emitter(s).emit(ToolCallStarted("r", 1, c))
     from shou.events import ToolCallFinished
 
     for call_id, content in finished.items():
-        s.record(ToolCallFinished("r", 1, call_id, next(c.name for c in calls if c.id == call_id), content))
+        Emitter(s).emit(ToolCallFinished("r", 1, call_id, next(c.name for c in calls if c.id == call_id), content))
     s.commit()
 
 
@@ -174,8 +175,8 @@ async def test_resume_asks_again_for_a_turn_that_never_arrived(tools, effects, t
 
     store = SQLiteStore(tmp_path / "db")
     s = Session("k", store)
-    s.record(RunStarted("r", "k", "add", "m"))
-    s.record(ModelRequest("r", 1, 2, 2))
+    Emitter(s).emit(RunStarted("r", "k", "add", "m"))
+    Emitter(s).emit(ModelRequest("r", 1, 2, 2))
     s.commit()  # killed while the model was answering
     model = ScriptedModel([{"tool_calls": [call("addlog", a=1, b=2)]}, {"text": "3"}])
     result = await Agent(model, tools, workspace=tmp_path, store=store).aresume("k")
@@ -201,8 +202,8 @@ async def test_a_new_run_closes_a_killed_one_so_the_request_is_valid(tools, effe
 async def test_a_recorded_final_answer_is_closed_without_asking_again(tools, tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "db")
     s = Session("k", store)
-    s.record(RunStarted("r", "k", "hi", "m"))
-    s.record(ModelResponse("r", 1, Message.assistant("hello!"), Usage(3, 2, 1), 0.1, "stop"))
+    Emitter(s).emit(RunStarted("r", "k", "hi", "m"))
+    Emitter(s).emit(ModelResponse("r", 1, Message.assistant("hello!"), Usage(3, 2, 1), 0.1, "stop"))
     s.commit()  # killed before the run's end was written
     model = ScriptedModel([])
     result = await Agent(model, tools, workspace=tmp_path, store=store).aresume("k")

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shou.event_codec import event_from_dict
 from shou.events import (
     EVENT_TYPES,
     ApprovalDecided,
@@ -29,7 +30,6 @@ from shou.events import (
     ToolCallDelta,
     ToolCallFinished,
     ToolCallStarted,
-    event_from_dict,
 )
 from shou.messages import ImagePart, Message, TextPart, ToolCall
 from shou.usage import Usage

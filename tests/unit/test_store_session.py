@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from shou.agent.emitter import Emitter
 from shou.agent.guards import RepeatGuard
 from shou.events import ModelResponse, RunStarted, StepFinished, ToolCallFinished
 from shou.messages import ImagePart, Message, ToolCall
@@ -18,13 +19,13 @@ CALLS = [ToolCall("a", "calc", '{"x": 1}'), ToolCall("b", "calc", '{"x": 2}')]
 
 
 def one_run(session: Session) -> None:
-    session.record(RunStarted("r1", session.name, "compute", "m"))
-    session.record(ModelResponse("r1", 1, Message.assistant(None, CALLS), Usage(1, 1, 1), 0.1))
+    Emitter(session).emit(RunStarted("r1", session.name, "compute", "m"))
+    Emitter(session).emit(ModelResponse("r1", 1, Message.assistant(None, CALLS), Usage(1, 1, 1), 0.1))
     # results arrive out of call order
-    session.record(ToolCallFinished("r1", 1, "b", "calc", "2"))
-    session.record(ToolCallFinished("r1", 1, "a", "calc", "1", image=ImagePart("QUJD")))
-    session.record(StepFinished("r1", 1))
-    session.record(ModelResponse("r1", 2, Message.assistant("1 and 2"), Usage(1, 1, 1), 0.1))
+    Emitter(session).emit(ToolCallFinished("r1", 1, "b", "calc", "2"))
+    Emitter(session).emit(ToolCallFinished("r1", 1, "a", "calc", "1", image=ImagePart("QUJD")))
+    Emitter(session).emit(StepFinished("r1", 1))
+    Emitter(session).emit(ModelResponse("r1", 2, Message.assistant("1 and 2"), Usage(1, 1, 1), 0.1))
 
 
 def test_fold_keeps_tool_results_in_call_order() -> None:
@@ -55,9 +56,9 @@ def test_clear_empties_the_context_but_keeps_the_log(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "db") as store:
         s = Session("c", store)
         one_run(s)
-        s.clear()
+        Emitter(s).clear()
         assert s.messages == []
-        s.record(RunStarted("r2", "c", "again", "m"))
+        Emitter(s).emit(RunStarted("r2", "c", "again", "m"))
         n_events = len(list(store.events("c")))
     with SQLiteStore(tmp_path / "db") as store:
         assert [m.text for m in Session("c", store).messages] == ["again"]
@@ -71,14 +72,14 @@ def test_events_are_durable_at_commit_and_fragments_are_never_stored(tmp_path: P
     s = Session("d", store)
     reader = sqlite3.connect(tmp_path / "db")  # another process's view of the file
     count = lambda: reader.execute("SELECT COUNT(*) FROM events").fetchone()[0]  # noqa: E731
-    s.record(RunStarted("r", "d", "t", "m"))
-    s.record(TextDelta("r", 1, "he"))
-    s.record(ToolCallDelta("r", 1, 0, "calc", "{"))
+    Emitter(s).emit(RunStarted("r", "d", "t", "m"))
+    Emitter(s).emit(TextDelta("r", 1, "he"))
+    Emitter(s).emit(ToolCallDelta("r", 1, 0, "calc", "{"))
     assert count() == 0 and store.pending  # appended, not yet written
     s.commit()
     assert count() == 1 and not store.pending  # written in the caller's thread: no waiting on a writer
-    s.record(ModelResponse("r", 1, Message.assistant("hello"), Usage(), 0.0))
-    s.record(StepFinished("r", 1))
+    Emitter(s).emit(ModelResponse("r", 1, Message.assistant("hello"), Usage(), 0.0))
+    Emitter(s).emit(StepFinished("r", 1))
     s.commit()
     assert [r[0] for r in reader.execute("SELECT type FROM events ORDER BY id")] == [
         "run_started", "model_response", "step_finished"]
@@ -91,11 +92,11 @@ def test_a_killed_run_is_open_and_closing_it_answers_every_call(tmp_path: Path) 
 
     with SQLiteStore(tmp_path / "db") as store:
         s = Session("k", store)
-        s.record(RunStarted("r", "k", "do two things", "m"))
-        s.record(ModelResponse("r", 1, Message.assistant(None, CALLS), Usage(2, 3, 1), 0.1))
-        s.record(ToolCallStarted("r", 1, CALLS[0]))
-        s.record(ToolCallStarted("r", 1, CALLS[1]))
-        s.record(ToolCallFinished("r", 1, "a", "calc", "1"))
+        Emitter(s).emit(RunStarted("r", "k", "do two things", "m"))
+        Emitter(s).emit(ModelResponse("r", 1, Message.assistant(None, CALLS), Usage(2, 3, 1), 0.1))
+        Emitter(s).emit(ToolCallStarted("r", 1, CALLS[0]))
+        Emitter(s).emit(ToolCallStarted("r", 1, CALLS[1]))
+        Emitter(s).emit(ToolCallFinished("r", 1, "a", "calc", "1"))
         s.commit()  # ... and the process dies here, with call b running
     with SQLiteStore(tmp_path / "db") as store:
         s = Session("k", store)
@@ -103,7 +104,7 @@ def test_a_killed_run_is_open_and_closing_it_answers_every_call(tmp_path: Path) 
         assert run is not None and run.run_id == "r" and run.step == 1 and run.task == "do two things"
         assert [c.id for c in run.unanswered] == ["b"] and run.started == {"a", "b"}
         assert store.unfinished() == ["k"] and store.sessions()[0].status == "running"
-        s.close_interrupted()
+        Emitter(s).close_interrupted()
         assert s.open_run is None and store.sessions()[0].status == "interrupted"
         [result] = [m for m in s.messages if m.role == "tool" and m.tool_call_id == "b"]
         assert "interrupted" in result.text and "outcome is unknown" in result.text
@@ -169,15 +170,16 @@ def test_a_killed_run_counts_what_its_sub_runs_spent_and_its_sub_ids_go_on(tmp_p
 
     with SQLiteStore(tmp_path / "db") as store:
         s = Session("p", store)
-        s.record(RunStarted("run_1", "p", "plan it", "m"))
-        s.record(ModelResponse("run_1.1", 1, Message.assistant("plan"), Usage(100, 10, 1), 0.1, parent="run_1"))
-        s.record(ModelRequest("run_1.2", 1, 1, 0, parent="run_1"))
-        s.record(ModelResponse("run_1.2", 1, Message.assistant(None, CALLS), Usage(200, 20, 1), 0.1,
+        Emitter(s).emit(RunStarted("run_1", "p", "plan it", "m"))
+        Emitter(s).emit(ModelResponse("run_1.1", 1, Message.assistant("plan"), Usage(100, 10, 1), 0.1, parent="run_1"))
+        Emitter(s).emit(ModelRequest("run_1.2", 1, 1, 0, parent="run_1"))
+        Emitter(s).emit(ModelResponse("run_1.2", 1, Message.assistant(None, CALLS), Usage(200, 20, 1), 0.1,
                                parent="run_1"))
-        s.record(Notice("run_1.2", 1, "retry", "cut", Usage(50, 5, 0, True), parent="run_1"))
-        s.record(ModelResponse("run_1.3", 1, Message.assistant("summary"), Usage(300, 30, 1), 0.1, parent="run_1"))
-        s.record(Compacted("run_1", "summary", 1, 100, 10, Usage(300, 30, 1), "m", 0.1, calls=("mc_x",)))
-        s.record(ModelResponse("other_9.1", 1, Message.assistant("x"), Usage(7, 7, 1), 0.1, parent="other_9"))
+        Emitter(s).emit(Notice("run_1.2", 1, "retry", "cut", Usage(50, 5, 0, True), parent="run_1"))
+        Emitter(s).emit(ModelResponse("run_1.3", 1, Message.assistant("summary"), Usage(300, 30, 1), 0.1,
+                                      parent="run_1"))
+        Emitter(s).emit(Compacted("run_1", "summary", 1, 100, 10, Usage(300, 30, 1), "m", 0.1, calls=("mc_x",)))
+        Emitter(s).emit(ModelResponse("other_9.1", 1, Message.assistant("x"), Usage(7, 7, 1), 0.1, parent="other_9"))
         s.commit()
     with SQLiteStore(tmp_path / "db") as store:
         s = Session("p", store)
@@ -197,9 +199,9 @@ def test_a_call_a_killed_process_left_under_way_counts_at_its_worst_case(tmp_pat
 
     with SQLiteStore(tmp_path / "db") as store:
         s = Session("u", store)
-        s.record(RunStarted("run_1", "u", "task", "m"))
-        s.record(ModelRequest("run_1", 1, 1, 0, 1000, "mc_1", "m", "p", params={"max_tokens": 500}))
-        s.record(ModelRequest("run_1.1", 1, 1, 0, 200, "mc_2", "m", "p", parent="run_1"))  # a child's, too
+        Emitter(s).emit(RunStarted("run_1", "u", "task", "m"))
+        Emitter(s).emit(ModelRequest("run_1", 1, 1, 0, 1000, "mc_1", "m", "p", params={"max_tokens": 500}))
+        Emitter(s).emit(ModelRequest("run_1.1", 1, 1, 0, 200, "mc_2", "m", "p", parent="run_1"))  # a child's, too
         s.commit()  # ... killed while both were streaming
     with SQLiteStore(tmp_path / "db") as store:
         s = Session("u", store)
@@ -223,7 +225,7 @@ def test_a_planted_row_of_the_wrong_shape_is_left_out_not_a_crash_later(tmp_path
     import json
 
     from shou import Agent
-    from shou.events import event_from_dict
+    from shou.event_codec import event_from_dict
     from shou.models.scripted import ScriptedModel
 
     request = {"type": "model_request", "run_id": "run_p", "step": 1, "message_count": 1, "tool_count": 0,
@@ -232,7 +234,7 @@ def test_a_planted_row_of_the_wrong_shape_is_left_out_not_a_crash_later(tmp_path
         event_from_dict(request)
     with SQLiteStore(tmp_path / "db") as store:
         s = Session("p", store)
-        s.record(RunStarted("run_p", "p", "task", "m"))
+        Emitter(s).emit(RunStarted("run_p", "p", "task", "m"))
         s.commit()
         store._db.execute("INSERT INTO events (session, run_id, type, ts, data) VALUES ('p', 'run_p', "
                           "'model_request', 0, ?)", (json.dumps(request),))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shou import Agent, AgentSpec, ScriptedModel, Session, SQLiteStore, tool
+from shou.agent.emitter import Emitter
 from shou.events import Feedback, ModelRequest, ModelResponse, PlanStep, PlanUpdated, RunStarted, ToolCallFinished
 from shou.messages import Message
 from shou.usage import Usage
@@ -13,12 +14,13 @@ from shou.usage import Usage
 def test_a_sub_runs_events_count_but_never_join_the_conversation(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "db")
     session = Session("s", store)
-    session.record(RunStarted("r1", "s", "the task", "m"))
-    session.record(RunStarted("r1.1", "s", "a child's task", "m", parent="r1"))
-    session.record(ModelResponse("r1.1", 1, Message.assistant("child says"), Usage(100, 5, 1, cost=0.5), 0.1,
+    Emitter(session).emit(RunStarted("r1", "s", "the task", "m"))
+    Emitter(session).emit(RunStarted("r1.1", "s", "a child's task", "m", parent="r1"))
+    Emitter(session).emit(ModelResponse("r1.1", 1, Message.assistant("child says"), Usage(100, 5, 1, cost=0.5), 0.1,
                                  "stop", parent="r1"))
-    session.record(ToolCallFinished("r1.1", 1, "c9", "nap", "zzz", parent="r1"))
-    session.record(ModelResponse("r1", 1, Message.assistant("parent says"), Usage(10, 1, 1, cost=0.25), 0.1, "stop"))
+    Emitter(session).emit(ToolCallFinished("r1.1", 1, "c9", "nap", "zzz", parent="r1"))
+    Emitter(session).emit(ModelResponse("r1", 1, Message.assistant("parent says"), Usage(10, 1, 1, cost=0.25), 0.1,
+                                        "stop"))
     session.commit()
     for s in (session, Session("s", store)):  # as recorded, and as loaded again from the log
         assert [m.text for m in s.messages] == ["the task", "parent says"]
@@ -105,8 +107,8 @@ async def test_sub_runs_store_each_request_content_once_in_the_log(tmp_path: Pat
 async def test_a_killed_planned_run_resumes_from_its_plan(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "db")
     session = Session("k", store)  # what a process killed during step 2 left in the log
-    session.record(RunStarted("r1", "k", "note a, then b", "m"))
-    session.record(PlanUpdated("r1", 1, (PlanStep("note a", "done", "a is noted", "r1.s1.1"),
+    Emitter(session).emit(RunStarted("r1", "k", "note a, then b", "m"))
+    Emitter(session).emit(PlanUpdated("r1", 1, (PlanStep("note a", "done", "a is noted", "r1.s1.1"),
                                          PlanStep("note b", "running", "", "r1.s1.2"))))
     session.commit()
     model = ScriptedModel([

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from shou import trace as tr
 from shou import usage_report as ur
+from shou.agent.emitter import Emitter
 from shou.agent.recorder import RequestRecorder
 from shou.cli.app import app
 from shou.events import (
@@ -52,23 +53,23 @@ def two_steps(session: Session, run: str = "run_a1", *, finish: bool = True, cos
     """A calculator call and the answer, logged as the loop logs them (requests by hash)."""
     rec = RequestRecorder(session.trace_keys)
     tools = rec.tools(SPECS)
-    session.record(RunStarted(run, session.name, TASK.text, "gpt-x"))
-    session.record(ModelRequest(run, 1, 2, 1, 40, f"mc_{run}_1", "gpt-x", "openai", rec.messages([SYSTEM, TASK]),
+    Emitter(session).emit(RunStarted(run, session.name, TASK.text, "gpt-x"))
+    Emitter(session).emit(ModelRequest(run, 1, 2, 1, 40, f"mc_{run}_1", "gpt-x", "openai", rec.messages([SYSTEM, TASK]),
                                 tools, {"temperature": 0.2}, rec.take()))
-    session.record(ModelResponse(run, 1, ASKED, Usage(40, 10, 1, cached_tokens=8, cost=cost), 0.5, "tool_calls",
+    Emitter(session).emit(ModelResponse(run, 1, ASKED, Usage(40, 10, 1, cached_tokens=8, cost=cost), 0.5, "tool_calls",
                                  "gpt-x-2025", f"mc_{run}_1", ttft=0.1, retries=1))
-    session.record(ToolCallStarted(run, 1, CALL))
-    session.record(ToolCallFinished(run, 1, "call_1", "calculator", "5535", latency=0.01))
-    session.record(StepFinished(run, 1))
+    Emitter(session).emit(ToolCallStarted(run, 1, CALL))
+    Emitter(session).emit(ToolCallFinished(run, 1, "call_1", "calculator", "5535", latency=0.01))
+    Emitter(session).emit(StepFinished(run, 1))
     if not finish:
         session.commit()
         return
-    session.record(ModelRequest(run, 2, 4, 1, 60, f"mc_{run}_2", "gpt-x", "openai",
+    Emitter(session).emit(ModelRequest(run, 2, 4, 1, 60, f"mc_{run}_2", "gpt-x", "openai",
                                 rec.messages([SYSTEM, TASK, ASKED, RESULT]), tools, {"temperature": 0.2}, rec.take()))
-    session.record(ModelResponse(run, 2, Message.assistant("123 * 45 = 5535"), Usage(60, 5, 1, cost=0.002), 0.3,
+    Emitter(session).emit(ModelResponse(run, 2, Message.assistant("123 * 45 = 5535"), Usage(60, 5, 1, cost=0.002), 0.3,
                                  "stop", "gpt-x-2025", f"mc_{run}_2"))
-    session.record(StepFinished(run, 2))
-    session.record(RunFinished(run, "completed", "123 * 45 = 5535", 2, Usage(100, 15, 2), 1.0))
+    Emitter(session).emit(StepFinished(run, 2))
+    Emitter(session).emit(RunFinished(run, "completed", "123 * 45 = 5535", 2, Usage(100, 15, 2), 1.0))
     session.commit()
 
 
@@ -123,7 +124,7 @@ def test_a_pruned_message_is_shown_as_pruned(store: SQLiteStore) -> None:
 def test_a_killed_run_is_unfinished_with_what_it_logged(store: SQLiteStore) -> None:
     session = Session("s", store)
     two_steps(session, finish=False)
-    session.record(ModelRequest("run_a1", 2, 4, 1, 60, "mc_x", "gpt-x"))
+    Emitter(session).emit(ModelRequest("run_a1", 2, 4, 1, 60, "mc_x", "gpt-x"))
     session.commit()
     [run] = tr.traces(store, "s")
     assert run.status == tr.UNFINISHED and run.wall_time is None
@@ -135,12 +136,12 @@ def test_a_killed_run_is_unfinished_with_what_it_logged(store: SQLiteStore) -> N
 
 def test_a_resumed_run_asks_again_and_old_logs_name_calls_by_step(store: SQLiteStore) -> None:
     session = Session("s", store)
-    session.record(RunStarted("run_o", "s", "old task", "openai:gpt-4o"))
-    session.record(ModelRequest("run_o", 1, 1, 0))  # an old log: no request id, no hashes
-    session.record(RunResumed("run_o", "s", 1))
-    session.record(ModelRequest("run_o", 1, 1, 0))
-    session.record(ModelResponse("run_o", 1, Message.assistant("hi"), Usage(5, 1, 1, cost=None), 0.2))
-    session.record(RunFinished("run_o", "completed", "hi", 1, Usage(5, 1, 1), 0.5))
+    Emitter(session).emit(RunStarted("run_o", "s", "old task", "openai:gpt-4o"))
+    Emitter(session).emit(ModelRequest("run_o", 1, 1, 0))  # an old log: no request id, no hashes
+    Emitter(session).emit(RunResumed("run_o", "s", 1))
+    Emitter(session).emit(ModelRequest("run_o", 1, 1, 0))
+    Emitter(session).emit(ModelResponse("run_o", 1, Message.assistant("hi"), Usage(5, 1, 1, cost=None), 0.2))
+    Emitter(session).emit(RunFinished("run_o", "completed", "hi", 1, Usage(5, 1, 1), 0.5))
     session.commit()
     [run] = tr.traces(store, "s")
     first, again = run.model_calls
@@ -154,11 +155,11 @@ def test_a_resumed_run_asks_again_and_old_logs_name_calls_by_step(store: SQLiteS
 
 def test_a_run_ended_by_an_error_during_a_call_says_so_on_the_call(store: SQLiteStore) -> None:
     session = Session("s", store)
-    session.record(RunStarted("run_e", "s", "t", "m"))
-    session.record(Notice("run_e", 0, "memory", "recall failed: OSError"))
-    session.record(ModelRequest("run_e", 1, 1, 0, request_id="mc_e"))
-    session.record(Notice("run_e", 1, "retry", "HTTP 500; retry 1 in 0.5 s"))
-    session.record(RunFinished("run_e", "error", "", 1, Usage(), 2.0, "the provider failed: HTTP 500"))
+    Emitter(session).emit(RunStarted("run_e", "s", "t", "m"))
+    Emitter(session).emit(Notice("run_e", 0, "memory", "recall failed: OSError"))
+    Emitter(session).emit(ModelRequest("run_e", 1, 1, 0, request_id="mc_e"))
+    Emitter(session).emit(Notice("run_e", 1, "retry", "HTTP 500; retry 1 in 0.5 s"))
+    Emitter(session).emit(RunFinished("run_e", "error", "", 1, Usage(), 2.0, "the provider failed: HTTP 500"))
     session.commit()
     [run] = tr.traces(store, "s")
     [call] = run.model_calls
@@ -173,8 +174,8 @@ def test_a_run_ended_by_an_error_during_a_call_says_so_on_the_call(store: SQLite
 def test_compactions_count_their_summary_call(store: SQLiteStore) -> None:
     session = Session("s", store)
     two_steps(session, finish=False)
-    session.record(Compacted("run_a1", "summary", 3, 900, 200, Usage(800, 50, 1, cost=0.0005), "gpt-x", 1.5))
-    session.record(Compacted("run_a1", "older", 5, 600, 100))  # an old log: the summary call's usage not kept
+    Emitter(session).emit(Compacted("run_a1", "summary", 3, 900, 200, Usage(800, 50, 1, cost=0.0005), "gpt-x", 1.5))
+    Emitter(session).emit(Compacted("run_a1", "older", 5, 600, 100))  # an old log: the summary call's usage not kept
     session.commit()
     [run] = tr.traces(store, "s")
     new, old = run.compactions
@@ -239,11 +240,11 @@ def test_terminal_control_sequences_from_the_log_never_reach_the_terminal(store:
     ship a log: none of it may clear the screen or retitle the terminal when `shou trace` prints it."""
     evil = "gpt\x1b[2J\x1b]0;pwned\x07"
     session = Session("s", store)
-    session.record(RunStarted("run_x", "s", f"task {evil}", evil))
-    session.record(ModelRequest("run_x", 1, 1, 0, 10, "mc_x", evil, evil))
-    session.record(ModelResponse("run_x", 1, Message.assistant(f"said {evil}"), Usage(1, 1, 1, cost=None), 0.1,
+    Emitter(session).emit(RunStarted("run_x", "s", f"task {evil}", evil))
+    Emitter(session).emit(ModelRequest("run_x", 1, 1, 0, 10, "mc_x", evil, evil))
+    Emitter(session).emit(ModelResponse("run_x", 1, Message.assistant(f"said {evil}"), Usage(1, 1, 1, cost=None), 0.1,
                                  evil, evil, "mc_x"))
-    session.record(RunFinished("run_x", "error", "", 1, Usage(1, 1, 1), 0.2, f"failed {evil}"))
+    Emitter(session).emit(RunFinished("run_x", "error", "", 1, Usage(1, 1, 1), 0.2, f"failed {evil}"))
     session.commit()
     ws = str(store.path.parent.parent)
     for args in (["trace", "-w", ws], ["trace", "show", "mc_x", "-w", ws], ["usage", "-w", ws]):
@@ -253,7 +254,7 @@ def test_terminal_control_sequences_from_the_log_never_reach_the_terminal(store:
     # --json keeps the text, with what a terminal could act on escaped (JSON escapes C0 controls; C1 and
     # the line separators it leaves raw), and stays the same JSON
     c1 = "csi\x9b2J osc\x9d0;pwned\x9c line\u2028end"
-    session.record(ModelResponse("run_x", 2, Message.assistant(c1), Usage(1, 1, 1), 0.1, request_id="mc_y"))
+    Emitter(session).emit(ModelResponse("run_x", 2, Message.assistant(c1), Usage(1, 1, 1), 0.1, request_id="mc_y"))
     session.commit()
     for args in (["trace", "--json", "-w", ws], ["trace", "show", "mc_y", "--json", "-w", ws]):
         shown = CliRunner(env={"COLUMNS": "120"}).invoke(app, args)
@@ -272,8 +273,8 @@ def test_a_planted_log_with_odd_request_messages_cannot_crash_trace_show(store: 
     """A cloned repository can ship `.shou/shou.db`: whatever shape a recorded message has, `shou trace show`
     prints what it can and exits cleanly."""
     session = Session("s", store)
-    session.record(RunStarted("run_p", "s", "task", "m"))
-    session.record(ModelRequest("run_p", 1, 1, 0, 10, "mc_p", "m", "p", ("k1",), contents={"k1": message}))
+    Emitter(session).emit(RunStarted("run_p", "s", "task", "m"))
+    Emitter(session).emit(ModelRequest("run_p", 1, 1, 0, 10, "mc_p", "m", "p", ("k1",), contents={"k1": message}))
     session.commit()
     ws = str(store.path.parent.parent)
     shown = CliRunner(env={"COLUMNS": "120"}).invoke(app, ["trace", "show", "mc_p", "-w", ws])
@@ -283,14 +284,14 @@ def test_a_planted_log_with_odd_request_messages_cannot_crash_trace_show(store: 
 
 def test_a_sub_run_its_process_died_in_is_interrupted_once_its_parent_went_on(store: SQLiteStore) -> None:
     session = Session("s", store)
-    session.record(RunStarted("run_p", "s", "delegate", "m"))
-    session.record(RunStarted("run_p.1", "s", "child task", "m", parent="run_p"))
-    session.record(ModelRequest("run_p.1", 1, 1, 0, 10, "mc_c", "m", "p", parent="run_p"))
+    Emitter(session).emit(RunStarted("run_p", "s", "delegate", "m"))
+    Emitter(session).emit(RunStarted("run_p.1", "s", "child task", "m", parent="run_p"))
+    Emitter(session).emit(ModelRequest("run_p.1", 1, 1, 0, 10, "mc_c", "m", "p", parent="run_p"))
     session.commit()
     [parent, child] = tr.traces(store, "s")
     assert child.status == tr.UNFINISHED  # nothing says yet that it will not go on
-    session.record(RunResumed("run_p", "s", 1, 0.0))
-    session.record(RunFinished("run_p", "completed", "done", 1, Usage(), 0.1))
+    Emitter(session).emit(RunResumed("run_p", "s", 1, 0.0))
+    Emitter(session).emit(RunFinished("run_p", "completed", "done", 1, Usage(), 0.1))
     session.commit()
     [parent, child] = tr.traces(store, "s")
     assert parent.status == "completed" and child.status == tr.INTERRUPTED

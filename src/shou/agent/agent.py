@@ -3,65 +3,45 @@
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..context.builder import ContextPolicy, blocks_of
 from ..context.tokens import TokenCounter
 from ..errors import UserError
-from ..events import Compacted, Event, Notice, RunStatus
+from ..events import Compacted, Event, Notice, RunFinished, RunStatus
 from ..models.base import Model, ModelSettings
-from ..models.capabilities import supports_vision
 from ..pricing import PriceTable
-from ..redact import Redactor, secrets_of
+from ..redact import Redactor
 from ..session import Session
 from ..tools.base import Tool
 from ..tools.registry import ToolSet
 from ..usage import MOST_TOKENS, Usage
+from .config import DEFAULT_INSTRUCTIONS, DEFAULT_POLICY, MAX_TASK_CHARS, AgentConfig, check_fields, model_named
 from .loop import Run
+
+__all__ = ["DEFAULT_INSTRUCTIONS", "DEFAULT_POLICY", "MAX_TASK_CHARS", "Agent", "RunResult", "model_named"]
 
 if TYPE_CHECKING:
     from ..mcp.servers import ServerSpec
     from ..permissions import Policy
     from ..skills import SkillSet
     from ..store.sqlite import SQLiteStore
-    from .approvals import Approver
     from .delegate import AgentSpec
-
-DEFAULT_INSTRUCTIONS = (
-    "You are shou, an agent that completes the user's task by calling tools when they help, then "
-    "answering. Use the tools' results rather than guessing; when the task is done, reply with the "
-    "final answer in plain text."
-)
+    from .emitter import Emitter
 
 
-DEFAULT_POLICY = ContextPolicy()
-MAX_TASK_CHARS = 400_000
-_RESOLVED: dict[str, Path] = {}
+def _field(name: str, source: str | None = None) -> Any:
+    """An attribute of Agent read from its config (a C-level getter: runs read these on every event); set,
+    it makes a new config, checked like the first."""
 
+    def set_(agent: Agent, value: Any) -> None:
+        agent.config = replace(agent.config, **{name: value})
 
-def _resolved(workspace: str | Path | None) -> Path:
-    """The absolute workspace path; resolving is a system call, so agents built in a loop share it."""
-    key = str(workspace) if workspace is not None else str(Path.cwd())
-    path = _RESOLVED.get(key)
-    if path is None:
-        path = _RESOLVED[key] = Path(key).resolve()
-        if len(_RESOLVED) > 1024:
-            _RESOLVED.clear()
-    return path
-
-
-def model_named(model: Model | str | None, settings: Any) -> Model | None:
-    """A model named for cheaper work (summaries, reviews): another model of the same provider, or
-    PROVIDER:MODEL."""
-    if not isinstance(model, str):
-        return model
-    from ..models import get_model, other_model
-
-    return get_model(settings=other_model(settings, model)) if settings is not None else get_model(model)
+    return property(attrgetter(f"config.{source or name}"), set_, doc=f"The config's `{source or name}`.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,113 +64,79 @@ class RunResult:
 
 
 class Agent:
-    """A model with tools and guards.
+    """A model with tools and guards, configured by one `AgentConfig` (shou.agent.config, where every field
+    is described).
 
-    `model` is a `Model` or a spec such as `"deepseek:deepseek-chat"` (resolved from settings and the
-    environment). Guards: `max_steps` model calls, `run_timeout` seconds of wall time, `repeat_limit`
-    identical consecutive calls, and optionally budgets: `token_budget` tokens and `max_cost` US dollars per
-    run, checked before each model call against its worst case (shou.agent.budget; `prices` is the price
-    table, default: the built-in prices with the settings' `[models."NAME"]` over them). `summary_model`
-    writes compaction summaries (a cheaper model; default: `model`). `tool_timeout` limits every tool call,
-    whatever the tool declares; left None, a tool gets its own `@tool(timeout=...)` or 30 s, and `shell` and
-    `run_code` the sandbox's limit (300 s by default). `vision` says whether the model may be
-    sent images (default: known vision models only); a text-only model gets a page's text instead.
-    `policy` decides which calls run, ask or are refused (default: the settings' `[permissions]`, see
-    shou.permissions); `approvals` answers the asks: an `Approver` (a person), "yes", "deny" (the default:
-    nobody to ask) or "defer" (the run stops `waiting_approval`; for servers). `observers` are called with
-    every event after it is logged (OpenTelemetry export, alerts: shou.observe); an event one returns is
-    emitted into the run too.
-
-    Composition: `planning` plans first and runs each step as its own loop (`max_replans`,
-    `plan_step_max_steps`, `plan_step_timeout`; shou.agent.plan); `reflect` has a critic (`review_model`)
-    check final answers (`max_reviews`; shou.agent.review); `delegation` offers `delegate` to child agents
-    (`agents`, name -> AgentSpec; shou.agent.delegate); `skills` offers `use_skill` (shou.skills);
-    `mcp_servers` (name -> ServerSpec) adds MCP servers' tools (shou.mcp); `code_mode` offers one `python`
-    tool whose code calls the others (shou.agent.code).
+    `Agent(model, tools, instructions, max_steps=3, ...)`: the keywords are AgentConfig fields; or
+    `Agent(config=config)`, with keywords changing that config. `model` is a `Model` or a spec such as
+    `"deepseek:deepseek-chat"` (resolved from settings and the environment). The attributes (`max_steps`,
+    `tools`, ...) read the config; setting one replaces the config with a checked copy.
     """
 
-    def __init__(
-        self, model: Model | str, tools: Iterable[Tool] | ToolSet = (), instructions: str | None = None, *,
-        max_steps: int = 20, run_timeout: float = 300.0, tool_timeout: float | None = None, max_parallel_tools: int = 4,
-        repeat_limit: int = 3, token_budget: int | None = None, max_cost: float | None = None,
-        workspace: str | Path | None = None,
-        model_settings: ModelSettings | None = None, store: SQLiteStore | None = None, settings: Any = None,
-        context: ContextPolicy | None = None, memory: Any = None, vision: bool | None = None,
-        policy: Policy | None = None, approvals: Approver | Literal["yes", "deny", "defer"] = "deny",
-        observers: Iterable[Callable[[Event], Any]] = (), prices: PriceTable | None = None,
-        summary_model: Model | str | None = None, planning: bool = False, max_replans: int = 2,
-        plan_step_max_steps: int = 8, plan_step_timeout: float = 120.0, reflect: bool = False, max_reviews: int = 1,
-        review_model: Model | str | None = None, agents: Mapping[str, AgentSpec] | None = None,
-        delegation: bool = False, skills: SkillSet | None = None, mcp_servers: Mapping[str, ServerSpec] | None = None,
-        code_mode: bool = False,
-    ) -> None:
-        if isinstance(model, str):
-            from ..models import get_model
-
-            model = get_model(model)
-        if not hasattr(model, "stream"):
-            raise UserError(f"model must be a Model (with a stream() method) or a model spec string, not {model!r}")
-        self.model: Model = model
-        self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
-        self.instructions = DEFAULT_INSTRUCTIONS if instructions is None else instructions
-        if max_steps < 1 or run_timeout <= 0 or (tool_timeout is not None and tool_timeout <= 0) \
-                or max_parallel_tools < 1 or repeat_limit < 1:
-            raise UserError(
-                "max_steps, run_timeout, tool_timeout, max_parallel_tools and repeat_limit must be positive"
-            )
-        self.max_steps = max_steps
-        self.run_timeout = run_timeout
-        self.tool_timeout = tool_timeout
-        self.policy = policy
-        self.approvals = approvals
-        # The MCP servers' tables are secret sources too (their keys, logins, tokens), given here or in settings.
-        self.redactor = Redactor([*secrets_of(settings),
-                                  *(v for spec in (mcp_servers or {}).values() for v in spec.secrets())])
-        self.max_parallel_tools = max_parallel_tools
-        self.repeat_limit = repeat_limit
-        if (token_budget is not None and not 1 <= token_budget < math.inf) or \
-                (max_cost is not None and not 0 <= max_cost < math.inf):  # NaN fails both: it is no limit
-            raise UserError("token_budget must be positive and max_cost a number of US dollars, not negative")
-        self.token_budget = token_budget
-        self.max_cost = max_cost
-        self.prices = prices if prices is not None else PriceTable(getattr(settings, "models", None))
-        self.summary_model: Model | None = model_named(summary_model, settings)
-        if max_replans < 0 or plan_step_max_steps < 1 or plan_step_timeout <= 0 or max_reviews < 0:
-            raise UserError("max_replans and max_reviews must not be negative; plan_step_max_steps and "
-                            "plan_step_timeout must be positive")
-        self.planning = planning
-        self.max_replans = max_replans
-        self.plan_step_max_steps = plan_step_max_steps
-        self.plan_step_timeout = plan_step_timeout
-        self.reflect = reflect
-        self.max_reviews = max_reviews
-        self.review_model: Model | None = model_named(review_model, settings)
-        self.agents: dict[str, AgentSpec] = dict(agents or {})
-        self.mcp_servers: dict[str, ServerSpec] = dict(mcp_servers or {})
-        self.mcp_offered: dict[str, list[str]] = {}  # server -> the tool names it added (shou.mcp.connect)
-        self.skills = skills
-        if skills is not None and skills.skills and "use_skill" not in self.tools.names:
-            self.tools = ToolSet([*self.tools, skills.tool()])
-        if delegation and "delegate" not in self.tools.names:
-            from .delegate import delegate_tool
-
-            self.tools = ToolSet([*self.tools, delegate_tool(self.agents)])
-        self.code_mode = code_mode
-        self.code_tools = self.tools  # what code calls in code mode; the model is offered `python` alone
-        if code_mode:
-            from .code import python_tool
-
-            self.tools = ToolSet([python_tool(self.code_tools)])
-        self.workspace = _resolved(workspace)
-        self.model_settings = model_settings
-        self.store = store
-        self.settings = settings
-        self.context = context or DEFAULT_POLICY
-        self.memory = memory
-        self.vision = supports_vision(self.model.name) if vision is None else vision
-        self.observers: list[Callable[[Event], Any]] = list(observers)
+    def __init__(self, model: Model | str | None = None, tools: Iterable[Tool] | ToolSet = (),
+                 instructions: str | None = None, *, config: AgentConfig | None = None, **fields: Any) -> None:
+        check_fields(fields)
+        if config is None:
+            if model is None:
+                raise UserError("an Agent needs a model (or a config)")
+            config = AgentConfig(model, tools, instructions, **fields)  # type: ignore[arg-type]
+        else:
+            if model is not None:
+                fields["model"] = model
+            if tools != ():
+                fields["tools"] = tools
+            if instructions is not None:
+                fields["instructions"] = instructions
+            if fields:
+                config = replace(config, **fields)
+        self.config: AgentConfig = config
         self._counter: TokenCounter | None = None
         self._runner: asyncio.Runner | None = None
+
+    def variant(self, config: AgentConfig) -> Agent:
+        """An agent for `config` (a variant of this one's) that counts tokens with this one's counter when
+        the model is the same (its cache of counted messages carries over)."""
+        child = Agent(config=config)
+        if config.model is self.config.model:
+            child._counter = self._counter
+        return child
+
+    model: Model = _field("model")
+    tools: ToolSet = _field("tools", "offered")  # what the model is offered; set: the tools given
+    code_tools: ToolSet = property(attrgetter("config.code_tools"), doc="What code calls in code mode.")
+    redactor: Redactor = _field("redactor")  # set: these secrets replace the ones found in settings
+    instructions: str = _field("instructions")
+    max_steps: int = _field("max_steps")
+    run_timeout: float = _field("run_timeout")
+    tool_timeout: float | None = _field("tool_timeout")
+    max_parallel_tools: int = _field("max_parallel_tools")
+    repeat_limit: int = _field("repeat_limit")
+    token_budget: int | None = _field("token_budget")
+    max_cost: float | None = _field("max_cost")
+    workspace: Path = _field("workspace")
+    model_settings: ModelSettings | None = _field("model_settings")
+    store: SQLiteStore | None = _field("store")
+    settings: Any = _field("settings")
+    context: ContextPolicy = _field("context")
+    memory: Any = _field("memory")
+    vision: bool = _field("vision")
+    policy: Policy | None = _field("policy")
+    approvals: Any = _field("approvals")
+    observers: tuple[Callable[[Event], Any], ...] = _field("observers")
+    prices: PriceTable = _field("prices")
+    summary_model: Model | None = _field("summary_model")
+    planning: bool = _field("planning")
+    max_replans: int = _field("max_replans")
+    plan_step_max_steps: int = _field("plan_step_max_steps")
+    plan_step_timeout: float = _field("plan_step_timeout")
+    reflect: bool = _field("reflect")
+    max_reviews: int = _field("max_reviews")
+    review_model: Model | None = _field("review_model")
+    agents: Mapping[str, AgentSpec] = _field("agents")
+    delegation: bool = _field("delegation")
+    skills: SkillSet | None = _field("skills")
+    mcp_servers: Mapping[str, ServerSpec] = _field("mcp_servers")
+    code_mode: bool = _field("code_mode")
 
     @property
     def token_counter(self) -> TokenCounter:
@@ -220,6 +166,13 @@ class Agent:
         """A session on this agent's store (continued when `name` already exists there)."""
         return Session(name, self.store)
 
+    def emitter(self, session: Session, consumer: Callable[[Event], Any] | None = None) -> Emitter:
+        """The way events of `session` go outside a run (`/clear`, closing a killed run): this agent's
+        redaction and observers, then `consumer`."""
+        from .emitter import Emitter
+
+        return Emitter(session, self.redactor, self.observers, consumer)
+
     def stream(self, task: str, session: Session | str | None = None, *, run_id: str | None = None
                ) -> AsyncIterator[Event]:
         """Run `task`, yielding every event as it happens; the last one is `RunFinished`. `run_id` names the
@@ -247,19 +200,20 @@ class Agent:
                  run_id: str | None = None) -> Run:
         """The run to execute on `session` (which this process holds): `task`, or the one a killed process
         left unfinished."""
-        self._count_unanswered(session)
+        self._count_unanswered(session)  # through a one-off emitter: these belong to no run of this process
         if resume:
             open_run = session.open_run
             if open_run is None:
                 raise UserError(f"session {session.name!r} has no unfinished run to resume")
             return Run(self, open_run.task, session, emit, resume=open_run)
-        session.close_interrupted()
+        self.emitter(session).close_interrupted()
         return Run(self, task, session, emit, run_id=run_id)
 
     def _count_unanswered(self, session: Session) -> None:
         """Log what the model calls a killed process left under way may have cost, at their worst case (the
         prompt and the reply limit, estimated): the provider may have billed them, so the resumed run's
         budget, the session's and the trace count them."""
+        emitter = None
         for request in session.unanswered_requests():
             # what the log says is checked (events.py), but it may still be any whole number: kept in range
             limit = (request.params or {}).get("max_tokens")
@@ -267,7 +221,8 @@ class Agent:
                 else 0
             usage = Usage(min(max(0, request.tokens), MOST_TOKENS), reply, 0, True)
             cost = self.prices.cost(request.model, usage) if request.model else None
-            session.record(Notice(
+            emitter = emitter or self.emitter(session)
+            emitter.emit(Notice(
                 request.run_id, request.step, "unanswered",
                 f"{request.model or 'the model'}: the process stopped while this call was under way; it counts at "
                 f"its worst case, estimated (the prompt{' and the reply limit' if reply else ''}): the provider "
@@ -306,25 +261,20 @@ class Agent:
             if owned:
                 session.release()
 
-    async def _run_to_end(self, task: str, session: Session | str | None, *, resume: bool) -> RunResult:
-        """A run nobody watches event by event: executed in the caller's task, no queue between. Every event
-        is logged and seen by the observers all the same; the run still commits before each side effect."""
+    async def _run_to_end(self, task: str, session: Session | str | None, *, resume: bool,
+                          run_id: str | None = None) -> RunResult:
+        """`_stream()` drained: the run every consumer sees, to its end. Its own `RunFinished` (the last event
+        that is not a sub-run's) says how it went."""
         if not isinstance(session, Session):
             session = self.session(session)
-        owned = not session.locked
-        if owned:
-            session.acquire()
-        try:
-            run = self._new_run(task, session, resume, _ignore)
-            try:
-                done = await run.execute()
-            finally:
-                session.commit()
-            return RunResult(done.status, done.answer, done.steps, done.usage, done.wall_time, done.error,
-                             session.name, done.run_id)
-        finally:
-            if owned:
-                session.release()
+        done: RunFinished | None = None
+        async for event in self._stream(task, session, resume=resume, run_id=run_id):
+            if type(event) is RunFinished and not event.parent:
+                done = event
+        if done is None:  # pragma: no cover - execute() always ends with one
+            raise RuntimeError("the run ended without a RunFinished event")
+        return RunResult(done.status, done.answer, done.steps, done.usage, done.wall_time, done.error,
+                         session.name, done.run_id)
 
     async def arun(self, task: str, session: Session | str | None = None) -> RunResult:
         """Run `task` to the end and return how it went."""
@@ -379,10 +329,6 @@ def _check_task(task: str) -> None:
     if len(task) > MAX_TASK_CHARS:
         raise UserError(f"the task is {len(task)} characters; the limit is {MAX_TASK_CHARS} (about 100k tokens). "
                         "Put the material in a file in the workspace and ask shou to read it")
-
-
-def _ignore(event: Event) -> None:
-    """No one streams this run's events (they are logged and observed)."""
 
 
 async def _execute(run: Run, queue: asyncio.Queue[Event | None]) -> None:

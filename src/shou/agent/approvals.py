@@ -30,6 +30,7 @@ from ..permissions import Decision, Policy, Rule, main_argument
 from ..tools.executor import parse_arguments
 
 if TYPE_CHECKING:
+    from .emitter import Emitter
     from .loop import Run
 
 __all__ = ["Answer", "ApprovalRequest", "Approver", "Gate", "save_rule"]
@@ -118,7 +119,8 @@ class Gate:
             if call.id not in self.run.session.pending_approvals:
                 self.run.emit(ApprovalRequested(self.run.run_id, self.run.step, call, decision.why, rule, time.time()))
             return "wait"
-        if callable(mode):
+        if callable(mode):  # logged before the person is asked, like a deferred one: the trace shows the wait
+            self.run.emit(ApprovalRequested(self.run.run_id, self.run.step, call, decision.why, rule, time.time()))
             answer = await mode(ApprovalRequest(call.name, args, decision.why, rule, call.id))
             scope = {"yes": "once", "session": "session", "always": "rule"}.get(answer, "once")
             if answer == "always":
@@ -217,16 +219,21 @@ def describe_arguments(args: dict[str, Any]) -> str:
                      for k, v in args.items())
 
 
-def decide(session: Any, call_id: str, allow: bool, reason: str, workspace: Any, by: str | None = None
-           ) -> ApprovalRequested:
+def decide(session: Any, call_id: str, allow: bool, reason: str, workspace: Any, by: str | None = None, *,
+           emitter: Emitter | None = None) -> ApprovalRequested:
     """Record a person's decision on a call that waits in `session` (held by the caller, caught up), signed
-    when it allows; returns the request decided. `KeyError` when the call does not wait there."""
+    when it allows, through `emitter` (default: one for the session, with no secrets to replace nor
+    observers); returns the request decided. `KeyError` when the call does not wait there."""
     req = session.pending_approvals.get(call_id)
     if req is None:
         raise KeyError(call_id)
     why = reason or ("approved" if allow else "denied")
     decided = ApprovalDecided(req.run_id, req.step, call_id, req.call.name, allow, by or person(), "once", req.rule,
                               why, time.time())
-    session.record(sign(decided, bound_to(workspace, session.key), req.call.arguments) if allow else decided)
-    session.commit()
+    if emitter is None:
+        from .emitter import Emitter
+
+        emitter = Emitter(session)
+    emitter.emit(sign(decided, bound_to(workspace, session.key), req.call.arguments) if allow else decided)
+    emitter.commit()
     return req

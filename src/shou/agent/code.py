@@ -107,7 +107,7 @@ class CodeCalls:
         from .loop import Run as RunClass
         from .subrun import SubSession, derived
 
-        agent = derived(run.agent, tools=run.agent.code_tools, code_mode=False)
+        agent = derived(run.agent, code_mode=False)  # its tools: what code calls
         self.by_python = by_python
         self.finished: dict[str, ToolCallFinished] = {}
         self.untrusted = False

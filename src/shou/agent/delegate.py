@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
+from ..setting_tables import check_agent_table
 from ..tools.base import Tool, ToolContext, ToolResult, tool
 from ..tools.registry import ToolSet
-from .agent import DEFAULT_INSTRUCTIONS, MAX_TASK_CHARS, model_named
-from .subrun import derived, outcome, run_sub
+from .config import MAX_TASK_CHARS, model_named
+from .subrun import outcome, run_sub, sub_config
 
 if TYPE_CHECKING:
     from ..models.base import Model
     from .agent import Agent
+    from .config import AgentConfig
 
 GENERAL = "general"
 SUBAGENT_NOTE = (
@@ -31,7 +33,6 @@ SUBAGENT_NOTE = (
     "sees only your final reply)."
 )
 DELEGATE_TIMEOUT = 24 * 3600.0  # the child's own run_timeout is what limits it
-_KEYS = ("instructions", "model", "tools", "max_steps", "description")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,19 +50,9 @@ class AgentSpec:
     @classmethod
     def from_table(cls, name: str, table: Mapping[str, Any]) -> AgentSpec:
         """An `[agents.NAME]` table of shou.toml, checked."""
-        where = f"[agents.{name}]"
-        unknown = sorted(set(table) - set(_KEYS))
-        if unknown:
-            raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(_KEYS)}")
+        check_agent_table(name, table)
         tools = table.get("tools")
-        if tools is not None and (not isinstance(tools, list | tuple) or not all(isinstance(t, str) for t in tools)):
-            raise UserError(f"{where} tools must be a list of tool names")
         steps = table.get("max_steps")
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-            raise UserError(f"{where} max_steps must be a positive whole number")
-        for key in ("instructions", "model", "description"):
-            if table.get(key) is not None and not isinstance(table[key], str):
-                raise UserError(f"{where} {key} must be text")
         return cls(table.get("instructions"), table.get("model"), tuple(tools) if tools is not None else None,
                    steps, table.get("description") or "")
 
@@ -72,22 +63,25 @@ def agent_specs(tables: Mapping[str, Any] | None) -> dict[str, AgentSpec]:
             for name, spec in (tables or {}).items()}
 
 
-def child_agent(parent: Agent, spec: AgentSpec) -> Agent:
-    """The agent a child runs as: `parent` with what `spec` changes."""
-    tools = parent.tools
+def child_config(parent: AgentConfig, spec: AgentSpec) -> AgentConfig:
+    """The config a child runs with: `parent`'s with what `spec` changes."""
+    tools = parent.code_tools
     if spec.tools is not None:
         tools = tools.only(spec.tools)
     elif "delegate" in tools.names:
         tools = ToolSet([t for t in tools if t.name != "delegate"])
-    base = spec.instructions if spec.instructions is not None else (
-        parent.instructions if parent.instructions != DEFAULT_INSTRUCTIONS else DEFAULT_INSTRUCTIONS)
+    base = spec.instructions if spec.instructions is not None else parent.instructions
     changes: dict[str, Any] = {"tools": tools, "instructions": base + SUBAGENT_NOTE}
     if spec.model is not None:
         changes["model"] = model_named(spec.model, parent.settings)
-        changes["_counter"] = None  # another model may count tokens another way
     if spec.max_steps is not None:
         changes["max_steps"] = spec.max_steps
-    return derived(parent, **changes)
+    return sub_config(parent, **changes)
+
+
+def child_agent(parent: Agent, spec: AgentSpec) -> Agent:
+    """The agent a child runs as: `parent` with what `spec` changes (another model counts tokens anew)."""
+    return parent.variant(child_config(parent.config, spec))
 
 
 def delegate_tool(agents: Mapping[str, AgentSpec]) -> Tool:

@@ -41,7 +41,6 @@ from ..messages import Message, ToolCall
 from ..models.base import model_id
 from ..session import INTERRUPTED
 from ..store.pg_link import is_connection_error
-from ..store.sqlite import NOT_STORED
 from ..store.sqlite_errors import StoreError
 from ..tools.base import ToolContext
 from ..tools.executor import DEFAULT_TIMEOUT, ToolExecutor
@@ -49,8 +48,10 @@ from ..usage import Usage
 from .approvals import Gate
 from .budget import Accounts, Budget
 from .context import RunContext
+from .emitter import Emitter
 from .guards import RepeatGuard
 from .review import Critic
+from .servers import with_servers
 from .turn import MAX_ARGUMENT_CHARS, Caller
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class Run:
         self.session = session
         self.resume = resume
         self.run_id = resume.run_id if resume is not None else run_id or new_run_id()
-        self._emit = emit
+        self.emitter = Emitter(session, agent.redactor, agent.observers, emit)
         self.step = resume.step if resume is not None else 0
         self.usage = resume.usage if resume is not None else Usage()
         self.unfinished: dict[str, ToolCall] = {}
@@ -127,23 +128,8 @@ class Run:
         return budgets
 
     def emit(self, event: Event) -> None:
-        """Record the event in the session, then hand it to the consumer (who commits before showing it).
-        Known secrets are replaced first (shou.redact): nothing stored or sent to the model holds them."""
-        redactor = self.agent.redactor
-        if event.type in NOT_STORED:  # a streamed fragment: short, and never stored
-            event, data = redactor.event(event), None
-        else:
-            event, data = redactor.checked(event)
-        self.session.record(event, data)
-        self._emit(event)
-        for observe in self.agent.observers:  # exporters and alerts read the same stream, after the log
-            try:
-                extra = observe(event)
-            except Exception:  # an observer's bug must not end the run; it is logged, not hidden
-                _log.exception("observer %r failed on a %s event", observe, event.type)
-                continue
-            if isinstance(extra, Event):  # an observer's own event (an alert) joins the stream
-                self.emit(extra)
+        """Hand `event` to the run's emitter: redacted, logged, folded, observed, then given to the consumer."""
+        self.emitter.emit(event)
 
     def commit(self) -> None:
         """Make everything emitted so far durable: called before every side effect."""
@@ -151,13 +137,10 @@ class Run:
 
     async def execute(self) -> RunFinished:
         """Run to the end; always emits and returns exactly one `RunFinished`."""
-        agent = self.agent
         started = time.perf_counter()
-        problems = []
-        if agent.mcp_servers:  # started (or refreshed) before the run announces its tools
-            from ..mcp import connect
-
-            problems = await connect(agent, agent.mcp_servers)
+        # the servers' tools join the run's agent before the run announces its tools
+        self.agent, problems = await with_servers(self.agent)
+        agent = self.agent
         if self.resume is None:
             self.emit(RunStarted(self.run_id, self.session.name, self.task, agent.model.name,
                                  tuple(agent.tools.names), time.time()))

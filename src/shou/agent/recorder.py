@@ -10,7 +10,6 @@ object in a later request costs a dictionary lookup.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -22,11 +21,6 @@ if TYPE_CHECKING:
     from ..redact import Redactor
 
 MAX_CONTENT_BYTES = 1_000_000  # one message kept in a trace; a bigger one (an image, a huge paste) is cut
-_RECENT_LIMIT = 4096
-# The wire form of the messages recently sent, by hash, for observers that export request content
-# (OpenTelemetry with content on) without reading the log back.
-RECENT: OrderedDict[str, Any] = OrderedDict()
-keep_recent = False  # set by whoever reads RECENT (shou.cli.build, when content is exported)
 
 
 def content_hash(data: bytes) -> str:
@@ -73,10 +67,6 @@ class RequestRecorder:
         if len(self._seen) > 50_000:
             self._seen.clear()
         self._seen[id(obj)] = (obj, key)
-        if keep_recent:
-            RECENT[key] = wire
-            if len(RECENT) > _RECENT_LIMIT:
-                RECENT.popitem(last=False)
         return key
 
     def messages(self, messages: list[Message]) -> tuple[str, ...]:

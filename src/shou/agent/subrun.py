@@ -9,7 +9,6 @@ parent's budgets as well as its own.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from ..session import Session
 
 if TYPE_CHECKING:
     from .agent import Agent
+    from .config import AgentConfig
     from .loop import Run
 
 PARTIAL_CHARS = 4000  # of a stopped sub-run's last words handed back to its parent
@@ -44,20 +44,20 @@ class SubSession(Session):
     flush = commit
 
 
-def derived(agent: Agent, **changes: Any) -> Agent:
-    """A copy of `agent` for a sub-run, with `changes` (max_steps, run_timeout, model, instructions, tools, ...).
+def sub_config(config: AgentConfig, **changes: Any) -> AgentConfig:
+    """`config` for a sub-run, with `changes` (max_steps, run_timeout, model, instructions, tools, ...).
 
-    It plans, reflects and observes nothing itself: the parent's run does those, and sees every event.
+    It plans, reflects and observes nothing itself: the parent's run does those, and sees every event. Its
+    tools are the parent's as offered to code (use_skill, delegate and the MCP servers' tools included), so it
+    adds none and connects to no server; it keeps the parent's redactor, servers' secrets and all.
     """
-    child = copy.copy(agent)
-    child.planning = False
-    child.reflect = False
-    child.observers = []
-    child.mcp_servers, child.mcp_offered = {}, {}  # it has their tools already; the parent keeps them current
-    child._runner = None
-    for name, value in changes.items():
-        setattr(child, name, value)
-    return child
+    return replace(config, planning=False, reflect=False, observers=(), mcp_servers={}, delegation=False,
+                   skills=None, **{"tools": config.code_tools, **changes})
+
+
+def derived(agent: Agent, **changes: Any) -> Agent:
+    """An agent for a sub-run of `agent`'s: `sub_config(agent.config, **changes)`."""
+    return agent.variant(sub_config(agent.config, **changes))
 
 
 async def run_sub(parent: Run, agent: Agent, task: str, run_id: str | None = None) -> tuple[RunFinished, Session]:

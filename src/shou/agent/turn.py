@@ -31,7 +31,6 @@ from ..models.base import (
     model_ids,
     provider_of,
 )
-from ..redact_stream import StreamRedactor
 from ..usage import Usage
 from .budget import Reservation
 from .recorder import RequestRecorder, request_params
@@ -234,40 +233,26 @@ class Caller:
 
 
 class _Deltas:
-    """An attempt's text and call fragments as the consumer is shown them: each stream passes a
-    `StreamRedactor`, so a known secret split across fragments is replaced like a whole one."""
+    """An attempt's text and call fragments as the consumer is shown them. The run's emitter redacts them,
+    holding back what could start a secret split across fragments until the stream ends."""
 
-    __slots__ = ("calls", "on", "parent", "run", "run_id", "step", "texts")
+    __slots__ = ("on", "parent", "run", "run_id", "step")
 
     def __init__(self, run: Run, run_id: str, step: int, parent: str, on: bool) -> None:
         self.run, self.run_id, self.step, self.parent, self.on = run, run_id, step, parent, on
-        self.texts = StreamRedactor(run.agent.redactor)
-        self.calls: dict[int, StreamRedactor] = {}
 
     def text(self, piece: str) -> None:
-        """A text fragment: shown as far as it cannot be the start of a secret."""
-        shown = self.texts.feed(piece)
-        if self.on and shown:
-            self.run.emit(TextDelta(self.run_id, self.step, shown, parent=self.parent))
+        """A text fragment."""
+        if self.on and piece:
+            self.run.emit(TextDelta(self.run_id, self.step, piece, parent=self.parent))
 
     def call(self, index: int, name: str | None, piece: str) -> None:
         """A fragment of call `index` (its name comes with the first)."""
-        stream = self.calls.get(index)
-        if stream is None:
-            stream = self.calls[index] = StreamRedactor(self.run.agent.redactor)
-        shown = stream.feed(piece)
-        if self.on and (shown or name):
-            self.run.emit(ToolCallDelta(self.run_id, self.step, index, name, shown, parent=self.parent))
+        if self.on and (piece or name):
+            self.run.emit(ToolCallDelta(self.run_id, self.step, index, name, piece, parent=self.parent))
 
     def end(self) -> None:
-        """The stream ended: what was held back is shown."""
-        rest = self.texts.end()
-        if self.on and rest:
-            self.run.emit(TextDelta(self.run_id, self.step, rest, parent=self.parent))
-        for index, stream in self.calls.items():
-            rest = stream.end()
-            if self.on and rest:
-                self.run.emit(ToolCallDelta(self.run_id, self.step, index, None, rest, parent=self.parent))
+        """The stream ended: the emitter gives out what it held back before the run's next event."""
 
 
 class _Attempt:

@@ -160,6 +160,7 @@ def continued(session: str | None, continue_: bool, workspace: Path | None) -> s
 def build_agent(opts: Options, *, open_store: bool = True):  # -> tuple[Agent, Settings]
     """Settings, model, tools and store for a run or chat; raises `ShouError` on a bad setup."""
     from ..agent.agent import Agent
+    from ..agent.config import AgentConfig
     from ..config import load_settings
     from ..models import build_model
     from ..store.sqlite import SQLiteStore
@@ -186,8 +187,6 @@ def build_agent(opts: Options, *, open_store: bool = True):  # -> tuple[Agent, S
     for file in opts.functions or ():
         for t in load_tools_from_file(file):
             tools.add(t)
-    if settings.tools is not None:  # delegate and use_skill are added by the agent, when offered
-        tools = tools.only([n for n in settings.tools if n not in ("delegate", "use_skill")])
     model = build_model(settings)
     from ..context.tokens import prefetch_encoder
 
@@ -211,32 +210,17 @@ def build_agent(opts: Options, *, open_store: bool = True):  # -> tuple[Agent, S
             memory = MemoryStore.for_workspace(settings.workspace, env=settings.env)
     except Exception as e:  # a damaged memory file must not stop the run: it goes without long-term memory
         err.print(f"[yellow]warning:[/] long-term memory is off for this run: {escape(str(e))}")
-    from ..agent.delegate import agent_specs
-    from ..mcp.servers import server_specs
     from ..skills import skills_for
 
-    def offered(name: str) -> bool:  # --tools narrows the offer: the tools shou adds itself included
-        return settings.tools is None or name in settings.tools
-
     skills = skills_for(settings, warn=lambda message: err.print(f"[yellow]warning:[/] {escape(message)}")) \
-        if offered("use_skill") else None
-    agent = Agent(
-        model, tools, max_steps=settings.max_steps, run_timeout=settings.run_timeout,
-        # Only a tool_timeout someone set limits shell and run_code (see Agent).
-        tool_timeout=settings.tool_timeout if "tool_timeout" in settings.sources else None,
-        max_parallel_tools=settings.max_parallel_tools,
-        workspace=settings.workspace, store=store, settings=settings,
-        vision=settings.vision, memory=memory, model_settings=settings.model_settings,
-        approvals=choose_approvals(settings.approvals, opts.yes),
-        token_budget=settings.token_budget, max_cost=settings.max_cost,
-        summary_model=settings.summary_model, skills=skills,
-        planning=opts.plan, reflect=opts.reflect, max_replans=settings.max_replans,
-        plan_step_max_steps=settings.plan_step_max_steps, plan_step_timeout=settings.plan_step_timeout,
-        max_reviews=settings.max_reviews, review_model=settings.review_model,
-        agents=agent_specs(settings.agents), delegation=settings.delegation and offered("delegate"),
-        mcp_servers=server_specs(settings.mcp_servers), code_mode=opts.code,
-        observers=observers(settings, opts.otel, store), context=ContextPolicy(embed=default_embed()),
+        if settings.tools is None or "use_skill" in settings.tools else None
+    config = AgentConfig.from_settings(
+        settings, model=model, tools=tools, store=store, memory=memory, skills=skills,
+        approvals=choose_approvals(settings.approvals, opts.yes), planning=opts.plan, reflect=opts.reflect,
+        code_mode=opts.code, observers=observers(settings, opts.otel, store),
+        context=ContextPolicy(embed=default_embed()),
     )
+    agent = Agent(config=config)
     return agent, settings
 
 
@@ -260,14 +244,8 @@ def observers(settings, otel: bool = False, store=None) -> list:  # -> list[obse
             from ..observe.otel import otel_from_settings
         except ImportError as e:
             raise UserError(f"OpenTelemetry export needs its packages: pip install 'shou[otel]' ({e})") from None
-        from ..agent import recorder
-
-        recorder.keep_recent = True
-
-        def messages_of(request):  # a request's messages as recorded for the trace (recent ones are in memory)
-            return [recorder.RECENT[k] for k in request.messages if k in recorder.RECENT]
-
-        exporter = otel_from_settings(env, enabled=True, content=settings.otel_content, messages_of=messages_of)
+        # Request messages come from the events themselves (the observer keeps the contents they carried).
+        exporter = otel_from_settings(env, enabled=True, content=settings.otel_content)
         if exporter is not None:
             # The local trace is the record; a collector that is down must not fill the terminal with errors.
             logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)

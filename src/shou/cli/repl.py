@@ -65,7 +65,7 @@ async def run_repl(agent: Agent, settings: Settings, session_name: str | None) -
             if line == "/help":
                 console.print(HELP)
             elif line == "/clear":
-                session.clear()
+                agent.emitter(session).clear()
                 console.print("[dim]conversation cleared[/]")
             elif line == "/compact":
                 try:

@@ -33,7 +33,6 @@ PER_MESSAGE = 4
 PER_IMAGE = 765  # a 1024x1024 image at high detail; low detail costs 85
 
 
-WINDOW_RANGE = (1024, 100_000_000)  # what `[models."NAME"] context_window` may be set to
 
 
 def context_window(model: str, override: int | None = None,

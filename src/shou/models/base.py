@@ -28,6 +28,15 @@ class ModelSettings:
     parallel_tool_calls: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_settings(cls, settings: Any) -> ModelSettings | None:
+        """The per-request options `settings` ask for (temperature, max_tokens, top_p, seed), or None for none."""
+        extra = {k: v for k in ("top_p", "seed") if (v := getattr(settings, k, None)) is not None}
+        temperature, max_tokens = getattr(settings, "temperature", None), getattr(settings, "max_tokens", None)
+        if temperature is None and max_tokens is None and not extra:
+            return None
+        return cls(temperature=temperature, max_tokens=max_tokens, extra=extra)
+
 
 @dataclass(frozen=True, slots=True)
 class TextChunk:

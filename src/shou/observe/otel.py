@@ -18,16 +18,14 @@ embedding app may have its own): each endpoint gets one provider per process, sh
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 from ..events import (
     Event,
@@ -44,12 +42,21 @@ from ..events import (
 try:
     from opentelemetry import trace
     from opentelemetry.context import Context
-    from opentelemetry.exporter.otlp.proto.http import Compression
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+    from .otel_export import (  # noqa: F401 - the configuration's names, as this module always offered them
+        EXIT_TIMEOUT_S,
+        EXPORT_TIMEOUT_S,
+        _acquire,
+        _bounded,
+        _env_headers,
+        _otlp,
+        _release,
+        _Shared,
+        _timeout,
+        _traces_url,
+    )
 except ImportError as e:  # pragma: no cover - depends on the install
     raise ImportError(f"OpenTelemetry export needs the otel extra: pip install 'shou[otel]' ({e})") from e
 
@@ -57,11 +64,8 @@ __all__ = ["OtelObserver", "otel_from_settings"]
 
 log = logging.getLogger(__name__)
 
+MAX_CONTENTS = 4096  # request contents kept for input messages (a run resends its history by hash)
 MAX_OPEN = 10_000  # open spans kept per kind; past this the oldest are dropped (a long-lived server must not leak)
-EXPORT_TIMEOUT_S = 3.0  # one export request, retries included: a hung collector holds the worker this long at most
-MAX_QUEUE = 2048  # spans waiting for export; when the collector cannot keep up, the oldest are dropped
-EXIT_TIMEOUT_S = 2.0  # what a process waits at exit for its last spans to go out
-CONTENT_LIMIT = 65_536  # characters of one attribute value, unless OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT says
 _OK_STATUSES = frozenset({"completed", "waiting_approval"})
 _PARAMS = {  # ModelRequest.params key -> attribute
     "max_tokens": "gen_ai.request.max_tokens", "max_completion_tokens": "gen_ai.request.max_tokens",
@@ -83,7 +87,8 @@ class OtelObserver:
     `OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL) in `env` (default `os.environ`), else `http://localhost:4318`.
     `headers` are added to every export (also read from `OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`). `content`
     exports messages, tool arguments and results; `messages_of` resolves a request's input messages for
-    `gen_ai.input.messages` (called on the agent's loop: keep it quick). `tracer_provider` replaces the
+    `gen_ai.input.messages` (called on the agent's loop: keep it quick); left out, they come from the contents
+    the request events carry. `tracer_provider` replaces the
     OTLP export with yours (its exporters, its lifetime). `timeout_s` bounds one export, retries included
     (default `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT` in ms, else 3 s).
     """
@@ -106,6 +111,9 @@ class OtelObserver:
         self._runs: dict[str, tuple[Span, Context, str]] = {}  # run id -> span, its context, its model spec
         self._chats: dict[tuple[str, str], Span] = {}  # (run id, request key) -> open chat span
         self._tools: dict[tuple[str, str], Span] = {}  # (run id, call id) -> open execute_tool span
+        # Request contents by hash, as the events carried them (`ModelRequest.contents`: redacted, like the log),
+        # for `gen_ai.input.messages` when no `messages_of` is given: the events are the source, not a global.
+        self._contents: OrderedDict[str, Any] = OrderedDict()
         # Dispatch on the exact type: the per-token deltas are not in it, so they cost one dict lookup.
         self._handlers: dict[type[Event], Callable[[Any, int], None]] = {
             RunStarted: self._run_started, RunResumed: self._run_started, RunFinished: self._run_finished,
@@ -198,15 +206,30 @@ class OtelObserver:
         for key, value in (event.params or {}).items():
             if key in _PARAMS:
                 attrs[_PARAMS[key]] = [value] if key == "stop" and isinstance(value, str) else value
-        if self.content and self.messages_of is not None:
+        if self.content:
             try:
-                wire = self.messages_of(event)
+                wire = self.messages_of(event) if self.messages_of is not None else self._messages(event)
                 attrs["gen_ai.input.messages"] = _json([_genai_message(m) for m in wire]) if wire else None
             except Exception:  # a resolver that fails (a pruned blob) costs the messages, not the span
                 log.debug("messages_of failed for request %s", event.request_id, exc_info=True)
         span = self._start(f"chat {model}" if model else "chat", event.run_id, SpanKind.CLIENT, now, attrs,
                            event.parent)
         _put(self._chats, (event.run_id, event.request_id or f"step-{event.step}"), span)
+
+    def _messages(self, event: ModelRequest) -> list[Any]:
+        """The request's messages from the contents this and earlier requests carried (newest kept)."""
+        known = self._contents
+        if event.contents:
+            known.update(event.contents)
+            while len(known) > MAX_CONTENTS:
+                known.popitem(last=False)
+        out = []
+        for key in event.messages:
+            wire = known.get(key)
+            if wire is not None:
+                known.move_to_end(key)
+                out.append(wire)
+        return out
 
     def _model_response(self, event: ModelResponse, now: int) -> None:
         span = self._chats.pop((event.run_id, event.request_id or f"step-{event.step}"), None)
@@ -322,108 +345,6 @@ def _genai_message(wire: dict[str, Any], finish_reason: str | None = None) -> di
     if finish_reason is not None:  # OpenAI says "tool_calls", the conventions "tool_call"
         out["finish_reason"] = "tool_call" if finish_reason == "tool_calls" else finish_reason
     return out
-
-
-# -- configuration and the shared providers ----------------------------------------------------------------
-
-def _traces_url(endpoint: str | None, env: Mapping[str, str]) -> str:
-    """Where spans are POSTed, as the OTLP exporter spec resolves it."""
-    if not endpoint and env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]  # the signal's own variable is the full URL, as is
-    return (endpoint or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318").rstrip("/") + "/v1/traces"
-
-
-def _otlp(env: Mapping[str, str], name: str) -> str:
-    """An OTLP exporter variable: the traces one (`OTEL_EXPORTER_OTLP_TRACES_X`), else the general one."""
-    return (env.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}") or env.get(f"OTEL_EXPORTER_OTLP_{name}") or "").strip()
-
-
-def _env_headers(env: Mapping[str, str]) -> dict[str, str]:
-    """`OTEL_EXPORTER_OTLP_[TRACES_]HEADERS`: `k=v,k2=v2`, values URL-encoded."""
-    pairs = (item.partition("=") for item in _otlp(env, "HEADERS").split(","))
-    return {unquote(k.strip()): unquote(v.strip()) for k, sep, v in pairs if sep and k.strip()}
-
-
-def _timeout(timeout_s: float | None, env: Mapping[str, str]) -> float:
-    if timeout_s is not None:
-        return timeout_s
-    try:
-        return float(_otlp(env, "TIMEOUT")) / 1000  # the variables are in milliseconds
-    except ValueError:
-        return EXPORT_TIMEOUT_S
-
-
-@dataclass(slots=True)
-class _Shared:
-    """One process-wide provider per export configuration, with the number of observers using it."""
-
-    key: tuple[Any, ...]
-    provider: TracerProvider
-    users: int = 0
-
-
-_PROVIDERS: dict[tuple[Any, ...], _Shared] = {}
-_PROVIDERS_LOCK = threading.Lock()
-
-
-def _acquire(endpoint: str | None, headers: dict[str, str], timeout_s: float | None, env: Mapping[str, str]) -> _Shared:
-    url, timeout = _traces_url(endpoint, env), _timeout(timeout_s, env)
-    headers = {**_env_headers(env), **headers}
-    compression = _otlp(env, "COMPRESSION").lower()
-    compression = compression if compression in ("gzip", "deflate") else "none"
-    service = env.get("OTEL_SERVICE_NAME") or "shou"
-    key = (url, tuple(sorted(headers.items())), timeout, compression, service)
-    with _PROVIDERS_LOCK:
-        shared = _PROVIDERS.get(key)
-        if shared is None:
-            exporter = OTLPSpanExporter(url, headers=headers, timeout=timeout, compression=Compression(compression))
-            processor = BatchSpanProcessor(exporter, max_queue_size=MAX_QUEUE, schedule_delay_millis=1000,
-                                           max_export_batch_size=512, export_timeout_millis=timeout * 1000)
-            limited = any(os.environ.get(f"OTEL_{v}ATTRIBUTE_VALUE_LENGTH_LIMIT") for v in ("SPAN_", ""))
-            # The SDK's own exit hook would wait up to 30 s for a hung collector: ours waits EXIT_TIMEOUT_S.
-            provider = TracerProvider(resource=Resource.create({"service.name": service}), shutdown_on_exit=False,
-                                      span_limits=SpanLimits(max_span_attribute_length=None if limited
-                                                             else CONTENT_LIMIT))
-            provider.add_span_processor(processor)
-            shared = _PROVIDERS[key] = _Shared(key, provider)
-        shared.users += 1
-        return shared
-
-
-def _release(shared: _Shared, timeout_s: float) -> None:
-    with _PROVIDERS_LOCK:
-        shared.users -= 1
-        if shared.users > 0 or _PROVIDERS.get(shared.key) is not shared:
-            return
-        del _PROVIDERS[shared.key]
-    _bounded(shared.provider.shutdown, timeout_s)
-
-
-@atexit.register
-def _shutdown_all() -> None:
-    """At exit: send what is queued, waiting at most EXIT_TIMEOUT_S in all."""
-    with _PROVIDERS_LOCK:
-        providers = [s.provider for s in _PROVIDERS.values()]
-        _PROVIDERS.clear()
-    deadline = time.monotonic() + EXIT_TIMEOUT_S
-    for provider in providers:
-        _bounded(provider.shutdown, max(0.0, deadline - time.monotonic()))
-
-
-def _bounded(fn: Callable[[], Any], timeout_s: float) -> bool:
-    """Run `fn` on a daemon thread and wait at most `timeout_s`; True if it finished (and did not fail)."""
-    result: list[bool] = []
-
-    def target() -> None:
-        try:
-            result.append(fn() is not False)
-        except Exception:
-            log.debug("OpenTelemetry flush or shutdown failed", exc_info=True)
-
-    thread = threading.Thread(target=target, name="shou-otel-flush", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    return bool(result and result[0])
 
 
 def otel_from_settings(settings_env: Mapping[str, str], *, enabled: bool, content: bool,

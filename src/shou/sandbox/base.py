@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import BinaryIO, Literal, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Literal, Protocol, runtime_checkable
 
 from ..errors import ShouError
 from ..workspace import STATE_DIR, open_state
@@ -42,6 +42,16 @@ class Limits:
     disk_mb: int = 1024
     inodes: int = 100_000
     network: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Limits:
+        """The limits `settings` ask for. A tool_timeout someone set governs shell and run_code too; left at
+        its default, those two get sandbox_timeout (builds and test suites outlast 30 s)."""
+        timeout = settings.sandbox_timeout
+        if "tool_timeout" in settings.sources:
+            timeout = min(timeout, settings.tool_timeout)
+        return cls(timeout=timeout, memory_mb=settings.sandbox_memory_mb, disk_mb=settings.sandbox_disk_mb,
+                   network=settings.sandbox_network)
 
     def within(self, ceiling: Limits) -> Limits:
         """These limits, but never looser than `ceiling` (a call cannot exceed what the agent allows)."""

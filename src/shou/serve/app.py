@@ -279,7 +279,8 @@ async def decide_approval(request: Request) -> Response:
     try:
         session.refresh()
         try:
-            req = decide(session, call_id, body.allow, body.reason, srv.workspace, by=f"api:{user}")
+            req = decide(session, call_id, body.allow, body.reason, srv.workspace, by=f"api:{user}",
+                         emitter=srv.runner.agent.emitter(session))
         except KeyError:
             raise HTTPException(409, f"call {call_id!r} was decided meanwhile") from None
         left = bool(session.pending_approvals)

@@ -19,6 +19,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ..agent.agent import Agent
+from ..agent.emitter import Emitter
 from ..events import Event, ModelResponse, RunFinished, RunStarted, TextDelta, ToolCallFinished, ToolCallStarted
 from ..messages import Message
 from ..session import Session, new_session_name
@@ -51,21 +53,24 @@ def split_request(messages: list[ChatMessage]) -> tuple[str, list[tuple[str, str
     return _text(messages[last]), history, instructions
 
 
-def seed_history(session: Session, history: list[tuple[str, str]], model: str) -> None:
-    """Log `history` in `session` as finished runs: each user turn a run, each assistant turn its answer."""
+def seed_history(session: Session, history: list[tuple[str, str]], model: str, agent: Agent | None = None) -> None:
+    """Log `history` in `session` as finished runs: each user turn a run, each assistant turn its answer;
+    through `agent`'s emitter (its redaction and observers), as every event goes."""
+    emitter = agent.emitter(session) if agent is not None else Emitter(session)
+    record = emitter.emit
     run_id, step = "", 0
     for role, text in history:
         if role == "user":
             if run_id:
-                session.record(RunFinished(run_id, "completed", "", step, Usage(), 0.0))
+                record(RunFinished(run_id, "completed", "", step, Usage(), 0.0))
             run_id, step = f"hist_{secrets.token_hex(4)}", 0
-            session.record(RunStarted(run_id, session.name, text, model, started_at=time.time()))
+            record(RunStarted(run_id, session.name, text, model, started_at=time.time()))
         elif run_id:
             step += 1
-            session.record(ModelResponse(run_id, step, Message.assistant(text), Usage(), 0.0, "stop"))
+            record(ModelResponse(run_id, step, Message.assistant(text), Usage(), 0.0, "stop"))
     if run_id:
-        session.record(RunFinished(run_id, "completed", "", step, Usage(), 0.0))
-    session.commit()
+        record(RunFinished(run_id, "completed", "", step, Usage(), 0.0))
+    emitter.commit()
 
 
 async def models(request: Request) -> Response:
@@ -89,7 +94,7 @@ async def chat_completions(request: Request) -> Response:
         options["agent"] = body.model
     try:
         if history:
-            seed_history(session, history, srv.runner.agent.model.name)
+            seed_history(session, history, srv.runner.agent.model.name, srv.runner.agent)
         job = srv.runner.submit(user, session.name, task, options)
     except Refused:
         if history:  # nothing of a refused request is kept

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import secrets
+from dataclasses import replace
 from typing import Any
 
 from ..agent.agent import Agent
+from ..agent.config import narrow
 from ..agent.loop import new_run_id
 from ..events import Event, RunFinished, ToolCallFinished
 from ..session import Session
 from ..store.locks import SessionBusy
 from ..store.sqlite import NOT_STORED
-from ..tools.registry import ToolSet
 from ..trace import usage_json
 from ..usage import Usage
 from .hub import Hub
@@ -218,27 +218,25 @@ class Runner:
 
     def agent_for(self, options: dict[str, Any], user: str = "") -> Agent:
         """This replica's agent with a run's options applied, for `user` (their memory)."""
-        agent = copy.copy(self.agent)
-        agent._runner = None
-        if options.get("agent") in agent.agents:  # an agent named as the model of an OpenAI-style request
-            from ..agent.delegate import child_agent
+        base = self.agent.config
+        config = base
+        if options.get("agent") in base.agents:  # an agent named as the model of an OpenAI-style request
+            from ..agent.delegate import child_config
 
-            agent = child_agent(agent, agent.agents[options["agent"]])
-            agent.max_steps = min(agent.max_steps, self.agent.max_steps)  # the operator's limit holds
-        tightened(agent, options)
-        agent.planning = bool(options.get("plan", agent.planning))
-        if agent.planning:  # each step a loop of its own: no step may take more than the run's limit
-            agent.plan_step_max_steps = min(agent.plan_step_max_steps, agent.max_steps)
-        agent.reflect = bool(options.get("reflect", agent.reflect))
-        if options.get("code") and not agent.code_mode and self.allows_code():
-            from ..agent.code import python_tool
-
-            agent.code_mode, agent.tools = True, ToolSet([python_tool(agent.code_tools)])
+            config = narrow(child_config(base, base.agents[options["agent"]]), max_steps=base.max_steps)
+        config = tightened(config, options)
+        changes: dict[str, Any] = {"planning": bool(options.get("plan", config.planning)),
+                                   "reflect": bool(options.get("reflect", config.reflect))}
+        if options.get("code") and not config.code_mode and self.allows_code():
+            changes["code_mode"] = True
         if self.users is not None:
-            self.users.apply(agent, user)
+            changes.update(self.users.fields(user))
         if options.get("instructions"):  # the system messages of an OpenAI-style request: the caller's own words
-            agent.instructions = f"{agent.instructions}\n\n{options['instructions']}"
-        return agent
+            changes["instructions"] = f"{config.instructions}\n\n{options['instructions']}"
+        config = replace(config, **changes)
+        if config.planning:  # each step a loop of its own: no step may take more than the run's limit
+            config = narrow(config, plan_step_max_steps=config.max_steps)
+        return self.agent.variant(config)
 
     async def _execute(self, job: Job) -> None:
         try:
@@ -325,8 +323,10 @@ class Runner:
         self.queue.finish(job.run_id, self.replica, end.status, end.answer, end.error or "", usage_json(end.usage))
 
     def _close_cancelled(self, session: Session, run: Any) -> None:
+        # Through the agent's emitter like any run's events: redacted, and seen by its observers (OTel, alerts).
+        emitter = self.agent.emitter(session)
         for call in run.unanswered:
-            session.record(ToolCallFinished(run.run_id, run.step, call.id, call.name, CANCELLED, is_error=True))
-        session.record(RunFinished(run.run_id, "cancelled", "", run.step, run.usage, 0.0, "cancelled"))
-        session.commit()
+            emitter.emit(ToolCallFinished(run.run_id, run.step, call.id, call.name, CANCELLED, is_error=True))
+        emitter.emit(RunFinished(run.run_id, "cancelled", "", run.step, run.usage, 0.0, "cancelled"))
+        emitter.commit()
 

@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+from ..agent.config import AgentConfig, narrow
 from .auth import LOCAL_USER
+
+REQUEST_LIMITS = ("max_steps", "token_budget", "max_cost")  # what a request may set (only lower)
 
 
 def user_key(user: str) -> str:
@@ -49,20 +52,19 @@ class UserMemory:
         self._lock = threading.Lock()
         self._stores: dict[str, Any] = {}
 
-    def apply(self, agent: Any, user: str) -> None:
-        """Point `agent` (a per-run copy) at `user`'s memory."""
+    def fields(self, user: str) -> dict[str, Any]:
+        """The config fields that point a run at `user`'s memory (none for the person at the machine)."""
         if user == LOCAL_USER:
-            return
+            return {}
         key = user_key(user)
         if self.url:
             where = with_search_path(self.url, f"shou_u_{key}")
-            agent.settings = dataclasses.replace(self.settings, memory_store=where)
-            agent.memory = self._postgres(where, key)
-            return
+            return {"settings": dataclasses.replace(self.settings, memory_store=where),
+                    "memory": self._postgres(where, key)}
         path = self.workspace / ".shou" / "users" / key / "memory.db"
-        agent.settings = dataclasses.replace(self.settings, memory_store=str(path))
         # Recall needs a file to read: none until the user's first save_memory makes one.
-        agent.memory = self._sqlite(path) if path.exists() else None
+        return {"settings": dataclasses.replace(self.settings, memory_store=str(path)),
+                "memory": self._sqlite(path) if path.exists() else None}
 
     def _postgres(self, where: str, key: str) -> Any:
         with self._lock:
@@ -93,11 +95,6 @@ class UserMemory:
             return store
 
 
-def tightened(agent: Any, options: dict[str, Any]) -> None:
-    """Apply the limits a request asks for, never looser than the operator's."""
-    for name in ("max_steps", "token_budget", "max_cost"):
-        asked = options.get(name)
-        if asked is None:
-            continue
-        current = getattr(agent, name)
-        setattr(agent, name, asked if current is None else min(current, asked))
+def tightened(config: AgentConfig, options: dict[str, Any]) -> AgentConfig:
+    """`config` with the limits a request asks for, never looser than the operator's."""
+    return narrow(config, **{name: options.get(name) for name in REQUEST_LIMITS})

@@ -30,7 +30,8 @@ from typing import Any
 import orjson
 
 from ..errors import UserError
-from ..events import Event, event_from_dict
+from ..event_codec import event_from_dict
+from ..events import Event
 from ..private import make_dirs, private_file
 from .locks import LockFile, SessionBusy, SessionLock, held
 from .retention import PRUNABLE_TYPES, pruned, referenced

@@ -22,15 +22,16 @@ BACKSTOP = 24 * 3600
 def sandbox_of(ctx: ToolContext) -> Sandbox:
     """The sandbox this run's settings select (or the default one), made once per workspace."""
     from ...sandbox import get_sandbox
+    from ...sandbox.base import Limits
 
     explicit = ctx.state.get("sandbox")
     if explicit is not None:
         return explicit
     settings = ctx.settings
-    if settings is None or not hasattr(settings, "sandbox_limits"):
+    if settings is None or not hasattr(settings, "sandbox_memory_mb"):
         return get_sandbox(ctx.workspace)
     image = getattr(settings, "sandbox_image", None)
-    return get_sandbox(ctx.workspace, settings.sandbox, settings.sandbox_limits, image)
+    return get_sandbox(ctx.workspace, settings.sandbox, Limits.from_settings(settings), image)
 
 
 def to_result(r: ExecResult) -> ToolResult:

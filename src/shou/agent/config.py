@@ -1,0 +1,276 @@
+"""AgentConfig: everything an agent is configured with, as one immutable value.
+
+Built in one place from settings (`AgentConfig.from_settings`), or from the Python API's keywords
+(`Agent(model, tools, max_steps=3)`). Variants (a plan step, a sub-agent, a server request's options) are
+`dataclasses.replace(config, ...)`; a limit from a less trusted source goes through `narrow()`, which
+can only lower it. Checked once, in `__post_init__`, so a config that exists is a valid one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..context.builder import ContextPolicy
+from ..errors import UserError
+from ..events import Event
+from ..models.base import Model, ModelSettings
+from ..models.capabilities import supports_vision
+from ..pricing import PriceTable
+from ..redact import Redactor, secrets_of
+from ..tools.registry import ToolSet
+
+if TYPE_CHECKING:
+    from ..mcp.servers import ServerSpec
+    from ..permissions import Policy
+    from ..skills import SkillSet
+    from ..store.sqlite import SQLiteStore
+    from .approvals import Approver
+    from .delegate import AgentSpec
+
+__all__ = ["DEFAULT_INSTRUCTIONS", "DEFAULT_POLICY", "MAX_TASK_CHARS", "NARROWABLE", "AgentConfig", "model_named",
+           "narrow"]
+
+DEFAULT_INSTRUCTIONS = (
+    "You are shou, an agent that completes the user's task by calling tools when they help, then "
+    "answering. Use the tools' results rather than guessing; when the task is done, reply with the "
+    "final answer in plain text."
+)
+DEFAULT_POLICY = ContextPolicy()
+MAX_TASK_CHARS = 400_000  # of one task, a person's or a sub-agent's (about 100k tokens)
+# Limits where lower is stricter: what a request, a tenant's quota or a named agent may only narrow.
+NARROWABLE = ("max_steps", "run_timeout", "tool_timeout", "max_parallel_tools", "repeat_limit", "token_budget",
+              "max_cost", "max_replans", "plan_step_max_steps", "plan_step_timeout", "max_reviews")
+_RESOLVED: dict[str, Path] = {}
+
+
+def _resolved(workspace: str | Path | None) -> Path:
+    """The absolute workspace path; resolving is a system call, so configs built in a loop share it."""
+    key = str(workspace) if workspace is not None else str(Path.cwd())
+    path = _RESOLVED.get(key)
+    if path is None:
+        path = _RESOLVED[key] = Path(key).resolve()
+        if len(_RESOLVED) > 1024:
+            _RESOLVED.clear()
+    return path
+
+
+def model_named(model: Model | str | None, settings: Any) -> Model | None:
+    """A model named for cheaper work (summaries, reviews): another model of the same provider, or
+    PROVIDER:MODEL."""
+    if not isinstance(model, str):
+        return model
+    from ..models import get_model, other_model
+
+    return get_model(settings=other_model(settings, model)) if settings is not None else get_model(model)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AgentConfig:
+    """A model with its tools, instructions, limits, policy, budgets, context, sandbox and store.
+
+    `model` is a `Model` or a spec such as `"deepseek:deepseek-chat"`. Guards: `max_steps` model calls,
+    `run_timeout` seconds of wall time, `repeat_limit` identical consecutive calls; budgets: `token_budget`
+    tokens and `max_cost` US dollars per run, checked before each model call against its worst case
+    (`prices`, default: the built-in prices with the settings' `[models."NAME"]` over them). `summary_model`
+    writes compaction summaries. `tool_timeout` limits every tool call whatever the tool declares (None: a
+    tool's own `@tool(timeout=...)` or 30 s; `shell` and `run_code` the sandbox's limit). `vision`: whether the
+    model may be sent images (None: known vision models). `policy` decides which calls run, ask or are
+    refused (default: the settings' `[permissions]`); `approvals` answers the asks: an `Approver`, "yes",
+    "deny" (the default) or "defer". `observers` see every event after it is logged.
+
+    Composition: `planning` (`max_replans`, `plan_step_max_steps`, `plan_step_timeout`), `reflect`
+    (`review_model`, `max_reviews`), `delegation` with named `agents`, `skills`, `mcp_servers`, and
+    `code_mode` (one `python` tool whose code calls the others).
+
+    Derived once, never set: `offered` (the tools the model is offered: `tools`, plus `use_skill` and
+    `delegate` when enabled, or `python` alone in code mode), `code_tools` (what code calls in code mode) and
+    `redactor` (the secrets of `settings` and of the MCP servers; a variant keeps its parent's).
+    """
+
+    model: Model
+    tools: ToolSet = field(default_factory=ToolSet)
+    instructions: str = DEFAULT_INSTRUCTIONS
+    max_steps: int = 20
+    run_timeout: float = 300.0
+    tool_timeout: float | None = None
+    max_parallel_tools: int = 4
+    repeat_limit: int = 3
+    token_budget: int | None = None
+    max_cost: float | None = None
+    workspace: Path = field(default_factory=Path.cwd)
+    model_settings: ModelSettings | None = None
+    store: SQLiteStore | None = None
+    settings: Any = None
+    context: ContextPolicy = DEFAULT_POLICY
+    memory: Any = None
+    vision: bool | None = None
+    policy: Policy | None = None
+    approvals: Approver | Literal["yes", "deny", "defer"] = "deny"
+    observers: tuple[Callable[[Event], Any], ...] = ()
+    prices: PriceTable | None = None
+    summary_model: Model | None = None
+    planning: bool = False
+    max_replans: int = 2
+    plan_step_max_steps: int = 8
+    plan_step_timeout: float = 120.0
+    reflect: bool = False
+    max_reviews: int = 1
+    review_model: Model | None = None
+    agents: Mapping[str, AgentSpec] = field(default_factory=dict)
+    delegation: bool = False
+    skills: SkillSet | None = None
+    mcp_servers: Mapping[str, ServerSpec] = field(default_factory=dict)
+    code_mode: bool = False
+    redactor: Redactor | None = field(default=None, repr=False)
+    offered: ToolSet = field(init=False, repr=False)
+    code_tools: ToolSet = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._resolve()
+        self._check()
+        self._derive()
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)  # frozen: only __post_init__ puts values in their final form
+
+    def _resolve(self) -> None:
+        """Names and defaults to the values they stand for (a model spec to a model, a path made absolute)."""
+        model = self.model
+        if isinstance(model, str):
+            from ..models import get_model
+
+            model = get_model(model)
+            self._set("model", model)
+        if not hasattr(model, "stream"):
+            raise UserError(f"model must be a Model (with a stream() method) or a model spec string, not {model!r}")
+        if not isinstance(self.tools, ToolSet):
+            self._set("tools", ToolSet(self.tools))
+        if self.instructions is None:
+            self._set("instructions", DEFAULT_INSTRUCTIONS)
+        self._set("workspace", _resolved(self.workspace))
+        if self.vision is None:
+            self._set("vision", supports_vision(model.name))
+        if self.prices is None:
+            self._set("prices", PriceTable(getattr(self.settings, "models", None)))
+        for name in ("summary_model", "review_model"):
+            if isinstance(getattr(self, name), str):
+                self._set(name, model_named(getattr(self, name), self.settings))
+        if self.context is None:
+            self._set("context", DEFAULT_POLICY)
+        for name in ("agents", "mcp_servers"):  # read-only views: a variant never shares a table it could change
+            value = getattr(self, name)
+            if not isinstance(value, MappingProxyType):
+                self._set(name, MappingProxyType(dict(value or {})))
+        if not isinstance(self.observers, tuple):
+            self._set("observers", tuple(self.observers))
+
+    def _check(self) -> None:
+        if self.max_steps < 1 or self.run_timeout <= 0 or (self.tool_timeout is not None and self.tool_timeout <= 0) \
+                or self.max_parallel_tools < 1 or self.repeat_limit < 1:
+            raise UserError(
+                "max_steps, run_timeout, tool_timeout, max_parallel_tools and repeat_limit must be positive"
+            )
+        if (self.token_budget is not None and not 1 <= self.token_budget < math.inf) or \
+                (self.max_cost is not None and not 0 <= self.max_cost < math.inf):  # NaN fails both: it is no limit
+            raise UserError("token_budget must be positive and max_cost a number of US dollars, not negative")
+        if self.max_replans < 0 or self.plan_step_max_steps < 1 or self.plan_step_timeout <= 0 or self.max_reviews < 0:
+            raise UserError("max_replans and max_reviews must not be negative; plan_step_max_steps and "
+                            "plan_step_timeout must be positive")
+
+    def _derive(self) -> None:
+        if self.redactor is None:
+            # The MCP servers' tables are secret sources too (their keys, logins, tokens).
+            self._set("redactor", Redactor([*secrets_of(self.settings),
+                                            *(v for spec in self.mcp_servers.values() for v in spec.secrets())]))
+        tools = self.tools
+        skills = self.skills
+        if skills is not None and skills.skills and "use_skill" not in tools.names:
+            tools = ToolSet([*tools, skills.tool()])
+        if self.delegation and "delegate" not in tools.names:
+            from .delegate import delegate_tool
+
+            tools = ToolSet([*tools, delegate_tool(self.agents)])
+        self._set("code_tools", tools)
+        if self.code_mode:
+            from .code import python_tool
+
+            tools = ToolSet([python_tool(tools)])
+        self._set("offered", tools)
+
+    @classmethod
+    def from_settings(cls, settings: Any, **overrides: Any) -> AgentConfig:
+        """The config `settings` ask for; `overrides` are AgentConfig fields given otherwise (the model when
+        built already, the store, observers, approvals). `tools` default to the built-in ones; `settings.tools`
+        narrows whichever are given."""
+        check_fields(overrides, "AgentConfig.from_settings()")
+        fields_ = {**_settings_fields(settings), **overrides}
+        if "model" not in fields_:
+            from ..models import build_model
+
+            fields_["model"] = build_model(settings)
+        if "tools" not in fields_:
+            from ..tools.builtin import builtin_tools
+
+            fields_["tools"] = builtin_tools()
+        if settings.tools is not None:  # delegate and use_skill are added by the config, when offered
+            fields_["tools"] = ToolSet(fields_["tools"]).only(
+                [n for n in settings.tools if n not in ("delegate", "use_skill")])
+        return cls(**fields_)
+
+
+def _offered(settings: Any, name: str) -> bool:
+    """Whether `--tools` leaves tool `name` on offer (the tools shou adds itself included)."""
+    return settings.tools is None or name in settings.tools
+
+
+def _settings_fields(settings: Any) -> dict[str, Any]:
+    """The fields `settings` decide, by their names in AgentConfig."""
+    from ..mcp.servers import server_specs
+    from .delegate import agent_specs
+
+    approvals = settings.approvals if settings.approvals in ("yes", "deny", "defer") else "deny"
+    return {
+        "max_steps": settings.max_steps, "run_timeout": settings.run_timeout,
+        # Only a tool_timeout someone set limits shell and run_code (see AgentConfig).
+        "tool_timeout": settings.tool_timeout if "tool_timeout" in settings.sources else None,
+        "max_parallel_tools": settings.max_parallel_tools, "workspace": settings.workspace, "settings": settings,
+        "vision": settings.vision, "model_settings": ModelSettings.from_settings(settings), "approvals": approvals,
+        "token_budget": settings.token_budget, "max_cost": settings.max_cost,
+        "summary_model": settings.summary_model, "review_model": settings.review_model,
+        "max_replans": settings.max_replans, "plan_step_max_steps": settings.plan_step_max_steps,
+        "plan_step_timeout": settings.plan_step_timeout, "max_reviews": settings.max_reviews,
+        "agents": agent_specs(settings.agents), "delegation": settings.delegation and _offered(settings, "delegate"),
+        "mcp_servers": server_specs(settings.mcp_servers),
+    }
+
+
+FIELDS = frozenset(f.name for f in fields(AgentConfig) if f.init)
+
+
+def check_fields(names: Iterable[str], where: str = "Agent()") -> None:
+    """A TypeError naming the first of `names` that is no AgentConfig field."""
+    for name in names:
+        if name not in FIELDS:
+            raise TypeError(f"{where} got an unexpected keyword argument {name!r}: not an AgentConfig field "
+                            f"(known: {', '.join(sorted(FIELDS))})")
+
+
+def narrow(config: AgentConfig, **limits: Any) -> AgentConfig:
+    """`config` with `limits` (of `NARROWABLE`) applied where they are lower; a higher one, or None, leaves
+    the limit as it is (a less trusted source may only tighten). An unset limit (None) takes the one asked."""
+    changes = {}
+    for name, asked in limits.items():
+        if name not in NARROWABLE:
+            raise TypeError(f"narrow() cannot change {name!r}: only the limits {', '.join(NARROWABLE)}")
+        if asked is None:
+            continue
+        current = getattr(config, name)
+        value = asked if current is None else min(current, asked)
+        if value != current:
+            changes[name] = value
+    return replace(config, **changes) if changes else config

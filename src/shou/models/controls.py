@@ -1,0 +1,81 @@
+"""The resilience controls every model backend runs through (`pipeline.resilient`): rate limit and retry.
+
+Each reads its configuration from the call's backend (`limiter`, `retry`), so one pipeline serves every
+backend of the process. What is retryable is decided by the error's class (`provider_errors.py` for the
+wire client), never here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from ..errors import ModelError, ModelUnreachableError
+from .base import Completion, Retrying, Waiting, model_id
+from .pipeline import ModelCall, Next, StreamEvent
+
+__all__ = ["ANNOUNCED_WAIT", "RateLimit", "Retry"]
+
+ANNOUNCED_WAIT = 5.0  # seconds: a rate-limit wait this long is announced (`Waiting`), so a run never seems stuck
+
+
+class Retry:
+    """Retries a retryable `ModelError` from scratch after the policy's delay, announcing each retry as a
+    `Retrying` (what the failed attempt streamed is void). Past the policy's count the error is raised,
+    saying how many attempts were made."""
+
+    __slots__ = ()
+
+    async def __call__(self, call: ModelCall, next: Next) -> AsyncIterator[StreamEvent]:
+        """The events of the first attempt that completes."""
+        policy = getattr(call.model, "retry", None)
+        attempt = 1
+        while True:
+            try:
+                async with contextlib.aclosing(next(call)) as events:
+                    async for event in events:
+                        yield event
+                return
+            except ModelError as e:
+                error = e
+            if policy is None:
+                raise error
+            most = policy.max_unreachable_retries if isinstance(error, ModelUnreachableError) else policy.max_retries
+            if not error.retryable or attempt > most:
+                if error.retryable:
+                    tries = f"{attempt} attempts" if attempt > 1 else "1 attempt"
+                    raise type(error)(f"{error} (gave up after {tries})", status=error.status,
+                                      retry_after=error.retry_after) from None
+                raise error from None
+            delay = policy.delay(attempt - 1, error.retry_after)
+            yield Retrying(attempt, delay, str(error), model_id(call.model))
+            await asyncio.sleep(delay)
+            attempt += 1
+
+
+class RateLimit:
+    """Waits until the backend's limiter lets the attempt go (every attempt: a retry is a request the
+    provider counts), announces a long wait as `Waiting`, and settles the grant with the reply's real
+    token count."""
+
+    __slots__ = ()
+
+    async def __call__(self, call: ModelCall, next: Next) -> AsyncIterator[StreamEvent]:
+        """The attempt's events, once the limits allow it."""
+        limiter = getattr(call.model, "limiter", None)
+        if limiter is None:
+            async with contextlib.aclosing(next(call)) as events:
+                async for event in events:
+                    yield event
+            return
+        estimate = call.model.rate_tokens(call)
+        wait = limiter.expected_wait(estimate)
+        if wait >= ANNOUNCED_WAIT:
+            yield Waiting(wait, limiter.why(estimate))
+        grant = await limiter.acquire(estimate)
+        async with contextlib.aclosing(next(call)) as events:
+            async for event in events:
+                if type(event) is Completion and event.usage.total_tokens:
+                    grant.settle(event.usage.total_tokens)
+                yield event
