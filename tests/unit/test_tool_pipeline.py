@@ -167,3 +167,17 @@ async def test_call_tools_goes_through_the_same_pipeline(tmp_path: Path) -> None
     big = ToolCall("huge", "add", json.dumps({"a": "x" * 1_000_001}))
     await run.call_tools([big])
     assert [e for e in events if isinstance(e, ToolCallFinished)][-1].content.startswith("Error: not run: the argum")
+
+
+def test_the_loop_names_no_control() -> None:
+    import ast
+
+    from shou.agent import loop, tool_controls
+    from shou.tools import controls
+
+    source = Path(loop.__file__).read_text()
+    names = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)} | \
+        {n.attr for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Attribute)}
+    imported = {a.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom) for a in n.names}
+    controls_ = {*tool_controls.__all__, *controls.__all__, "RepeatGuard", "Gate", "without_image"}
+    assert not (names | imported) & controls_
