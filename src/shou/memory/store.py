@@ -27,7 +27,7 @@ from typing import Any
 from ..private import make_dirs, private_file
 from ..ranking import fts_query, terms
 from ..store.migrate import migrate
-from . import graph, tokens
+from . import graph, maxsim
 from .cues import question_share, states_time
 from .embeddings import Embedder, default_embedder
 from .entities import Fact
@@ -153,7 +153,7 @@ class MemoryStore:
         if not self._pieces:
             return self.embedder.encode(texts), None
         vectors, pieces = self.embedder.encode_tokens(texts)  # type: ignore[attr-defined]
-        return vectors, [tokens.pack(p) for p in pieces]
+        return vectors, [maxsim.pack(p) for p in pieces]
 
     @property
     def _pieces(self) -> bool:
@@ -338,7 +338,7 @@ class MemoryStore:
         marks = ",".join("?" * len(best))
         found = self._db.execute(f"SELECT row, tokens FROM memories WHERE row IN ({marks}) AND tokens IS NOT NULL",
                                  best).fetchall()
-        values = tokens.match(query, [blob for _, blob in found], self.embedder.dim)
+        values = maxsim.match(query, [blob for _, blob in found], self.embedder.dim)
         return {row: value for (row, _), value in zip(found, values, strict=True)}
 
     def _backfill(self) -> None:
