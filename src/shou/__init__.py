@@ -33,6 +33,9 @@ _EXPORTS: dict[str, str] = {
     "ToolContext": "shou.tools.base",
     "ToolResult": "shou.tools.base",
     "ToolSet": "shou.tools.registry",
+    "Policy": "shou.permissions",
+    "Approver": "shou.agent.approvals",
+    "PriceTable": "shou.pricing",
     "Session": "shou.session",
     "Message": "shou.messages",
     "ToolCall": "shou.messages",
@@ -61,6 +64,7 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "AgentSpec",
+    "Approver",
     "ConfigError",
     "ContextPolicy",
     "ImagePart",
@@ -70,6 +74,8 @@ __all__ = [
     "ModelError",
     "ModelSettings",
     "OpenAICompatible",
+    "Policy",
+    "PriceTable",
     "RunResult",
     "SQLiteStore",
     "ScriptedModel",
@@ -96,6 +102,7 @@ __all__ = [
 if TYPE_CHECKING:
     from . import events
     from .agent.agent import Agent, RunResult
+    from .agent.approvals import Approver
     from .agent.config import AgentConfig
     from .agent.delegate import AgentSpec
     from .config import Settings, load_settings
@@ -108,6 +115,8 @@ if TYPE_CHECKING:
     from .models.base import Model, ModelSettings
     from .models.openai_compat import OpenAICompatible
     from .models.scripted import ScriptedModel
+    from .permissions import Policy
+    from .pricing import PriceTable
     from .session import Session
     from .skills import SkillSet
     from .store.sqlite import SQLiteStore

@@ -14,7 +14,6 @@ matching every deny rule for `shell` (or, without one, every ask rule). A deny l
 
 from __future__ import annotations
 
-import codecs
 import functools
 import posixpath
 import re
@@ -22,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .bashwords import globbed, node_text, redirect_text, static_word, stdin_of
 from .shellrisk import Risk
 
 __all__ = ["Found", "programs"]
@@ -48,7 +48,6 @@ _WRAPPERS = frozenset({
     "dbus-launch", "xvfb-run", "trickle", "schedtool", "cpulimit", "sem", "parallel", "rlwrap", "!", "{",
 })
 _EXEC_FLAGS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
-_GLOB = re.compile(r"(?<!\\)(?:[*?]|\[[^\]]+\])")  # `[` alone is the test command, no pattern
 _BRACES = re.compile(r"\{[^{}]*,[^{}]*\}")
 
 Word = tuple[str | None, str]  # (the word as bash reads it, or None when only the running line knows; the text)
@@ -148,72 +147,18 @@ def _parse(source: bytes) -> Any:
     return tree.root_node
 
 
-def _text(node: Any) -> str:
-    return node.text.decode("utf-8", "surrogatepass")
-
-
-def _static(node: Any) -> str | None:
-    """A word as bash reads it, or None when it depends on the running shell (expansions, substitutions)."""
-    kind, text = node.type, _text(node)
-    if kind == "word":
-        return re.sub(r"\\(.)", r"\1", text.replace("\\\n", ""), flags=re.S)
-    if kind == "number":
-        return text
-    if kind == "raw_string":
-        return text[1:-1]
-    if kind == "ansi_c_string":
-        try:  # bash ends the string at a NUL (`$'rm\\0'` is `rm`)
-            return codecs.decode(text[2:-1], "unicode_escape").split("\0", 1)[0]
-        except (UnicodeDecodeError, ValueError):
-            return None
-    if kind in ("string", "translated_string"):
-        return _quoted(node)
-    if kind in ("concatenation", "command_name"):
-        pieces = [_static(c) for c in node.children]
-        return None if any(p is None for p in pieces) else "".join(p or "" for p in pieces)
-    return None
-
-
-def _quoted(node: Any) -> str | None:
-    """A double-quoted string's text, or None when it holds an expansion or a substitution."""
-    parts = []
-    for child in node.children:
-        if child.type in ('"', '$"'):
-            continue
-        if child.type != "string_content":
-            return None
-        parts.append(re.sub(r'\\([$`"\\])', r"\1", _text(child).replace("\\\n", "")))
-    return "".join(parts)
-
-
-def _globbed(node: Any) -> bool:
-    """Whether an unquoted glob character makes the word depend on the files there (`/bin/r?`)."""
-    if node.type == "word":
-        return bool(_GLOB.search(_text(node)))
-    return any(_globbed(c) for c in node.children if c.type in ("word", "concatenation"))
-
-
-def _stdin(node: Any) -> list[Any]:
-    """The here-strings and here-documents given to the command `node`."""
-    found = [c for c in node.children if c.type == "herestring_redirect"]
-    parent = node.parent
-    if parent is not None and parent.type == "redirected_statement":
-        found += [c for c in parent.children if c.type in ("herestring_redirect", "heredoc_redirect")]
-    return found
-
-
 def _command(node: Any, found: Found, depth: int, risk: Risk) -> None:
     name = node.child_by_field_name("name")
     if name is None:  # only assignments: `a=rm` runs nothing (their substitutions are visited on their own)
         return
-    if _globbed(name):
-        found.opaque.append(f"{_text(name)}: a program named by a glob")
-        _record(found, _text(node))
+    if globbed(name):
+        found.opaque.append(f"{node_text(name)}: a program named by a glob")
+        _record(found, node_text(node))
         return
-    argv: list[Word] = [(_static(name), _text(name))]
-    argv += [(_static(a), _text(a)) for a in node.children_by_field_name("argument")]
+    argv: list[Word] = [(static_word(name), node_text(name))]
+    argv += [(static_word(a), node_text(a)) for a in node.children_by_field_name("argument")]
     risk.command(argv)
-    _run(argv, found, depth, _stdin(node))
+    _run(argv, found, depth, stdin_of(node))
 
 
 def _run(argv: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
@@ -379,23 +324,12 @@ def _shell(base: str, args: list[Word], found: Found, depth: int, stdin: list[An
         found.opaque.append("a shell reading commands from its input")
         return []
     for redirect in stdin:
-        script = _redirect_text(redirect)
+        script = redirect_text(redirect)
         if script is None:
             found.opaque.append("a shell reading a here-string or here-document only the running shell knows")
         else:
             _line(script, found, depth + 1)
     return []
-
-
-def _redirect_text(redirect: Any) -> str | None:
-    if redirect.type == "heredoc_redirect":
-        start = next((c for c in redirect.children if c.type == "heredoc_start"), None)
-        if start is None or not re.search(r"['\"\\]", _text(start)):
-            return None  # `<<E`: the outer shell expands the body (`\``, `$(...)`, `\r\m`) before the shell reads it
-        body = next((c for c in redirect.children if c.type == "heredoc_body"), None)
-        return "" if body is None else _text(body)
-    value = next((c for c in reversed(redirect.children) if c.type not in ("<<<",)), None)
-    return None if value is None else _static(value)
 
 
 def _find(args: list[Word], found: Found, depth: int) -> None:

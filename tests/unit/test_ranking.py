@@ -87,7 +87,7 @@ def test_same_words_counts_negation() -> None:
 
 def test_token_packing_and_matching() -> None:
     np = pytest.importorskip("numpy")
-    from shou.memory.tokens import match, pack, unpack
+    from shou.memory.maxsim import match, pack, unpack
 
     rng = np.random.default_rng(0)
     a = rng.normal(size=(5, 16)).astype(np.float32)

@@ -73,7 +73,7 @@ class Agent:
     `tools`, ...) read the config; setting one replaces the config with a checked copy.
     """
 
-    def __init__(self, model: Model | str | None = None, tools: Iterable[Tool] | ToolSet = (),
+    def __init__(self, model: Model | str | None = None, tools: Iterable[Tool | Callable[..., Any]] | ToolSet = (),
                  instructions: str | None = None, *, config: AgentConfig | None = None, **fields: Any) -> None:
         check_fields(fields)
         if config is None:

@@ -117,16 +117,9 @@ class Renderer:
             style = "red" if event.is_error else "dim"
             self.err.print(f"  [{style}]← {escape(self._label(event.name, event.call_id))}: "
                            f"{escape(short(event.content))}[/]")
-        elif isinstance(event, ApprovalRequested):
+        elif isinstance(event, ApprovalRequested | ApprovalDecided):
             self._newline()
-            self.err.print(f"[yellow]⏸ {escape(event.call.name)}({escape(format_arguments(event.call.arguments))}) "
-                           f"waits for approval: call {escape(event.call.id)} ({escape(event.why)})[/]")
-        elif isinstance(event, ApprovalDecided):
-            self._newline()
-            verdict = "[green]allowed[/]" if event.allow else "[red]denied[/]"
-            scope = {"session": " for this session", "rule": " always (added to your shou.toml)"}.get(event.scope, "")
-            self.err.print(f"  {verdict}{scope}: {escape(event.name)} by {escape(event.by)} "
-                           f"[dim]({escape(printable(event.reason))})[/]")
+            self._approval(event)
         elif isinstance(event, Compacted):
             self._newline()
             self.err.print(f"[dim]context compacted: {event.tokens_before} → {event.tokens_after} tokens[/]")
@@ -140,13 +133,28 @@ class Renderer:
             self.plan(event)
         elif isinstance(event, Reviewed):
             self._newline()
-            if event.approved:
-                self.err.print("[green]✓ review: approved[/]")
-            else:
-                self.err.print(f"[yellow]✗ review: not approved: {escape(short(event.feedback, 300))}[/]")
+            self.review(event)
         elif isinstance(event, RunFinished):
             self._newline()
             self.summary(event)
+
+    def _approval(self, event: ApprovalRequested | ApprovalDecided) -> None:
+        """A call that waits for a person, or what they decided."""
+        if isinstance(event, ApprovalRequested):
+            self.err.print(f"[yellow]⏸ {escape(event.call.name)}({escape(format_arguments(event.call.arguments))}) "
+                           f"waits for approval: call {escape(event.call.id)} ({escape(event.why)})[/]")
+            return
+        verdict = "[green]allowed[/]" if event.allow else "[red]denied[/]"
+        scope = {"session": " for this session", "rule": " always (added to your shou.toml)"}.get(event.scope, "")
+        self.err.print(f"  {verdict}{scope}: {escape(event.name)} by {escape(event.by)} "
+                       f"[dim]({escape(printable(event.reason))})[/]")
+
+    def review(self, event: Reviewed) -> None:
+        """A reviewer's verdict on the answer."""
+        if event.approved:
+            self.err.print("[green]✓ review: approved[/]")
+        else:
+            self.err.print(f"[yellow]✗ review: not approved: {escape(short(event.feedback, 300))}[/]")
 
     def plan(self, event: PlanUpdated) -> None:
         """The plan as a checklist: done, running, failed and pending steps."""

@@ -283,6 +283,13 @@ def _show_call(store: SQLiteStore, call_id: str, json_out: bool, full: bool) -> 
     if call.message is None:
         out.print(f"[red]{escape(call.error or 'no answer logged (the run is unfinished)')}[/]")
         return
+    out.print("[dim]" + escape(" · ".join(_response_facts(call))) + "[/]")
+    for line in _message_lines(call.message.to_wire(), full):
+        out.print(line)
+
+
+def _response_facts(call: tr.ModelCallTrace) -> list[str]:
+    """How an answered call went, for its response's header line."""
     u = call.usage
     facts = [call.finish_reason or "?", secs(call.latency)]
     if call.ttft is not None:
@@ -293,9 +300,7 @@ def _show_call(store: SQLiteStore, call_id: str, json_out: bool, full: bool) -> 
         facts.append(f"{call.retries} retries")
     if call.cached:
         facts.append("cache hit")
-    out.print("[dim]" + escape(" · ".join(facts)) + "[/]")
-    for line in _message_lines(call.message.to_wire(), full):
-        out.print(line)
+    return facts
 
 
 def _message_lines(message: Any, full: bool) -> list[str]:

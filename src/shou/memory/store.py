@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from ..private import make_dirs, private_file
-from ..ranking import fts_query, terms
+from ..ranking import terms
 from ..store.migrate import migrate
-from . import graph, tokens
+from . import candidates, graph, maxsim
 from .cues import question_share, states_time
 from .embeddings import Embedder, default_embedder
 from .entities import Fact
@@ -153,7 +153,7 @@ class MemoryStore:
         if not self._pieces:
             return self.embedder.encode(texts), None
         vectors, pieces = self.embedder.encode_tokens(texts)  # type: ignore[attr-defined]
-        return vectors, [tokens.pack(p) for p in pieces]
+        return vectors, [maxsim.pack(p) for p in pieces]
 
     @property
     def _pieces(self) -> bool:
@@ -278,8 +278,11 @@ class MemoryStore:
         analysed = Query.analyse(query, graph.named_in(self._db, query))
         bm25 = self._bm25(analysed.terms, allowed)
         vector, pieces = encoded.result() if encoded is not None else (None, None)
-        dense = self._dense(vector, index, allowed) if vector is not None else {}
-        matches = functools.partial(self._token_matches, pieces) if pieces is not None else None
+        dense = candidates.dense(vector, index, allowed, self.params.candidates) if vector is not None else {}
+        matches = None
+        if pieces is not None:
+            assert self.embedder is not None
+            matches = functools.partial(candidates.token_matches, self._db, self.embedder.dim, pieces)
         final = score(analysed, bm25, dense, index, self.params, allowed, matches)
         ranked = sorted(((v, r) for r, v in final.items()), key=lambda x: (-x[0], x[1]))[:k]
         marks = ",".join("?" * len(ranked))
@@ -308,38 +311,8 @@ class MemoryStore:
         return vectors[0], pieces[0]
 
     def _bm25(self, words: list[str], allowed: set[int] | None) -> dict[int, float]:
-        if not words:
-            return {}
-        # bm25() is lower-is-better (negative); negate it so every score is higher-is-better.
-        rows = self._db.execute(
-            "SELECT rowid, -bm25(memory_terms) FROM memory_terms WHERE memory_terms MATCH ? ORDER BY rank LIMIT ?",
-            (fts_query(words), self.params.candidates if allowed is None else 10 * self.params.candidates),
-        ).fetchall()
-        return {r: s for r, s in rows if allowed is None or r in allowed}
-
-    def _dense(self, vector: Any, index: Index, allowed: set[int] | None) -> dict[int, float]:
-        import numpy as np
-
-        if index.matrix is None:
-            return {}
-        sims = index.matrix @ vector
-        if allowed is not None:
-            mask = np.fromiter((r in allowed for r in index.rows), dtype=bool, count=len(index.rows))
-            sims = np.where(mask, sims, -1.0)
-        n = min(self.params.candidates, len(sims))
-        top = np.argpartition(-sims, n - 1)[:n]
-        return {index.rows[i]: float(sims[i]) for i in top if sims[i] > -1.0}
-
-    def _token_matches(self, query: Any, best: list[int]) -> dict[int, float]:
-        """Token-match scores of these rows (those that have piece vectors)."""
-        assert self.embedder is not None
-        if not best or len(query) == 0:
-            return {}
-        marks = ",".join("?" * len(best))
-        found = self._db.execute(f"SELECT row, tokens FROM memories WHERE row IN ({marks}) AND tokens IS NOT NULL",
-                                 best).fetchall()
-        values = tokens.match(query, [blob for _, blob in found], self.embedder.dim)
-        return {row: value for (row, _), value in zip(found, values, strict=True)}
+        # A method, not a call of candidates.bm25 in search(): PostgresMemoryStore has its own full-text index.
+        return candidates.bm25(self._db, words, allowed, self.params.candidates)
 
     def _backfill(self) -> None:
         """Give memories what they lack: terms, cues and links (stored by an older version), vectors (stored

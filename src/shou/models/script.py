@@ -91,30 +91,35 @@ def load_script(script: Script) -> list[dict[str, Any]]:
     if not isinstance(data, list):
         raise ValueError(f"script must be a list of turns or {{'turns': [...]}}, not {type(data).__name__}")
     for n, turn in enumerate(data):
-        _check(f"turn {n}", turn, _TURN_KEYS)
-        _check_expect(n, turn)
-        for i, call in enumerate(turn.get("tool_calls", [])):
-            _check(f"turn {n} tool_calls[{i}]", call, _CALL_KEYS)
-            if "name" not in call:
-                raise ValueError(f"turn {n} tool_calls[{i}]: missing 'name'")
-        _check(f"turn {n} usage", turn.get("usage", {}), _USAGE_KEYS)
-        if turn.get("chunk_size", 1) < 1:
-            raise ValueError(f"turn {n}: 'chunk_size' must be at least 1")
-        if not 400 <= turn.get("error", 400) <= 599:
-            raise ValueError(f"turn {n}: 'error' must be an HTTP error status (400-599), not {turn['error']}")
-        for key in ("cut_after", "reset_after", "stall"):
-            if turn.get(key, 0) < 0:
-                raise ValueError(f"turn {n}: {key!r} must not be negative")
-        if "cut_after" in turn and "reset_after" in turn:
-            raise ValueError(f"turn {n}: 'cut_after' and 'reset_after' exclude each other")
-        for key, allowed in _CHOICES.items():
-            if key in turn and turn[key] not in allowed:
-                raise ValueError(f"turn {n}: {key!r} must be one of {list(allowed)}, not {turn[key]!r}")
-        if ("content_type" in turn or "status" in turn) and "raw_body" not in turn:
-            raise ValueError(f"turn {n}: 'content_type' and 'status' go with 'raw_body'")
-        if not 100 <= turn.get("status", 200) <= 599:
-            raise ValueError(f"turn {n}: 'status' must be an HTTP status (100-599), not {turn['status']}")
+        _check_turn(n, turn)
     return [dict(turn) for turn in data]
+
+
+def _check_turn(n: int, turn: Any) -> None:
+    """Turn `n`'s keys, their types and the values that go together, or a `ValueError` naming them."""
+    _check(f"turn {n}", turn, _TURN_KEYS)
+    _check_expect(n, turn)
+    for i, call in enumerate(turn.get("tool_calls", [])):
+        _check(f"turn {n} tool_calls[{i}]", call, _CALL_KEYS)
+        if "name" not in call:
+            raise ValueError(f"turn {n} tool_calls[{i}]: missing 'name'")
+    _check(f"turn {n} usage", turn.get("usage", {}), _USAGE_KEYS)
+    if turn.get("chunk_size", 1) < 1:
+        raise ValueError(f"turn {n}: 'chunk_size' must be at least 1")
+    if not 400 <= turn.get("error", 400) <= 599:
+        raise ValueError(f"turn {n}: 'error' must be an HTTP error status (400-599), not {turn['error']}")
+    for key in ("cut_after", "reset_after", "stall"):
+        if turn.get(key, 0) < 0:
+            raise ValueError(f"turn {n}: {key!r} must not be negative")
+    if "cut_after" in turn and "reset_after" in turn:
+        raise ValueError(f"turn {n}: 'cut_after' and 'reset_after' exclude each other")
+    for key, allowed in _CHOICES.items():
+        if key in turn and turn[key] not in allowed:
+            raise ValueError(f"turn {n}: {key!r} must be one of {list(allowed)}, not {turn[key]!r}")
+    if ("content_type" in turn or "status" in turn) and "raw_body" not in turn:
+        raise ValueError(f"turn {n}: 'content_type' and 'status' go with 'raw_body'")
+    if not 100 <= turn.get("status", 200) <= 599:
+        raise ValueError(f"turn {n}: 'status' must be an HTTP status (100-599), not {turn['status']}")
 
 
 def _check_expect(n: int, turn: dict[str, Any]) -> None:

@@ -36,14 +36,9 @@ class SSEDecoder:
         if not chunk:
             return []
         if not self._started:
-            chunk = self._tail + chunk
-            self._tail = b""
-            if len(chunk) < 3 and _BOM.startswith(chunk):
-                self._tail = chunk
+            chunk = self._start(chunk)
+            if not chunk:
                 return []
-            self._started = True
-            if chunk.startswith(_BOM):
-                chunk = chunk[3:]
         if self._cr:
             self._cr = False
             if chunk[:1] == b"\n":
@@ -73,3 +68,14 @@ class SSEDecoder:
                 elif field == b"data":  # `data` alone: an empty data line
                     data.append(b"")
         return events
+
+    def _start(self, chunk: bytes) -> bytes:
+        """The stream's first bytes without a byte-order mark; empty while they may still be the start of one
+        (kept until the next chunk tells)."""
+        chunk = self._tail + chunk
+        self._tail = b""
+        if len(chunk) < 3 and _BOM.startswith(chunk):
+            self._tail = chunk
+            return b""
+        self._started = True
+        return chunk[3:] if chunk.startswith(_BOM) else chunk

@@ -29,10 +29,10 @@ import orjson
 
 from ..events import Event
 from . import sqlite
+from .basics import _SESSION_EVENTS, DEFAULT_RETENTION_DAYS, NOT_STORED, SessionInfo, StoreBasics, decoded
 from .locks import SessionBusy
 from .pg_link import Link, connect, is_connection_error, migrate_pg, safe_url
 from .retention import PRUNABLE_TYPES, pruned, referenced
-from .sqlite import _SESSION_EVENTS, DEFAULT_RETENTION_DAYS, NOT_STORED, SessionInfo, StoreBasics, decoded
 
 __all__ = ["PostgresStore", "connect", "migrate_pg"]
 

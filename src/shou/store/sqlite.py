@@ -22,17 +22,15 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from ..errors import UserError
-from ..event_codec import event_from_dict
 from ..events import Event
 from ..private import make_dirs, private_file
+from .basics import _SESSION_EVENTS, DEFAULT_RETENTION_DAYS, NOT_STORED, SessionInfo, StoreBasics, decoded
 from .locks import LockFile, SessionBusy, SessionLock, held
 from .retention import PRUNABLE_TYPES, pruned, referenced
 from .sqlite_errors import StoreDamaged, StoreError, StoreUnusable, explain, read_only, unwritable
@@ -42,9 +40,7 @@ _log = logging.getLogger(__name__)
 __all__ = ["MIGRATIONS", "LockFile", "SQLiteStore", "SessionBusy", "SessionInfo", "SessionLock", "StoreDamaged",
            "StoreError", "StoreUnusable"]
 
-DEFAULT_RETENTION_DAYS = 7.0
 _MOST_ROWS = 5000  # SQLite takes 32766 parameters in one statement
-_SESSION_EVENTS = frozenset({"run_started", "run_resumed", "run_finished", "history_cleared"})
 _UPSERT_SESSION = (
     "INSERT INTO sessions(name, created, updated, title, status) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT(name) DO UPDATE SET updated = excluded.updated, "
@@ -59,43 +55,7 @@ def _insert(n: int) -> str:
     return "INSERT INTO events(session, run_id, type, ts, data, writer) VALUES " + ",".join(
         ["(?, ?, ?, ?, ?, ?)"] * n)
 
-NOT_STORED = frozenset({"text_delta", "tool_call_delta"})  # the complete message is stored instead
 Row = tuple[str, str, str, float, str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
-    """A row of `shou sessions`: `status` is the last run's (`running` while one is under way)."""
-
-    name: str
-    created: float
-    updated: float
-    title: str
-    runs: int
-    status: str = ""
-
-
-class StoreBasics:
-    """What every session store does the same way on top of `rows()` and `lock()`."""
-
-    def events(self, session: str) -> Iterator[Event]:
-        """Every stored event of `session`, oldest first."""
-        for _, event in self.rows(session):  # type: ignore[attr-defined]
-            yield event
-
-    def is_locked(self, session: str) -> bool:
-        """Whether some process holds `session` now."""
-        try:
-            self.lock(session).release()  # type: ignore[attr-defined]
-        except SessionBusy:
-            return True
-        return False
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()  # type: ignore[attr-defined]
 
 
 def _explained(method: Any) -> Any:
@@ -401,15 +361,3 @@ class SQLiteStore(StoreBasics):
             self._db.close()
             if self._locks is not None:
                 self._locks.close()
-
-
-
-def decoded(found: list[tuple[int, str]]) -> list[tuple[int, Event]]:
-    """`(id, event)` of stored rows; a row that cannot be decoded (a newer shou's, damage) is left out."""
-    out = []
-    for row_id, data in found:
-        try:
-            out.append((row_id, event_from_dict(orjson.loads(data))))
-        except (ValueError, TypeError, KeyError, AttributeError):
-            continue
-    return out

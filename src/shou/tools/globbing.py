@@ -1,10 +1,9 @@
-"""Glob patterns matched in linear-ish time, and a bounded walk of the workspace that follows no symlink.
+"""Path globs (`src/**/*.py`) and a bounded walk of the workspace that follows no symlink.
 
-The pattern comes from the model, so it must not be able to stall shou: instead of translating it to a
-backtracking regular expression (`*a*a*a*a*b` against a long name takes exponential time, holding the
-GIL so no timeout fires), each path component is matched with the two-pointer wildcard algorithm
-(O(pattern x name)) and `**` with a table over components (O(pattern x depth)). The walk holds at most
-`MAX_DEPTH` open folders, looks at most at `limit` entries and stops at a deadline.
+The pattern comes from the model, so it must not be able to stall shou: each path component is matched
+by `shou.glob.glob_match` (fnmatch's meaning in linear time, where fnmatch's own regex backtracks and
+holds the GIL so no timeout fires) and `**` with a table over components (O(pattern x depth)). The walk
+holds at most `MAX_DEPTH` open folders, looks at most at `limit` entries and stops at a deadline.
 """
 
 from __future__ import annotations
@@ -12,75 +11,13 @@ from __future__ import annotations
 import os
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from ..glob import glob_match
 
 __all__ = ["MAX_DEPTH", "Glob", "Walk"]
 
 MAX_DEPTH = 64
-_STAR = ("*",)
-_ANY = ("?",)
-Token = tuple  # ("*",) | ("?",) | ("=", char) | ("[", negate, frozenset of chars, ((lo, hi), ...))
-
-
-def _tokens(part: str) -> list[Token]:
-    out: list[Token] = []
-    i = 0
-    while i < len(part):
-        c = part[i]
-        if c == "*":
-            if not out or out[-1] is not _STAR:  # "**" inside a component is one star
-                out.append(_STAR)
-        elif c == "?":
-            out.append(_ANY)
-        elif c == "[" and (end := part.find("]", i + 2 if part[i + 1: i + 2] in ("!", "]") else i + 1)) > 0:
-            body = part[i + 1: end]
-            negate = body.startswith("!")
-            body = body[1:] if negate else body
-            chars, ranges, j = set(), [], 0
-            while j < len(body):
-                if j + 2 < len(body) and body[j + 1] == "-":
-                    ranges.append((body[j], body[j + 2]))
-                    j += 3
-                else:
-                    chars.add(body[j])
-                    j += 1
-            out.append(("[", negate, frozenset(chars), tuple(ranges)))
-            i = end
-        else:
-            out.append(("=", c))
-        i += 1
-    return out
-
-
-def _one(token: Token, c: str) -> bool:
-    if token is _ANY:
-        return True
-    if token[0] == "=":
-        return token[1] == c
-    _, negate, chars, ranges = token
-    hit = c in chars or any(lo <= c <= hi for lo, hi in ranges)
-    return hit != negate
-
-
-def match_name(tokens: list[Token], name: str) -> bool:
-    """Whether `name` matches one component's tokens; greedy stars, backing up to the last star only."""
-    p = n = 0
-    star, mark = -1, 0
-    while n < len(name):
-        if p < len(tokens) and tokens[p] is not _STAR and _one(tokens[p], name[n]):
-            p += 1
-            n += 1
-        elif p < len(tokens) and tokens[p] is _STAR:
-            star, mark = p, n
-            p += 1
-        elif star >= 0:
-            p, mark = star + 1, mark + 1
-            n = mark
-        else:
-            return False
-    while p < len(tokens) and tokens[p] is _STAR:
-        p += 1
-    return p == len(tokens)
 
 
 @dataclass(frozen=True)
@@ -89,7 +26,6 @@ class Glob:
 
     fixed: tuple[str, ...]
     parts: tuple[str, ...]
-    compiled: tuple[list[Token] | None, ...] = field(repr=False, default=())
 
     @classmethod
     def parse(cls, pattern: str) -> Glob:
@@ -102,7 +38,7 @@ class Glob:
         fixed = []
         while len(parts) > 1 and not any(c in parts[0] for c in "*?["):
             fixed.append(parts.pop(0))  # 'src/**/*.py' never reads docs/
-        return cls(tuple(fixed), tuple(parts), tuple(None if p == "**" else _tokens(p) for p in parts))
+        return cls(tuple(fixed), tuple(parts))
 
     @property
     def depth(self) -> int | None:
@@ -111,24 +47,24 @@ class Glob:
 
     def match(self, rel: tuple[str, ...]) -> bool:
         """Whether the path components below the start (`rel`) match."""
-        pats = self.compiled
+        pats = self.parts
         # reach[i]: the first i pattern components can match the path components consumed so far.
         reach = [True] + [False] * len(pats)
         for i, tok in enumerate(pats):
-            if tok is None and reach[i]:
+            if tok == "**" and reach[i]:
                 reach[i + 1] = True  # ** may match no component
         for name in rel:
             nxt = [False] * (len(pats) + 1)
             for i, tok in enumerate(pats):
                 if not reach[i]:
                     continue
-                if tok is None:
+                if tok == "**":
                     nxt[i] = True  # ** takes this component and may take more
                     nxt[i + 1] = True
-                elif match_name(tok, name):
+                elif glob_match(name, tok):
                     nxt[i + 1] = True
             for i, tok in enumerate(pats):  # a ** reached now may also match nothing more
-                if tok is None and nxt[i]:
+                if tok == "**" and nxt[i]:
                     nxt[i + 1] = True
             reach = nxt
             if not any(reach):

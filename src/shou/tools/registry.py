@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import inspect
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ..errors import UserError
-from .base import Tool
+from .base import Tool, tool
+
+
+def as_tool(fn: Any) -> Tool:
+    """`fn` as a tool, as `@tool` makes one; a lambda or anything but a function is a `UserError` that says
+    what to pass instead."""
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn)):
+        raise UserError(f"{fn!r} is not a tool: pass a function (typed parameters and a docstring), "
+                        "a function decorated with @tool, or a Tool(...)")
+    if fn.__name__ == "<lambda>":
+        # A lambda has neither a name nor a docstring to describe it to the model, nor type hints.
+        raise UserError(f"{fn!r} is a lambda, which cannot be a tool (no name, docstring or type hints): "
+                        "define it with def, typed parameters and a docstring")
+    return tool(fn)
 
 
 class ToolSet:
@@ -13,15 +28,16 @@ class ToolSet:
 
     __slots__ = ("_tools",)
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         for t in tools:
             self.add(t)
 
-    def add(self, t: Tool) -> None:
-        """Add a tool; a second tool with the same name is a developer error."""
+    def add(self, t: Tool | Callable[..., Any]) -> None:
+        """Add a tool, or a plain function made one as `@tool` would make it (from its signature and
+        docstring); a second tool with the same name is a developer error."""
         if not isinstance(t, Tool):
-            raise UserError(f"{t!r} is not a Tool: decorate the function with @tool or build a Tool(...)")
+            t = as_tool(t)
         if t.name in self._tools:
             raise UserError(f"two tools are named {t.name!r}; tool names must be unique")
         self._tools[t.name] = t

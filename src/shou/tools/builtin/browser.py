@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -203,7 +205,7 @@ async def browser(
     sess = await get_session(ctx.resource_key or "default", ctx.workspace, ctx.settings)
     async with sess.lock:
         try:
-            return await _run(sess, ctx, action, url, selector, index, text, key, full_page, act_ms, nav_ms)
+            return await _run(_Call(sess, ctx, action, url, selector, index, text, key, full_page, act_ms, nav_ms))
         except PlaywrightTimeout as e:
             limit = nav_ms if action in ("navigate", "back", "forward", "tab_open") else act_ms
             target = url or selector or (f"element [{index}]" if index is not None else text) or ""
@@ -216,104 +218,147 @@ async def browser(
             raise ToolError(f"{action} failed: {message}") from None
 
 
-async def _run(
-    sess: BrowserSession, ctx: ToolContext, action: str, url: str | None, selector: str | None,
-    index: int | None, text: str | None, key: str | None, full_page: bool, act_ms: float, nav_ms: float,
-) -> ToolResult:
-    if action == "tab_open":
-        page = await sess.context.new_page()
-        sess.active = len(sess.pages) - 1
-        if url:  # checked by the caller
-            _refused(await page.goto(url, timeout=nav_ms, wait_until="domcontentloaded"))
-        return ToolResult(f"Opened tab [{sess.active + 1}]: {await _summary(page)}\nTabs:\n{_tabs(sess)}")
-    if action in ("tab_switch", "tab_close"):
-        pages = sess.pages
-        number = index if index is not None else sess.active + 1
-        if action == "tab_switch" and index is None:
-            raise ToolError(f"tab_switch needs index (a tab number). Tabs:\n{_tabs(sess)}")
-        if not 1 <= number <= len(pages):
-            raise ToolError(f"there is no tab [{number}]. Tabs:\n{_tabs(sess)}")
-        if action == "tab_switch":
-            sess.active = number - 1
-            await pages[number - 1].bring_to_front()
-            return ToolResult(f"Switched to tab [{number}]: {await _summary(pages[number - 1])}")
-        await pages[number - 1].close()
-        if sess.active >= number - 1:
-            sess.active = max(0, sess.active - 1)
-        left = _tabs(sess) or "(none; the next action opens a new tab)"
-        return ToolResult(f"Closed tab [{number}]. Tabs:\n{left}")
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One browser call's arguments, the session it acts in and its time limits (ms)."""
 
-    page = await sess.page()
-    if action == "navigate":
-        response = _refused(await page.goto(str(url), timeout=nav_ms, wait_until="domcontentloaded"))
-        status = f" (HTTP {response.status})" if response is not None else ""
-        preview = (await _page_text(page))[:PREVIEW_CHARS]
-        return ToolResult(f"Opened {await _summary(page)}{status}\n\n{preview}\n\n"
-                          "[call action='read' for the whole page, action='elements' to act on it]",
-                          details={"url": page.url, "status": response.status if response else None})
-    if action in ("back", "forward"):
-        go = page.go_back if action == "back" else page.go_forward
-        if await go(timeout=nav_ms, wait_until="domcontentloaded") is None:
-            return ToolResult(f"No page to go {action} to; still on {await _summary(page)}")
-        return ToolResult(f"Went {action} to {await _summary(page)}")
-    if action == "click":
-        before = len(sess.pages)
-        target_el = await _locate(page, selector, index, action, act_ms)
-        await target_el.click(timeout=act_ms)
-        await _settle(page, act_ms)
-        note = ""
-        if len(sess.pages) > before:
-            note = f"\nThe click opened a new tab [{len(sess.pages)}]; use tab_switch to go there."
-        return ToolResult(f"Clicked {selector or f'element [{index}]'}. Now on {await _summary(page)}{note}")
-    if action == "type":
-        if text is None:
-            raise ToolError("type needs text (what to put in the field)")
-        target_el = await _locate(page, selector, index, action, act_ms)
-        await target_el.fill(text, timeout=act_ms)
-        return ToolResult(f"Typed {len(text)} characters into {selector or f'element [{index}]'}; "
-                          "press key='Enter' or click a button to submit")
-    if action == "press":
-        if not key:
-            raise ToolError("press needs key, e.g. key='Enter'")
-        if selector or index is not None:
-            await (await _locate(page, selector, index, action, act_ms)).press(key, timeout=act_ms)
-        else:
-            await page.keyboard.press(key)
-        await _settle(page, act_ms)
-        return ToolResult(f"Pressed {key}. Now on {await _summary(page)}")
-    if action == "scroll":
-        return await _scroll(page, selector, index, text, act_ms)
-    if action == "wait":
-        if selector:
-            await page.locator(selector).first.wait_for(state="visible", timeout=act_ms)
-        elif text:
-            await page.get_by_text(text).first.wait_for(state="visible", timeout=act_ms)
-        else:
-            raise ToolError("wait needs text (to appear on the page) or selector")
-        return ToolResult(f"{selector or repr(text)} is on the page: {await _summary(page)}")
-    if action == "read":
-        if selector:
-            await _locate(page, selector, None, action, act_ms)
-        body = await _page_text(page, selector)
-        cut = truncate(body, max_bytes=READ_MAX_BYTES, keep="head",
-                       hint="scroll or read a part with selector to see more")
-        return ToolResult(f"# {await _summary(page)}\n\n{cut.text or '(the page shows no text)'}",
-                          details={"url": page.url, "truncated": cut.truncated})
-    if action == "elements":
-        elements = await page.evaluate(ELEMENTS_JS, [IDX_ATTR, MAX_ELEMENTS])
-        if not elements:
-            return ToolResult(f"No interactive elements on {await _summary(page)}; try action='read'")
-        lines = "\n".join(describe_element(el) for el in elements)
-        more = f"\n(only the first {MAX_ELEMENTS} are listed)" if len(elements) >= MAX_ELEMENTS else ""
-        return ToolResult(f"Interactive elements on {await _summary(page)}; act on one with index=N:\n"
-                          f"{lines}{more}", details={"elements": elements})
-    if action == "screenshot":
-        return await _screenshot(page, ctx, full_page, act_ms)
-    raise ToolError(f"unknown action {action!r}")  # the schema's Literal normally stops this first
+    sess: BrowserSession
+    ctx: ToolContext
+    action: str
+    url: str | None
+    selector: str | None
+    index: int | None
+    text: str | None
+    key: str | None
+    full_page: bool
+    act_ms: float
+    nav_ms: float
+
+    @property
+    def target(self) -> str:
+        """What the model pointed at, as the answers name it."""
+        return self.selector or f"element [{self.index}]"
 
 
-async def _scroll(page: Any, selector: str | None, index: int | None, text: str | None,
-                  act_ms: float) -> ToolResult:
+async def _run(c: _Call) -> ToolResult:
+    if c.action == "tab_open":
+        return await _tab_open(c)
+    if c.action in ("tab_switch", "tab_close"):
+        return await _tab_pick(c)
+    page = await c.sess.page()
+    act = _ACTIONS.get(c.action)
+    if act is None:
+        raise ToolError(f"unknown action {c.action!r}")  # the schema's Literal normally stops this first
+    return await act(c, page)
+
+
+async def _tab_open(c: _Call) -> ToolResult:
+    sess = c.sess
+    page = await sess.context.new_page()
+    sess.active = len(sess.pages) - 1
+    if c.url:  # checked by the caller
+        _refused(await page.goto(c.url, timeout=c.nav_ms, wait_until="domcontentloaded"))
+    return ToolResult(f"Opened tab [{sess.active + 1}]: {await _summary(page)}\nTabs:\n{_tabs(sess)}")
+
+
+async def _tab_pick(c: _Call) -> ToolResult:
+    sess, index = c.sess, c.index
+    pages = sess.pages
+    number = index if index is not None else sess.active + 1
+    if c.action == "tab_switch" and index is None:
+        raise ToolError(f"tab_switch needs index (a tab number). Tabs:\n{_tabs(sess)}")
+    if not 1 <= number <= len(pages):
+        raise ToolError(f"there is no tab [{number}]. Tabs:\n{_tabs(sess)}")
+    if c.action == "tab_switch":
+        sess.active = number - 1
+        await pages[number - 1].bring_to_front()
+        return ToolResult(f"Switched to tab [{number}]: {await _summary(pages[number - 1])}")
+    await pages[number - 1].close()
+    if sess.active >= number - 1:
+        sess.active = max(0, sess.active - 1)
+    left = _tabs(sess) or "(none; the next action opens a new tab)"
+    return ToolResult(f"Closed tab [{number}]. Tabs:\n{left}")
+
+
+async def _navigate(c: _Call, page: Any) -> ToolResult:
+    response = _refused(await page.goto(str(c.url), timeout=c.nav_ms, wait_until="domcontentloaded"))
+    status = f" (HTTP {response.status})" if response is not None else ""
+    preview = (await _page_text(page))[:PREVIEW_CHARS]
+    return ToolResult(f"Opened {await _summary(page)}{status}\n\n{preview}\n\n"
+                      "[call action='read' for the whole page, action='elements' to act on it]",
+                      details={"url": page.url, "status": response.status if response else None})
+
+
+async def _history(c: _Call, page: Any) -> ToolResult:
+    go = page.go_back if c.action == "back" else page.go_forward
+    if await go(timeout=c.nav_ms, wait_until="domcontentloaded") is None:
+        return ToolResult(f"No page to go {c.action} to; still on {await _summary(page)}")
+    return ToolResult(f"Went {c.action} to {await _summary(page)}")
+
+
+async def _click(c: _Call, page: Any) -> ToolResult:
+    before = len(c.sess.pages)
+    target_el = await _locate(page, c.selector, c.index, c.action, c.act_ms)
+    await target_el.click(timeout=c.act_ms)
+    await _settle(page, c.act_ms)
+    note = ""
+    if len(c.sess.pages) > before:
+        note = f"\nThe click opened a new tab [{len(c.sess.pages)}]; use tab_switch to go there."
+    return ToolResult(f"Clicked {c.target}. Now on {await _summary(page)}{note}")
+
+
+async def _type(c: _Call, page: Any) -> ToolResult:
+    if c.text is None:
+        raise ToolError("type needs text (what to put in the field)")
+    target_el = await _locate(page, c.selector, c.index, c.action, c.act_ms)
+    await target_el.fill(c.text, timeout=c.act_ms)
+    return ToolResult(f"Typed {len(c.text)} characters into {c.target}; "
+                      "press key='Enter' or click a button to submit")
+
+
+async def _press(c: _Call, page: Any) -> ToolResult:
+    if not c.key:
+        raise ToolError("press needs key, e.g. key='Enter'")
+    if c.selector or c.index is not None:
+        await (await _locate(page, c.selector, c.index, c.action, c.act_ms)).press(c.key, timeout=c.act_ms)
+    else:
+        await page.keyboard.press(c.key)
+    await _settle(page, c.act_ms)
+    return ToolResult(f"Pressed {c.key}. Now on {await _summary(page)}")
+
+
+async def _wait(c: _Call, page: Any) -> ToolResult:
+    if c.selector:
+        await page.locator(c.selector).first.wait_for(state="visible", timeout=c.act_ms)
+    elif c.text:
+        await page.get_by_text(c.text).first.wait_for(state="visible", timeout=c.act_ms)
+    else:
+        raise ToolError("wait needs text (to appear on the page) or selector")
+    return ToolResult(f"{c.selector or repr(c.text)} is on the page: {await _summary(page)}")
+
+
+async def _read(c: _Call, page: Any) -> ToolResult:
+    if c.selector:
+        await _locate(page, c.selector, None, c.action, c.act_ms)
+    body = await _page_text(page, c.selector)
+    cut = truncate(body, max_bytes=READ_MAX_BYTES, keep="head",
+                   hint="scroll or read a part with selector to see more")
+    return ToolResult(f"# {await _summary(page)}\n\n{cut.text or '(the page shows no text)'}",
+                      details={"url": page.url, "truncated": cut.truncated})
+
+
+async def _elements(c: _Call, page: Any) -> ToolResult:
+    elements = await page.evaluate(ELEMENTS_JS, [IDX_ATTR, MAX_ELEMENTS])
+    if not elements:
+        return ToolResult(f"No interactive elements on {await _summary(page)}; try action='read'")
+    lines = "\n".join(describe_element(el) for el in elements)
+    more = f"\n(only the first {MAX_ELEMENTS} are listed)" if len(elements) >= MAX_ELEMENTS else ""
+    return ToolResult(f"Interactive elements on {await _summary(page)}; act on one with index=N:\n"
+                      f"{lines}{more}", details={"elements": elements})
+
+
+async def _scroll(c: _Call, page: Any) -> ToolResult:
+    selector, index, text, act_ms = c.selector, c.index, c.text, c.act_ms
     if selector or index is not None:
         await (await _locate(page, selector, index, "scroll", act_ms)).scroll_into_view_if_needed(timeout=act_ms)
         return ToolResult(f"Scrolled {selector or f'element [{index}]'} into view")
@@ -327,7 +372,8 @@ async def _scroll(page: Any, selector: str | None, index: int | None, text: str 
     return ToolResult(f"Scrolled {direction}: showing {int(y)}-{int(y + view)} of {int(height)} px")
 
 
-async def _screenshot(page: Any, ctx: ToolContext, full_page: bool, act_ms: float) -> ToolResult:
+async def _screenshot(c: _Call, page: Any) -> ToolResult:
+    ctx, full_page, act_ms = c.ctx, c.full_page, c.act_ms
     raw = await page.screenshot(full_page=full_page, type="png", timeout=act_ms)
     data, media_type, size = fit_image(raw)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -342,3 +388,10 @@ async def _screenshot(page: Any, ctx: ToolContext, full_page: bool, act_ms: floa
 
     return ToolResult(content, image=ImagePart.from_bytes(data, media_type),
                       details={"page_text": page_text, "title": title, "url": page.url, "path": str(path)})
+
+
+# The actions on the active page, by name (the tab actions choose the page themselves).
+_ACTIONS: dict[str, Callable[[_Call, Any], Awaitable[ToolResult]]] = {
+    "navigate": _navigate, "back": _history, "forward": _history, "click": _click, "type": _type, "press": _press,
+    "scroll": _scroll, "wait": _wait, "read": _read, "elements": _elements, "screenshot": _screenshot,
+}

@@ -1,4 +1,4 @@
-"""Token vectors for late interaction: how a memory's word pieces are stored and matched against a query's.
+"""MaxSim token vectors for late interaction: how a memory's word pieces are stored and matched against a query's.
 
 Each memory keeps the unit-length output vectors of its content word pieces, quantised to int8 with one
 float32 scale per piece (388 bytes a piece instead of 1,536; cosines move by under 0.01). A match score

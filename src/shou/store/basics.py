@@ -1,0 +1,66 @@
+"""What every session store shares, SQLite's and PostgreSQL's: which events are stored, what a session's
+listing says, the methods built on `rows()` and `lock()`, and decoding stored rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..event_codec import event_from_dict
+from ..events import Event
+from .locks import SessionBusy
+
+__all__ = ["DEFAULT_RETENTION_DAYS", "NOT_STORED", "SessionInfo", "StoreBasics", "decoded"]
+
+DEFAULT_RETENTION_DAYS = 7.0
+_SESSION_EVENTS = frozenset({"run_started", "run_resumed", "run_finished", "history_cleared"})
+NOT_STORED = frozenset({"text_delta", "tool_call_delta"})  # the complete message is stored instead
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A row of `shou sessions`: `status` is the last run's (`running` while one is under way)."""
+
+    name: str
+    created: float
+    updated: float
+    title: str
+    runs: int
+    status: str = ""
+
+
+class StoreBasics:
+    """What every session store does the same way on top of `rows()` and `lock()`."""
+
+    def events(self, session: str) -> Iterator[Event]:
+        """Every stored event of `session`, oldest first."""
+        for _, event in self.rows(session):  # type: ignore[attr-defined]
+            yield event
+
+    def is_locked(self, session: str) -> bool:
+        """Whether some process holds `session` now."""
+        try:
+            self.lock(session).release()  # type: ignore[attr-defined]
+        except SessionBusy:
+            return True
+        return False
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()  # type: ignore[attr-defined]
+
+
+def decoded(found: list[tuple[int, str]]) -> list[tuple[int, Event]]:
+    """`(id, event)` of stored rows; a row that cannot be decoded (a newer shou's, damage) is left out."""
+    out = []
+    for row_id, data in found:
+        try:
+            out.append((row_id, event_from_dict(orjson.loads(data))))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+    return out
