@@ -22,6 +22,7 @@ from ..tools.registry import ToolSet
 from ..usage import MOST_TOKENS, Usage
 from .config import DEFAULT_INSTRUCTIONS, DEFAULT_POLICY, MAX_TASK_CHARS, AgentConfig, check_fields, model_named
 from .loop import Run
+from .runs import build_run
 
 __all__ = ["DEFAULT_INSTRUCTIONS", "DEFAULT_POLICY", "MAX_TASK_CHARS", "Agent", "RunResult", "model_named"]
 
@@ -205,9 +206,9 @@ class Agent:
             open_run = session.open_run
             if open_run is None:
                 raise UserError(f"session {session.name!r} has no unfinished run to resume")
-            return Run(self, open_run.task, session, emit, resume=open_run)
+            return build_run(self, open_run.task, session, emit, resume=open_run)
         self.emitter(session).close_interrupted()
-        return Run(self, task, session, emit, run_id=run_id)
+        return build_run(self, task, session, emit, run_id=run_id)
 
     def _count_unanswered(self, session: Session) -> None:
         """Log what the model calls a killed process left under way may have cost, at their worst case (the

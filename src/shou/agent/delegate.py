@@ -19,7 +19,8 @@ from ..setting_tables import check_agent_table
 from ..tools.base import Tool, ToolContext, ToolResult, tool
 from ..tools.registry import ToolSet
 from .config import MAX_TASK_CHARS, model_named
-from .subrun import outcome, run_sub, sub_config
+from .runs import run_sub
+from .subrun import outcome, sub_config
 
 if TYPE_CHECKING:
     from ..models.base import Model

@@ -21,7 +21,7 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ..errors import ModelError
@@ -47,7 +47,6 @@ from ..usage import Usage
 from .budget import Accounts, Budget
 from .context import RunContext
 from .emitter import Emitter
-from .review import Critic
 from .servers import with_servers
 from .toolpipe import ToolPipeline
 from .turn import Caller
@@ -60,6 +59,7 @@ _log = logging.getLogger("shou")
 TRUNCATION_LIMIT = 3  # consecutive replies cut at the output limit before the run ends `truncated`
 CUT_CALL = ("Error: not run: your reply was cut off at the output limit before this call was complete "
             "(finish_reason: length). Do less per step: fewer or smaller calls, and write long content in parts.")
+Ending = tuple[RunStatus, str, str | None]  # how a run ended: its status, answer and error
 CUT_TEXT = ("[shou] Your last reply was cut off at the output limit (finish_reason: length) and is incomplete. "
             "Continue with less per step: a shorter answer, or the next part only.")
 
@@ -97,6 +97,11 @@ class Run:
         self.caller = Caller(self)
         # Sub-run ids go on from the ones the killed process used: a resumed run's are new ones.
         self._subs = itertools.count((resume.subs if resume is not None else 0) + 1)
+        # What the run is made of, set where it is built (agent/runs.py), never chosen inside the loop: what
+        # carries it from its start to its ending (by default the plain loop), and what an answer of the loop
+        # must pass before it stands (None: every answer stands).
+        self.drive: Callable[[], Awaitable[Ending]] = self._steps
+        self.answer_check: Callable[[int, str, int], Awaitable[bool]] | None = None
 
     def sub_id(self) -> str:
         """A new run id for a sub-run of this run (a plan step, a sub-agent, a review)."""
@@ -142,12 +147,7 @@ class Run:
         error: str | None = None
         try:
             async with asyncio.timeout(agent.run_timeout):
-                if agent.planning or (self.resume is not None and self.resume.plan is not None):
-                    from .plan import Planner
-
-                    status, answer, error = await Planner(self).execute()
-                else:
-                    status, answer, error = await self._steps()
+                status, answer, error = await self.drive()
         except TimeoutError:
             status, error = "timeout", f"the run passed its deadline of {agent.run_timeout:g} s"
         except ModelError as e:
@@ -219,7 +219,7 @@ class Run:
             if ended is not None:
                 return ended
         run_id = self.run_id
-        critic = Critic(self, context.pinned) if agent.reflect and agent.max_reviews > 0 else None
+        check = self.answer_check
         while True:
             if self.step >= agent.max_steps:
                 return "max_steps", "", f"stopped after {agent.max_steps} steps without a final answer"
@@ -239,13 +239,9 @@ class Run:
                 continue
             self.truncated = 0
             if not message.tool_calls:
-                if critic is not None and critic.reviews < agent.max_reviews:
-                    verdict = await critic.review(step, message.text)
-                    if isinstance(verdict, str):  # the budget does not allow a review: the answer stands
-                        self.emit(Notice(run_id, step, "review", f"not reviewed: {verdict}"))
-                    elif not verdict:
-                        self.emit(StepFinished(run_id, step, self.usage))
-                        continue
+                if check is not None and not await check(step, message.text, context.pinned):
+                    self.emit(StepFinished(run_id, step, self.usage))
+                    continue  # turned down: why is in the conversation now, and the loop goes on
                 self.emit(StepFinished(run_id, step, self.usage))
                 return "completed", message.text, None
             ended = await tools(message.tool_calls, turn=True, oversized=turn.oversized)

@@ -14,16 +14,23 @@ log left it.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..events import PlanStep, PlanUpdated, RunStatus, StepFinished
+from ..events import PlanStep, PlanUpdated, RunFinished, RunStatus, StepFinished
 from ..messages import Message
-from .subrun import derived, outcome, run_sub
+from .subrun import outcome, sub_config
 from .turn import must_call, tool_arguments
 from .verdict import judge_step
 
 if TYPE_CHECKING:
+    from ..session import Session
+    from .agent import Agent
+    from .config import AgentConfig
     from .loop import Run
+
+# How a step's sub-run is started (agent/runs.py's run_sub): given, so a plan builds its steps like any run.
+StartSub = Callable[["Run", "Agent", str, "str | None"], Awaitable[tuple[RunFinished, "Session"]]]
 
 PLANNER = (
     "You plan how an AI agent will carry out a task. The agent has these tools: {tools}. Break the task into "
@@ -58,10 +65,11 @@ STEP_CHARS = 2000  # of one step's description
 
 
 class Planner:
-    """Drives one planned run: `execute()` returns how it ended, like the ReAct loop."""
+    """Drives one planned run: `execute()` returns how it ended, like the ReAct loop; `start` runs a step."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, start: StartSub) -> None:
         self.run = run
+        self.start = start
         self.revision = 0
         self.steps: list[PlanStep] = []
         self.replans = 0
@@ -92,7 +100,7 @@ class Planner:
                 break
             self._set(i, status="running", run_id=f"{run.run_id}.s{self.revision}.{i + 1}")
             self._publish()
-            done, session = await run_sub(run, self._step_agent(), self._step_prompt(i), self.steps[i].run_id)
+            done, session = await self.start(run, self._step_agent(), self._step_prompt(i), self.steps[i].run_id)
             result = outcome(done, session)
             why = done.status
             if done.status == "completed":
@@ -156,9 +164,14 @@ class Planner:
 
     # ------------------------------------------------------------------ steps
 
-    def _step_agent(self) -> Any:
+    @staticmethod
+    def step_config(config: AgentConfig) -> AgentConfig:
+        """The config a step of a plan of `config` runs with: a sub-run's, with the plan's step limits."""
+        return sub_config(config, max_steps=config.plan_step_max_steps, run_timeout=config.plan_step_timeout)
+
+    def _step_agent(self) -> Agent:
         agent = self.run.agent
-        return derived(agent, max_steps=agent.plan_step_max_steps, run_timeout=agent.plan_step_timeout)
+        return agent.variant(self.step_config(agent.config))
 
     def _step_prompt(self, i: int) -> str:
         return STEP.format(task=self.run.task, plan=self._checklist(current=i), results=self._results() or "(none)",

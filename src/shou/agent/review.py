@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..events import Feedback, Reviewed
+from ..events import Feedback, Notice, Reviewed
 from ..messages import Message
 from .turn import must_call, tool_arguments
 
@@ -41,12 +41,28 @@ FEEDBACK_CHARS = 4000  # of the critic's feedback passed on to the agent
 
 
 class Critic:
-    """Reviews the final answers of one run; `reviews` counts the reviews made so far."""
+    """Reviews the final answers of one run; `reviews` counts the reviews made so far.
 
-    def __init__(self, run: Run, first: int) -> None:
+    Called as the run's answer check (`Run.answer_check`, set by agent/runs.py): whether an answer stands.
+    """
+
+    def __init__(self, run: Run, first: int = 0) -> None:
         self.run = run
         self.first = first  # where the run's own messages start in the session (its task)
         self.reviews = 0
+
+    async def __call__(self, step: int, answer: str, first: int) -> bool:
+        """Whether `answer` stands: approved, not reviewed (the reviews allowed are made, or the budget allows
+        none, which a notice says), or False when the critic turned it down and its feedback is in the
+        conversation. `first` is where the run's own messages start (the run's context knows it)."""
+        if self.reviews >= self.run.agent.max_reviews:
+            return True
+        self.first = first
+        verdict = await self.review(step, answer)
+        if isinstance(verdict, str):  # the budget does not allow a review: the answer stands
+            self.run.emit(Notice(self.run.run_id, step, "review", f"not reviewed: {verdict}"))
+            return True
+        return verdict
 
     def _evidence(self) -> str:
         """What the run's tools returned, newest last, each cut to a readable size."""

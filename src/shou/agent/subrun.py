@@ -1,4 +1,5 @@
-"""Sub-runs: a whole ReAct run carried out for another run (a plan step, a sub-agent's task).
+"""Sub-runs: a whole ReAct run carried out for another run (a plan step, a sub-agent's task); started by
+`run_sub` (agent/runs.py), which builds it like any run.
 
 A sub-run has a context of its own: a fresh conversation that starts with its task, never the parent's
 history. Its events go to the parent's stream and the parent's log with `parent` set (so they are traced,
@@ -12,13 +13,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..events import Event, RunFinished
+from ..events import RunFinished
 from ..session import Session
 
 if TYPE_CHECKING:
     from .agent import Agent
     from .config import AgentConfig
-    from .loop import Run
 
 PARTIAL_CHARS = 4000  # of a stopped sub-run's last words handed back to its parent
 
@@ -58,23 +58,6 @@ def sub_config(config: AgentConfig, **changes: Any) -> AgentConfig:
 def derived(agent: Agent, **changes: Any) -> Agent:
     """An agent for a sub-run of `agent`'s: `sub_config(agent.config, **changes)`."""
     return agent.variant(sub_config(agent.config, **changes))
-
-
-async def run_sub(parent: Run, agent: Agent, task: str, run_id: str | None = None) -> tuple[RunFinished, Session]:
-    """Carry out `task` with `agent` as a sub-run of `parent`; returns how it ended and its conversation."""
-    from .loop import Run
-
-    session = SubSession(parent.session)
-    me = parent.run_id
-
-    def forward(event: Event) -> None:  # a grandchild's events keep the parent they name
-        parent.emit(event if event.parent else replace(event, parent=me))
-
-    run = Run(agent, task, session, forward, run_id=run_id or parent.sub_id(), budgets=parent.accounts.budgets,
-              ratios=parent.accounts.ratios)
-    done = await run.execute()
-    parent.usage = parent.usage + done.usage  # the parent's total includes what its sub-runs spent
-    return done, session
 
 
 def outcome(done: RunFinished, session: Session) -> str:
