@@ -1,0 +1,55 @@
+"""Issue 30: every face's events take the one emitter path. A secret in an MCP server's URL (the server is
+down, so the connection failure is reported) and in the model's reply must be absent from the store, the SSE
+stream of `shou serve` and the OTel spans it exports (a real OTLP collector over loopback)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.otlp_collector import OtlpCollector
+
+from ..fixtures.serving import start_serve, stream_run
+from .conftest import shou_env
+
+TOKEN = "PathTok4Vb8Nm2Qw6Zx"  # a Zapier-style token in a URL path segment
+
+
+@pytest.fixture
+def collector() -> Iterator[OtlpCollector]:
+    with OtlpCollector() as c:
+        yield c
+
+
+def test_an_mcp_url_secret_reaches_neither_store_nor_sse_nor_otel(serve, collector: OtlpCollector,
+                                                                   tmp_path: Path, workspace: Path) -> None:
+    cfg = tmp_path / "config"  # the user's config: trusted
+    cfg.mkdir(exist_ok=True)
+    (cfg / "shou.toml").write_text(f'[mcp_servers.zap]\nurl = "http://127.0.0.1:9/api/mcp/s/{TOKEN}/mcp"\n')
+    srv = serve([{"text": f"the server was http://127.0.0.1:9/api/mcp/s/{TOKEN}/mcp"}])
+    env = shou_env(tmp_path, srv, OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint, SHOU_OTEL_CONTENT="true")
+    s = start_serve(workspace, env)
+    try:
+        with s.client() as c:
+            run = c.post("/v1/runs", json={"task": "where is the server?"}).json()["run_id"]
+            events = stream_run(c, run)
+    finally:
+        s.stop()
+    kinds = [m["event"] for m in events]
+    assert "notice" in kinds and kinds[-1] == "run_finished", kinds  # the failed connection was reported
+    sse = json.dumps(events)
+    assert "zap" in sse and TOKEN not in sse, "SSE stream"
+    dbs = [p for p in tmp_path.rglob("*.db*") if "cache" not in p.parts]
+    assert dbs, sorted(str(p) for p in tmp_path.rglob("*"))
+    blob = b"".join(p.read_bytes() for p in dbs)
+    assert b"[redacted]" in blob and TOKEN.encode() not in blob, "store"
+    deadline = time.monotonic() + 30  # the exporter flushes at exit; the collector decodes on its thread
+    while not collector.named("invoke_agent") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    spans = repr([(s.name, s.attributes, s.status_message) for s in collector.spans])
+    assert collector.named("invoke_agent") and "[redacted]" in spans, (spans[:2000], s.log()[-3000:])
+    assert TOKEN not in spans, "OTel spans"
