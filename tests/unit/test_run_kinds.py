@@ -78,7 +78,7 @@ async def test_a_react_run_asks_answers_and_finishes(tmp_path: Path) -> None:
                   [note], workspace=tmp_path)
     seen: list[Event] = []
     run = build_run(agent, "note x", Session("s", None), seen.append)
-    assert run.drive == run._steps and run.answer_check is None  # the loop as it is
+    assert run.drive is None and run.answer_checker is None  # the loop as it is
     done = await run.execute()
     assert done.status == "completed" and done.answer == "done"
     assert _own(seen) == ["RunStarted", "ModelRequest", "ModelResponse", "ToolCallStarted", "ToolCallFinished",
@@ -97,7 +97,7 @@ async def test_a_reviewed_run_is_re_entered_with_the_reviewers_feedback(tmp_path
     agent = Agent(model, [note], workspace=tmp_path, reflect=True, max_reviews=2)
     seen: list[Event] = []
     run = build_run(agent, "note x", Session("s", None), seen.append)
-    assert isinstance(run.answer_check, Critic) and run.drive == run._steps
+    assert run.answer_checker is Critic and run.drive is None
     done = await run.execute()
     assert done.status == "completed" and done.answer == "second" and done.steps == 3
     assert _own(seen) == ["RunStarted", "ModelRequest", "ModelResponse", "Reviewed", "Feedback", "StepFinished",
@@ -122,7 +122,7 @@ async def test_a_planned_run_drives_its_steps_as_plain_sub_runs(tmp_path: Path) 
     agent = Agent(model, [note], workspace=tmp_path, planning=True, reflect=True)
     seen: list[Event] = []
     run = build_run(agent, "note a and b", Session("s", None), seen.append)
-    assert run.drive != run._steps and run.answer_check is None
+    assert run.drive == PlannedRun(ReactRun()) and run.answer_checker is None
     done = await run.execute()
     assert done.status == "completed" and done.answer == "Both."
     assert not [e for e in seen if isinstance(e, Reviewed)]

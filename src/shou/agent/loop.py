@@ -59,9 +59,9 @@ _log = logging.getLogger("shou")
 TRUNCATION_LIMIT = 3  # consecutive replies cut at the output limit before the run ends `truncated`
 CUT_CALL = ("Error: not run: your reply was cut off at the output limit before this call was complete "
             "(finish_reason: length). Do less per step: fewer or smaller calls, and write long content in parts.")
-Ending = tuple[RunStatus, str, str | None]  # how a run ended: its status, answer and error
 CUT_TEXT = ("[shou] Your last reply was cut off at the output limit (finish_reason: length) and is incomplete. "
             "Continue with less per step: a shorter answer, or the next part only.")
+Ending = tuple[RunStatus, str, str | None]  # how a run ended: its status, answer and error
 
 
 def new_run_id() -> str:
@@ -98,10 +98,12 @@ class Run:
         # Sub-run ids go on from the ones the killed process used: a resumed run's are new ones.
         self._subs = itertools.count((resume.subs if resume is not None else 0) + 1)
         # What the run is made of, set where it is built (agent/runs.py), never chosen inside the loop: what
-        # carries it from its start to its ending (by default the plain loop), and what an answer of the loop
-        # must pass before it stands (None: every answer stands).
-        self.drive: Callable[[], Awaitable[Ending]] = self._steps
-        self.answer_check: Callable[[int, str, int], Awaitable[bool]] | None = None
+        # carries it from its start to its ending (None: the plain loop), and what makes the check an answer of
+        # the loop must pass before it stands (given the run and where its own messages start; None: every
+        # answer stands). Both are given the run, not bound to it: what a run is made of is a value of its
+        # config, and the run's state stays in the run.
+        self.drive: Callable[[Run], Awaitable[Ending]] | None = None
+        self.answer_checker: Callable[[Run, int], Callable[[int, str], Awaitable[bool]]] | None = None
 
     def sub_id(self) -> str:
         """A new run id for a sub-run of this run (a plan step, a sub-agent, a review)."""
@@ -147,7 +149,7 @@ class Run:
         error: str | None = None
         try:
             async with asyncio.timeout(agent.run_timeout):
-                status, answer, error = await self.drive()
+                status, answer, error = await (self._steps() if self.drive is None else self.drive(self))
         except TimeoutError:
             status, error = "timeout", f"the run passed its deadline of {agent.run_timeout:g} s"
         except ModelError as e:
@@ -219,7 +221,7 @@ class Run:
             if ended is not None:
                 return ended
         run_id = self.run_id
-        check = self.answer_check
+        check = self.answer_checker(self, context.pinned) if self.answer_checker is not None else None
         while True:
             if self.step >= agent.max_steps:
                 return "max_steps", "", f"stopped after {agent.max_steps} steps without a final answer"
@@ -239,7 +241,7 @@ class Run:
                 continue
             self.truncated = 0
             if not message.tool_calls:
-                if check is not None and not await check(step, message.text, context.pinned):
+                if check is not None and not await check(step, message.text):
                     self.emit(StepFinished(run_id, step, self.usage))
                     continue  # turned down: why is in the conversation now, and the loop goes on
                 self.emit(StepFinished(run_id, step, self.usage))

@@ -43,21 +43,20 @@ FEEDBACK_CHARS = 4000  # of the critic's feedback passed on to the agent
 class Critic:
     """Reviews the final answers of one run; `reviews` counts the reviews made so far.
 
-    Called as the run's answer check (`Run.answer_check`, set by agent/runs.py): whether an answer stands.
+    Made per run as its answer check (`Run.answer_checker`, set by agent/runs.py): whether an answer stands.
     """
 
-    def __init__(self, run: Run, first: int = 0) -> None:
+    def __init__(self, run: Run, first: int) -> None:
         self.run = run
         self.first = first  # where the run's own messages start in the session (its task)
         self.reviews = 0
 
-    async def __call__(self, step: int, answer: str, first: int) -> bool:
+    async def __call__(self, step: int, answer: str) -> bool:
         """Whether `answer` stands: approved, not reviewed (the reviews allowed are made, or the budget allows
         none, which a notice says), or False when the critic turned it down and its feedback is in the
-        conversation. `first` is where the run's own messages start (the run's context knows it)."""
+        conversation."""
         if self.reviews >= self.run.agent.max_reviews:
             return True
-        self.first = first
         verdict = await self.review(step, answer)
         if isinstance(verdict, str):  # the budget does not allow a review: the answer stands
             self.run.emit(Notice(self.run.run_id, step, "review", f"not reviewed: {verdict}"))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..events import Event, RunFinished
-from .loop import Run
+from .loop import Ending, Run
 from .plan import Planner
 from .review import Critic
 from .subrun import SubSession
@@ -49,9 +49,9 @@ class ReviewedRun:
     inner: ReactRun
 
     def attach(self, run: Run) -> None:
-        """The inner run, with the reviewer on its answer step."""
+        """The inner run, with a reviewer (one per run: it counts its reviews) on its answer step."""
         self.inner.attach(run)
-        run.answer_check = Critic(run)
+        run.answer_checker = Critic
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,11 @@ class PlannedRun:
 
     def attach(self, run: Run) -> None:
         """The planner in place of the loop."""
-        run.drive = Planner(run, run_sub).execute
+        run.drive = self
+
+    async def __call__(self, run: Run) -> Ending:
+        """Plan, carry out the steps (each a sub-run built by `build_run`), answer."""
+        return await Planner(run, run_sub).execute()
 
 
 RunKind = ReactRun | ReviewedRun | PlannedRun
