@@ -1,5 +1,5 @@
 """`shou mcp list`: the MCP servers of the settings, whether each starts, and the tools it offers.
-`shou mcp serve`: this workspace's agent as an MCP server (shou.mcp.serve), over stdio or `--http PORT`.
+`shou mcp serve`: this workspace's agent as an MCP server (shou.serve.mcp_server), over stdio or `--http PORT`.
 
 Servers come from `[mcp_servers.NAME]` in the user's shou.toml, a trusted workspace's shou.toml, or
 `SHOU_MCP_SERVERS`; a workspace that is not trusted cannot name one (they are commands), and the command
@@ -109,7 +109,7 @@ def serve(
     Calls run under the sandbox and the permission policy of `shou run`; one that would ask a person is
     refused unless --yes.
     """
-    from ..mcp.serve import serve_http, serve_stdio
+    from ..serve.mcp_server import serve_http, serve_stdio
 
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, False, sandbox, None, option,
                    yes, "yes" if yes else "deny")
