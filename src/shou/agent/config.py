@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..context.builder import ContextPolicy
 from ..errors import UserError
 from ..events import Event
+from ..known_secrets import secrets_of
 from ..models.base import Model, ModelSettings
 from ..models.capabilities import supports_vision
 from ..pricing import PriceTable
-from ..redact import Redactor, secrets_of
+from ..redact import Redactor
 from ..tools.registry import ToolSet
 
 if TYPE_CHECKING:

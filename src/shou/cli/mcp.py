@@ -57,7 +57,8 @@ def list_servers(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> N
         if "mcp_servers" in ignored.names:
             err.print(f"[yellow]warning:[/] {escape(str(ignored.path))} names MCP servers, but it is not trusted: "
                       "they are ignored (`shou trust` to allow them)")
-    from ..redact import Redactor, secrets_of
+    from ..known_secrets import secrets_of
+    from ..redact import Redactor
 
     # A server's error may quote its URL or what it was started with: masked like an event.
     hide = Redactor(secrets_of(settings))
