@@ -29,13 +29,11 @@ from .build import (
     SandboxOpt,
     StepsOpt,
     ToolsOpt,
-    WorkspaceOpt,
     YesOpt,
     build_agent,
     close_resources,
-    err,
-    fail,
 )
+from .common import WorkspaceOpt, err, fail
 from .render import json_text, printable, short
 
 mcp_app = typer.Typer(help="MCP servers: list them and their tools.", no_args_is_help=True)

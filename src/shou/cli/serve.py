@@ -23,12 +23,10 @@ from .build import (
     SandboxOpt,
     StepsOpt,
     ToolsOpt,
-    WorkspaceOpt,
     build_agent,
     close_resources,
-    err,
-    fail,
 )
+from .common import WorkspaceOpt, err, fail
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
