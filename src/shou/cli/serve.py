@@ -126,10 +126,11 @@ async def _serve(agent, settings, host: str, port: int, store_spec: str | None, 
 
     from ..errors import ShouError
     from ..serve import open_store
-    from ..serve.app import Server, create_app
+    from ..serve.app import create_app
     from ..serve.hub import Hub
     from ..serve.jobs import RunQueue
     from ..serve.runner import Runner
+    from ..serve.server import Server
     from ..serve.tenancy import UserMemory
 
     try:
