@@ -62,15 +62,15 @@ def derived(agent: Agent, **changes: Any) -> Agent:
 
 async def run_sub(parent: Run, agent: Agent, task: str, run_id: str | None = None) -> tuple[RunFinished, Session]:
     """Carry out `task` with `agent` as a sub-run of `parent`; returns how it ended and its conversation."""
-    from .loop import Run
-
     session = SubSession(parent.session)
     me = parent.run_id
 
     def forward(event: Event) -> None:  # a grandchild's events keep the parent they name
         parent.emit(event if event.parent else replace(event, parent=me))
 
-    run = Run(agent, task, session, forward, run_id=run_id or parent.sub_id(), budgets=parent.accounts.budgets,
+    # A Run of the parent's own class: naming it here would tie this module above loop.py, whose planner
+    # runs sub-runs (a circle of imports).
+    run = type(parent)(agent, task, session, forward, run_id=run_id or parent.sub_id(), budgets=parent.accounts.budgets,
               ratios=parent.accounts.ratios)
     done = await run.execute()
     parent.usage = parent.usage + done.usage  # the parent's total includes what its sub-runs spent
