@@ -17,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = "shou's five layers: faces, runtime, capabilities, platform, foundation"
 ACYCLIC = "no import circle between the modules of a package"
+FACADE = "no module imports the facade, shou/__init__.py"
 # The CLI, run as `lint-imports` is, by this interpreter: its graph is of the `shou` found first on PYTHONPATH.
 LINT = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
@@ -46,7 +47,8 @@ def add_function_import(module: Path, target: str) -> None:
 def test_the_tree_keeps_every_contract() -> None:
     status, report = lint(ROOT)
     assert status == 0, report
-    assert f"{LAYERS} KEPT" in report and f"{ACYCLIC} KEPT" in report and "0 broken" in report, report
+    assert f"{LAYERS} KEPT" in report and f"{ACYCLIC} KEPT" in report and f"{FACADE} KEPT" in report, report
+    assert "Contracts: 3 kept, 0 broken." in report, report
 
 
 def test_the_copy_is_what_gets_linted(tree: Path) -> None:
@@ -80,6 +82,16 @@ def test_a_circle_between_modules_of_one_layer_breaks_the_acyclic_contract(tree:
     assert status == 1, report
     assert f"{ACYCLIC} BROKEN" in report and f"{LAYERS} KEPT" in report, report
     assert "No cycles are allowed in shou." in report, report
+
+
+def test_importing_the_facade_from_inside_breaks_its_contract(tree: Path) -> None:
+    """`from shou import Agent` in errors.py ties the foundation to every layer through shou/__init__.py,
+    which no layer holds: its own contract sees it."""
+    with (tree / "src" / "shou" / "errors.py").open("a", encoding="utf-8") as f:
+        f.write("\n\ndef _layers_test_import() -> None:\n    from shou import Agent  # noqa: F401\n")
+    status, report = lint(tree)
+    assert status == 1, report
+    assert f"{FACADE} BROKEN" in report and "shou.errors is not allowed to import shou:" in report, report
 
 
 def test_a_module_no_layer_names_breaks_the_layers(tree: Path) -> None:
