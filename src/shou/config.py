@@ -369,7 +369,8 @@ def redact_urls(text: str) -> str:
 
 def describe(settings: Settings) -> list[tuple[str, str, str]]:
     """Rows of (setting, shown value, source) for `shou config`; secrets masked."""
-    from .redact import Redactor, secrets_of
+    from .known_secrets import secrets_of
+    from .redact import Redactor
 
     # Every value passes the redactor too: a setting such as `mcp_servers` holds keys in its tables.
     hide = Redactor(secrets_of(settings)).text

@@ -10,16 +10,15 @@ shorter than 8 characters are left alone: not secret enough to find without fals
 A secret is also found as JSON spells it (quotes, backslashes, `\\u` escapes) and inside tool-call arguments
 written with any other JSON escapes.
 
-And what the `[mcp_servers.NAME]` tables say that may be a credential (shou.redact_servers).
+Which values are secret is shou.known_secrets's business (settings, environments, `.env`, MCP server tables).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -27,48 +26,16 @@ import orjson
 from .events import Event, field_names
 from .messages import Message, TextPart, ToolCall
 
-__all__ = ["REDACTED", "Redactor", "json_spellings", "looks_secret", "secrets_of", "url_secrets"]
+__all__ = ["REDACTED", "Redactor", "json_spellings", "looks_secret", "url_secrets"]
 
 REDACTED = "[redacted]"
 _SECRET_NAME = re.compile(r"(?:^|_)(?:API_KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
 MIN_LENGTH = 8
 
 
-def secrets_of(settings: Any = None, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The secret values these settings, environments and the workspace's `.env` hold."""
-    from .settings import SECRET_FIELDS
-
-    found: set[str] = set()
-    for name in SECRET_FIELDS:
-        value = getattr(settings, name, None)
-        if value:
-            found.add(str(value))
-    for name in _URL_FIELDS:
-        found.update(url_secrets(getattr(settings, name, None)))
-    trusted = {**(os.environ if environ is None else environ), **(getattr(settings, "env", None) or {})}
-    dotenv = _workspace_dotenv(getattr(settings, "workspace", None))
-    for env, sure in ((trusted, True), ({k: v for k, v in dotenv.items() if k not in trusted}, False)):
-        for name, value in env.items():
-            if not value:
-                continue
-            if _SECRET_NAME.search(name):
-                # An untrusted `.env` could name any word a secret ("function"), and every event would lose
-                # it: from there, only what looks like a key.
-                if sure or looks_secret(value):
-                    found.add(str(value))
-            elif _HEADERS_NAME.search(name):  # `OTEL_EXPORTER_OTLP_HEADERS=api-key=...,x-team=...`
-                found.update(v for v in _header_values(value) if sure or looks_secret(v))
-            elif _URL_NAME.search(name):
-                found.update(url_secrets(str(value), bare=bool(_SENT_URL.search(name)) and sure))
-    found.update(_servers_secrets(getattr(settings, "mcp_servers", None)))
-    return sorted((v for v in found if len(v) >= MIN_LENGTH), key=len, reverse=True)
-
-
-# Settings and variables that hold URLs, which may carry a login or a key: a base URL with `user:pass@`
-# (sent as basic auth), a proxy's login, `?api_key=` in a webhook.
-_URL_FIELDS = ("base_url", "searxng_url", "alert_webhook")
+# Variables that hold URLs, which may carry a login or a key: a base URL with `user:pass@` (sent as basic
+# auth), a proxy's login, `?api_key=` in a webhook.
 _URL_NAME = re.compile(r"(?:^|_)(?:URL|URI|ENDPOINT|PROXY)$", re.IGNORECASE)
-_SENT_URL = re.compile(r"(?:^|_)(?:BASE_URL|PROXY)$", re.IGNORECASE)  # URLs shou itself sends requests to
 _HEADERS_NAME = re.compile(r"(?:^|_)HEADERS$", re.IGNORECASE)
 _KEY_QUERY = re.compile(r"(?:key|token|secret|sig|password|auth)", re.IGNORECASE)
 
@@ -123,17 +90,6 @@ def url_secrets(url: str | None, bare: bool = True) -> set[str]:
     return found
 
 
-def _servers_secrets(servers: Any) -> set[str]:
-    """What the tables of the `mcp_servers` setting hold (shou.redact_servers)."""
-    from .redact_servers import server_secrets
-
-    found: set[str] = set()
-    for table in (servers.values() if isinstance(servers, Mapping) else ()):
-        if isinstance(table, Mapping):
-            found.update(server_secrets(table))
-    return found
-
-
 def _header_values(value: str) -> set[str]:
     """The whole of a `key=value,key=value` headers variable, and each value in it."""
     from urllib.parse import unquote
@@ -144,25 +100,6 @@ def _header_values(value: str) -> set[str]:
         if item.strip():
             found.update({item.strip(), unquote(item.strip())})
     return found
-
-
-def _workspace_dotenv(workspace: Any) -> Mapping[str, str]:
-    if workspace is None:
-        return {}
-    try:
-        from .trust import read_config_file
-
-        data = read_config_file(workspace / ".env")
-        if data is None:
-            return {}
-        import io
-
-        from dotenv import dotenv_values
-
-        parsed = dotenv_values(stream=io.StringIO(data.decode("utf-8", "replace")), interpolate=False)
-        return {k: v for k, v in parsed.items() if v is not None}
-    except Exception:  # an unreadable .env hides nothing we could know
-        return {}
 
 
 def json_spellings(value: str) -> set[str]:

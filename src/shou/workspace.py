@@ -242,7 +242,7 @@ def open_file(root: Path, path: str, *, write: bool = False, create: bool = Fals
 
 def _refuse_git_control(root: Path, parts: tuple[str, ...], shown: str) -> None:
     """A repository's config and hooks are not the model's to write: an allow rule for git trusts them."""
-    from .sandbox.protect import is_git_control_path, protected_paths
+    from .git_protect import is_git_control_path, protected_paths
 
     spelled = "/".join(parts)
     protected = protected_paths(root, make_missing=False)

@@ -72,7 +72,7 @@ def test_what_a_url_carries_is_found_as_the_client_reads_it() -> None:
 def test_a_common_password_in_someone_elses_url_does_not_blank_out_the_word() -> None:
     """`DATABASE_URL=postgres://postgres:postgres@...` is the project's, not a URL shou sends to: its pair goes,
     never the word "postgres" from every answer. A planted `.env` cannot make a word a secret either."""
-    from shou.redact import secrets_of
+    from shou.known_secrets import secrets_of
 
     found = secrets_of(None, {"DATABASE_URL": "postgres://postgres:postgres@localhost:5432/app",
                               "REDIS_URL": "redis://default:Xk29-fPq7-Lm3z@cache:6379",
@@ -85,7 +85,7 @@ def test_a_common_password_in_someone_elses_url_does_not_blank_out_the_word() ->
 def test_an_untrusted_dotenv_cannot_make_an_ordinary_word_a_secret(tmp_path) -> None:
     from types import SimpleNamespace
 
-    from shou.redact import secrets_of
+    from shou.known_secrets import secrets_of
 
     (tmp_path / ".env").write_text("FOO_KEY=function\nBAR_TOKEN=sk-proj-9f8e7d6c5b4a3\n"
                                    "OTEL_EXPORTER_OTLP_HEADERS=x-honeycomb-team=hc-AbC123xyz987\n")

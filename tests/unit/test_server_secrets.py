@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import base64
 
+from shou.known_secrets import secrets_of
 from shou.mcp.servers import ServerSpec
-from shou.redact import Redactor, secrets_of
+from shou.redact import Redactor
 from shou.redact_servers import server_secrets
 
 

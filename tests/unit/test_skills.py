@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +15,7 @@ from shou.skills import (
     MAX_SKILL_BYTES,
     SkillSet,
     load_skills,
+    open_user_skill_file,
     parse,
     skills_for,
     validate_description,
@@ -266,6 +268,11 @@ def test_system_text_carries_the_catalog_and_the_loaded_skills() -> None:
 # ---------------------------------------------------------------- read_file's allowance for user skills
 
 
+def skill_context(ws: Path, settings: SimpleNamespace) -> ToolContext:
+    """The context a run gives its tools (agent/loop.py): read_file may read user skills' files."""
+    return ToolContext(workspace=ws, settings=settings, read_outside=partial(open_user_skill_file, settings))
+
+
 async def test_read_file_reads_a_user_skills_file_and_nothing_else_outside(tmp_path: Path, ws: Path,
                                                                           user: Path) -> None:
     write_skill(user / "notes")
@@ -276,7 +283,7 @@ async def test_read_file_reads_a_user_skills_file_and_nothing_else_outside(tmp_p
     (user.parent / "shou.toml").write_text("api_key = 'sk-secret'\n")
     (tmp_path / "outside.txt").write_text("outside\n")
     (user / "notes" / "escape.md").symlink_to(tmp_path / "outside.txt")
-    ctx = ToolContext(workspace=ws, settings=settings_for(ws, user))
+    ctx = skill_context(ws, settings_for(ws, user))
     assert await call(read_file, ctx, path=str(user / "notes" / "style.md")) == "use short lines\n"
     assert "name: notes" in await call(read_file, ctx, path=str(user / "notes" / "SKILL.md"))
     refused = [
@@ -301,7 +308,7 @@ async def test_read_file_reads_a_user_skills_file_and_nothing_else_outside(tmp_p
 
 async def test_read_file_still_reads_the_workspace_first(ws: Path, user: Path) -> None:
     (ws / "a.txt").write_text("in the workspace\n")
-    ctx = ToolContext(workspace=ws, settings=settings_for(ws, user))
+    ctx = skill_context(ws, settings_for(ws, user))
     assert await call(read_file, ctx, path="a.txt") == "in the workspace\n"
     assert await call(read_file, ctx, path=str(ws / "a.txt")) == "in the workspace\n"
 

@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..context.builder import ContextPolicy
 from ..errors import UserError
 from ..events import Event
+from ..known_secrets import secrets_of
 from ..models.base import Model, ModelSettings
 from ..models.capabilities import supports_vision
+from ..models.named import model_named
 from ..pricing import PriceTable
-from ..redact import Redactor, secrets_of
+from ..redact import Redactor
 from ..tools.registry import ToolSet
+from .limits import MAX_TASK_CHARS
 
 if TYPE_CHECKING:
     from ..mcp.servers import ServerSpec
@@ -41,7 +44,6 @@ DEFAULT_INSTRUCTIONS = (
     "final answer in plain text."
 )
 DEFAULT_POLICY = ContextPolicy()
-MAX_TASK_CHARS = 400_000  # of one task, a person's or a sub-agent's (about 100k tokens)
 # Limits where lower is stricter: what a request, a tenant's quota or a named agent may only narrow.
 NARROWABLE = ("max_steps", "run_timeout", "tool_timeout", "max_parallel_tools", "repeat_limit", "token_budget",
               "max_cost", "max_replans", "plan_step_max_steps", "plan_step_timeout", "max_reviews")
@@ -57,16 +59,6 @@ def _resolved(workspace: str | Path | None) -> Path:
         if len(_RESOLVED) > 1024:
             _RESOLVED.clear()
     return path
-
-
-def model_named(model: Model | str | None, settings: Any) -> Model | None:
-    """A model named for cheaper work (summaries, reviews): another model of the same provider, or
-    PROVIDER:MODEL."""
-    if not isinstance(model, str):
-        return model
-    from ..models import get_model, other_model
-
-    return get_model(settings=other_model(settings, model)) if settings is not None else get_model(model)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
+from ..models.named import model_named
 from ..setting_tables import check_agent_table
 from ..tools.base import Tool, ToolContext, ToolResult, tool
 from ..tools.registry import ToolSet
-from .config import MAX_TASK_CHARS, model_named
+from .limits import MAX_TASK_CHARS
 from .runs import run_sub
 from .subrun import outcome, sub_config
 

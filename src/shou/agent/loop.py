@@ -22,6 +22,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ..errors import ModelError
@@ -39,6 +40,7 @@ from ..events import (
 from ..messages import Message, ToolCall
 from ..models.base import model_id
 from ..session import INTERRUPTED
+from ..skills import open_user_skill_file
 from ..store.pg_link import is_connection_error
 from ..store.sqlite_errors import StoreError
 from ..tools.base import ToolContext
@@ -192,7 +194,7 @@ class Run:
                                 concurrency=agent.max_parallel_tools, spill_chars=agent.context.spill_chars,
                                 started=self.entered)
         ctx = ToolContext(agent.workspace, self.session.name, self.run_id, agent.settings,
-                          session_key=self.session.key)
+                          session_key=self.session.key, read_outside=partial(open_user_skill_file, agent.settings))
         ctx.state["shou.run"] = self  # what `delegate` needs to start a sub-agent under this run
         return executor, ctx
 

@@ -35,12 +35,11 @@ from .build import (
     TokenBudgetOpt,
     ToolsOpt,
     VisionOpt,
-    WorkspaceOpt,
     YesOpt,
     build_agent,
     continued,
-    fail,
 )
+from .common import WorkspaceOpt, fail
 
 app = typer.Typer(
     name="shou", help="shou (手): an agent that carries a task to the end with tools.",

@@ -20,7 +20,7 @@ from rich.markup import escape
 
 from ..agent.approvals import Answer, ApprovalRequest, decide, describe_arguments
 from ..tools.executor import parse_arguments
-from .build import WorkspaceOpt, err, fail, utf8_text
+from .common import WorkspaceOpt, err, fail, open_log, utf8_text
 from .render import json_text, printable
 
 _ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no", "s": "session",
@@ -67,9 +67,7 @@ def choose_approvals(setting: str | None, yes: bool) -> Any:
 
 
 def _stores(workspace: Path | None, readonly: bool = True) -> Any:
-    from .sessions import _open
-
-    return _open(workspace, readonly)
+    return open_log(workspace, readonly)
 
 
 def approvals(workspace: WorkspaceOpt = None,

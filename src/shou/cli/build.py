@@ -10,24 +10,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from ..errors import UserError
-
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def utf8_text(value: str | None) -> str | None:
-    """A typer callback: argv bytes that are not UTF-8 arrive as lone surrogates, which no log, header or
-    database can hold; a name or id given so is refused up front, as a usage error."""
-    if value is not None:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise typer.BadParameter(f"not valid UTF-8 (at character {e.start}); pass it as UTF-8 text") from None
-    return value
-
+from .common import err, fail, utf8_text
 
 ModelOpt = Annotated[str | None, typer.Option(
     "--model", "-m", metavar="MODEL", help="Model, as PROVIDER:MODEL or MODEL (SHOU_MODEL).", callback=utf8_text)]
@@ -38,8 +24,6 @@ ProviderOpt = Annotated[Provider | None, typer.Option(
     "--provider", help="Which service's defaults to use (SHOU_PROVIDER).")]
 StepsOpt = Annotated[int | None, typer.Option(
     "--max-steps", metavar="N", help="Most model calls in one run (default 20).")]
-WorkspaceOpt = Annotated[Path | None, typer.Option(
-    "--workspace", "-w", metavar="DIR", help="Folder the file tools work in.")]
 ToolsOpt = Annotated[str | None, typer.Option(
     "--tools", metavar="NAMES", help="Offer only these tools (comma-separated).")]
 SessionOpt = Annotated[str | None, typer.Option(
@@ -98,12 +82,6 @@ class Options:
     plan: bool = False
     reflect: bool = False
     code: bool = False
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    """Print `message` as an error and return the exit to raise."""
-    err.print(f"[red]error:[/] {escape(message)}")
-    return typer.Exit(code)
 
 
 def join_option_pairs(argv: list[str]) -> list[str]:

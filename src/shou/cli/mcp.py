@@ -1,5 +1,5 @@
 """`shou mcp list`: the MCP servers of the settings, whether each starts, and the tools it offers.
-`shou mcp serve`: this workspace's agent as an MCP server (shou.mcp.serve), over stdio or `--http PORT`.
+`shou mcp serve`: this workspace's agent as an MCP server (shou.serve.mcp_server), over stdio or `--http PORT`.
 
 Servers come from `[mcp_servers.NAME]` in the user's shou.toml, a trusted workspace's shou.toml, or
 `SHOU_MCP_SERVERS`; a workspace that is not trusted cannot name one (they are commands), and the command
@@ -29,13 +29,11 @@ from .build import (
     SandboxOpt,
     StepsOpt,
     ToolsOpt,
-    WorkspaceOpt,
     YesOpt,
     build_agent,
     close_resources,
-    err,
-    fail,
 )
+from .common import WorkspaceOpt, err, fail
 from .render import json_text, printable, short
 
 mcp_app = typer.Typer(help="MCP servers: list them and their tools.", no_args_is_help=True)
@@ -57,7 +55,8 @@ def list_servers(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> N
         if "mcp_servers" in ignored.names:
             err.print(f"[yellow]warning:[/] {escape(str(ignored.path))} names MCP servers, but it is not trusted: "
                       "they are ignored (`shou trust` to allow them)")
-    from ..redact import Redactor, secrets_of
+    from ..known_secrets import secrets_of
+    from ..redact import Redactor
 
     # A server's error may quote its URL or what it was started with: masked like an event.
     hide = Redactor(secrets_of(settings))
@@ -109,7 +108,7 @@ def serve(
     Calls run under the sandbox and the permission policy of `shou run`; one that would ask a person is
     refused unless --yes.
     """
-    from ..mcp.serve import serve_http, serve_stdio
+    from ..serve.mcp_server import serve_http, serve_stdio
 
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, False, sandbox, None, option,
                    yes, "yes" if yes else "deny")

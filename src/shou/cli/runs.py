@@ -38,15 +38,12 @@ from .build import (
     TokenBudgetOpt,
     ToolsOpt,
     VisionOpt,
-    WorkspaceOpt,
     YesOpt,
     build_agent,
     close_resources,
     continued,
-    err,
-    fail,
-    utf8_text,
 )
+from .common import WorkspaceOpt, err, fail, utf8_text
 from .stopping import StopSignals
 
 

@@ -23,12 +23,10 @@ from .build import (
     SandboxOpt,
     StepsOpt,
     ToolsOpt,
-    WorkspaceOpt,
     build_agent,
     close_resources,
-    err,
-    fail,
 )
+from .common import WorkspaceOpt, err, fail
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -128,10 +126,11 @@ async def _serve(agent, settings, host: str, port: int, store_spec: str | None, 
 
     from ..errors import ShouError
     from ..serve import open_store
-    from ..serve.app import Server, create_app
+    from ..serve.app import create_app
     from ..serve.hub import Hub
     from ..serve.jobs import RunQueue
     from ..serve.runner import Runner
+    from ..serve.server import Server
     from ..serve.tenancy import UserMemory
 
     try:

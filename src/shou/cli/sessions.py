@@ -6,8 +6,6 @@ Both read the session log (`.shou/shou.db`) and never write it; `--json` gives s
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -16,47 +14,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import ShouError
-from .build import WorkspaceOpt, err, fail, utf8_text
+from .common import WorkspaceOpt, err, fail, open_log, utf8_text
 from .render import STATUS_STYLE, format_arguments, json_text, printable
 
 if TYPE_CHECKING:
-    from ..store.sqlite import SQLiteStore
+    pass
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-@contextmanager
-def _open(workspace: Path | None, readonly: bool = True) -> Iterator[SQLiteStore | None]:
-    """The workspace's session log (None when it has none), opened to read unless `readonly` is False. A
-    store that cannot be read ends the command with what is wrong, never a traceback."""
-    import sqlite3
-
-    from ..store.sqlite import SQLiteStore
-    from ..store.sqlite_errors import explain
-    from ..workspace import state_database
-
-    root = (workspace or Path.cwd()).resolve()
-    if not (root / ".shou" / "shou.db").exists():
-        yield None
-        return
-    try:
-        path = state_database(root, "shou.db")
-        store = SQLiteStore(path, readonly=readonly)
-    except ShouError as e:
-        raise fail(str(e)) from None
-    try:
-        with store:
-            yield store
-    except ShouError as e:  # damage deep in the file, found by a query: what is wrong, not a traceback
-        raise fail(str(e)) from None
-    except sqlite3.Error as e:  # the trace's own queries
-        raise fail(str(explain(e, path))) from None
-
-
 def latest_session(workspace: Path) -> str | None:
     """The workspace's most recently updated session, for `--continue`."""
-    with _open(workspace) as store:
+    with open_log(workspace) as store:
         found = store.sessions() if store is not None else []
     return found[0].name if found else None
 
@@ -67,7 +36,7 @@ def _when(seconds: float) -> str:
 
 def sessions(workspace: WorkspaceOpt = None, json_out: JsonOpt = False) -> None:
     """List the sessions stored in the workspace, newest first."""
-    with _open(workspace) as store:
+    with open_log(workspace) as store:
         if store is None:
             if json_out:
                 typer.echo("[]")
@@ -100,7 +69,7 @@ def show(
 ) -> None:
     """Print a session's conversation: each task, the model's replies, tool calls with their arguments and
     results, and how each run ended (status, steps, tokens)."""
-    with _open(workspace) as store:
+    with open_log(workspace) as store:
         if store is None:
             raise fail(f"no sessions yet in {(workspace or Path.cwd()).resolve()}")
         name = session or (store.sessions()[0].name if store.sessions() else None)

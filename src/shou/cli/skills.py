@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ShouError
-from .build import WorkspaceOpt, err, fail
+from .common import WorkspaceOpt, err, fail
 from .render import printable
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]

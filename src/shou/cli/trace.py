@@ -21,7 +21,7 @@ from rich.table import Table
 from .. import trace as tr
 from .. import usage_report as ur
 from ..events import CALL_NOTICES
-from .build import WorkspaceOpt, fail, utf8_text
+from .common import WorkspaceOpt, fail, open_log, utf8_text
 from .render import STATUS_STYLE, format_arguments, json_text, printable, short
 
 
@@ -55,9 +55,7 @@ def trace(
     `shou trace show CALL` prints one model call whole: every message of its request, the tools it offered,
     its parameters, and the response. Call ids are in the timeline and in `--json`.
     """
-    from .sessions import _open
-
-    with _open(workspace) as store:
+    with open_log(workspace) as store:
         if store is None:
             raise fail(f"no sessions yet in {(workspace or Path.cwd()).resolve()}")
         if target == "show":
@@ -363,15 +361,13 @@ def usage(
     A cost that is not known (a model without a price: `[models."NAME"]` in shou.toml sets one) shows as
     `unknown`, or as `≥ $X` when the rest is known.
     """
-    from .sessions import _open
-
     groups = [g.strip() for item in by or ["day,model"] for g in item.split(",") if g.strip()]
     wrong = [g for g in groups if g not in ur.GROUPS]
     if wrong:
         raise fail(f"--by {', '.join(wrong)}: group by day, model or session")
     groups = [g for g in ur.GROUPS if g in groups]  # fixed column order whatever the flag order
     start = time.time() - since * 86400 if since is not None else None
-    with _open(workspace) as store:
+    with open_log(workspace) as store:
         rows = ur.usage_report(store, groups, start) if store is not None else []
     total = ur.usage_total(rows)
     if json_out:

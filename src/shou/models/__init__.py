@@ -80,7 +80,8 @@ def build_model(settings: Settings) -> Model:
     models = [get_model(settings=settings),
               *(get_model(settings=other_model(settings, spec)) for spec in settings.fallback_models)]
     if settings.cache:
-        from ..redact import Redactor, secrets_of
+        from ..known_secrets import secrets_of
+        from ..redact import Redactor
         from .cache import CachedModel, ResponseCache
 
         cache = ResponseCache(cache_dir(settings.env) / "responses.db")

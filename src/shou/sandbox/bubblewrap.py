@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
+from ..git_protect import GIT_ENV, Protected, open_path_beneath, protect, remove_planted
 from ..workspace import config_parts, state_dir
 from .base import ExecResult, ExitReason, Limits, new_output_path
 from .cgroup import RunCgroup
 from .languages import program
 from .process import exec_result, kill_group, spawn_and_wait
-from .protect import GIT_ENV, Protected, open_path_beneath, protect, remove_planted
 from .quota import DiskAllowance, DiskWatch, current_allowance
 from .seccomp import filter_fd
 
@@ -217,7 +217,7 @@ class BubblewrapSandbox:
                 fds.append(fd)
                 if stat.S_ISDIR(os.fstat(fd).st_mode):
                     pinned.append((fd, rel))
-        for rel in protected.read_only:  # a repository's config and hooks (protect.py)
+        for rel in protected.read_only:  # a repository's config and hooks (git_protect.py)
             with contextlib.suppress(OSError):
                 fd = open_path_beneath(ws_fd, rel)
                 fds.append(fd)

@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
+from ..git_protect import GIT_ENV, Protected, protect, remove_planted
 from ..workspace import STATE_DIR, state_dir
 from .base import ExecResult, ExitReason, Limits, OutputCapture, new_output_path
 from .bubblewrap import SANDBOX_UID
@@ -37,7 +38,6 @@ from .docker_binds import PinnedBinds
 from .docker_engine import create, discard, read_logs, start, wait
 from .docker_seccomp import profile_json
 from .languages import looks_out_of_memory, program
-from .protect import GIT_ENV, Protected, protect, remove_planted
 from .quota import DiskAllowance, current_allowance
 
 if TYPE_CHECKING:

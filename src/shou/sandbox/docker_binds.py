@@ -24,6 +24,7 @@ import struct
 import tempfile
 from pathlib import Path
 
+from ..git_protect import open_path_beneath
 from .idmap import (
     AT_EMPTY_PATH,
     AT_FDCWD,
@@ -39,7 +40,6 @@ from .idmap import (
     _check,
     _libc,
 )
-from .protect import open_path_beneath
 
 __all__ = ["PinnedBinds"]
 

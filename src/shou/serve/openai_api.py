@@ -25,9 +25,9 @@ from ..events import Event, ModelResponse, RunFinished, RunStarted, TextDelta, T
 from ..messages import Message
 from ..session import Session, new_session_name
 from ..usage import Usage
-from .app import SSE_HEADERS, Server, read_json
 from .jobs import Refused
 from .schema import ChatMessage, ChatRequest
+from .server import SSE_HEADERS, Server, read_json
 from .stream import run_events
 
 AGENT = "shou"

@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, ToolError
 from ..trust import read_regular
+from .dirs import DIR_FLAGS, lmode, open_dir
 from .format import (
-    MAX_DEPTH,
     MAX_FOLDERS,
-    MAX_LISTED,
     MAX_SKILL_BYTES,
     SKILL_FILE,
     WORKSPACE_PARTS,
@@ -36,23 +35,6 @@ from .format import (
 
 if TYPE_CHECKING:
     from ..workspace import Opened
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def open_dir(root: Path, parts: tuple[str, ...]) -> int:
-    """`root/parts...` as an open folder, following no symlink below `root` (`OSError` otherwise)."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for name in parts:
-            nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
 
 def _read_skill_file(dir_fd: int) -> bytes:
     """SKILL.md in the open folder: a regular file, not a symlink, at most MAX_SKILL_BYTES (`ValueError`)."""
@@ -83,9 +65,9 @@ def _load_one(parent_fd: int, folder: str, source: Source, root: Path, parts: tu
     """The skill in `folder` of the open skills folder; `ValueError` saying why it is skipped. `accept(path,
     bytes)` says whether those exact bytes of SKILL.md were trusted (the bytes checked are the bytes read)."""
     try:
-        fd = os.open(folder, _DIR_FLAGS, dir_fd=parent_fd)
+        fd = os.open(folder, DIR_FLAGS, dir_fd=parent_fd)
     except OSError as e:
-        mode = _lmode(parent_fd, folder)
+        mode = lmode(parent_fd, folder)
         if stat.S_ISLNK(mode):
             raise ValueError("it is a symlink; shou does not follow symlinks in skills folders") from None
         raise ValueError(f"the folder cannot be opened: {e.strerror or e}") from None
@@ -107,37 +89,6 @@ def _load_one(parent_fd: int, folder: str, source: Source, root: Path, parts: tu
         raise ValueError(problem or bad)
     return Skill(name=folder, description=" ".join(str(front["description"]).split()), body=body, source=source,
                  folder=shown, root=root, parts=(*parts, folder), **optional)
-
-
-def _lmode(dir_fd: int, name: str) -> int:
-    try:
-        return os.lstat(name, dir_fd=dir_fd).st_mode
-    except OSError:
-        return 0
-
-
-def walk(fd: int, prefix: str, depth: int, out: list[str]) -> None:
-    """Add to `out` the relative paths of the regular files below the open folder `fd`: no symlink followed,
-    hidden names skipped, at most MAX_DEPTH folders deep, stopping past MAX_LISTED + 1 (SKILL.md and one
-    more, enough to say there are more)."""
-    with os.scandir(fd) as entries:
-        names = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in entries)
-    for name, is_dir, is_file in names:
-        if len(out) > MAX_LISTED + 1:
-            return
-        if name.startswith("."):
-            continue
-        if is_file:
-            out.append(prefix + name)
-        elif is_dir and depth < MAX_DEPTH:
-            try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except OSError:  # swapped for a symlink meanwhile, or unreadable: leave it out
-                continue
-            try:
-                walk(sub, f"{prefix}{name}/", depth + 1, out)
-            finally:
-                os.close(sub)
 
 
 def _scan(root: Path, parts: tuple[str, ...], source: Source, shown: Callable[[str], str], out: SkillSet,
@@ -219,7 +170,7 @@ def workspace_skill_files(workspace: Path) -> dict[Path, bytes]:
             names = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False))
         for name in names[:MAX_FOLDERS]:
             try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                sub = os.open(name, DIR_FLAGS, dir_fd=fd)
             except OSError:
                 continue
             try:

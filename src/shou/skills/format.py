@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ToolError
+from .dirs import MAX_LISTED, open_dir, walk
 
 if TYPE_CHECKING:
     from ..tools.base import Tool
@@ -25,8 +26,6 @@ MAX_NAME = 64
 MAX_DESCRIPTION = 1024
 MAX_COMPATIBILITY = 500
 MAX_FOLDERS = 500  # skill folders looked at per source: a runaway folder must not slow every start
-MAX_LISTED = 100  # other files use_skill lists
-MAX_DEPTH = 6
 WORKSPACE_PARTS = (".agents", "skills")
 SKILL_FILE = "SKILL.md"
 TOOL_NAME = "use_skill"
@@ -64,8 +63,6 @@ class Skill:
     def files(self) -> list[str]:
         """The skill's other files (not SKILL.md itself) as `read_file` paths; symlinks and hidden files are
         left out, and past `MAX_LISTED` the list ends with a line saying there are more."""
-        from .folders import open_dir, walk
-
         try:
             fd = open_dir(self.root, self.parts)
         except OSError:  # removed or swapped for a symlink since it was loaded

@@ -20,12 +20,15 @@ import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 from ..messages import ImagePart
 from .describe import clean_schema, parse_docstring
 from .threads import run_in_daemon_thread
+
+if TYPE_CHECKING:
+    from ..workspace import Opened
 
 __all__ = ["Tool", "ToolArgumentsError", "ToolContext", "ToolResult", "run_in_daemon_thread", "tool"]
 
@@ -84,6 +87,10 @@ class ToolContext:
     # unique to this session forever (`Session.key`), so a later session of the same name, maybe another
     # user's, never finds them.
     session_key: str = ""
+    # Where `read_file` may read outside the workspace: a function that opens the file a path names (a user
+    # skill's file) read-only, or returns None when the path is not its business. Whoever builds the
+    # context passes it (the agent: shou.skills.open_user_skill_file), so the file tools know no skills.
+    read_outside: Callable[[str], Opened | None] | None = None
 
     @property
     def resource_key(self) -> str:

@@ -66,13 +66,11 @@ def _open_for_reading(ctx: ToolContext, path: str) -> Opened:
     """The workspace file `path`, or else the file of a user skill an absolute `path` names (read-only)."""
     try:
         parts = relative_parts(ctx.workspace, path)
-    except ToolError:  # outside the workspace: only a user skill's file may be read there
-        from ...skills import open_user_skill_file
-
-        skill_file = open_user_skill_file(ctx.settings, path)
-        if skill_file is None:
+    except ToolError:  # outside the workspace: only what the context allows (a user skill's file) may be read
+        outside = ctx.read_outside(path) if ctx.read_outside is not None else None
+        if outside is None:
             raise
-        return skill_file
+        return outside
     check_readable(ctx.resource_key, list(parts))
     return open_file(ctx.workspace, path)
 

@@ -23,7 +23,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserError
+from .errors import UserError
 
 __all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "Protected", "is_git_control_path", "open_path_beneath", "protect",
            "protected_paths", "remove_planted"]

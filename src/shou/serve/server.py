@@ -1,0 +1,111 @@
+"""What the handlers of `shou serve` share (its REST API in shou.serve.app, the OpenAI endpoint in
+shou.serve.openai_api): the `Server` they are handed, who the caller is, the error shape, reading a JSON
+body, the headers of an event stream. Here, below both, so neither imports the other for them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from .auth import Tokens
+from .hub import Hub
+from .jobs import Job, RunQueue
+from .runner import Runner
+
+__all__ = ["MAX_BODY", "SSE_HEADERS", "Server", "error", "read_json"]
+
+MAX_BODY = 2 * 1024 * 1024  # a task's 400k characters as UTF-8, with room for JSON escapes
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass
+class Server:
+    """What the handlers share: the runner (and through it the store and queue), tokens and the workspace."""
+
+    runner: Runner
+    tokens: Tokens
+    workspace: Path
+    local: bool = False  # no tokens file: one token, of the person at the machine, on loopback
+
+    @property
+    def store(self) -> Any:
+        return self.runner.store
+
+    @property
+    def queue(self) -> RunQueue:
+        return self.runner.queue
+
+    @property
+    def hub(self) -> Hub:
+        return self.runner.hub
+
+    def user(self, request: Request) -> str:
+        """The caller: 401 without a valid token. Every local account can reach a loopback port, so even the
+        person's own server asks for their token. On such a server a request must also be addressed to
+        loopback by name from no other origin: defence in depth against a page that rebinds a name of its
+        own to 127.0.0.1 or posts to it from another origin."""
+        if self.local and (not _local_host(request.headers.get("host", "")) or not _same_origin(request)):
+            raise HTTPException(403, "without --tokens only requests to localhost from its own pages are served")
+        user = self.tokens.user_of(request.headers.get("authorization"))
+        if user is None:
+            raise HTTPException(401, "a valid bearer token is required (Authorization: Bearer TOKEN); "
+                                     "`shou serve` prints a link with it when it starts")
+        return user
+
+    def job(self, request: Request, user: str) -> Job:
+        job = self.queue.get(request.path_params["run_id"], user)
+        if job is None:
+            raise HTTPException(404, f"no run {request.path_params['run_id']!r}")
+        return job
+
+    def own_session(self, name: str, user: str) -> None:
+        if self.queue.session_owner(name) != user:
+            raise HTTPException(404, f"no session {name!r}")
+
+
+def _local_host(host: str) -> bool:
+    name, port = (host, "") if host.endswith("]") or host.count(":") == 0 else host.rsplit(":", 1)
+    if port and not (port.isascii() and port.isdigit()):
+        return False
+    return name.strip("[]").lower() in ("127.0.0.1", "localhost", "::1")
+
+
+def _same_origin(request: Request) -> bool:
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return origin.split("://", 1)[-1].lower() == request.headers.get("host", "").lower()
+
+
+def error(status: int, message: str, kind: str = "") -> JSONResponse:
+    """The API's error shape."""
+    kinds = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "conflict",
+             413: "too_large", 415: "unsupported_media_type", 429: "rate_limited", 503: "unavailable"}
+    return JSONResponse({"error": {"message": message, "type": kind or kinds.get(status, "error")}}, status)
+
+
+async def read_json(request: Request, model: type[BaseModel]) -> Any:
+    """The body as `model` (400 with what is wrong; 413 past MAX_BODY, counted as it arrives; 415 unless it is
+    declared JSON, which a web page of another origin cannot send without the browser asking first)."""
+    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if kind != "application/json":
+        raise HTTPException(415, "send the body as JSON, with Content-Type: application/json")
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_BODY:
+        raise HTTPException(413, f"the body is larger than {MAX_BODY} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise HTTPException(413, f"the body is larger than {MAX_BODY} bytes")
+    try:
+        return model.model_validate_json(bytes(body))
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in e.errors())
+        raise HTTPException(400, problems[:2000]) from None
