@@ -39,6 +39,8 @@ def test_an_mcp_url_secret_reaches_neither_store_nor_sse_nor_otel(serve, collect
             events = stream_run(c, run)
     finally:
         s.stop()
+    # Stopped by SIGTERM after a graceful shutdown (not killed by it: the spans still queued were sent).
+    assert s.proc.returncode == 128 + 15, s.log()
     kinds = [m["event"] for m in events]
     assert "notice" in kinds and kinds[-1] == "run_finished", kinds  # the failed connection was reported
     sse = json.dumps(events)
@@ -47,7 +49,7 @@ def test_an_mcp_url_secret_reaches_neither_store_nor_sse_nor_otel(serve, collect
     assert dbs, sorted(str(p) for p in tmp_path.rglob("*"))
     blob = b"".join(p.read_bytes() for p in dbs)
     assert b"[redacted]" in blob and TOKEN.encode() not in blob, "store"
-    deadline = time.monotonic() + 30  # the exporter flushes at exit; the collector decodes on its thread
+    deadline = time.monotonic() + 10  # the collector decodes on its own thread
     while not collector.named("invoke_agent") and time.monotonic() < deadline:
         time.sleep(0.1)
     spans = repr([(s.name, s.attributes, s.status_message) for s in collector.spans])

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import ipaddress
 import os
+import signal
 import socket
 from pathlib import Path
 from typing import Annotated
@@ -95,11 +96,19 @@ def serve(
         agent, settings = build_agent(opts, open_store=False)  # serve opens its own store
     except ShouError as e:
         raise fail(str(e)) from None
+    # uvicorn stops gracefully on SIGTERM, then raises the signal again for the handler it found: with the
+    # default one the process died there, before the store closed and before the spans still queued for
+    # the OTel collector were sent (atexit never ran). This handler only notes it; the exit code says it.
+    stopped: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
     try:
         asyncio.run(_serve(agent, settings, host, port, store, (token_set, link_token, supplied), max_runs_per_user,
-                           max_concurrent, lease, replica))
+                           max_concurrent, lease, replica, stopped))
     finally:
         asyncio.run(close_resources(agent))
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if stopped else previous)  # the exit flush is not cut short
+    if stopped:
+        raise typer.Exit(128 + signal.SIGTERM)
 
 
 def _print_link(base: str, token: str | None) -> None:
@@ -121,7 +130,7 @@ def _print_link(base: str, token: str | None) -> None:
 
 
 async def _serve(agent, settings, host: str, port: int, store_spec: str | None, auth, max_runs_per_user: int,
-                 max_concurrent: int, lease: float, replica: str) -> None:
+                 max_concurrent: int, lease: float, replica: str, stopped: list[int]) -> None:
     import uvicorn
 
     from ..errors import ShouError
@@ -162,6 +171,8 @@ async def _serve(agent, settings, host: str, port: int, store_spec: str | None, 
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn offers a flag, not an event
         await asyncio.sleep(0.05)
+    if stopped:  # a SIGTERM before uvicorn took the signal over: it must still stop the server
+        server.should_exit = True
     if server.started:
         where = f"[{host}]" if family == socket.AF_INET6 else host
         err.print(f"shou serve: replica {escape(runner.replica)}, store {escape(str(store.path))}")
