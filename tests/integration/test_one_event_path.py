@@ -55,3 +55,19 @@ def test_an_mcp_url_secret_reaches_neither_store_nor_sse_nor_otel(serve, collect
     spans = repr([(s.name, s.attributes, s.status_message) for s in collector.spans])
     assert collector.named("invoke_agent") and "[redacted]" in spans, (spans[:2000], s.log()[-3000:])
     assert TOKEN not in spans, "OTel spans"
+
+
+def test_a_decision_by_shou_deny_passes_the_settings_redaction(serve, shou, tmp_path: Path, workspace: Path) -> None:
+    """`shou deny` writes its ApprovalDecided through an emitter made from the settings (their secrets, their
+    observers): a secret the environment holds, typed into the reason, is not stored."""
+    secret = "DenySecret-7Hq2Wm9Kx4"
+    cfg = tmp_path / "config"
+    cfg.mkdir(exist_ok=True)
+    (cfg / "shou.toml").write_text('[permissions]\nask = ["shell"]\n')
+    srv = serve([{"tool_calls": [{"name": "shell", "arguments": {"command": "echo hi"}, "id": "call_1"}]}])
+    r = shou("run", "go", "--approvals", "defer", "-s", "s1", server=srv, MY_SERVICE_TOKEN=secret)
+    assert r.returncode == 1 and "waiting_approval" in r.stderr, r.stderr
+    d = shou("deny", "call_1", "--yes", "--reason", f"the token {secret} must not be sent", MY_SERVICE_TOKEN=secret)
+    assert d.returncode == 0, d.stderr
+    blob = b"".join(p.read_bytes() for p in (workspace / ".shou").glob("*.db*"))
+    assert b"must not be sent" in blob and secret.encode() not in blob, "store"

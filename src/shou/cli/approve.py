@@ -177,11 +177,30 @@ def _decide(call_id: str, allow: bool, reason: str, workspace: Path | None, sess
             now = session.pending_approvals.get(req.call.id)
             if now is None or (now.run_id, now.step, now.call) != (req.run_id, req.step, req.call):
                 raise fail(f"call {req.call.id} was decided meanwhile")  # not what was shown: decide nothing
-            decide(session, req.call.id, allow, reason, (workspace or Path.cwd()).resolve())
+            decide(session, req.call.id, allow, reason, (workspace or Path.cwd()).resolve(),
+                   emitter=_emitter(session, workspace))
         finally:
             session.release()
         verb = "approved" if allow else "denied"
         typer.echo(f"{verb} {req.call.id} ({req.call.name}) in session {name}; `shou resume {name}` goes on")
+
+
+def _emitter(session: Any, workspace: Path | None) -> Any:
+    """The way a decision goes, as a run's events go: the secrets the settings know replaced, the observers
+    they ask for (OTel, alerts) told."""
+    from ..agent.emitter import Emitter
+    from ..config import load_settings
+    from ..errors import ShouError
+    from ..known_secrets import secrets_of
+    from ..redact import Redactor
+    from .observers import observers
+
+    try:
+        settings = load_settings({"workspace": workspace})
+        return Emitter(session, Redactor(secrets_of(settings)), tuple(observers(settings)))
+    except ShouError as e:  # settings that cannot be read must not keep a person from deciding
+        err.print(f"[yellow]warning:[/] the decision is logged without your settings' redaction: {escape(str(e))}")
+        return Emitter(session)
 
 
 CallOpt = Annotated[str, typer.Argument(metavar="CALL_ID", help="The call: its id, or SESSION:CALL_ID.",
