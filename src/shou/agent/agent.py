@@ -148,11 +148,11 @@ class Agent:
 
     async def compact(self, session: Session) -> Compacted | None:
         """Summarise all of `session` but its newest block now (what `/compact` does in chat)."""
-        from .context import RunContext
+        from .request import RequestMaker
 
         # Not a run of the session (no run events): a holder of the budgets and the caller the summary's calls
         # go through, as in a run; the Compacted event itself belongs to no run.
-        run = RunContext(Run(self, "", session, lambda e: None), run_id="")
+        run = RequestMaker(Run(self, "", session, lambda e: None), run_id="")
         upto = session.summary_upto
         history = session.messages
         blocks = blocks_of(history[upto:])

@@ -47,8 +47,8 @@ from ..tools.base import ToolContext
 from ..tools.executor import DEFAULT_TIMEOUT, ToolExecutor
 from ..usage import Usage
 from .budget import Accounts, Budget
-from .context import RunContext
 from .emitter import Emitter
+from .request import RequestMaker
 from .servers import with_servers
 from .toolpipe import ToolPipeline
 from .turn import Caller
@@ -215,7 +215,7 @@ class Run:
         agent = self.agent
         tools = self.tool_pipeline()
         ctx = tools.ctx
-        context = RunContext(self)
+        context = RequestMaker(self)
         if self.resume is None:
             context.recall(self.task)
         else:

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from .turn import Turn
 
 
-class RunContext:
-    """The context side of one run. `run_id` is what its `Compacted` events carry (default: the run's)."""
+class RequestMaker:
+    """Makes the requests of one run (the context policy applied to its session). `run_id` is what its
+    `Compacted` events carry (default: the run's)."""
 
     def __init__(self, run: Run, run_id: str | None = None) -> None:
         agent = self.agent = run.agent
