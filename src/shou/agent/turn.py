@@ -183,21 +183,8 @@ class Caller:
                     retries += 1
                     shown.end()  # what the failed attempt streamed is shown whole before the retry's notice
                     shown = _Deltas(self.run, run_id, step, parent, deltas)
-                    void, priced_as = self._void(attempt, ev.model)
                     ttft = None  # what streamed is void; the reply that counts starts again
-                    streamed.clear()
-                    attempt.reasoning.clear()
-                    text = f"{ev.reason}; retry {ev.attempt} in {ev.delay:.1f} s"
-                    if void is not None:
-                        text += f" (the failed attempt used about {void.total_tokens:,} tokens)"
-                    emit(Notice(run_id, step, "retry", text, void, priced_as if void else "", parent=parent))
-                    if void is not None:
-                        self.run.usage = self.run.usage + void
-                        over = [r.budget for r in held if not r.spend(void)]
-                        if over:
-                            raise _OverBudget(f"a failed attempt of the call used about {void.total_tokens:,} "
-                                              f"tokens, and another attempt no longer fits the "
-                                              f"{over[0].describe()}; {over[0].spent_text()}")
+                    self._retried(ev, attempt, step, run_id, parent, held)
         finally:
             close = getattr(events, "aclose", None)
             if close is not None:
@@ -206,6 +193,26 @@ class Caller:
             raise ModelError("the model stream ended without a response")
         streamed.clear()  # it completed: nothing of it is void
         return completion, ttft, retries
+
+    def _retried(self, ev: Retrying, attempt: _Attempt, step: int, run_id: str, parent: str,
+                 held: list[Reservation]) -> None:
+        """A failed attempt is retried: what it streamed was billed, so it is counted on the retry's notice
+        and against the budgets; `_OverBudget` when the next attempt's worst case no longer fits."""
+        void, priced_as = self._void(attempt, ev.model)
+        attempt.streamed.clear()
+        attempt.reasoning.clear()
+        text = f"{ev.reason}; retry {ev.attempt} in {ev.delay:.1f} s"
+        if void is not None:
+            text += f" (the failed attempt used about {void.total_tokens:,} tokens)"
+        self.run.emit(Notice(run_id, step, "retry", text, void, priced_as if void else "", parent=parent))
+        if void is None:
+            return
+        self.run.usage = self.run.usage + void
+        over = [r.budget for r in held if not r.spend(void)]
+        if over:
+            raise _OverBudget(f"a failed attempt of the call used about {void.total_tokens:,} "
+                              f"tokens, and another attempt no longer fits the "
+                              f"{over[0].describe()}; {over[0].spent_text()}")
 
     def _count(self, pieces: list[str]) -> int:
         return self.run.agent.token_counter.text("".join(pieces)) if pieces else 0
