@@ -1,4 +1,4 @@
-"""The resilience controls every model backend runs through (`pipeline.resilient`): rate limit and retry.
+"""The resilience controls every model backend runs through (`backend.resilient`): rate limit and retry.
 
 Each reads its configuration from the call's backend (`limiter`, `retry`), so one pipeline serves every
 backend of the process. What is retryable is decided by the error's class (`provider_errors.py` for the

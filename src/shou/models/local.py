@@ -21,8 +21,9 @@ from typing import Any
 from ..errors import ConfigError, ModelResponseError
 from ..messages import Message, ToolCall
 from ..usage import Usage
+from .backend import Backend
 from .base import Completion, ModelEvent, TextChunk, ToolCallChunk
-from .pipeline import Backend, ModelCall
+from .pipeline import ModelCall
 from .ratelimit import RateLimiter
 from .runtime import RetryPolicy
 

@@ -33,9 +33,10 @@ from ..errors import (
 )
 from ..messages import Message
 from ..usage import Usage
+from .backend import Backend
 from .base import Completion, ModelEvent, ModelSettings, TextChunk
 from .connections import Connections, Timeout, UploadStalled, request_body
-from .pipeline import Backend, ModelCall
+from .pipeline import ModelCall
 from .provider_errors import http_error, preview, provider_error, transport_error
 from .ratelimit import RateLimiter
 from .reply import Reply, json_message

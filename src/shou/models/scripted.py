@@ -28,8 +28,9 @@ from ..errors import (
 )
 from ..messages import Message, messages_to_wire
 from ..usage import Usage
+from .backend import Backend
 from .base import Completion, ModelEvent, ModelSettings, TextChunk, ToolCallChunk
-from .pipeline import Backend, ModelCall
+from .pipeline import ModelCall
 from .ratelimit import RateLimiter
 from .runtime import RetryPolicy
 from .script import Answer, Playback, Script, error_message, fragments, load_script, render
