@@ -26,7 +26,8 @@ if not os.path.isfile(os.path.join(SRC, "shou", "__init__.py")):
 sys.path.insert(0, SRC)
 
 _spec = importlib.util.spec_from_file_location(
-    "shou_runner_before", os.path.join(os.path.dirname(SRC), "bench", "shou_runner.py"))
+    "shou_runner_before", os.path.join(os.path.dirname(SRC), "bench", "shou_runner.py")
+)
 assert _spec is not None and _spec.loader is not None
 _runner = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_runner)
@@ -42,7 +43,7 @@ PACKAGES = ["shou"]
 HAS_ASYNC = True
 
 
-class FW(_runner.FW):  # type: ignore[misc,name-defined]
+class FW(_runner.FW):
     """The old runner's agent, named for its row."""
 
     name = "shou-before"
