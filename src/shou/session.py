@@ -104,7 +104,7 @@ class MessageFold:
         # run id -> its model request with no answer (nor failure) logged yet: a killed process's may be billed
         self._asked: dict[str, ModelRequest] = {}
 
-    def apply(self, event: Event) -> None:
+    def apply(self, event: Event) -> None:  # noqa: C901 - to be split into small folds (issue 30, open)
         """Update the state with one event."""
         if isinstance(event, ModelRequest):
             self._asked[event.run_id] = event
