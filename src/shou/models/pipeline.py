@@ -12,9 +12,10 @@ import this module's types; so it lives apart and this module imports no control
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..chain import compose
 from .base import ModelEvent, ModelSettings, Retrying, Waiting
 
 if TYPE_CHECKING:
@@ -47,16 +48,3 @@ class Control(Protocol):
         ...
 
 
-def compose(controls: Sequence[Control], terminal: Next) -> Next:
-    """The head of `controls` in order (the first is outermost) ending in `terminal`."""
-    head = terminal
-    for control in reversed(controls):
-        head = _link(control, head)
-    return head
-
-
-def _link(control: Control, rest: Next) -> Next:
-    def step(call: ModelCall) -> AsyncIterator[StreamEvent]:
-        return control(call, rest)
-
-    return step

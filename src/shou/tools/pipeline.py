@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from ..chain import compose
+
 if TYPE_CHECKING:
     from ..messages import ToolCall
     from .base import Tool, ToolContext, ToolResult
@@ -51,19 +53,6 @@ class Control(Protocol[R]):
         ...
 
 
-def compose(controls: Sequence[Control[R]], terminal: Next[R]) -> Next[R]:
-    """The head of `controls` in order (the first is outermost) ending in `terminal`."""
-    head = terminal
-    for control in reversed(controls):
-        head = _link(control, head)
-    return head
-
-
-def _link(control: Control[R], rest: Next[R]) -> Next[R]:
-    def step(call: Invocation) -> Awaitable[R]:
-        return control(call, rest)
-
-    return step
 
 
 @dataclass(frozen=True, slots=True)
