@@ -117,10 +117,10 @@ def tool_messages(event: ToolCallFinished) -> list[Message]:
     between untrusted-content tags like outside text: it is a user message only in form, and what a
     screenshot shows (a page's words included) is data, never the user's instructions.
     """
-    from ..tools.untrusted import delimiters
-
     msgs = [Message.tool(event.call_id, event.name, event.content)]
     if event.image is not None:
+        from ..tools.untrusted import delimiters  # here: an import statement costs on every call
+
         # The id comes from the event, so every fold of the log (a resumed session, a cached prompt) makes the
         # same message. Nothing in the block is text the image's author wrote, so it need not be secret.
         tag = hashlib.sha256(f"{event.call_id}\0{event.image.data}".encode()).hexdigest()[:8]
