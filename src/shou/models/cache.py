@@ -1,12 +1,12 @@
 """An opt-in response cache: the same request to the same model is answered from disk, with no provider call.
 
 `CachedModel(inner, ResponseCache(path))` is a `Model`; the `Cache` control of the model pipeline serves it.
-Its key is a SHA-256 over everything that changes
-the answer: for a Chat Completions model, the request body itself (minus how it is transported) and the
-endpoint; for any other model, its name, the messages, the tools and every setting. A miss streams from
-the inner model and keeps what came; only a complete reply (`stop` or `tool_calls`) is stored, never one
-cut at the output limit, voided by a retry or ended by an error. A hit replays the same text and call
-fragments and a `Completion` marked `cached`, with zero usage and zero cost: no request was made.
+Its key is a SHA-256 over everything that changes the answer: for a Chat Completions model, the request
+body itself (minus how it is transported) and the endpoint; for any other model, its name, the messages,
+the tools and every setting. A miss streams from the inner model and keeps what came; only a complete
+reply (`stop` or `tool_calls`) is stored, never one cut at the output limit, voided by a retry or ended by
+an error. A hit replays the same text and call fragments and a `Completion` marked `cached`, with zero
+usage and zero cost: no request was made.
 
 Meant for development and tests (re-running a task replays it for free), so it is off unless asked for.
 """
