@@ -4,18 +4,25 @@ A model call is allowed only if its worst case fits what is left: its prompt tok
 reply (`max_tokens`), priced at the model's rates. The worst case is reserved while the call runs and
 settled with what it really used, so calls running at once (sub-agents sharing a parent's budget) can
 never together overshoot: at most the one call that was in flight when the budget ran out finishes.
+`Budgets` is the control of the model pipeline that does this for every call of a run.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from ..models.base import ModelSettings
+from ..models.base import Completion, ModelSettings, Retrying, model_id, model_ids
 from ..pricing import Price, PriceTable
 from ..usage import Usage, format_cost
 
-__all__ = ["DEFAULT_REPLY_RESERVE", "Accounts", "Budget", "Reservation"]
+if TYPE_CHECKING:
+    from ..models.pipeline import Next, StreamEvent
+    from .modelcall import RunCall
+
+__all__ = ["DEFAULT_REPLY_RESERVE", "Accounts", "Budget", "Budgets", "Reservation"]
 
 # The reply limit sent with every request while a budget applies and no max_tokens is set: the worst case
 # must be finite for the check to mean anything. Lowered to what the budget has left, but not below
@@ -201,3 +208,60 @@ class Accounts:
         # built directly, not by dataclasses.replace(): this runs for every call
         u, cost = usage, self.prices.cost(model or self.model, usage)
         return Usage(u.input_tokens, u.output_tokens, u.requests, u.estimated, u.cached_tokens, cost)
+
+
+class Budgets:
+    """The budget control of the model pipeline, its outermost: before anything is sent (or logged), the
+    call's worst case is reserved against every budget of the run's `accounts`, and the request's reply limit
+    lowered to what they have left (`call.settings`); a call that does not fit goes no further
+    (`call.refused` says why). A failed attempt that was billed (`call.void`, as the trace below estimated
+    it) is counted at once, and when another attempt's worst case no longer fits, none is made. The
+    reservation is settled with what the call used (`call.turn`), or with what its failed attempt was billed.
+    """
+
+    __slots__ = ("accounts",)
+
+    def __init__(self, accounts: Accounts) -> None:
+        self.accounts = accounts
+
+    async def __call__(self, call: RunCall, next: Next) -> AsyncIterator[StreamEvent]:
+        """The call's events, if its worst case fits the budgets."""
+        accounts = self.accounts
+        settings, held = accounts.reserve(call.tokens, call.settings, model_ids(call.model))
+        if isinstance(held, str):  # before the call that could break a budget, not after it
+            call.refused = held
+            return
+        call.settings = settings
+        events = next(call)
+        try:
+            async for event in events:
+                if type(event) is Retrying and call.void is not None and held:
+                    refused = _over(held, call.void)
+                    if refused:  # no further attempt is made: the rest of the pipeline is closed below
+                        for r in held:
+                            r.release()
+                        call.refused = refused
+                        return
+                elif type(event) is Completion and not event.cached and event.usage.input_tokens:
+                    accounts.calibrate(call.tokens, event.usage.input_tokens, event.sent_model or model_id(call.model))
+                yield event
+        except BaseException:
+            for r in held:
+                r.settle(call.void or Usage())
+            raise
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
+        used = call.turn.usage if call.turn is not None else Usage()
+        for r in held:
+            r.settle(used)
+
+
+def _over(held: list[Reservation], void: Usage) -> str:
+    """Count a billed failed attempt against every budget; why another attempt no longer fits ("" if it does)."""
+    over = [r.budget for r in held if not r.spend(void)]
+    if not over:
+        return ""
+    return (f"a failed attempt of the call used about {void.total_tokens:,} tokens, and another attempt no "
+            f"longer fits the {over[0].describe()}; {over[0].spent_text()}")

@@ -1,6 +1,16 @@
-"""The model backends' base: a model whose `attempt()` is one request, and the resilience pipeline
-(rate limit, retry) every backend's `stream()` runs: the wire client, the local model and the scripted
-model alike. Apart from `pipeline.py` so the controls can import the pipeline's types without a circle.
+"""The model backends' base: a model whose `attempt()` is one request, and the models layer's pipeline every
+backend's `stream()` runs: the wire client, the local model and the scripted model alike, and each model of a
+fallback chain. Apart from `pipeline.py` so the controls can import the pipeline's types without a circle.
+
+The order, outermost first, and why:
+- `Fallback`: a chain's models each get the rest of the pipeline of their own; the chain moves on only
+  once a model's own retries gave up (a switch is not spent on a blip one retry fixes).
+- `Cache`: a hit is answered before anything below spends a request slot or waits; inside fallback, so an
+  entry is keyed on the model that really gets the request.
+- `Prepare`: what every attempt shares is made once (the encoded body), before the rate limit counts it.
+- `Retry`: a failed attempt is tried again from scratch; outside the rate limit, because...
+- `RateLimit`: every attempt is a request the provider counts, a retry included.
+The run's controls (budget, trace: `agent/`) are composed around this same head (`agent/turn.py`).
 """
 
 from __future__ import annotations
@@ -9,7 +19,9 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from .base import ModelSettings
-from .controls import RateLimit, Retry
+from .cache import Cache
+from .controls import Prepare, RateLimit, Retry
+from .fallback import Fallback
 from .pipeline import ModelCall, Next, StreamEvent, compose
 
 if TYPE_CHECKING:
@@ -17,23 +29,29 @@ if TYPE_CHECKING:
     from .ratelimit import RateLimiter
     from .runtime import RetryPolicy
 
-__all__ = ["Backend", "resilient"]
+__all__ = ["Backend", "pipeline"]
 
 
 def _attempt(call: ModelCall) -> AsyncIterator[StreamEvent]:
-    return call.model.attempt(call)
+    """One request of the backend the call reached; a model that is no `Backend` (any object with the
+    `Model` protocol) answers with its own `stream()`."""
+    attempt = getattr(call.model, "attempt", None)
+    if attempt is None:
+        return call.model.stream(call.messages, call.tools, call.settings)
+    return attempt(call)
 
 
-_resilient: Next | None = None
+_pipeline: Next | None = None
 
 
-def resilient() -> Next:
-    """The pipeline every backend's `stream()` runs: rate limit and retry around one attempt. Made once per
-    process: the controls read each backend's own limiter and retry policy from the call."""
-    global _resilient
-    if _resilient is None:
-        _resilient = compose([Retry(), RateLimit()], _attempt)
-    return _resilient
+def pipeline() -> Next:
+    """The head of the models layer's pipeline (fallback, cache, prepare, retry, rate limit, one attempt).
+    Made once per process: the controls read each model's own chain, cache, limiter and retry policy from
+    the call."""
+    global _pipeline
+    if _pipeline is None:
+        _pipeline = compose([Fallback(), Cache(), Prepare(), Retry(), RateLimit()], _attempt)
+    return _pipeline
 
 
 class Backend:
@@ -50,9 +68,7 @@ class Backend:
     def stream(self, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None = None
                ) -> AsyncIterator[StreamEvent]:
         """One complete response; after a `Retrying`, what the failed attempt streamed is void."""
-        call = ModelCall(messages, tools, settings, self)
-        self.prepare(call)
-        return resilient()(call)
+        return pipeline()(ModelCall(messages, tools, settings, self))
 
     def prepare(self, call: ModelCall) -> None:
         """Work done once for every attempt of `call` (nothing by default)."""

@@ -1,11 +1,12 @@
 """An opt-in response cache: the same request to the same model is answered from disk, with no provider call.
 
-`CachedModel(inner, ResponseCache(path))` is a `Model`. Its key is a SHA-256 over everything that changes
-the answer: for a Chat Completions model, the request body itself (minus how it is transported) and the
-endpoint; for any other model, its name, the messages, the tools and every setting. A miss streams from
-the inner model and keeps what came; only a complete reply (`stop` or `tool_calls`) is stored, never one
-cut at the output limit, voided by a retry or ended by an error. A hit replays the same text and call
-fragments and a `Completion` marked `cached`, with zero usage and zero cost: no request was made.
+`CachedModel(inner, ResponseCache(path))` is a `Model`; the `Cache` control of the model pipeline serves it.
+Its key is a SHA-256 over everything that changes the answer: for a Chat Completions model, the request
+body itself (minus how it is transported) and the endpoint; for any other model, its name, the messages,
+the tools and every setting. A miss streams from the inner model and keeps what came; only a complete
+reply (`stop` or `tool_calls`) is stored, never one cut at the output limit, voided by a retry or ended by
+an error. A hit replays the same text and call fragments and a `Completion` marked `cached`, with zero
+usage and zero cost: no request was made.
 
 Meant for development and tests (re-running a task replays it for free), so it is off unless asked for.
 """
@@ -28,8 +29,9 @@ from typing import Any
 from ..messages import Message
 from ..usage import Usage
 from .base import Completion, Model, ModelEvent, ModelSettings, Retrying, TextChunk, ToolCallChunk
+from .pipeline import ModelCall, Next, StreamEvent, own_stream
 
-__all__ = ["CachedModel", "ResponseCache", "cache_key"]
+__all__ = ["Cache", "CachedModel", "ResponseCache", "cache_key"]
 
 _log = logging.getLogger("shou.cache")
 
@@ -183,36 +185,60 @@ class CachedModel:
         """Close the inner model's connections (the cache stays usable)."""
         await self.inner.aclose()
 
-    async def stream(
+    def stream(
         self, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None = None
-    ) -> AsyncIterator[ModelEvent | Retrying]:
+    ) -> AsyncIterator[StreamEvent]:
         """The stored reply when there is one, else the inner model's, stored when it is complete."""
-        key = cache_key(self.inner, messages, tools, settings)
-        hit = self.cache.get(key)
-        replay = _replay(hit) if hit is not None and _fits(hit, settings) else None
-        if replay is not None:
-            for event in replay:
-                yield event
-            return
-        recorded: list[TextChunk | ToolCallChunk] = []
-        events = self.inner.stream(messages, tools, settings)
-        try:
-            async for event in events:
-                if isinstance(event, TextChunk | ToolCallChunk):
-                    recorded.append(event)
-                elif isinstance(event, Retrying):
-                    recorded.clear()  # what streamed before a retry is void: it is not part of the reply
-                elif isinstance(event, Completion) and event.finish_reason in STORED_FINISHES:
-                    value = _stored(recorded, event)
-                    if self.redact is not None:
-                        value = {**_strings(value, self.redact),
-                                 "chunks": _redacted_chunks(value["chunks"], self.redact)}
-                    self.cache.put(key, value)  # before passing it on: a consumer may stop there
-                yield event
-        finally:
-            close = getattr(events, "aclose", None)
-            if close is not None:
-                await close()
+        return Cache()(ModelCall(messages, tools, settings, self), own_stream)
+
+
+class Cache:
+    """The response cache as a control of the model pipeline: a call to a `CachedModel` is answered from
+    its cache when it can be, else passed on as a call to the inner model, and its complete reply kept.
+    It sits outside retry and rate limit, so a hit spends no request slot and waits for no limiter; inside
+    fallback, so each model of a chain has its own entries (a reply of one provider never answers another).
+
+    A call to any other model passes straight through (no generator of its own: this runs on every call).
+    """
+
+    __slots__ = ()
+
+    def __call__(self, call: ModelCall, next: Next) -> AsyncIterator[StreamEvent]:
+        """The call's events: replayed, or the inner model's."""
+        model = call.model
+        if not isinstance(model, CachedModel):
+            return next(call)
+        return _through(model, call, next)
+
+
+async def _through(model: CachedModel, call: ModelCall, next: Next) -> AsyncIterator[StreamEvent]:
+    inner = model.inner
+    key = cache_key(inner, call.messages, call.tools, call.settings)
+    hit = model.cache.get(key)
+    replay = _replay(hit) if hit is not None and _fits(hit, call.settings) else None
+    if replay is not None:
+        for event in replay:
+            yield event
+        return
+    recorded: list[TextChunk | ToolCallChunk] = []
+    events = next(ModelCall(call.messages, call.tools, call.settings, inner))
+    try:
+        async for event in events:
+            if isinstance(event, TextChunk | ToolCallChunk):
+                recorded.append(event)
+            elif isinstance(event, Retrying):
+                recorded.clear()  # what streamed before a retry is void: it is not part of the reply
+            elif isinstance(event, Completion) and event.finish_reason in STORED_FINISHES:
+                value = _stored(recorded, event)
+                if model.redact is not None:
+                    value = {**_strings(value, model.redact),
+                             "chunks": _redacted_chunks(value["chunks"], model.redact)}
+                model.cache.put(key, value)  # before passing it on: a consumer may stop there
+            yield event
+    finally:
+        close = getattr(events, "aclose", None)  # a model's own stream may be a plain async iterator
+        if close is not None:
+            await close()
 
 
 def _strings(value: Any, change: Callable[[str], str]) -> Any:

@@ -1,4 +1,4 @@
-"""The resilience controls every model backend runs through (`backend.resilient`): rate limit and retry.
+"""The controls around each attempt of a model backend (`backend.pipeline`): prepare, retry, rate limit.
 
 Each reads its configuration from the call's backend (`limiter`, `retry`), so one pipeline serves every
 backend of the process. What is retryable is decided by the error's class (`provider_errors.py` for the
@@ -15,9 +15,24 @@ from ..errors import ModelError, ModelUnreachableError
 from .base import Completion, Retrying, Waiting, model_id
 from .pipeline import ModelCall, Next, StreamEvent
 
-__all__ = ["ANNOUNCED_WAIT", "RateLimit", "Retry"]
+__all__ = ["ANNOUNCED_WAIT", "Prepare", "RateLimit", "Retry"]
 
 ANNOUNCED_WAIT = 5.0  # seconds: a rate-limit wait this long is announced (`Waiting`), so a run never seems stuck
+
+
+class Prepare:
+    """Lets the backend the call reached do once what all its attempts share (`Backend.prepare`: the wire
+    client encodes the request body, which the rate limit then counts). A model without `prepare` (one that
+    is not a `Backend`) passes through."""
+
+    __slots__ = ()
+
+    def __call__(self, call: ModelCall, next: Next) -> AsyncIterator[StreamEvent]:
+        """The call's events, once it is prepared (no generator of its own: this runs on every call)."""
+        prepare = getattr(call.model, "prepare", None)
+        if prepare is not None:
+            prepare(call)
+        return next(call)
 
 
 class Retry:

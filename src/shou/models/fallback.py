@@ -1,6 +1,7 @@
 """A chain of models: when one provider is failing, the next one answers.
 
-`FallbackModel([primary, backup, ...])` is a `Model`. It streams from the first; when that fails in a way
+`FallbackModel([primary, backup, ...])` is a `Model`; the `Fallback` control of the model pipeline serves it.
+It streams from the first; when that fails in a way
 that says the provider is failing (down, overloaded, rate limiting, unreachable, cutting replies off, after
 its own retries), it announces the switch as a `Retrying` and streams the next. An error that says the
 configuration is wrong (a refused key, an unknown model, a rejected request) is raised at once: another
@@ -19,9 +20,10 @@ from typing import Any
 
 from ..errors import ModelError, ModelRateLimitError, ModelUnavailableError, UserError
 from ..messages import Message
-from .base import Completion, Model, ModelEvent, ModelSettings, Retrying, model_id, provider_of
+from .base import Completion, Model, ModelSettings, Retrying, model_id, provider_of
+from .pipeline import ModelCall, Next, StreamEvent, own_stream
 
-__all__ = ["FallbackModel"]
+__all__ = ["Fallback", "FallbackModel"]
 
 # The provider is failing: another one may answer. ModelUnavailableError covers 5xx and timeouts, and its
 # subclasses ModelCutOffError (replies cut off) and ModelUnreachableError (no connection).
@@ -74,34 +76,66 @@ class FallbackModel:
         if errors:
             raise errors[0]
 
-    async def stream(
+    def stream(
         self, messages: list[Message], tools: list[dict[str, Any]], settings: ModelSettings | None = None
-    ) -> AsyncIterator[ModelEvent | Retrying]:
+    ) -> AsyncIterator[StreamEvent]:
         """The first model's reply that completes. A switch to the next model is a `Retrying`: what the
         failed one streamed is void."""
-        order = self._order()
-        failures: list[tuple[Model, ModelError]] = []
-        for n, index in enumerate(order):
-            model = self.models[index]
-            events = model.stream(messages, tools, settings)
-            try:
-                async for event in events:
-                    if isinstance(event, Completion):
-                        self._failed_at.pop(index, None)  # it answered: healthy again
-                        if not event.sent_model:
-                            event = replace(event, sent_model=model_id(model))
-                    yield event
-                return
-            except FAILOVER_ERRORS as e:
-                self._failed_at[index] = time.monotonic()
-                failures.append((model, e))
-                if n + 1 < len(order):
-                    following = self.models[order[n + 1]]
-                    yield Retrying(n + 1, 0.0, f"{model.name} failed ({e}); trying {following.name}", model_id(model))
-            finally:
-                close = getattr(events, "aclose", None)
-                if close is not None:
-                    await close()
-        last = failures[-1][1]
-        tried = "; ".join(f"{m.name}: {e}" for m, e in failures)
-        raise type(last)(f"every model failed ({tried})", status=last.status, retry_after=last.retry_after) from None
+        return Fallback()(ModelCall(messages, tools, settings, self), own_stream)
+
+    def failed(self, index: int) -> None:
+        """Model `index` failed as a provider does: it is tried last for `cooldown` seconds."""
+        self._failed_at[index] = time.monotonic()
+
+    def answered(self, index: int) -> None:
+        """Model `index` answered: healthy again."""
+        self._failed_at.pop(index, None)
+
+
+class Fallback:
+    """The fallback chain as a control of the model pipeline: a call to a `FallbackModel` is passed on as a
+    call to each of its models in turn (`FallbackModel.order`) until one completes. It is the outermost
+    control of the models layer: each model of the chain then gets the rest of the pipeline of its own
+    (its cache entries, its retries, its rate limit), and the chain moves on only once a model's own retries
+    gave up.
+
+    A call to any other model passes straight through (no generator of its own: this runs on every call).
+    """
+
+    __slots__ = ()
+
+    def __call__(self, call: ModelCall, next: Next) -> AsyncIterator[StreamEvent]:
+        """The call's events: those of the first model of the chain that answers."""
+        chain = call.model
+        if not isinstance(chain, FallbackModel):
+            return next(call)
+        return _through(chain, call, next)
+
+
+async def _through(chain: FallbackModel, call: ModelCall, next: Next) -> AsyncIterator[StreamEvent]:
+    order = chain._order()
+    failures: list[tuple[Model, ModelError]] = []
+    for n, index in enumerate(order):
+        model = chain.models[index]
+        events = next(ModelCall(call.messages, call.tools, call.settings, model))
+        try:
+            async for event in events:
+                if isinstance(event, Completion):
+                    chain.answered(index)
+                    if not event.sent_model:
+                        event = replace(event, sent_model=model_id(model))
+                yield event
+            return
+        except FAILOVER_ERRORS as e:
+            chain.failed(index)
+            failures.append((model, e))
+            if n + 1 < len(order):
+                following = chain.models[order[n + 1]]
+                yield Retrying(n + 1, 0.0, f"{model.name} failed ({e}); trying {following.name}", model_id(model))
+        finally:
+            close = getattr(events, "aclose", None)  # a model's own stream may be a plain async iterator
+            if close is not None:
+                await close()
+    last = failures[-1][1]
+    tried = "; ".join(f"{m.name}: {e}" for m, e in failures)
+    raise type(last)(f"every model failed ({tried})", status=last.status, retry_after=last.retry_after) from None

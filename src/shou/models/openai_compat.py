@@ -10,7 +10,7 @@ stream the same way, and is retried as a cut one; a 200 whose body is not a repl
 JSON error) is an error naming what arrived.
 Failures become the `ModelError` tree with messages that name the setting to change (`provider_errors.py`);
 429, 5xx, 408, timeouts and cut or broken replies are retried with backoff by the shared pipeline's `Retry`
-control (`pipeline.py`, `controls.py`), which also keeps the `limiter`; `attempt()` is one request.
+control (`backend.py`, `controls.py`), whose `RateLimit` keeps the `limiter`; `attempt()` is one request.
 """
 
 from __future__ import annotations

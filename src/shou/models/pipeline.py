@@ -21,7 +21,7 @@ from .base import ModelEvent, ModelSettings, Retrying, Waiting
 if TYPE_CHECKING:
     from ..messages import Message
 
-__all__ = ["Control", "ModelCall", "Next", "StreamEvent", "compose"]
+__all__ = ["Control", "ModelCall", "Next", "StreamEvent", "compose", "own_stream"]
 
 StreamEvent = ModelEvent | Retrying | Waiting
 
@@ -48,3 +48,9 @@ class Control(Protocol):
         ...
 
 
+
+
+def own_stream(call: ModelCall) -> AsyncIterator[StreamEvent]:
+    """The rest of a pipeline as `call.model` runs it itself (its `stream()`): what a wrapper model used on
+    its own (`CachedModel`, `FallbackModel`) passes on to the model it wraps."""
+    return call.model.stream(call.messages, call.tools, call.settings)
