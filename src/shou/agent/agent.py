@@ -197,7 +197,7 @@ class Agent:
         """
         return self._stream("", session, resume=True)
 
-    def _new_run(self, task: str, session: Session, resume: bool, emit: Callable[[Event], None],
+    def _new_run(self, task: str, session: Session, resume: bool, emit: Callable[[Event], None] | None,
                  run_id: str | None = None) -> Run:
         """The run to execute on `session` (which this process holds): `task`, or the one a killed process
         left unfinished."""
@@ -231,13 +231,25 @@ class Agent:
                 parent=request.parent))
 
     async def _stream(self, task: str, session: Session | str | None, *, resume: bool,
-                      run_id: str | None = None) -> AsyncIterator[Event]:
+                      run_id: str | None = None, drained: bool = False) -> AsyncIterator[Event]:
+        """The run's events as they happen. `drained`: only its end is wanted (`arun`), so no consumer is handed
+        the events and only the run's `RunFinished` is yielded, at the end; the run then needs no task of its
+        own and no queue between it and the caller (the same run, the same emitter, the same log, the same
+        observers: only whether a consumer is handed each event differs)."""
         if not isinstance(session, Session):
             session = self.session(session)
         owned = not session.locked
         if owned:
             session.acquire()  # one process at a time: SessionBusy if another has it
         try:
+            if drained:
+                run = self._new_run(task, session, resume, None, run_id)
+                try:
+                    done = await run.execute()
+                finally:
+                    session.commit()
+                yield done
+                return
             queue: asyncio.Queue[Event | None] = asyncio.Queue()
             run = self._new_run(task, session, resume, queue.put_nowait, run_id)
             task_ = asyncio.ensure_future(_execute(run, queue))
@@ -269,7 +281,7 @@ class Agent:
         if not isinstance(session, Session):
             session = self.session(session)
         done: RunFinished | None = None
-        async for event in self._stream(task, session, resume=resume, run_id=run_id):
+        async for event in self._stream(task, session, resume=resume, run_id=run_id, drained=True):
             if type(event) is RunFinished and not event.parent:
                 done = event
         if done is None:  # pragma: no cover - execute() always ends with one

@@ -34,14 +34,11 @@ _TEXT = -1  # the stream key of a run's text fragments; call fragments are keyed
 Observer = Callable[[Event], Any]
 
 
-def _ignore(event: Event) -> None:
-    """No one consumes this emitter's events (they are logged and observed)."""
-
-
 class Emitter:
     """Takes every event of one session the one way. `redactor` replaces known secrets (none when left out),
     `observers` see each event after the log (an observer's own event joins the stream after it; an
-    observer's exception is logged, never fatal), `consumer` gets it last (a run's queue, nothing)."""
+    observer's exception is logged, never fatal), `consumer` gets it last (a run's queue; None: no one, as
+    for a drained run or `/clear`: the events are logged and observed all the same)."""
 
     __slots__ = ("_streams", "consumer", "observers", "redactor", "session")
 
@@ -50,7 +47,7 @@ class Emitter:
         self.session = session
         self.redactor = redactor if redactor is not None else _NO_SECRETS
         self.observers = tuple(observers)
-        self.consumer = consumer if consumer is not None else _ignore
+        self.consumer = consumer
         # (run id, stream) -> its redactor and its last fragment (the shape of what is given out at its end)
         self._streams: dict[tuple[str, int], tuple[StreamRedactor, Event]] = {}
 
@@ -64,7 +61,10 @@ class Emitter:
             self._end_streams(event.run_id)
         event, data = self.redactor.checked(event)
         self.session._write(event, data)
-        self._hand_on(event)
+        if self.observers:
+            self._hand_on(event)
+        elif self.consumer is not None:
+            self.consumer(event)
 
     def commit(self) -> None:
         """Make everything emitted so far durable: called before every side effect."""
@@ -82,7 +82,8 @@ class Emitter:
                 if extra is None:
                     extra = []
                 extra.append(out)
-        self.consumer(event)
+        if self.consumer is not None:
+            self.consumer(event)
         if extra is not None:  # after the event that caused it, as the consumer would tell it
             for out in extra:
                 self.emit(out)

@@ -79,7 +79,7 @@ class Run:
     its `run_id` and the `budgets` of the run it works for, which its calls are held against too.
     """
 
-    def __init__(self, agent: Agent, task: str, session: Session, emit: Callable[[Event], None], *,
+    def __init__(self, agent: Agent, task: str, session: Session, emit: Callable[[Event], None] | None, *,
                  resume: OpenRun | None = None, run_id: str | None = None,
                  budgets: list[Budget] | None = None, ratios: dict[str, float] | None = None) -> None:
         self.agent = agent

@@ -81,7 +81,7 @@ def kind_of(config: AgentConfig, resume: OpenRun | None = None) -> RunKind:
     return ReactRun()
 
 
-def build_run(agent: Agent, task: str, session: Session, emit: Callable[[Event], None], *,
+def build_run(agent: Agent, task: str, session: Session, emit: Callable[[Event], None] | None, *,
               resume: OpenRun | None = None, run_id: str | None = None, budgets: list[Budget] | None = None,
               ratios: dict[str, float] | None = None) -> Run:
     """A run of `task` by `agent`, composed from its config (the arguments are `Run`'s)."""

@@ -16,6 +16,7 @@ control (`backend.py`, `controls.py`), whose `RateLimit` keeps the `limiter`; `a
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -131,9 +132,11 @@ class OpenAICompatible(Backend):
         reply = Reply(self.model)
         try:
             resp = await self._post(call.prepared)
-            async with resp:
+            # closed here, not left to the garbage collector: a generator the loop finalizes costs a wake-up
+            # from another thread and a task, on every call
+            async with resp, contextlib.aclosing(self._read(reply, resp)) as events:
                 reply.started = True
-                async for event in self._read(reply, resp):
+                async for event in events:
                     yield event
                     if type(event) is Completion:  # a whole JSON reply: nothing more to assemble
                         return
