@@ -14,10 +14,14 @@ A case line:
  "model": "deepseek:deepseek-chat", "settings": {"tools": ["calculator"]}, "plan": false, "code": false,
  "limits": {"steps": 10, "time": 120, "tokens": 20000, "cost": 0.05}, "solution": [{...turn...}, ...]}
 ```
+Placeholders: `{{workspace}}` (the sample's workspace, absolute) and `{{server}}` (the URL of the suite's
+`www/` folder, served on loopback while the run lasts) are replaced in tasks, solutions and checks' texts
+when a sample starts, so a case can name the page it reads or the file:// URL it opens.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,7 +32,7 @@ from typing import Any
 from ..errors import UserError
 from .checks import Check, check_from_dict
 
-__all__ = ["Case", "Limits", "Suite", "load_cases"]
+__all__ = ["Case", "Limits", "Suite", "bind", "load_cases"]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _CASE_KEYS = {"id", "task", "files", "checks", "model", "settings", "plan", "code", "reflect", "limits", "solution",
@@ -96,6 +100,7 @@ class Suite:
     name: str
     cases: tuple[Case, ...]
     source: str = ""
+    www: Path | None = None  # served on loopback while the suite runs: `{{server}}` in its cases
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cases", tuple(self.cases))
@@ -112,7 +117,9 @@ class Suite:
         file = p / "suite.jsonl" if p.is_dir() else p
         if not file.is_file():
             raise UserError(f"no suite at {path}: give a JSONL file of cases or a folder with suite.jsonl")
-        return cls(name or (p.name if p.is_dir() else p.stem), tuple(load_cases(file)), str(file.resolve()))
+        www = file.parent / "www"
+        return cls(name or (p.name if p.is_dir() else p.stem), tuple(load_cases(file)), str(file.resolve()),
+                    www if www.is_dir() else None)
 
 
 def _as_check(c: Any) -> Check:
@@ -202,3 +209,25 @@ def select(cases: Sequence[Case], ids: Sequence[str] | None, tags: Sequence[str]
     if tags:
         out = [c for c in out if set(c.tags) & set(tags)]
     return out
+
+
+def bind(case: Case, values: Mapping[str, str]) -> Case:
+    """`case` with `{{NAME}}` replaced by `values[NAME]` in its tasks, its solution's texts and its checks'."""
+    if not values:
+        return case
+
+    def sub(x: Any) -> Any:
+        if isinstance(x, str):
+            for name, value in values.items():
+                x = x.replace("{{" + name + "}}", value)
+            return x
+        if isinstance(x, list | tuple):
+            return type(x)(sub(v) for v in x)
+        if isinstance(x, dict):
+            return {k: sub(v) for k, v in x.items()}
+        return x
+
+    checks = tuple(dataclasses.replace(c, **{f.name: sub(getattr(c, f.name)) for f in dataclasses.fields(c)
+                                            if isinstance(getattr(c, f.name), str)})
+                   if dataclasses.is_dataclass(c) else c for c in case.checks)
+    return dataclasses.replace(case, task=sub(case.task), solution=sub(case.solution), checks=checks)

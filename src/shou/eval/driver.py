@@ -62,12 +62,15 @@ async def evaluate(suite: Suite, *, out: Path | None = None, models: Sequence[st
     folder = (out or default_folder(kind)).resolve()
     open_run_folder(folder, manifest_of(suite, models, epochs, kind))
     log = ResultsLog(folder)
+    server = None
     try:
         total = len(suite.cases) * len(models) * epochs
         if on_start is not None:
             on_start(total, len(log.done))
         budget = _budget(max_cost, log)
-        env = SampleEnv(folder, _maker(agent, store), _judge(judge_model), (budget,) if budget else (),
+        server = _Site(suite.www) if suite.www is not None else None
+        values = {"server": server.url} if server is not None else {}
+        env = SampleEnv(folder, _maker(agent, store), _judge(judge_model), values, (budget,) if budget else (),
                         shared_store=bool(store))
         samples = samples_of(suite, models, epochs)
         if ray is not None:
@@ -79,6 +82,8 @@ async def evaluate(suite: Suite, *, out: Path | None = None, models: Sequence[st
             await run_local(samples, env, log, jobs=jobs, on_result=on_result, may_start=lambda: _room(budget))
     finally:
         log.close()
+        if server is not None:
+            server.close()
     report = summarize(read_results(folder), [m or "default" for m in models], str(folder))
     report.not_run = total - len(report.results)
     _write_summary(folder, report)
@@ -140,3 +145,24 @@ def _write_summary(folder: Path, report: Report) -> None:
         tmp = folder / (name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, folder / name)
+
+
+class _Site:
+    """A folder served read-only over HTTP on 127.0.0.1 (a port of its own) while a suite runs."""
+
+    def __init__(self, root: Path) -> None:
+        import functools
+        import threading
+        from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+        class Quiet(SimpleHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True, name="shou-eval-www").start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -22,13 +22,13 @@ import re
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, UserError
 from ..events import RunFinished, RunResumed, RunStarted
-from .cases import Case
+from .cases import Case, bind
 from .outcome import Outcome, Verdict
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ class SampleEnv:
     out: Path
     make_agent: AgentMaker
     judge: JudgeEnv | None = None
+    values: Mapping[str, str] = field(default_factory=dict)  # placeholders besides {{workspace}} ({{server}})
     budgets: tuple[Budget, ...] = ()  # held by every run of the evaluation (its --max-cost)
     shared_store: bool = False  # the agents' store serves every sample (PostgreSQL): not closed per sample
 
@@ -94,6 +95,7 @@ async def run_sample(sample: Sample, env: SampleEnv) -> dict[str, Any]:
     raised: the sample is then neither finished nor lost, and the next attempt resumes it."""
     started = time.time()
     ws = env.workspace(sample)
+    sample = replace(sample, case=bind(sample.case, {**env.values, "workspace": str(ws.resolve())}))
     names = session_names(sample)
     try:
         agent = await _agent_for(sample, env, ws, names)
