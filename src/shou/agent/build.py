@@ -20,14 +20,16 @@ LOCAL_HINT = ("Using SmolLM2-135M, a small offline model: it can call a tool for
               "much. For a real model set a key (e.g. DEEPSEEK_API_KEY) or --model; see `shou config`.")
 
 
-def agent_from_settings(settings: Any, *, functions: Sequence[Path] = (), model: Any = None,
+def agent_from_settings(settings: Any, *, functions: Sequence[Path] = (), extra_tools: Iterable[Any] = (),
+                        model: Any = None,
                         store: Any = "workspace", approvals: Any = "deny",
                         observers: Iterable[Callable[[Any], Any]] | Callable[[Any], Iterable[Any]] = (),
                         warn: Callable[[str], None] = lambda _: None,
                         **fields: Any) -> Agent:
-    """The agent `settings` describe: their model (or `model`), the built-in tools and those of `functions`
-    files, the workspace's store (`store="workspace"`; None for none, or a store to use), long-term memory when
-    the workspace has some, skills, and `fields` (AgentConfig fields: planning, reflect, code_mode, limits).
+    """The agent `settings` describe: their model (or `model`), the built-in tools, those of `functions`
+    files and `extra_tools`, the workspace's store (`store="workspace"`; None for none, or a store to use),
+    long-term memory when the workspace has some, skills, and `fields` (AgentConfig fields: planning, reflect,
+    code_mode, limits).
     `observers` may be a function of the store (an alert monitor seeded from its log). `warn` is told what was
     left out (ignored settings, a damaged memory file) as it is found."""
     from ..context.builder import ContextPolicy
@@ -51,6 +53,8 @@ def agent_from_settings(settings: Any, *, functions: Sequence[Path] = (), model:
     for file in functions:
         for t in load_tools_from_file(file):
             tools.add(t)
+    for t in extra_tools:
+        tools.add(t)
     if model is None:
         model = build_model(settings)
     prefetch_encoder(model.name)  # builds in a thread while the tools, stores and agent are set up

@@ -19,7 +19,7 @@ from .make import agent_maker, settings_maker
 from .report import Report, summarize
 from .results import ResultsLog, default_folder, open_run_folder, read_results
 from .runner import run_local
-from .sample import AgentMaker, Sample, SampleEnv
+from .sample import EVAL_BUDGET, AgentMaker, Sample, SampleEnv
 
 if TYPE_CHECKING:
     from ..agent.agent import Agent
@@ -112,7 +112,7 @@ def _budget(max_cost: float | None, log: ResultsLog) -> Budget | None:
     spent = 0.0
     for r in log.done.values():
         spent += r.get("cost") or 0.0
-    return Budget(max_cost, None, Usage(cost=spent), cost_label="the evaluation's --max-cost")
+    return Budget(max_cost, None, Usage(cost=spent), cost_label=EVAL_BUDGET)
 
 
 def _room(budget: Budget | None) -> bool:

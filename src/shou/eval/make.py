@@ -44,6 +44,10 @@ def settings_maker(flags: Mapping[str, Any], *, functions: Sequence[Path] = (), 
     workspace; `store` is "workspace" (each workspace's own `.shou/shou.db`) or a store every sample shares."""
     from ..agent.build import agent_from_settings
     from ..config import load_settings
+    from ..tools.loader import load_tools_from_file
+
+    # imported once for the whole run (a tool is a description and a function: agents may share it)
+    extra = [t for file in functions for t in load_tools_from_file(file)]
 
     def make(sample: Sample, workspace: Path) -> Agent:
         spec = sample.model or sample.case.model
@@ -54,7 +58,7 @@ def settings_maker(flags: Mapping[str, Any], *, functions: Sequence[Path] = (), 
         elif spec:
             overrides["model"] = spec
         settings = load_settings(overrides)
-        return agent_from_settings(settings, functions=functions, model=model, store=store,
+        return agent_from_settings(settings, extra_tools=extra, model=model, store=store,
                                    approvals=settings.approvals if settings.approvals in ("yes", "deny") else "deny",
                                    observers=observers, **_modes(sample))
 

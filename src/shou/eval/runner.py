@@ -27,13 +27,17 @@ async def run_local(samples: Iterable[Sample], env: SampleEnv, log: ResultsLog, 
     `may_start` is asked before each sample (False: the run's budget is spent; nothing more starts)."""
     todo: Iterator[Sample] = (s for s in samples if s.key not in log.done)
     count = 0
+    spent = False  # the evaluation's budget stopped a sample: nothing more starts
 
     async def worker() -> None:
-        nonlocal count
+        nonlocal count, spent
         for sample in todo:  # one iterator shared by every worker: each sample is taken once
-            if not may_start():
+            if spent or not may_start():
                 return
             result = await run_sample(sample, env)
+            if result is None:
+                spent = True
+                return
             if log.add(result) and on_result is not None:
                 on_result(result)
             count += 1

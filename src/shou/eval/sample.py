@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, UserError
-from ..events import RunFinished, RunResumed, RunStarted
+from ..events import ModelResponse, RunFinished, RunResumed, RunStarted
 from .cases import Case, bind
 from .outcome import Outcome, Verdict
 
@@ -40,6 +40,7 @@ __all__ = ["AgentMaker", "Sample", "SampleEnv", "run_sample", "sample_key", "ses
 
 AgentMaker = Callable[["Sample", Path], "Agent | Awaitable[Agent]"]
 MAX_LISTED = 200  # files listed as written by a sample
+EVAL_BUDGET = "the evaluation's --max-cost"  # the label of the budget every run of an evaluation shares
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,11 @@ class SampleEnv:
         return self.out / "work" / sample.key
 
 
-async def run_sample(sample: Sample, env: SampleEnv) -> dict[str, Any]:
-    """Carry out `sample` (resuming what a killed process left) and check it; its result line. A case whose
-    setup is wrong (a bad setting, an unknown model) gives an `error` result; a store or disk failure is
-    raised: the sample is then neither finished nor lost, and the next attempt resumes it."""
+async def run_sample(sample: Sample, env: SampleEnv) -> dict[str, Any] | None:
+    """Carry out `sample` (resuming what a killed process left) and check it; its result line, or None when the
+    evaluation's own budget stopped it (it was not evaluated: it starts over when the run goes on with more).
+    A case whose setup is wrong (a bad setting, an unknown model) gives an `error` result; a store or disk
+    failure is raised: the sample is then neither finished nor lost, and the next attempt resumes it."""
     started = time.time()
     ws = env.workspace(sample)
     sample = replace(sample, case=bind(sample.case, {**env.values, "workspace": str(ws.resolve())}))
@@ -109,6 +111,8 @@ async def run_sample(sample: Sample, env: SampleEnv) -> dict[str, Any]:
                 break  # a later task builds on this one; it is not tried
     finally:
         await _close(agent, env)
+    if _out_of_budget(finals[-1]):
+        return None
     outcome = Outcome(finals[-1].answer, tuple(f.answer for f in finals), finals[-1].status, ws,
                       sample.case.tasks[len(finals) - 1], env.judge)
     verdicts = [await check(outcome) for check in sample.case.checks]
@@ -121,6 +125,9 @@ async def _agent_for(sample: Sample, env: SampleEnv, ws: Path, names: list[str])
     if await asyncio.to_thread(ws.is_dir):
         agent = await _make(env, sample, ws)
         if any(_has_events(agent, n) for n in names) and not _stopped(agent, names):
+            answered = getattr(agent.model, "answered", None)
+            if answered is not None:  # a scripted model (the oracle) goes on where the log says it was
+                answered(_responses(agent, names))
             return agent
         await _close(agent, env)
         await asyncio.to_thread(shutil.rmtree, ws)
@@ -145,13 +152,26 @@ async def _make(env: SampleEnv, sample: Sample, ws: Path) -> Agent:
 
 
 def _stopped(agent: Agent, names: list[str]) -> bool:
-    """Whether a run of the sample was stopped from outside (cancelled, or closed as interrupted) rather than
-    left open: its log cannot be resumed, so the sample starts over in a fresh workspace."""
+    """Whether a run of the sample was stopped from outside (cancelled, closed as interrupted, or refused by
+    the evaluation's budget) rather than left open: its log cannot be resumed, so the sample starts over in a
+    fresh workspace."""
     for name in names:
         end = last_run_end(agent, name)
-        if end is not None and end.status in ("cancelled", "interrupted"):
+        if end is not None and (end.status in ("cancelled", "interrupted") or _out_of_budget(end)):
             return True
     return False
+
+
+def _out_of_budget(end: RunFinished) -> bool:
+    """Whether the evaluation's `--max-cost` (not the case's own limit) ended the run."""
+    return end.status == "budget" and EVAL_BUDGET in (end.error or "")
+
+
+def _responses(agent: Agent, names: list[str]) -> int:
+    """How many model calls of the sample were answered (their `ModelResponse` logged), sub-runs' included."""
+    assert agent.store is not None
+    return sum(1 for name in names if agent.store.exists(name)
+               for _, event in agent.store.rows(name) if isinstance(event, ModelResponse))
 
 
 def _has_events(agent: Agent, name: str) -> bool:

@@ -267,6 +267,12 @@ class Playback:
                 return i, self.turns[i]
         return None
 
+    def answered(self, n: int) -> None:
+        """The first `n` turns (in order) were answered before: by a process that was killed, whose run is
+        being resumed from its log. The next request gets the turn after them, as a model would give it."""
+        with self._lock:
+            self.used.update(range(min(n, len(self.turns))))
+
     def exhausted_message(self) -> str:
         return f"scripted model: script exhausted after {len(self.turns)} turns"
 
