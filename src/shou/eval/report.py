@@ -27,7 +27,8 @@ def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # The interval always holds p; rounding alone would leave 1.0 (or 0.0) just outside it at the ends.
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
