@@ -101,7 +101,7 @@ def test_pass_at_k_grows_with_k_and_with_correct_samples(case: tuple[int, int, i
 def result(case: str, epoch: int, outcome: str, *, latency: float = 1.0, cost: float | None = 0.01,
            model: str = "m") -> dict[str, Any]:
     return {"sample": f"{case}@{model}#{epoch}", "case": case, "model": model, "epoch": epoch, "outcome": outcome,
-            "latency": latency, "cost": cost, "tokens": {"input": 7, "output": 3, "total": 10}}
+            "latency": latency, "cost": cost, "tokens": {"input": 7, "output": 3, "total": 10}, "steps": 1}
 
 
 def test_latency_quantiles_known_values() -> None:
@@ -134,6 +134,8 @@ def test_summary_of_a_small_run() -> None:
     assert m.spread == pytest.approx(0.5)  # epoch 1: 2/2, epoch 2: 0/2
     assert m.cost is None  # one unknown cost makes the sum unknown, never a smaller number
     assert m.latency(0.5) == pytest.approx(2.5)
+    never_ran = {**result("c", 1, "error", latency=0.0), "steps": 0}  # a setup error: no run, so no latency
+    assert summarize([*rows, never_ran], ["m"]).models["m"].latency(0.5) == pytest.approx(2.5)
     figures = m.to_dict()
     assert figures["pass_at_k"] == {"1": pytest.approx(0.5), "2": pytest.approx(1.0)}
     assert figures["ci95"] == list(wilson(2, 4))

@@ -84,7 +84,11 @@ async def evaluate(suite: Suite, *, out: Path | None = None, models: Sequence[st
         log.close()
         if server is not None:
             server.close()
-    report = summarize(read_results(folder), [m or "default" for m in models], str(folder))
+    order = {c.id: i for i, c in enumerate(suite.cases)}
+    ranks = {m or "default": i for i, m in enumerate(models)}
+    results = sorted(read_results(folder), key=lambda r: (order.get(r["case"], len(order)),
+                                                          ranks.get(r["model"], len(ranks)), r.get("epoch", 1)))
+    report = summarize(results, [m or "default" for m in models], str(folder))  # in the suite's order
     report.not_run = total - len(report.results)
     _write_summary(folder, report)
     return report

@@ -144,7 +144,7 @@ def summarize(results: Iterable[Mapping[str, Any]], models: Iterable[str] = (), 
         s.failed += r["outcome"] == "fail"
         s.cost = None if s.cost is None or r.get("cost") is None else s.cost + r["cost"]
         s.tokens += int(r.get("tokens", {}).get("total", 0))
-        if r.get("latency") is not None:
+        if r.get("latency") is not None and not (r["outcome"] == "error" and not r.get("steps")):  # ran at all
             s.latencies.append(float(r["latency"]))
         s.by_case[r["case"]].append(ok)
         s.by_epoch[int(r.get("epoch", 1))].append(ok)
