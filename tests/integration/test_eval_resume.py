@@ -107,7 +107,7 @@ def _wait_for(ready, proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
     deadline = time.monotonic() + 120  # a bound for a broken run, not a timing assumption
     while not ready():
         if proc.poll() is not None:
-            out, err = proc.communicate()
+            _, err = proc.communicate()
             raise AssertionError(f"shou eval ended early ({proc.returncode}): {err.decode()[-2000:]}")
         if time.monotonic() > deadline:
             raise AssertionError("the evaluation did not reach the blocked call")

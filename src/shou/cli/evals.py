@@ -98,7 +98,7 @@ def eval_command(
         else:
             loaded = Suite.load(suite)
         picked = select(loaded.cases, case, tag)
-        loaded = Suite(loaded.name, tuple(picked), loaded.source)
+        loaded = Suite(loaded.name, tuple(picked), loaded.source, loaded.www)
         flags = _flags(base_url, provider, max_steps, tools, sandbox, option, approvals)
     except ShouError as e:
         raise fail(str(e)) from None

@@ -1,11 +1,12 @@
 """How a sample gets its agent: from settings (what `shou eval` and `shou batch` do), or from an agent made
 in Python. Either way the sample's workspace is the agent's, its model is the sample's (`oracle`: the case's
-scripted solution), and the case's modes apply; its limits and the evaluation's budget are applied by the
-sample runner, for every maker alike.
+scripted solution), and the case's modes apply (and, for agents made from settings, the skills its fixture
+ships); its limits and the evaluation's budget are applied by the sample runner, for every maker alike.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -58,11 +59,54 @@ def settings_maker(flags: Mapping[str, Any], *, functions: Sequence[Path] = (), 
         elif spec:
             overrides["model"] = spec
         settings = load_settings(overrides)
-        return agent_from_settings(settings, extra_tools=extra, model=model, store=store,
-                                   approvals=settings.approvals if settings.approvals in ("yes", "deny") else "deny",
-                                   observers=observers, **_modes(sample))
+        agent = agent_from_settings(settings, extra_tools=extra, model=model, store=store,
+                                    approvals=settings.approvals if settings.approvals in ("yes", "deny") else "deny",
+                                    observers=observers, **_modes(sample))
+        _offer_shipped_skills(agent, sample, workspace, settings)
+        return agent
 
     return make
+
+
+SKILLS_PREFIX = ".agents/skills/"
+
+
+def _shipped_skills(files: Path | Mapping[str, str | bytes] | None) -> dict[str, bytes]:
+    """The SKILL.md of each `.agents/skills/NAME/` folder of a case's fixture, by workspace-relative path."""
+    if isinstance(files, Path):
+        root = files / ".agents" / "skills"
+        if not root.is_dir() or root.is_symlink():
+            return {}
+        return {f"{SKILLS_PREFIX}{d.name}/SKILL.md": (d / "SKILL.md").read_bytes() for d in sorted(root.iterdir())
+                if d.is_dir() and not d.is_symlink() and (d / "SKILL.md").is_file()
+                and not (d / "SKILL.md").is_symlink()}
+    return {rel: v.encode() if isinstance(v, str) else v for rel, v in (files or {}).items()
+            if rel.startswith(SKILLS_PREFIX) and rel.endswith("/SKILL.md") and rel.count("/") == 3}
+
+
+def _offer_shipped_skills(agent: Agent, sample: Sample, workspace: Path, settings: Any) -> None:
+    """Offer the skills the case's fixture ships in `.agents/skills/`. A sample's workspace is never one a
+    person trusted (`shou trust`), so its skills would be ignored; but these come from the suite's author, who
+    is trusted like the case's settings and check code. Only the exact SKILL.md bytes of the fixture are
+    accepted, as `shou trust` accepts only the bytes a person read: a skill a run plants or changes in the
+    workspace is still not read."""
+    shipped = _shipped_skills(sample.case.files)
+    if not shipped or (settings.tools is not None and "use_skill" not in settings.tools):
+        return
+    from ..skills import load_skills, user_skills_dir
+
+    root = Path(os.path.abspath(workspace))
+
+    def accept(path: Path, data: bytes) -> bool:
+        try:
+            rel = path.relative_to(root).as_posix()
+        except ValueError:
+            return False
+        return shipped.get(rel) == data
+
+    found = load_skills(root, user_skills_dir(settings), accept)
+    if found.skills:
+        agent.config = replace(agent.config, skills=found)
 
 
 def agent_maker(agent: Agent) -> AgentMaker:

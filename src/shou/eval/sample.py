@@ -86,8 +86,9 @@ class SampleEnv:
     shared_store: bool = False  # the agents' store serves every sample (PostgreSQL): not closed per sample
 
     def workspace(self, sample: Sample) -> Path:
-        """The sample's workspace folder."""
-        return self.out / "work" / sample.key
+        """The sample's workspace folder: named after the sample, but with no '#', which would end the path of
+        a file:// URL of a workspace file (`{{workspace}}` in a case's task)."""
+        return self.out / "work" / sample.key.replace("#", "-")
 
 
 async def run_sample(sample: Sample, env: SampleEnv) -> dict[str, Any] | None:
