@@ -159,7 +159,10 @@ class Agent:
         if len(blocks) < 2:
             return None
         cut = upto + blocks[-1][0]  # asked for by a person: fold everything but the newest exchange
-        event = await run.compact(0, cut)
+        try:
+            event = await run.compact(0, cut)
+        finally:
+            run.run.close()
         session.flush()
         return event
 

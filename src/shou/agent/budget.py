@@ -232,27 +232,29 @@ class Budgets:
             call.refused = held
             return
         call.settings = settings
-        events = next(call)
         try:
-            async for event in events:
-                if type(event) is Retrying and call.void is not None and held:
-                    refused = _over(held, call.void)
-                    if refused:  # no further attempt is made: the rest of the pipeline is closed below
-                        for r in held:
-                            r.release()
-                        call.refused = refused
-                        return
-                elif type(event) is Completion and not event.cached and event.usage.input_tokens:
-                    accounts.calibrate(call.tokens, event.usage.input_tokens, event.sent_model or model_id(call.model))
-                yield event
+            events = next(call)  # inside: a backend that fails before its first event settles the same way
+            try:
+                async for event in events:
+                    if type(event) is Retrying and call.void is not None and held:
+                        refused = _over(held, call.void)
+                        if refused:  # no further attempt is made: the rest of the pipeline is closed below
+                            for r in held:
+                                r.release()
+                            call.refused = refused
+                            return
+                    elif type(event) is Completion and not event.cached and event.usage.input_tokens:
+                        accounts.calibrate(call.tokens, event.usage.input_tokens,
+                                           event.sent_model or model_id(call.model))
+                    yield event
+            finally:
+                close = getattr(events, "aclose", None)
+                if close is not None:
+                    await close()
         except BaseException:
             for r in held:
                 r.settle(call.void or Usage())
             raise
-        finally:
-            close = getattr(events, "aclose", None)
-            if close is not None:
-                await close()
         used = call.turn.usage if call.turn is not None else Usage()
         for r in held:
             r.settle(used)

@@ -133,6 +133,24 @@ class Run:
 
     async def execute(self) -> RunFinished:
         """Run to the end; always emits and returns exactly one `RunFinished`."""
+        try:
+            return await self._execute()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Let go of what points back at the run once it has ended (`execute()` does; code that uses a run
+        without it, as `shou mcp serve` does for one call, calls this): its tool pipeline (whose controls and
+        context hold the run) and its caller's controls. Otherwise the run, its session and everything they
+        hold form a cycle that only the garbage collector frees: at hundreds of runs a second that was a
+        third of the difference to 50e96f5 in the peers' benchmark (bench/README); freed by reference
+        counting, a run's objects go the moment its last user lets go."""
+        tools, self._tools = self._tools, None
+        if tools is not None:
+            tools.ctx.state.pop("shou.run", None)
+        self.caller.close()
+
+    async def _execute(self) -> RunFinished:
         started = time.perf_counter()
         # the servers' tools join the run's agent before the run announces its tools
         self.agent, problems = await with_servers(self.agent)

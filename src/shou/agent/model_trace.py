@@ -83,8 +83,8 @@ class Trace:
         the call's `turn` set."""
         self._request(call)
         watch = _Watch()
-        events = next(call)
         try:
+            events = next(call)  # inside: a backend that fails before its first event failed this call too
             try:
                 async for ev in events:
                     if isinstance(ev, TextChunk):

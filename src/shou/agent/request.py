@@ -49,9 +49,8 @@ class RequestMaker:
             self.policy, idempotent=lambda name: bool(getattr(tools.get(name), "idempotent", False)),
             untrusted=lambda name: bool(getattr(tools.get(name), "untrusted_output", True)))
         self._spilled: dict[str, str] = {}
-        env = getattr(agent.settings, "env", None)
-        self.rules = self._instructions("AGENTS.md", env)
-        self.memory_md = self._instructions("MEMORY.md", env)
+        self.rules, self.memory_md = self._instructions(("AGENTS.md", "MEMORY.md"),
+                                                        getattr(agent.settings, "env", None))
         self.recalled: list[str] = []
         skills = getattr(agent, "skills", None)
         self.catalog = skills.catalog() if skills is not None else ""
@@ -64,14 +63,17 @@ class RequestMaker:
                                self.pinned)
         self._tool_tokens: dict[tuple[str, ...], tuple[list[dict[str, Any]], int]] = {}
 
-    def _instructions(self, name: str, env: Any) -> str:
-        """`.shou/<name>` if a person trusted it as it is (shou.instructions); a notice when it is left out."""
-        from ..instructions import trusted_state_text
+    def _instructions(self, names: tuple[str, str], env: Any) -> tuple[str, str]:
+        """`.shou/<name>` of each of `names` if a person trusted it as it is (shou.instructions); a notice for
+        each left out."""
+        from ..instructions import trusted_state_texts
 
-        text, warning = trusted_state_text(self.agent.workspace, name, env)
-        if warning is not None:
-            self.emit(Notice(self.run_id, 0, "trust", warning))
-        return text
+        texts = []
+        for text, warning in trusted_state_texts(self.agent.workspace, names, env):
+            if warning is not None:
+                self.emit(Notice(self.run_id, 0, "trust", warning))
+            texts.append(text)
+        return texts[0], texts[1]
 
     def recall(self, task: str) -> None:
         """Recall long-term memories relevant to the task (once, at the start of the run)."""

@@ -15,7 +15,6 @@ budgeted, logged and traced alike, whichever backend answers it. Outermost first
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import replace
@@ -43,9 +42,13 @@ class Caller:
     def __init__(self, run: Run) -> None:
         self.run = run
         trace = Trace(run)
-        self.recorder = trace.recorder
         # Composed once per run: the run's controls hold the run; the models layer's head is the process's.
         self.head: Next = compose([Budgets(run.accounts), trace], pipeline())
+
+    def close(self) -> None:
+        """The run has ended: drop it and its controls (they hold the run, which holds this caller). A call
+        after this is a bug in shou and fails with an AttributeError naming `run`."""
+        del self.run, self.head
 
     async def call(self, messages: list[Message], specs: Sequence[dict[str, Any]], step: int,
                    tokens: int | None = None, *,
@@ -62,9 +65,12 @@ class Caller:
             tokens = counter.messages(messages) + (counter.text(json.dumps(list(specs))) if specs else 0)
         call = RunCall(messages, list(specs), settings if settings is not None else agent.model_settings,
                        model or agent.model, step, tokens, run_id or run.run_id, parent, purpose, deltas)
-        async with contextlib.aclosing(self.head(call)) as events:
+        events = self.head(call)
+        try:
             async for _ in events:
                 pass
+        finally:
+            await events.aclose()
         return call.turn if call.turn is not None else call.refused
 
 

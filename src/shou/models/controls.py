@@ -10,10 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from ..errors import ModelError, ModelUnreachableError
 from .base import Completion, Retrying, Waiting, model_id
 from .pipeline import ModelCall, Next, StreamEvent
+
+if TYPE_CHECKING:
+    from .ratelimit import RateLimiter
+    from .runtime import RetryPolicy
 
 __all__ = ["ANNOUNCED_WAIT", "Prepare", "RateLimit", "Retry"]
 
@@ -42,31 +47,40 @@ class Retry:
 
     __slots__ = ()
 
-    async def __call__(self, call: ModelCall, next: Next) -> AsyncIterator[StreamEvent]:
-        """The events of the first attempt that completes."""
+    def __call__(self, call: ModelCall, next: Next) -> AsyncIterator[StreamEvent]:
+        """The events of the first attempt that completes (no generator of its own for a model without a
+        retry policy: its errors pass unchanged)."""
         policy = getattr(call.model, "retry", None)
-        attempt = 1
-        while True:
+        if policy is None:
+            return next(call)
+        return _retried(call, next, policy)
+
+
+async def _retried(call: ModelCall, next: Next, policy: RetryPolicy) -> AsyncIterator[StreamEvent]:
+    """`call`'s events, its failed attempts retried as `policy` says."""
+    attempt = 1
+    while True:
+        try:
+            events = next(call)
             try:
-                async with contextlib.aclosing(next(call)) as events:
-                    async for event in events:
-                        yield event
-                return
-            except ModelError as e:
-                error = e
-            if policy is None:
-                raise error
-            most = policy.max_unreachable_retries if isinstance(error, ModelUnreachableError) else policy.max_retries
-            if not error.retryable or attempt > most:
-                if error.retryable:
-                    tries = f"{attempt} attempts" if attempt > 1 else "1 attempt"
-                    raise type(error)(f"{error} (gave up after {tries})", status=error.status,
-                                      retry_after=error.retry_after) from None
-                raise error from None
-            delay = policy.delay(attempt - 1, error.retry_after)
-            yield Retrying(attempt, delay, str(error), model_id(call.model))
-            await asyncio.sleep(delay)
-            attempt += 1
+                async for event in events:
+                    yield event
+            finally:  # closed here, not by the loop's finalizer (a wake-up and a task per call)
+                await events.aclose()
+            return
+        except ModelError as e:
+            error = e
+        most = policy.max_unreachable_retries if isinstance(error, ModelUnreachableError) else policy.max_retries
+        if not error.retryable or attempt > most:
+            if error.retryable:
+                tries = f"{attempt} attempts" if attempt > 1 else "1 attempt"
+                raise type(error)(f"{error} (gave up after {tries})", status=error.status,
+                                  retry_after=error.retry_after) from None
+            raise error from None
+        delay = policy.delay(attempt - 1, error.retry_after)
+        yield Retrying(attempt, delay, str(error), model_id(call.model))
+        await asyncio.sleep(delay)
+        attempt += 1
 
 
 class RateLimit:
@@ -76,21 +90,24 @@ class RateLimit:
 
     __slots__ = ()
 
-    async def __call__(self, call: ModelCall, next: Next) -> AsyncIterator[StreamEvent]:
-        """The attempt's events, once the limits allow it."""
+    def __call__(self, call: ModelCall, next: Next) -> AsyncIterator[StreamEvent]:
+        """The attempt's events, once the limits allow it (no generator of its own without a limiter: this
+        runs on every attempt)."""
         limiter = getattr(call.model, "limiter", None)
         if limiter is None:
-            async with contextlib.aclosing(next(call)) as events:
-                async for event in events:
-                    yield event
-            return
-        estimate = call.model.rate_tokens(call)
-        wait = limiter.expected_wait(estimate)
-        if wait >= ANNOUNCED_WAIT:
-            yield Waiting(wait, limiter.why(estimate))
-        grant = await limiter.acquire(estimate)
-        async with contextlib.aclosing(next(call)) as events:
-            async for event in events:
-                if type(event) is Completion and event.usage.total_tokens:
-                    grant.settle(event.usage.total_tokens)
-                yield event
+            return next(call)
+        return _limited(call, next, limiter)
+
+
+async def _limited(call: ModelCall, next: Next, limiter: RateLimiter) -> AsyncIterator[StreamEvent]:
+    """`call`'s events once `limiter` lets it go, its grant settled with the reply's real token count."""
+    estimate = call.model.rate_tokens(call)
+    wait = limiter.expected_wait(estimate)
+    if wait >= ANNOUNCED_WAIT:
+        yield Waiting(wait, limiter.why(estimate))
+    grant = await limiter.acquire(estimate)
+    async with contextlib.aclosing(next(call)) as events:
+        async for event in events:
+            if type(event) is Completion and event.usage.total_tokens:
+                grant.settle(event.usage.total_tokens)
+            yield event

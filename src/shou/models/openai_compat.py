@@ -16,7 +16,6 @@ control (`backend.py`, `controls.py`), whose `RateLimit` keeps the `limiter`; `a
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -132,14 +131,21 @@ class OpenAICompatible(Backend):
         reply = Reply(self.model)
         try:
             resp = await self._post(call.prepared)
-            # closed here, not left to the garbage collector: a generator the loop finalizes costs a wake-up
-            # from another thread and a task, on every call
-            async with resp, contextlib.aclosing(self._read(reply, resp)) as events:
+            async with resp:
                 reply.started = True
-                async for event in events:
-                    yield event
-                    if type(event) is Completion:  # a whole JSON reply: nothing more to assemble
-                        return
+                is_stream, raw = await self._open(reply, resp)
+                if not is_stream:  # a whole JSON reply: no generator of its own (this is most calls)
+                    for event in self._json_reply(raw, resp):
+                        yield event
+                    return
+                # closed here, not left to the garbage collector: a generator the loop finalizes costs a
+                # wake-up from another thread and a task, on every call
+                events = self._read(reply, resp, raw)
+                try:
+                    async for event in events:
+                        yield event
+                finally:
+                    await events.aclose()
         except aiohttp.ClientPayloadError as e:
             if reply.finish is None:
                 if _undecodable(e):
@@ -181,18 +187,18 @@ class OpenAICompatible(Backend):
             raise ModelError(f"the request to {self._where} could not be made ({redact_urls(str(e))}); check "
                              "the base URL (--base-url / SHOU_BASE_URL) and the configured headers") from None
 
-    async def _read(self, reply: Reply, resp: Any) -> AsyncIterator[ModelEvent]:
-        """The events of a response: an error status raised, a whole JSON reply, or an event stream."""
+    async def _open(self, reply: Reply, resp: Any) -> tuple[bool, bytes]:
+        """Whether a response is an event stream, and what of it was read to tell (all of it when it is not);
+        an error status raised."""
         if resp.status >= 400:
             raise http_error(self._where, resp.status, resp.reason or "", resp.headers,
                              await self._read_capped(reply, resp), model=self.model,
                              key_setting=self.key_setting, model_setting=self.model_setting,
                              charset=resp.charset)
-        is_stream, raw = await self._body_kind(reply, resp)
-        if not is_stream:
-            for event in self._json_reply(raw, resp):
-                yield event
-            return
+        return await self._body_kind(reply, resp)
+
+    async def _read(self, reply: Reply, resp: Any, raw: bytes) -> AsyncIterator[ModelEvent]:
+        """The events of an event stream, `raw` being what of it was read already."""
         chunks = resp.content.iter_any()
         decoder = SSEDecoder()
         while True:

@@ -62,7 +62,10 @@ async def call_one(agent: Agent, name: str, arguments: dict[str, Any]) -> types.
     run = Run(agent, f"MCP call of {name}", Session(None, None), seen.append)
     run.step = 1
     call = ToolCall(f"mcp_{secrets.token_hex(6)}", name, json.dumps(arguments))
-    waiting = await run.call_tools([call])
+    try:
+        waiting = await run.call_tools([call])
+    finally:
+        run.close()
     done = next((e for e in seen if isinstance(e, ToolCallFinished) and e.call_id == call.id), None)
     if done is None:
         return _result(waiting or "Error: the call was not run.", True)
