@@ -233,3 +233,26 @@ def test_a_judge_without_a_verdict_fails_the_check(tmp_path: Path) -> None:
                   [{"error": 500, "message": "down"}]):
         verdict, _ = _judged(tmp_path, "Paris", turns)
         assert not verdict.passed and verdict.score == 0
+
+
+def test_a_bare_ray_flag_means_auto() -> None:
+    from shou.cli.build import join_option_pairs
+
+    assert join_option_pairs(["eval", "s.jsonl", "--ray"]) == ["eval", "s.jsonl", "--ray", "auto"]
+    assert join_option_pairs(["eval", "--ray", "s.jsonl"]) == ["eval", "--ray", "auto", "s.jsonl"]
+    assert join_option_pairs(["eval", "--ray", "-j", "2"]) == ["eval", "--ray", "auto", "-j", "2"]
+    for address in ("auto", "local", "10.0.0.1:6379"):
+        assert join_option_pairs(["batch", "t.jsonl", "--ray", address]) == ["batch", "t.jsonl", "--ray", address]
+
+
+def test_a_resumed_scripted_model_goes_on_after_the_turns_its_log_answered() -> None:
+    from shou.models.script import Playback
+
+    plain = Playback([{"text": "a"}, {"text": "b"}, {"text": "c"}])
+    plain.answered(2)
+    assert plain.take() == (2, {"text": "c"})
+    # a turn with `expect` may have answered with `otherwise` without being taken: it is where skipping stops
+    checked = Playback([{"text": "a"}, {"expect": ["done"], "text": "b", "otherwise": {"text": "again"}},
+                        {"text": "c"}])
+    checked.answered(3)
+    assert checked.take({"messages": [{"role": "tool", "content": "done"}]})[0] == 1

@@ -86,7 +86,8 @@ class Options:
 
 def join_option_pairs(argv: list[str]) -> list[str]:
     """`-o KEY VALUE` as `-o KEY=VALUE`, which is what the option parser takes (click options take a fixed
-    number of values, and typer offers no repeatable pair)."""
+    number of values, and typer offers no repeatable pair); and a bare `--ray` (no address after it: the end,
+    an option, or a word that is not `auto`, `local` or HOST:PORT, such as a suite's path) as `--ray auto`."""
     out: list[str] = []
     i = 0
     while i < len(argv):
@@ -97,9 +98,17 @@ def join_option_pairs(argv: list[str]) -> list[str]:
             out += [arg, f"{argv[i + 1]}={argv[i + 2]}"]
             i += 3
             continue
+        if arg == "--ray" and (i + 1 == len(argv) or not _ray_address(argv[i + 1])):
+            out += [arg, "auto"]
+            i += 1
+            continue
         out.append(arg)
         i += 1
     return out
+
+
+def _ray_address(word: str) -> bool:
+    return word in ("auto", "local") or (":" in word and "/" not in word and not word.startswith("-"))
 
 
 def model_options(items: Sequence[str]) -> dict[str, str]:

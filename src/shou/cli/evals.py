@@ -43,8 +43,9 @@ OutOpt = Annotated[Path | None, typer.Option(
 EvalCostOpt = Annotated[float | None, typer.Option(
     "--max-cost", metavar="USD", min=0, help="Most US dollars the whole run may spend, its judges included.")]
 RayOpt = Annotated[str | None, typer.Option(
-    "--ray", metavar="ADDRESS", help="Run the samples on Ray: 'auto' (a running cluster, or RAY_ADDRESS), "
-                                     "'local' (start one here) or HOST:PORT. Needs pip install 'shou[ray]'.")]
+    "--ray", metavar="ADDRESS", help="Run the samples on Ray: 'auto' (a bare --ray: a running cluster, or "
+                                     "RAY_ADDRESS), 'local' (start one here) or HOST:PORT. Needs pip install "
+                                     "'shou[ray]'.")]
 JudgeOpt = Annotated[str | None, typer.Option(
     "--judge-model", metavar="MODEL", help="The LLM judges' model (default: the configured one).")]
 CaseOpt = Annotated[list[str] | None, typer.Option("--case", metavar="ID", help="Only these cases (repeatable).")]

@@ -114,8 +114,8 @@ def _budget(max_cost: float | None, log: ResultsLog) -> Budget | None:
     from ..agent.budget import Budget
 
     spent = 0.0
-    for r in log.done.values():
-        spent += r.get("cost") or 0.0
+    for cost in log.done.values():
+        spent += cost or 0.0
     return Budget(max_cost, None, Usage(cost=spent), cost_label=EVAL_BUDGET)
 
 

@@ -33,10 +33,12 @@ class ResultsLog:
     def __init__(self, folder: Path) -> None:
         self.path = folder / RESULTS
         self._lock = threading.Lock()
-        self.done: dict[str, dict[str, Any]] = {}
+        # sample -> what it cost: all a run needs of the lines it has (keys to skip, spend to count); the lines
+        # themselves stay on disk, so the driver's memory is flat however many samples finish
+        self.done: dict[str, float | None] = {}
         self._cut_torn_tail()
         for result in read_results(folder):
-            self.done.setdefault(result["sample"], result)
+            self.done.setdefault(result["sample"], result.get("cost"))
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open while the run lasts
 
     def _cut_torn_tail(self) -> None:
@@ -58,7 +60,7 @@ class ResultsLog:
             self._file.write(line)
             self._file.flush()
             os.fsync(self._file.fileno())
-            self.done[result["sample"]] = dict(result)
+            self.done[result["sample"]] = result.get("cost")
             return True
 
     def close(self) -> None:
