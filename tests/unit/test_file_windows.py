@@ -111,3 +111,16 @@ async def test_an_edit_of_a_big_file_diffs_only_the_change(ws: Path) -> None:
     assert diff.splitlines()[2] == "@@ -399997,7 +399997,8 @@"  # numbered from the top of the file
     assert "-line 0400000\n+changed\n+and added\n" in diff and diff.count("\n line ") == 6
     assert peak < 6 * 6_500_000, peak  # the text, its edited copy and their bytes: not a list of every line
+
+
+async def test_parallel_edits_of_one_file_all_land(tmp_path: Path) -> None:
+    """The calls of one turn run at once: every edit of the same file must survive the others (each reads the
+    file and replaces it whole, so unserialised, one would write back what another had just changed)."""
+    import asyncio
+
+    lines = [f"item {i}: todo\n" for i in range(16)]
+    (tmp_path / "list.txt").write_text("".join(lines))
+    results = await asyncio.gather(*(run(edit_file, tmp_path, path="list.txt", old=f"item {i}: todo",
+                                         new=f"item {i}: done") for i in range(16)))
+    assert all(isinstance(r, ToolResult) for r in results)
+    assert (tmp_path / "list.txt").read_text() == "".join(f"item {i}: done\n" for i in range(16))

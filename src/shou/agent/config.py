@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..skills import SkillSet
     from ..store.sqlite import SQLiteStore
     from .approvals import Approver
+    from .budget import Budget
     from .delegate import AgentSpec
 
 __all__ = ["DEFAULT_INSTRUCTIONS", "DEFAULT_POLICY", "MAX_TASK_CHARS", "NARROWABLE", "AgentConfig", "model_named",
@@ -73,7 +74,8 @@ class AgentConfig:
     tool's own `@tool(timeout=...)` or 30 s; `shell` and `run_code` the sandbox's limit). `vision`: whether the
     model may be sent images (None: known vision models). `policy` decides which calls run, ask or are
     refused (default: the settings' `[permissions]`); `approvals` answers the asks: an `Approver`, "yes",
-    "deny" (the default) or "defer". `observers` see every event after it is logged.
+    "deny" (the default) or "defer". `observers` see every event after it is logged. `shared_budgets` are
+    budgets other runs hold their calls against too (an evaluation's `--max-cost`): a call must fit them all.
 
     Composition: `planning` (`max_replans`, `plan_step_max_steps`, `plan_step_timeout`), `reflect`
     (`review_model`, `max_reviews`), `delegation` with named `agents`, `skills`, `mcp_servers`, and
@@ -118,6 +120,7 @@ class AgentConfig:
     skills: SkillSet | None = None
     mcp_servers: Mapping[str, ServerSpec] = field(default_factory=dict)
     code_mode: bool = False
+    shared_budgets: tuple[Budget, ...] = ()
     redactor: Redactor | None = field(default=None, repr=False)
     offered: ToolSet = field(init=False, repr=False)
     code_tools: ToolSet = field(init=False, repr=False)

@@ -114,7 +114,7 @@ class Run:
     def _budgets(self) -> list[Budget]:
         """The run's budget (counting what a resumed run spent already) and the session's."""
         agent = self.agent
-        budgets = [Budget(agent.max_cost, agent.token_budget, self.usage)]
+        budgets = [Budget(agent.max_cost, agent.token_budget, self.usage), *agent.config.shared_budgets]
         settings = agent.settings
         session_cost = getattr(settings, "session_max_cost", None)
         session_tokens = getattr(settings, "session_token_budget", None)

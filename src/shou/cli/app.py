@@ -65,6 +65,7 @@ def _main(
 
 def _mount_subcommands() -> None:
     from .approve import approvals, approve, deny
+    from .evals import batch, eval_command
     from .mcp import mcp_app
     from .memory import memory_app
     from .runs import resume, run
@@ -88,6 +89,8 @@ def _mount_subcommands() -> None:
     app.command()(trace)
     app.command()(usage)
     app.command()(serve)
+    app.command(name="eval")(eval_command)
+    app.command()(batch)
 
 
 _mount_subcommands()

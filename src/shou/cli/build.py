@@ -86,7 +86,8 @@ class Options:
 
 def join_option_pairs(argv: list[str]) -> list[str]:
     """`-o KEY VALUE` as `-o KEY=VALUE`, which is what the option parser takes (click options take a fixed
-    number of values, and typer offers no repeatable pair)."""
+    number of values, and typer offers no repeatable pair); and a bare `--ray` (no address after it: the end,
+    an option, or a word that is not `auto`, `local` or HOST:PORT, such as a suite's path) as `--ray auto`."""
     out: list[str] = []
     i = 0
     while i < len(argv):
@@ -97,9 +98,17 @@ def join_option_pairs(argv: list[str]) -> list[str]:
             out += [arg, f"{argv[i + 1]}={argv[i + 2]}"]
             i += 3
             continue
+        if arg == "--ray" and (i + 1 == len(argv) or not _ray_address(argv[i + 1])):
+            out += [arg, "auto"]
+            i += 1
+            continue
         out.append(arg)
         i += 1
     return out
+
+
+def _ray_address(word: str) -> bool:
+    return word in ("auto", "local") or (":" in word and "/" not in word and not word.startswith("-"))
 
 
 def model_options(items: Sequence[str]) -> dict[str, str]:
@@ -137,14 +146,8 @@ def continued(session: str | None, continue_: bool, workspace: Path | None) -> s
 
 def build_agent(opts: Options, *, open_store: bool = True):  # -> tuple[Agent, Settings]
     """Settings, model, tools and store for a run or chat; raises `ShouError` on a bad setup."""
-    from ..agent.agent import Agent
-    from ..agent.config import AgentConfig
+    from ..agent.build import agent_from_settings
     from ..config import load_settings
-    from ..models import build_model
-    from ..store.sqlite import SQLiteStore
-    from ..tools.builtin import builtin_tools
-    from ..tools.loader import load_tools_from_file
-    from ..tools.registry import ToolSet
     from .approve import choose_approvals
 
     settings = load_settings({
@@ -153,53 +156,22 @@ def build_agent(opts: Options, *, open_store: bool = True):  # -> tuple[Agent, S
         "vision": opts.vision, "approvals": opts.approvals, "max_cost": opts.max_cost,
         "token_budget": opts.token_budget, **model_options(opts.options or ()),
     })
-    for ignored in settings.ignored:
-        err.print(f"[yellow]warning:[/] {escape(ignored.message())}")
-    if settings.sandbox == "local":
-        from ..sandbox.local import warn_once
-
-        warn_once()  # at start, before any tool call
-    if not settings.workspace.is_dir():
-        raise UserError(f"workspace {settings.workspace} is not a folder")
-    tools = ToolSet(builtin_tools())
-    for file in opts.functions or ():
-        for t in load_tools_from_file(file):
-            tools.add(t)
-    model = build_model(settings)
-    from ..context.tokens import prefetch_encoder
-
-    prefetch_encoder(model.name)  # builds in a thread while the tools, stores and agent are set up
-    from ..context.builder import ContextPolicy
-    from ..context.relevance import default_embed
-    if model.name.startswith("local:") and not settings.model:
-        err.print("[dim]Using SmolLM2-135M, a small offline model: it can call a tool for a simple task but "
-                  "cannot reason much. For a real model set a key (e.g. DEEPSEEK_API_KEY) or --model; see "
-                  "`shou config`.[/]")
-    store = SQLiteStore.for_workspace(settings.workspace, settings.trace_retention_days) if open_store else None
-    if store is not None and store.notice:
-        err.print(f"[yellow]warning:[/] {escape(store.notice)}")
-    memory = None
-    try:
-        # A workspace with no memory file has nothing to recall: do not create one (save_memory does, when
-        # something is worth keeping).
-        if (settings.workspace / ".shou" / "memory.db").exists():
-            from ..memory import MemoryStore
-
-            memory = MemoryStore.for_workspace(settings.workspace, env=settings.env)
-    except Exception as e:  # a damaged memory file must not stop the run: it goes without long-term memory
-        err.print(f"[yellow]warning:[/] long-term memory is off for this run: {escape(str(e))}")
-    from ..skills import skills_for
-
-    skills = skills_for(settings, warn=lambda message: err.print(f"[yellow]warning:[/] {escape(message)}")) \
-        if settings.tools is None or "use_skill" in settings.tools else None
-    config = AgentConfig.from_settings(
-        settings, model=model, tools=tools, store=store, memory=memory, skills=skills,
-        approvals=choose_approvals(settings.approvals, opts.yes), planning=opts.plan, reflect=opts.reflect,
-        code_mode=opts.code, observers=observers(settings, opts.otel, store),
-        context=ContextPolicy(embed=default_embed()),
+    agent = agent_from_settings(
+        settings, functions=opts.functions or (), store="workspace" if open_store else None,
+        approvals=choose_approvals(settings.approvals, opts.yes), warn=_warn,
+        observers=lambda store: observers(settings, opts.otel, store),  # the alert monitor starts from its log
+        planning=opts.plan, reflect=opts.reflect, code_mode=opts.code,
     )
-    agent = Agent(config=config)
     return agent, settings
+
+
+def _warn(message: str) -> None:
+    from ..agent.build import LOCAL_HINT
+
+    if message == LOCAL_HINT:
+        err.print(f"[dim]{escape(message)}[/]")
+    else:
+        err.print(f"[yellow]warning:[/] {escape(message)}")
 
 
 async def close_resources(agent) -> None:

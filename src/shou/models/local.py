@@ -15,6 +15,7 @@ import json
 import secrets
 import threading
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,33 @@ def load_llama(**kwargs: Any) -> Any:
             native.llama_model_default_params = stock
 
 
+@dataclass(frozen=True)
+class _Loaded:
+    llama: Any
+    gen_lock: threading.Lock
+
+
+_LOADED: dict[tuple[str, int, int], _Loaded] = {}
+_LOADING = threading.Lock()
+
+
+def _load(path: Path, n_ctx: int, n_threads: int) -> _Loaded:
+    """The weights loaded once per process for each file and setting: every `LocalModel` of them shares one
+    `Llama` (an evaluation makes an agent, and so a model, per sample; loading each again would take a second
+    and keep another copy of the weights until exit) and the lock that lets one generation run at a time.
+    Sampling (temperature, seed) is given with each generation, so it is no part of what is loaded."""
+    key = (str(path), n_ctx, n_threads)
+    with _LOADING:
+        loaded = _LOADED.get(key)
+        if loaded is None:
+            llama = load_llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
+                               verbose=False)
+            # Freed before interpreter teardown: llama's own __del__ then finds its C functions gone.
+            atexit.register(llama.close)
+            loaded = _LOADED[key] = _Loaded(llama, threading.Lock())
+        return loaded
+
+
 class LocalModel(Backend):
     """llama.cpp in this process. Blocking generation runs in a worker thread, one request at a time.
     `limiter` and `retry`: see `Backend`."""
@@ -109,21 +137,23 @@ class LocalModel(Backend):
         self.name = "local:" + ("smollm2-135m" if path.name == DEFAULT_FILE else path.stem)
         self.n_threads, self.n_ctx = n_threads, n_ctx
         self.temperature, self.seed, self.max_tokens = temperature, seed, max_tokens
-        self._llama: Any = None
-        self._load_lock = threading.Lock()
-        self._gen_lock = threading.Lock()  # held by the worker thread: one generation at a time, even after a cancel
+        self._loaded: _Loaded | None = None
         self._lock = asyncio.Lock()
+
+    @property
+    def _gen_lock(self) -> threading.Lock:
+        """Held by the worker thread generating: one generation at a time per loaded model (every LocalModel
+        of the same weights shares it), even after a cancel."""
+        return self._weights().gen_lock
 
     def llama(self) -> Any:
         """The loaded `llama_cpp.Llama` (loaded on first use; takes about a second)."""
-        with self._load_lock:
-            if self._llama is None:
-                self._llama = load_llama(model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                                         n_threads_batch=self.n_threads,
-                                         seed=self.seed if self.seed is not None else -1, verbose=False)
-                # Freed before interpreter teardown: llama's own __del__ then finds its C functions gone.
-                atexit.register(self._llama.close)
-            return self._llama
+        return self._weights().llama
+
+    def _weights(self) -> _Loaded:
+        if self._loaded is None:
+            self._loaded = _load(self.path, self.n_ctx, self.n_threads)
+        return self._loaded
 
     async def aclose(self) -> None:
         """Nothing to close: the weights stay loaded for the next request."""

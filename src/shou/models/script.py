@@ -267,6 +267,15 @@ class Playback:
                 return i, self.turns[i]
         return None
 
+    def answered(self, n: int) -> None:
+        """`n` requests were answered before, by a process that was killed, whose run is being resumed from its
+        log: the turns they took are passed over, so the next request gets the turn after them, as a model
+        would give it. Only up to the first turn with `expect`: an `otherwise` reply answers a request without
+        taking its turn, so how many such a turn gave is not known; it checks the conversation itself instead."""
+        with self._lock:
+            stop = next((i for i, t in enumerate(self.turns) if "expect" in t), len(self.turns))
+            self.used.update(range(min(n, stop)))
+
     def exhausted_message(self) -> str:
         return f"scripted model: script exhausted after {len(self.turns)} turns"
 

@@ -70,6 +70,10 @@ class ScriptedModel(Backend):
                                      "(ScriptedServer)")
         self._script = Playback(turns)
 
+    def answered(self, n: int) -> None:
+        """Go on after the first `n` turns: they answered the calls a resumed run's log already holds."""
+        self._script.answered(n)
+
     @property
     def requests(self) -> list[dict[str, Any]]:
         """Every request so far, in order: `{"model", "messages" (wire dicts), "tools", ...settings}`."""

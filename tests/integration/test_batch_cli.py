@@ -1,0 +1,65 @@
+"""`shou batch TASKS.jsonl` through the real command: each task in a fresh copy of its fixture, one result line
+each with what it did and spent, the files it wrote kept beside, and the same command again adding nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = [
+    {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}]},
+    {"tool_calls": [{"name": "write_file", "arguments": {"path": "summary.md", "content": "# Summary\nshort\n"}}]},
+    {"text": "Wrote summary.md"},
+]
+
+
+def _shou(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shou", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "NO_COLOR": "1"})
+
+
+def test_a_batch_runs_each_task_in_its_own_copy_and_keeps_what_it_wrote(tmp_path: Path) -> None:
+    fixture = tmp_path / "fixtures" / "notes"
+    fixture.mkdir(parents=True)
+    (fixture / "notes.txt").write_text("a long note\n")
+    (tmp_path / "script.json").write_text(json.dumps(SCRIPT))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(json.dumps(t) for t in [
+        {"id": "first", "task": "Summarise notes.txt into summary.md", "files": "fixtures/notes"},
+        {"id": "second", "task": "Summarise notes.txt into summary.md", "files": "fixtures/notes"},
+        {"task": "no id: it gets its line number", "files": {"notes.txt": "inline\n"}},
+    ]) + "\n")
+    done = _shou("batch", str(tasks), "--model", "scripted:" + str(tmp_path / "script.json"), "-j", "2",
+                 "--out", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["case"] for r in lines) == ["first", "line-3", "second"]
+    for r in lines:
+        assert r["status"] == "completed" and r["outcome"] == "pass" and r["answer"] == "Wrote summary.md"
+        assert r["steps"] == 3 and r["tokens"]["total"] > 0 and r["latency"] > 0
+        assert r["wrote"] == ["summary.md"]  # notes.txt is the fixture's, unchanged
+        ws = tmp_path / "out" / r["workspace"]
+        assert (ws / "summary.md").read_text() == "# Summary\nshort\n"
+        assert (ws / ".shou" / "shou.db").is_file()  # its session: `shou show` and `shou trace` read it there
+    assert (fixture / "summary.md").exists() is False  # the fixture itself is never written to
+    shown = _shou("show", lines[0]["session"], "-w", str(tmp_path / "out" / lines[0]["workspace"]), cwd=tmp_path)
+    assert shown.returncode == 0 and "summary.md" in shown.stdout
+
+    again = _shou("batch", str(tasks), "--model", "scripted:" + str(tmp_path / "script.json"), "--out", "out",
+                  cwd=tmp_path)
+    assert again.returncode == 0 and "3 of 3 samples have results already" in again.stderr
+    assert (tmp_path / "out" / "results.jsonl").read_text().count("\n") == 3
+
+    other = _shou("batch", str(tasks), "--model", "scripted:elsewhere.json", "--out", "out", cwd=tmp_path)
+    assert other.returncode == 2 and "holds another run" in other.stderr and "Traceback" not in other.stderr
+
+
+def test_a_bad_task_file_is_a_clear_error(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "task": "ok"}\n{"id": "b", "task": "x", "files": "../../etc"}\n')
+    done = _shou("batch", str(tasks), cwd=tmp_path)
+    assert done.returncode == 2 and "tasks.jsonl:2" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "shou-results").exists()
