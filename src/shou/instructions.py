@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, ToolError
-from .trust import MAX_CONFIG_BYTES, TrustStore, digest, read_regular
+from .trust import MAX_CONFIG_BYTES, TrustStore, digest, read_closing
 
 __all__ = ["STATE_FILES", "instruction_files", "trusted_state_text", "trusted_state_texts"]
 
@@ -29,12 +29,7 @@ def read_state_bytes(workspace: Path, name: str) -> bytes | None:
         fd = open_beneath(Path(workspace), (STATE_DIR, name), os.O_RDONLY | os.O_NONBLOCK)
     except (ToolError, OSError):
         return None
-    try:
-        return read_regular(fd, MAX_CONFIG_BYTES)
-    except (ValueError, OSError):
-        return None
-    finally:
-        os.close(fd)
+    return read_closing(fd, MAX_CONFIG_BYTES)
 
 
 def instruction_files(workspace: Path) -> dict[Path, bytes]:
@@ -101,12 +96,7 @@ def _read_in(dir_fd: int, name: str) -> bytes | None:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
-    try:
-        return read_regular(fd, MAX_CONFIG_BYTES)
-    except (ValueError, OSError):
-        return None
-    finally:
-        os.close(fd)
+    return read_closing(fd, MAX_CONFIG_BYTES)
 
 
 def _config_dir(env: Any) -> Path:

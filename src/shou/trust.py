@@ -46,6 +46,16 @@ def read_regular(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def read_closing(fd: int, limit: int) -> bytes | None:
+    """All of the open file `fd` if it is a regular file of at most `limit` bytes, else None; `fd` is closed."""
+    try:
+        return read_regular(fd, limit)
+    except (ValueError, OSError):
+        return None
+    finally:
+        os.close(fd)
+
+
 def read_config_file(path: Path) -> bytes | None:
     """The bytes of a workspace config file, or None when there is none.
 

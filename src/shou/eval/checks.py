@@ -108,7 +108,7 @@ def status_is(status: str) -> Check:
 def read_workspace_file(workspace: Path, rel: str) -> bytes | None:
     """`rel` in `workspace` as the file tools would read it (no symlink anywhere, at most 1 MB); None if
     there is no such regular file."""
-    from ..trust import read_regular
+    from ..trust import read_closing
     from ..workspace import open_beneath
 
     parts = tuple(p for p in Path(rel).parts if p not in ("", "."))
@@ -118,12 +118,7 @@ def read_workspace_file(workspace: Path, rel: str) -> bytes | None:
         fd = open_beneath(workspace, parts, os.O_RDONLY)
     except Exception:
         return None
-    try:
-        return read_regular(fd, MAX_FILE_BYTES)
-    except (ValueError, OSError):
-        return None
-    finally:
-        os.close(fd)
+    return read_closing(fd, MAX_FILE_BYTES)
 
 
 @dataclass(frozen=True)
