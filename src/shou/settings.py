@@ -86,6 +86,9 @@ class Settings:
     alert_threshold: float = _s(0.5, "share of failed calls in the window that raises an alert (0 to 1)",
                                 positive=True, maximum=1)
     alert_webhook: str | None = _s(None, "URL that gets a JSON POST when an alert fires")
+    currency: str = _s("USD", "the currency costs are shown in (prices stay in USD; see currency_per_usd)", safe=True)
+    currency_per_usd: float = _s(1.0, "units of `currency` one US dollar is worth, for showing costs", safe=True,
+                                 positive=True)
     stream: bool = _s(True, "stream the model's output", safe=True)
     temperature: float | None = _s(None, "sampling temperature sent to the model", safe=True, minimum=0)
     max_tokens: int | None = _s(None, "most tokens in one model reply", minimum=1)

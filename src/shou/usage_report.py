@@ -7,7 +7,7 @@ known part beside it (`known_cost`).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,9 +44,11 @@ class UsageRow:
         return asdict(self)
 
 
-def usage_report(store: SQLiteStore, by: Sequence[str] = GROUPS, since: float | None = None) -> list[UsageRow]:
+def usage_report(store: SQLiteStore, by: Sequence[str] = GROUPS, since: float | None = None,
+                 sessions: Container[str] | None = None) -> list[UsageRow]:
     """Tokens, requests and cost summed per group of `by` (`day`: the UTC date of the call, `model`,
-    `session`), for the model calls (answers and summaries) logged at or after `since` (Unix time)."""
+    `session`), for the model calls (answers and summaries) logged at or after `since` (Unix time), in
+    `sessions` only when given (one user's, under `shou serve`)."""
     unknown = set(by) - set(GROUPS)
     if unknown:
         raise ValueError(f"cannot group usage by {', '.join(sorted(unknown))}; choose from {', '.join(GROUPS)}")
@@ -58,6 +60,8 @@ def usage_report(store: SQLiteStore, by: Sequence[str] = GROUPS, since: float | 
                           "AND ts >= ?) OR (type = 'notice' AND ts >= ? AND json_extract(data, '$.usage') IS NOT "
                           "NULL)", (since or 0.0, since or 0.0))
     for session, ts, ev in rows:
+        if sessions is not None and session not in sessions:
+            continue
         if isinstance(ev, RunStarted):
             run_model[ev.run_id] = ev.model
             continue

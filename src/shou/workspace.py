@@ -20,6 +20,7 @@ import errno
 import os
 import secrets
 import stat
+import threading
 from pathlib import Path
 
 from .errors import ToolError, UserError
@@ -29,7 +30,7 @@ __all__ = [
     "STATE_DIR", "NotFound", "Opened", "check_state_file", "config_parts", "is_state_path", "open_beneath", "open_file",
     "open_state", "read_bytes_beneath", "read_state_text", "relative_parts", "save_output", "state_database",
     "state_dir",
-    "write_bytes_beneath",
+    "write_bytes_beneath", "write_lock",
 ]
 
 STATE_DIR = ".shou"
@@ -250,6 +251,19 @@ def _refuse_git_control(root: Path, parts: tuple[str, ...], shown: str) -> None:
         raise ToolError(f"{shown!r} is a git repository's configuration, hooks or pointer (.git); the file tools "
                         "do not write there, because git runs what they name (an allowed `git status` would run "
                         "it). Change it yourself if it needs changing")
+
+
+# The calls of one turn run in parallel, and an upload may come meanwhile: an edit reads a file, then replaces
+# it whole, so two writers of one file at once would each write the original plus their own change and one
+# change would be lost. Whoever writes a workspace file holds its lock: one of a bounded set, chosen by the
+# file's path, however many files a long-lived process touches.
+_WRITE_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+def write_lock(root: Path, path: str) -> threading.Lock:
+    """The lock every writer of the workspace file `path` holds while it reads and writes it."""
+    key = (str(root), "/".join(relative_parts(root, path)))
+    return _WRITE_LOCKS[hash(key) % len(_WRITE_LOCKS)]
 
 
 def read_bytes_beneath(root: Path, rel: str, max_bytes: int) -> bytes:

@@ -44,6 +44,11 @@ def test_a_run_started_on_one_replica_streams_from_another(serve, tmp_path: Path
             assert [s["name"] for s in cb.get("/v1/sessions").json()["sessions"]] == [run["session"]]
             from_a = [m["id"] for m in stream_run(ca, run["run_id"]) if m["id"] is not None]
             assert from_a == [m["id"] for m in events if m["id"] is not None]
+            # the usage report reads the log with SQL; PostgreSQL answers it as SQLite does
+            (row,) = cb.get("/v1/usage").json()["rows"]
+            assert row["requests"] == 2 and row["model"] and row["input_tokens"] > 0
+            trace = cb.get(f"/v1/runs/{run['run_id']}/trace")
+            assert trace.status_code == 200, b.log()[-3000:]
         for s in (a, b, c):
             assert "Traceback" not in s.log(), s.log()
     finally:

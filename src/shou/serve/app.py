@@ -26,6 +26,8 @@ from ..session import Session, new_session_name
 from ..store.locks import SessionBusy
 from ..tools.executor import parse_arguments
 from .docs import docs_page
+from .files_api import file_content, list_folder, upload_file
+from .info_api import server_config, usage
 from .jobs import ACTIVE, Refused
 from .leftovers import close_leftovers
 from .schema import Decision, RunRequest, openapi
@@ -306,6 +308,9 @@ def create_app(server: Server) -> Starlette:
         Route("/v1/approvals", list_approvals), Route("/v1/approvals/{call_id}", decide_approval, methods=["POST"]),
         Route("/v1/runs/{run_id}/approvals/{call_id}", decide_approval, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]), Route("/v1/models", models),
+        Route("/v1/config", server_config), Route("/v1/usage", usage), Route("/v1/files", list_folder),
+        Route("/v1/files/content", file_content, methods=["GET"]),
+        Route("/v1/files/content", upload_file, methods=["PUT"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)],
                     exception_handlers={HTTPException: _http_error, Refused: _refused,

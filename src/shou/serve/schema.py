@@ -147,7 +147,72 @@ class Error(BaseModel):
     error: dict[str, str]
 
 
-_MODELS = [RunOptions, RunRequest, Usage, RunInfo, RunList, SessionInfoOut, SessionList, Transcript, Decision,
+class FileEntry(BaseModel):
+    """An entry of a workspace folder."""
+
+    name: str
+    path: str
+    type: Literal["file", "dir", "symlink", "other"]
+    size: int
+    mtime: float
+
+
+class FileList(BaseModel):
+    """A workspace folder's entries (folders first), never `.shou/` or `.git/`."""
+
+    path: str
+    entries: list[FileEntry]
+    truncated: bool
+
+
+class Uploaded(BaseModel):
+    """Where an upload was written, and its size in bytes."""
+
+    path: str
+    size: int
+
+
+class Currency(BaseModel):
+    """The currency costs are shown in: a cost in USD times `per_usd`."""
+
+    code: str
+    symbol: str
+    per_usd: float
+
+
+class ServerConfig(BaseModel):
+    """The server's version, the model and tools its runs get, and its currency."""
+
+    version: str
+    model: str
+    tools: list[str]
+    currency: Currency
+
+
+class UsageRowOut(BaseModel):
+    """Tokens, requests and cost (USD; null when some call's price is unknown) of a day and model."""
+
+    day: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    requests: int
+    cost: float | None
+    known_cost: float
+    estimated: bool
+
+
+class UsageOut(BaseModel):
+    """The caller's usage by UTC day and model over the last `days` days, and its total."""
+
+    days: int
+    rows: list[UsageRowOut]
+    total: UsageRowOut
+
+
+_MODELS = [FileEntry, FileList, Uploaded, Currency, ServerConfig, UsageRowOut, UsageOut,
+           RunOptions, RunRequest, Usage, RunInfo, RunList, SessionInfoOut, SessionList, Transcript, Decision,
            DecisionOut, Approval, ApprovalList, ChatMessage, ChatRequest, Error]
 
 
@@ -173,6 +238,13 @@ def _op(summary: str, ok: tuple[str, type[BaseModel] | None, str], body: type[Ba
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(body)}}}
     if params:
         op["parameters"] = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in params]
+    return op
+
+
+def _query(op: dict[str, Any], *params: tuple[str, str, str]) -> dict[str, Any]:
+    """`op` with query parameters `(name, type, description)`."""
+    op.setdefault("parameters", []).extend({"name": n, "in": "query", "required": False, "description": d,
+                                            "schema": {"type": t}} for n, t, d in params)
     return op
 
 
@@ -220,6 +292,20 @@ def openapi() -> dict[str, Any]:
                                                 errors=("400", "401", "404", "409"))},
         "/v1/chat/completions": {"post": chat},
         "/v1/models": {"get": _op("The agents, as models", ("200", None, "a model list"), errors=("401",))},
+        "/v1/config": {"get": _op("The server's version, model, tools and currency", ("200", ServerConfig, "setup"),
+                                  errors=("401",))},
+        "/v1/usage": {"get": _query(_op("The caller's usage by day and model", ("200", UsageOut, "usage"),
+                                        errors=("400", "401")), ("days", "integer", "days back (1-3660; 30)"))},
+        "/v1/files": {"get": _query(_op("A workspace folder, as the file tools see it", ("200", FileList, "entries"),
+                                        errors=("400", "401", "404")), ("path", "string", "the folder ('': root)"))},
+        "/v1/files/content": {
+            "get": _query(_op("A workspace file's bytes (at most 20 MB)", ("200", None, "the file"),
+                              errors=("400", "401", "404", "413")), ("path", "string", "the file"),
+                          ("download", "integer", "1: as an attachment")),
+            "put": _query(_op("Write a file into the workspace (the body is its bytes, at most 20 MB), where "
+                              "write_file may", ("201", Uploaded, "written"), errors=("400", "401", "413")),
+                          ("path", "string", "the file")),
+        },
     }
     return {
         "openapi": "3.1.0",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import secrets
 import threading
 import time
@@ -74,6 +75,9 @@ def _text(value: str) -> str:
     return value.replace("\x00", "\ufffd") if "\x00" in value else value
 
 
+_JSON_FIELD = re.compile(r"json_extract\(data, '\$\.(\w+)'\)")  # SQLite's JSON path -> PostgreSQL's
+
+
 class _Compat:
     """The sliver of sqlite3's connection API that shou.trace uses (`execute` with `?` placeholders)."""
 
@@ -81,8 +85,24 @@ class _Compat:
         self._store = store
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        sql = sql.replace("json_extract(data, '$.request_id')", "(data::json ->> 'request_id')")
-        return iter(self._store._reader.execute(sql.replace("?", "%s"), tuple(params)))
+        sql = _JSON_FIELD.sub(r"(data::json ->> '\1')", sql)
+        return _Rows(self._store._reader.execute(sql.replace("?", "%s"), tuple(params)))
+
+
+class _Rows:
+    """Rows as sqlite3's cursor gives them: iterated, or taken with `fetchone()` / `fetchall()`."""
+
+    def __init__(self, rows: Sequence[Any]) -> None:
+        self._rows = iter(rows)
+
+    def __iter__(self) -> Any:
+        return self._rows
+
+    def fetchone(self) -> Any:
+        return next(self._rows, None)
+
+    def fetchall(self) -> list[Any]:
+        return list(self._rows)
 
 
 class PostgresStore(StoreBasics):

@@ -16,10 +16,9 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import threading
 
 from ...errors import ToolError
-from ...workspace import Opened, open_beneath, open_file, relative_parts, write_bytes_beneath
+from ...workspace import Opened, open_beneath, open_file, relative_parts, write_bytes_beneath, write_lock
 from ..base import ToolContext, ToolResult, tool
 from ..globbing import Glob, Walk
 from ..linewindow import read_window
@@ -34,16 +33,6 @@ MAX_SCAN = 100_000  # entries list_files looks at before it stops and asks for a
 SCAN_SECONDS = 5.0
 SKIP_DIRS = frozenset({".git", ".shou"})
 _SNIFF_BYTES = 8192
-# Calls of one turn run in parallel: an edit reads the file, then replaces it with a new one, so two edits of
-# one file at once would each write the original plus their own change and one change would be lost. The
-# writes of a file are serialised by one of these locks (chosen by its path: a bounded set, however many
-# files a long-lived process touches).
-_WRITE_LOCKS = tuple(threading.Lock() for _ in range(64))
-
-
-def _write_lock(ctx: ToolContext, path: str) -> threading.Lock:
-    key = (str(ctx.workspace), "/".join(relative_parts(ctx.workspace, path)))
-    return _WRITE_LOCKS[hash(key) % len(_WRITE_LOCKS)]
 
 
 def _decode(shown: str, data: bytes) -> str:
@@ -97,7 +86,7 @@ def write_file(path: str, content: str, ctx: ToolContext) -> str:
     data = content.encode("utf-8")
     shown = "/".join(relative_parts(ctx.workspace, path))
     try:
-        with _write_lock(ctx, path):
+        with write_lock(ctx.workspace, path):
             existed = write_bytes_beneath(ctx.workspace, path, data)
     except OSError as e:
         raise ToolError(f"cannot write {shown!r}: {e.strerror or e}") from None
@@ -117,7 +106,7 @@ def edit_file(path: str, old: str, new: str, ctx: ToolContext) -> ToolResult:
         raise ToolError("old is empty; give the exact text to replace (to create a file use write_file)")
     if old == new:
         raise ToolError("old and new are the same; nothing would change")
-    with _write_lock(ctx, path), open_file(ctx.workspace, path, write=True) as f:
+    with write_lock(ctx.workspace, path), open_file(ctx.workspace, path, write=True) as f:
         return _edit(f, path, old, new)
 
 

@@ -1,0 +1,178 @@
+"""The workspace's files over HTTP, as the file tools see them: a folder's entries, a file's bytes, an upload.
+
+The same fence as the tools': paths are resolved on their spelling and opened one component at a time
+without following a symlink (`shou.workspace`), `.shou/` is never listed, read or written (shou's own state:
+session logs, memory, spilled results), and an upload is refused wherever `write_file` is (`../x`, absolute
+paths, a repository's git configuration, shou's configuration folder, a file with other hard links). An
+upload takes the file's write lock, as the tools do, so it never interleaves with an edit of the same file.
+
+Every caller must name themselves (`Server.user`); the workspace is the server's, shared by its users
+(docs/serve.md). A file's bytes are answered with a `sandbox` content security policy, so a page of the
+workspace opened on its own runs no script with the server's origin; the web page fetches them with its
+token and shows HTML only in an iframe that runs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..errors import ToolError
+from ..workspace import (
+    NotFound,
+    is_state_path,
+    open_beneath,
+    open_file,
+    relative_parts,
+    write_bytes_beneath,
+    write_lock,
+)
+from .server import Server
+
+__all__ = ["MAX_FILE_BYTES", "file_content", "list_folder", "upload_file"]
+
+MAX_FILE_BYTES = 20 * 1024 * 1024
+MAX_ENTRIES = 2000
+HIDDEN = frozenset({".shou", ".git"})  # shou's state (never shown), and a repository's internals (noise)
+_CONTENT_CSP = "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+
+def _parts(workspace: Path, path: str, *, root_ok: bool = False) -> tuple[str, ...]:
+    """The components of `path` in the workspace; 400 outside it or inside `.shou/`."""
+    if root_ok and not path.strip(" /."):
+        return ()
+    try:
+        parts = relative_parts(workspace, path)
+    except ToolError as e:
+        raise HTTPException(400, str(e)) from None
+    if is_state_path(parts):
+        raise HTTPException(400, f"{'/'.join(parts)!r} is inside .shou/, shou's own state: it is not served")
+    return parts
+
+
+def _entries(workspace: Path, parts: tuple[str, ...]) -> tuple[list[dict[str, Any]], bool]:
+    """The folder's entries (folders first, then by name), and whether there were more than are listed."""
+    try:
+        fd = open_beneath(workspace, parts, os.O_RDONLY | os.O_DIRECTORY) if parts else \
+            os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except NotFound:
+        raise HTTPException(404, f"no folder {'/'.join(parts)!r} in the workspace") from None
+    except (ToolError, OSError) as e:
+        raise HTTPException(400, str(e)) from None
+    out: list[dict[str, Any]] = []
+    more = False
+    try:
+        with os.scandir(fd) as it:
+            for entry in it:
+                if entry.name in HIDDEN or entry.name.casefold() == ".shou":
+                    continue
+                if len(out) >= MAX_ENTRIES:
+                    more = True
+                    break
+                out.append(_entry(entry, parts))
+    finally:
+        os.close(fd)
+    out.sort(key=lambda e: (e["type"] != "dir", e["name"].casefold(), e["name"]))
+    return out, more
+
+
+def _entry(entry: os.DirEntry[str], parts: tuple[str, ...]) -> dict[str, Any]:
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        return {"name": entry.name, "path": "/".join((*parts, entry.name)), "type": "other", "size": 0, "mtime": 0}
+    kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else \
+        "symlink" if stat.S_ISLNK(st.st_mode) else "other"
+    return {"name": entry.name, "path": "/".join((*parts, entry.name)), "type": kind,
+            "size": st.st_size if kind == "file" else 0, "mtime": st.st_mtime}
+
+
+async def list_folder(request: Request) -> Response:
+    """`GET /v1/files?path=REL`: a folder of the workspace (the root when REL is empty)."""
+    srv: Server = request.app.state.server
+    srv.user(request)
+    parts = _parts(srv.workspace, request.query_params.get("path", ""), root_ok=True)
+    entries, more = await asyncio.to_thread(_entries, srv.workspace, parts)
+    return JSONResponse({"path": "/".join(parts), "entries": entries, "truncated": more})
+
+
+def _read(workspace: Path, path: str) -> tuple[str, bytes]:
+    try:
+        with open_file(workspace, path) as f:
+            if f.stat.st_size > MAX_FILE_BYTES:
+                raise HTTPException(413, f"{f.shown!r} is {f.stat.st_size:,} bytes; files of at most "
+                                         f"{MAX_FILE_BYTES:,} are served")
+            return f.shown, f.read(MAX_FILE_BYTES + 1)[:MAX_FILE_BYTES]
+    except NotFound:
+        raise HTTPException(404, f"no file {path!r} in the workspace") from None
+    except ToolError as e:
+        raise HTTPException(400, str(e)) from None
+
+
+def content_type(name: str, data: bytes) -> str:
+    """The type a file is served as: by its name, else text when it is UTF-8, else bytes."""
+    guessed, _ = mimetypes.guess_type(name, strict=False)
+    if guessed is None or guessed.startswith("text/") or guessed in ("application/json", "application/javascript"):
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return guessed or "application/octet-stream"
+        return f"{guessed or 'text/plain'}; charset=utf-8"
+    return guessed
+
+
+async def file_content(request: Request) -> Response:
+    """`GET /v1/files/content?path=REL[&download=1]`: a file's bytes (at most 20 MB)."""
+    srv: Server = request.app.state.server
+    srv.user(request)
+    path = request.query_params.get("path", "")
+    _parts(srv.workspace, path)
+    shown, data = await asyncio.to_thread(_read, srv.workspace, path)
+    headers = {"Content-Security-Policy": _CONTENT_CSP, "Cache-Control": "no-store"}
+    if request.query_params.get("download") in ("1", "true"):
+        name = shown.rsplit("/", 1)[-1]
+        ascii_name = name.encode("ascii", "replace").decode().replace('"', "_").replace("\\", "_")
+        from urllib.parse import quote
+
+        headers["Content-Disposition"] = f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"
+    return Response(data, media_type=content_type(shown, data), headers=headers)
+
+
+async def upload_file(request: Request) -> Response:
+    """`PUT /v1/files/content?path=REL` with the file's bytes as the body: written as `write_file` would."""
+    srv: Server = request.app.state.server
+    srv.user(request)
+    path = request.query_params.get("path", "")
+    parts = _parts(srv.workspace, path)
+    if not parts:
+        raise HTTPException(400, "give the path of a file in the workspace, e.g. ?path=data/input.csv")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_FILE_BYTES:
+        raise HTTPException(413, f"an upload is at most {MAX_FILE_BYTES:,} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_FILE_BYTES:
+            raise HTTPException(413, f"an upload is at most {MAX_FILE_BYTES:,} bytes")
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    await asyncio.to_thread(_write, srv.workspace, "/".join(parts), data)
+    return JSONResponse({"path": "/".join(parts), "size": len(data)}, 201)
+
+
+def _write(workspace: Path, rel: str, data: bytes) -> None:
+    try:
+        with write_lock(workspace, rel):
+            write_bytes_beneath(workspace, rel, data)
+    except ToolError as e:
+        raise HTTPException(400, str(e)) from None
+    except OSError as e:
+        raise HTTPException(400, f"cannot write {rel!r}: {e.strerror or e}") from None

@@ -1,0 +1,119 @@
+"""`shou serve`'s workspace files, usage and config endpoints over real HTTP: the file tools' fence (no `.shou/`,
+no `../`, no symlink, no git configuration), uploads a run can read, usage by day and model for the caller's
+own sessions, and the currency costs are shown in."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ..fixtures.serving import Served, start_serve, stream_run
+from .conftest import shou_env
+
+ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789ab"
+
+
+@pytest.fixture
+def served(serve, tmp_path: Path, workspace: Path) -> Iterator[tuple[Served, object]]:
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"{ALICE} alice\n{BOB} bob\n")
+    tokens.chmod(0o600)
+    cfg = tmp_path / "config"
+    cfg.mkdir(exist_ok=True)
+    (cfg / "shou.toml").write_text('currency = "EUR"\ncurrency_per_usd = 0.9\n'
+                                   '[models."scripted-test"]\ninput_price = 1.0\noutput_price = 2.0\n')
+    srv = serve([{"tool_calls": [{"name": "read_file", "arguments": {"path": "inbox/data.csv"}}]},
+                 {"text": "it holds a,b", "usage": {"prompt_tokens": 1000, "completion_tokens": 100}}],
+                turn_by="history")
+    s = start_serve(workspace, shou_env(tmp_path, srv), "--tokens", str(tokens))
+    yield s, srv
+    s.stop()
+
+
+def _workspace(workspace: Path) -> None:
+    (workspace / "notes.md").write_text("# Notes\n")
+    (workspace / "page.html").write_text("<script>parent.document.title='owned'</script>")
+    (workspace / "src").mkdir()
+    (workspace / "src" / "main.py").write_text("print(1)\n")
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "config").write_text("[core]\n")
+    (workspace / "link").symlink_to("/etc/passwd")
+    (workspace / ".shou").mkdir(exist_ok=True)
+    (workspace / ".shou" / "secret.txt").write_text("s3cret-of-the-state")
+
+
+def test_the_workspace_is_listed_and_read_as_the_file_tools_see_it(served, workspace: Path) -> None:
+    s, _ = served
+    _workspace(workspace)
+    with s.client(ALICE) as c:
+        root = c.get("/v1/files").json()
+        names = [(e["name"], e["type"]) for e in root["entries"]]
+        assert names[0] == ("src", "dir") and ("notes.md", "file") in names and ("link", "symlink") in names
+        assert not {".shou", ".git"} & {n for n, _ in names}
+        assert [e["path"] for e in c.get("/v1/files", params={"path": "src"}).json()["entries"]] == ["src/main.py"]
+        md = c.get("/v1/files/content", params={"path": "notes.md"})
+        assert md.status_code == 200 and md.text == "# Notes\n" and md.headers["content-type"].startswith("text/")
+        page = c.get("/v1/files/content", params={"path": "page.html"})
+        assert page.headers["content-security-policy"].startswith("sandbox")  # opened alone, it runs nothing
+        down = c.get("/v1/files/content", params={"path": "src/main.py", "download": "1"})
+        assert 'attachment; filename="main.py"' in down.headers["content-disposition"]
+        for path, code in ((".shou/secret.txt", 400), ("src/../.shou/secret.txt", 400), ("../outside", 400),
+                           ("/etc/passwd", 400), ("link", 400), ("missing.txt", 404), ("src", 400)):
+            r = c.get("/v1/files/content", params={"path": path})
+            assert r.status_code == code, (path, r.text)
+            assert "s3cret" not in r.text and "root:" not in r.text
+        assert c.get("/v1/files", params={"path": ".shou"}).status_code == 400
+        assert c.get("/v1/files", params={"path": "nope"}).status_code == 404
+    assert httpx.get(s.url + "/v1/files").status_code == 401
+    assert httpx.get(s.url + "/v1/files/content", params={"path": "notes.md"}).status_code == 401
+
+
+def test_an_upload_lands_in_the_workspace_and_the_next_task_reads_it(served, workspace: Path) -> None:
+    s, _ = served
+    (workspace / ".git").mkdir()
+    with s.client(ALICE) as c:
+        up = c.put("/v1/files/content", params={"path": "inbox/data.csv"}, content=b"a,b\n1,2\n")
+        assert up.status_code == 201 and up.json() == {"path": "inbox/data.csv", "size": 8}
+        assert (workspace / "inbox" / "data.csv").read_bytes() == b"a,b\n1,2\n"
+        for path in ("../x.txt", "/tmp/x.txt", ".shou/x.txt", ".git/config", ".git/hooks/pre-commit", ""):
+            r = c.put("/v1/files/content", params={"path": path}, content=b"x")
+            assert r.status_code == 400, (path, r.text)
+        assert not (workspace.parent / "x.txt").exists() and not (workspace / ".shou" / "x.txt").exists()
+        big = c.put("/v1/files/content", params={"path": "big.bin"}, content=b"\0" * (20 * 1024 * 1024 + 1))
+        assert big.status_code == 413 and not (workspace / "big.bin").exists()
+        run = c.post("/v1/runs", json={"task": "What is in inbox/data.csv?"}).json()
+        events = stream_run(c, run["run_id"])
+    finished = [m["data"] for m in events if m["event"] == "tool_call_finished"]
+    assert "1,2" in finished[0]["content"] and not finished[0]["is_error"]
+    assert events[-1]["event"] == "run_finished"
+
+
+def test_usage_is_the_caller_s_own_by_day_and_model_and_costs_show_in_the_currency(served) -> None:
+    s, _ = served
+    with s.client(ALICE) as c:
+        run = c.post("/v1/runs", json={"task": "What is in inbox/data.csv?"}).json()
+        stream_run(c, run["run_id"])
+        config = c.get("/v1/config").json()
+        assert config["currency"] == {"code": "EUR", "symbol": "€", "per_usd": 0.9}
+        assert config["model"] and "read_file" in config["tools"]
+        mine = c.get("/v1/usage", params={"days": "7"}).json()
+        assert c.get("/v1/usage", params={"days": "0"}).status_code == 400
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    (row,) = mine["rows"]
+    assert row["day"] == today and row["model"] == "scripted-test" and row["requests"] == 2
+    assert row["cost"] == pytest.approx(mine["total"]["cost"]) and row["cost"] > 0
+    with s.client(BOB) as c:
+        assert c.get("/v1/usage").json()["rows"] == []  # another user's runs are not counted, nor shown
+
+
+def test_files_endpoints_are_in_the_openapi_document(served) -> None:
+    s, _ = served
+    with s.client(ALICE) as c:
+        doc = c.get("/openapi.json").json()
+    for path in ("/v1/files", "/v1/files/content", "/v1/usage", "/v1/config"):
+        assert path in doc["paths"], path
+    assert "put" in doc["paths"]["/v1/files/content"] and "get" in doc["paths"]["/v1/files/content"]
