@@ -98,7 +98,36 @@ def _html_to_markdown(raw: bytes, url: str) -> tuple[str, str]:
     if not text:  # very short or unusual pages: keep all their text rather than nothing
         text = trafilatura.html2txt(raw)
     meta = trafilatura.extract_metadata(raw)
-    return (meta.title if meta is not None and meta.title else ""), text or ""
+    return (meta.title if meta is not None and meta.title else ""), (text or "") + _missing_links(raw, url, text or "")
+
+
+MAX_LINKS = 50
+
+
+def _missing_links(raw: bytes, url: str, text: str) -> str:
+    """The page's links the extracted text left out, as a list to follow: trafilatura drops link-dense parts
+    (a list of downloads or releases, an index) as navigation, and those are often what a task needs."""
+    from urllib.parse import urljoin, urlsplit
+
+    import lxml.html
+
+    try:
+        doc = lxml.html.fromstring(raw)
+    except (ValueError, lxml.etree.ParserError):
+        return ""
+    seen: set[str] = set()
+    links: list[str] = []
+    for a in doc.iter("a"):
+        href = (a.get("href") or "").strip()
+        target = urljoin(url, href)
+        if urlsplit(target).scheme not in ("http", "https") or target in seen or target in text:
+            continue
+        seen.add(target)
+        label = " ".join(a.text_content().split())[:120] or target
+        links.append(f"- [{label}]({target})")
+        if len(links) >= MAX_LINKS:
+            break
+    return "\n\nLinks on the page not shown above:\n" + "\n".join(links) if links else ""
 
 
 @tool(timeout=120, idempotent=True, untrusted_output=True)
