@@ -12,7 +12,6 @@ import contextlib
 import logging
 import sqlite3
 from collections.abc import AsyncIterator
-from importlib import resources
 from typing import Any
 
 from starlette.applications import Starlette
@@ -25,6 +24,7 @@ from starlette.routing import Route
 from ..session import Session, new_session_name
 from ..store.locks import SessionBusy
 from ..tools.executor import parse_arguments
+from . import page
 from .docs import docs_page
 from .files_api import file_content, list_folder, upload_file
 from .info_api import server_config, usage
@@ -213,10 +213,7 @@ async def docs(request: Request) -> Response:
 
 
 async def index(request: Request) -> Response:
-    page = resources.files("shou.serve").joinpath("web/index.html").read_text(encoding="utf-8")
-    return HTMLResponse(page, headers={"Content-Security-Policy": "default-src 'self'; style-src 'self' "
-                                       "'unsafe-inline'; script-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-                                       "frame-ancestors 'none'"})
+    return await page.index(request)  # the page and its files: page.py
 
 
 async def healthz(request: Request) -> Response:
@@ -300,6 +297,7 @@ def create_app(server: Server) -> Starlette:
 
     routes = [
         Route("/", index), Route("/healthz", healthz), Route("/openapi.json", openapi_json), Route("/docs", docs),
+        Route("/static/{path:path}", page.static),  # the page's modules, styles and vendored libraries
         Route("/v1/runs", create_run, methods=["POST"]), Route("/v1/runs", list_runs, methods=["GET"]),
         Route("/v1/runs/{run_id}", get_run), Route("/v1/runs/{run_id}/events", run_stream),
         Route("/v1/runs/{run_id}/cancel", cancel_run, methods=["POST"]), Route("/v1/runs/{run_id}/trace", run_trace),

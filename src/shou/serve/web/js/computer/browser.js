@@ -1,0 +1,74 @@
+// The Browser tab: the screenshots the run's browser calls returned. The chosen one (the latest unless one
+// was picked) large, with the page's URL and title; click it to enlarge; a filmstrip of all of them below.
+
+import { $, el } from '../util.js';
+
+let picked = null;  // the key of the screenshot picked in the filmstrip, or null for the latest
+
+export function reset() { picked = null; }
+export function select(key) { picked = key; }
+
+export function render(run, panel) {
+  const shots = run ? run.screenshots() : [];
+  panel.replaceChildren();
+  const url = run ? run.browserUrl() : '';
+  const bar = el('div', 'urlbar');
+  bar.append(el('span', 'url-label', 'URL'), el('span', 'url', url || '—'));
+  panel.append(bar);
+  if (!shots.length) {
+    panel.append(el('p', 'empty', run ? 'No screenshots in this run.' : 'No run selected.'));
+    const lost = run ? run.imagelessShots() : 0;
+    if (lost) {
+      panel.append(el('p', 'note', `${lost} screenshot${lost === 1 ? ' was' : 's were'} taken but not kept in the run: ` +
+                                   'this model cannot see images, so shou gave it the page\'s text instead ' +
+                                   '(set vision on to keep them).'));
+    }
+    return;
+  }
+  const shown = shots.find(s => s.key === picked) || shots[shots.length - 1];
+  const main = el('button', 'shot-main');
+  main.type = 'button';
+  main.setAttribute('aria-label', 'Enlarge the screenshot');
+  const img = el('img');
+  img.src = shown.src;
+  img.alt = 'Screenshot' + (shown.title ? ' of ' + shown.title : '') + (shown.url ? ' (' + shown.url + ')' : '');
+  main.append(img);
+  main.addEventListener('click', () => enlarge(shown));
+  panel.append(el('div', 'shot-caption', [shown.title, shown.url].filter(Boolean).join(' — ')), main);
+  panel.append(filmstrip(shots, shown, run, panel));
+}
+
+function filmstrip(shots, shown, run, panel) {
+  const strip = el('div', 'filmstrip');
+  strip.setAttribute('role', 'list');
+  strip.setAttribute('aria-label', 'All screenshots of this run');
+  shots.forEach((s, i) => {
+    const b = el('button', 'thumb' + (s === shown ? ' current' : ''));
+    b.type = 'button';
+    b.setAttribute('role', 'listitem');
+    b.setAttribute('aria-label', `Screenshot ${i + 1}${s.title ? ': ' + s.title : ''}`);
+    if (s === shown) b.setAttribute('aria-current', 'true');
+    const t = el('img');
+    t.src = s.src;
+    t.alt = '';
+    b.append(t);
+    b.addEventListener('click', () => { picked = s.key; render(run, panel); });
+    strip.append(b);
+  });
+  return strip;
+}
+
+function enlarge(shot) {
+  const dialog = $('#lightbox');
+  const img = $('#lightbox-img');
+  img.src = shot.src;
+  img.alt = 'Screenshot' + (shot.title ? ' of ' + shot.title : '');
+  $('#lightbox-caption').textContent = [shot.title, shot.url].filter(Boolean).join(' — ');
+  dialog.showModal();
+}
+
+export function setup() {
+  const dialog = $('#lightbox');
+  $('#lightbox-close').addEventListener('click', () => dialog.close());
+  dialog.addEventListener('click', ev => { if (ev.target === dialog) dialog.close(); });  // outside the picture
+}
