@@ -3,15 +3,14 @@ running the scripted model: a run with a tool call, an approval, the answer and 
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ..fixtures.needs import need, need_module
-from ..fixtures.serving import Served, start_serve
+from ..fixtures.serving import serving
 from .conftest import shou_env
 
 need_module("playwright")
@@ -67,18 +66,6 @@ async def page() -> AsyncIterator[Page]:
     assert not errors, f"errors on the page: {errors}"
 
 
-@contextlib.contextmanager
-def serving(workspace: Path, env: dict[str, str], *args: str) -> Iterator[Served]:
-    s = start_serve(workspace, env, *args)
-    try:
-        yield s
-    except BaseException:
-        print(f"server log:\n{s.log()}")
-        raise
-    finally:
-        s.stop()
-
-
 async def shot(page: Page, path: Path) -> None:
     """A screenshot that shows something: many colours, not one flat area."""
     await page.screenshot(path=str(path))
@@ -123,7 +110,7 @@ async def test_a_run_with_a_tool_call_an_approval_and_the_answer(serve, tmp_path
         await expect(streaming).to_have_count(1)
         assert ANSWER.startswith(await streaming.text_content() or "?")
         await expect(page.locator("#chat .answer")).to_have_text(ANSWER, timeout=30_000)
-        await expect(page.locator("#chat .result .status")).to_have_text("completed")
+        await expect(page.locator("#chat .run-head .status")).to_have_text("completed")
         assert (workspace / "note.txt").read_text() == "42"
         written = page.locator("#chat .tool-call").filter(has_text="write_file")
         await expect(written.locator(".tool-result")).to_have_count(1)
@@ -141,14 +128,14 @@ async def test_a_run_with_a_tool_call_an_approval_and_the_answer(serve, tmp_path
         await expect(tools.first.locator(".lbl")).to_have_text("calculator")
         await shot(page, tmp_path / "trace.png")
 
-        # the session's transcript, from the list; a second task continues it
+        # the session's transcript, from the list (its run's stored events replayed)
         await page.locator("#new-chat").click()
         await expect(page.locator("#chat > *")).to_have_count(0)
         await page.locator("#sessions li button").first.click()
         await expect(page.locator("#chat .bubble.user")).to_have_text(TASK)
-        await expect(page.locator("#chat .tool-call.compact")).to_have_count(2)
-        await expect(page.locator("#chat .tool-call.compact .tool-result").first).to_have_text("42")
-        await expect(page.locator("#chat .bubble.assistant").last).to_have_text(ANSWER)
+        await expect(page.locator("#chat .tool-call")).to_have_count(2)
+        await expect(page.locator("#chat .tool-call .tool-result").first).to_have_text("42")
+        await expect(page.locator("#chat .answer").last).to_have_text(ANSWER)
     assert len(srv.requests) == 3
 
 
@@ -192,7 +179,7 @@ async def test_cancel_stops_a_running_run(serve, tmp_path: Path, workspace: Path
         await page.locator("#send").click()
         await expect(page.locator("#send")).to_be_disabled()
         await page.locator("#cancel").click()
-        await expect(page.locator("#chat .result .status")).to_have_text("cancelled", timeout=30_000)
+        await expect(page.locator("#chat .run-head .status")).to_have_text("cancelled", timeout=30_000)
         await expect(page.locator("#chat .answer")).to_have_count(0)
         await expect(page.locator("#cancel")).to_be_hidden()
         await expect(page.locator("#send")).to_be_enabled()

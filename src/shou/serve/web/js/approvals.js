@@ -22,7 +22,9 @@ export function approvalCard({ callId, name, args, why, rule, runId }) {
   card.append(head);
   if (why) card.append(el('div', 'why', why));
   if (rule) card.append(el('div', 'rule', 'rule: ' + rule));
-  card.append(el('pre', 'tool-args', pretty(args)));
+  const pre = el('pre', 'tool-args', pretty(args));
+  pre.tabIndex = 0;
+  card.append(pre);
   const actions = el('div', 'actions');
   actions.append(button('Approve', 'approve', () => decide(callId, true, actions, runId)),
                  button('Deny', 'deny', () => decide(callId, false, actions, runId)));

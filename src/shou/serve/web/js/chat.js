@@ -78,9 +78,9 @@ async function play(view) {
   if (state.live === view) { setLive(null); refresh(); }
 }
 
-function setSession(name) {
+function setSession(name, title) {
   state.session = name;
-  $('#session-label').textContent = name || 'New chat';
+  $('#session-label').textContent = title || name || 'New chat';
   markSession(name);
 }
 
@@ -99,10 +99,10 @@ export function reset() {
 export function newChat() { reset(); setSession(null); $('#task').focus(); }
 
 /** Show session `name`: each run replayed from its stored events, in the order they ran. */
-export async function openSession(name) {
+export async function openSession(name, title) {
   if (!name) return;
   reset();
-  setSession(name);
+  setSession(name, title);
   const ctrl = state.ctrl;
   let data;
   try { data = await getJSON('v1/sessions/' + enc(name)); } catch (e) {
@@ -127,6 +127,7 @@ async function submit(ev) {
   const task = typed + attachments.mention();
   const body = { task };
   if (state.session) body.session = state.session;
+  if ($('#opt-plan').checked) body.options = { plan: true };
   $('#send').disabled = true;
   let r;
   try { r = await getJSON('v1/runs', { method: 'POST', body }); } catch (e) {
@@ -137,7 +138,7 @@ async function submit(ev) {
   box.value = '';
   attachments.clear();
   state.lastTask = typed;
-  setSession(r.session || state.session);
+  if (r.session !== state.session) setSession(r.session, typed.split('\n')[0].slice(0, 80));
   const v = addView(Object.assign({ task }, r));
   selectRun(v);
   loadSessions(openSession, state.session).catch(() => {});

@@ -34,9 +34,7 @@ function setupLayout() {
   });
   $('#scrim').addEventListener('click', closeDrawer);
   $('#computer-back').addEventListener('click', () => { document.body.dataset.panel = 'chat'; });
-  $('#toggle-computer').addEventListener('click', () => {
-    document.body.dataset.panel = document.body.dataset.panel === 'computer' ? 'chat' : 'computer';
-  });
+  $('#toggle-computer').addEventListener('click', () => { document.body.dataset.panel = 'computer'; });
   $('#show-usage').addEventListener('click', () => showView(document.body.dataset.view === 'usage' ? 'chat' : 'usage'));
   $('#new-chat').addEventListener('click', () => { showView('chat'); document.body.dataset.panel = 'chat'; newChat(); });
   $('#sessions').addEventListener('click', ev => {

@@ -85,9 +85,11 @@ export function markdown(text) {
     const m = /^language-([\w+#.-]+)$/.exec(code.getAttribute('class') || '');
     highlight(code, m ? m[1].toLowerCase() : null);
   }
+  for (const pre of frag.querySelectorAll('pre')) pre.tabIndex = 0;  // a wide block scrolls
   for (const table of frag.querySelectorAll('table')) {  // wide tables scroll in their own box
     const box = document.createElement('div');
     box.className = 'table-scroll';
+    box.tabIndex = 0;  // it may scroll: reachable from the keyboard
     table.replaceWith(box);
     box.append(table);
   }

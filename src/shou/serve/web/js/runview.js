@@ -90,10 +90,15 @@ export class RunView {
     const b = this.bubble(runId + ':' + d.step, runId);
     b.classList.add('streaming');
     b.dataset.text += d.text || '';
-    if (!this.pending.has(b)) {  // re-render at most every few frames, not on every fragment
-      this.pending.add(b);
-      setTimeout(() => { this.pending.delete(b); this.on.scroll(() => renderInto(b, b.dataset.text)); }, 30);
-    }
+    if (this.pending.has(b)) return;  // drawn when the wait ends: at most every 40 ms, not on every fragment
+    this.on.scroll(() => renderInto(b, b.dataset.text));
+    this.pending.add(b);
+    setTimeout(() => {
+      this.pending.delete(b);
+      if (b.classList.contains('streaming') && sourceOf(b) !== b.dataset.text) {
+        this.on.scroll(() => renderInto(b, b.dataset.text));
+      }
+    }, 40);
   }
 
   turnText(d, runId) {

@@ -20,7 +20,7 @@ export async function loadSessions(open, current) {
     const meta = [s.status, `${s.runs || 0} run${s.runs === 1 ? '' : 's'}`];
     if (at && !isNaN(at)) meta.push(at.toLocaleString());
     b.append(el('span', 's-meta', meta.filter(Boolean).join(' · ')));
-    b.addEventListener('click', () => open(s.name));
+    b.addEventListener('click', () => open(s.name, s.title));
     const li = el('li');
     li.append(b);
     list.append(li);

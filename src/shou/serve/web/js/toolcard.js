@@ -11,6 +11,7 @@ export function toolCard(call) {
   const head = el('div', 'tool-head');
   head.append(el('span', 'tool-name', call.name), el('span', 'tool-state', 'running…'));
   const args = el('pre', 'tool-args', pretty(call.argsText));
+  args.tabIndex = 0;  // long arguments scroll: reachable from the keyboard
   card.append(head, args);
   return card;
 }
@@ -19,7 +20,7 @@ export function toolCard(call) {
 export function showResult(card, call, onImage) {
   const r = call.result;
   let res = card.querySelector('.tool-result');
-  if (!res) res = card.appendChild(el('pre', 'tool-result'));
+  if (!res) { res = card.appendChild(el('pre', 'tool-result')); res.tabIndex = 0; }
   res.textContent = stripAnsi(clip(call.name === 'browser' ? unfenced(r.content) : r.content, 4000));  // the Terminal tab has colours
   res.classList.toggle('error', r.isError);
   card.classList.toggle('error', r.isError);

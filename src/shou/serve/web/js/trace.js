@@ -90,11 +90,14 @@ function callDetails(c, d) {
   const req = c.request || {};
   d.append(el('div', 'trace-sub', req.recorded === false ? 'request (not recorded)' :
     `request: ${count(req.message_count)} messages, ${count(req.tool_count)} tools`));
-  d.append(el('pre', 'trace-json', JSON.stringify({ messages: req.messages, tools: req.tools, params: req.params },
-                                                  null, 2)));
+  d.append(scrolling(el('pre', 'trace-json', JSON.stringify({ messages: req.messages, tools: req.tools,
+                                                            params: req.params }, null, 2))));
   if (c.response) {
     d.append(el('div', 'trace-sub', 'response'));
-    d.append(el('pre', 'trace-json', JSON.stringify(c.response, null, 2)));
+    d.append(scrolling(el('pre', 'trace-json', JSON.stringify(c.response, null, 2))));
   }
   if (c.error) d.append(el('div', 'note bad', String(c.error)));
 }
+
+/** `node`, which may scroll, reachable from the keyboard. */
+function scrolling(node) { node.tabIndex = 0; return node; }

@@ -44,6 +44,7 @@ export async function loadUsage() {
   }
   if (!(data.rows || []).length) { box.replaceChildren(el('p', 'empty', 'No model calls in this period.')); return; }
   const wrap = el('div', 'table-scroll');
+  wrap.tabIndex = 0;
   wrap.append(table(data));
   box.replaceChildren(wrap);
 }

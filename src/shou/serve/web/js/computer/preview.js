@@ -92,6 +92,7 @@ export async function showFile(path, box, onError) {
   head.append(el('span', 'preview-name', path), button('Download', 'download', () => download(path, onError),
                                                          'Download ' + path));
   const content = el('div', 'preview-body', 'loading…');
+  content.tabIndex = 0;  // a long file scrolls here
   box.replaceChildren(head, content);
   box.hidden = false;
   try {
