@@ -3,7 +3,8 @@ scripted model: the answer as Markdown, the computer pane (files, browser, termi
 after a reload looking as it did live, hostile model output and workspace files running nothing, uploads,
 the keyboard, and axe-core's accessibility check of the main views, light and dark.
 
-Screenshots of the page at 1280 and 375 px, light and dark, are left in /tmp/shou-web-*.png."""
+Screenshots of the page at 1280 and 375 px, light and dark (and of each view at 1280 px), are left in
+/tmp/shou-web-*.png."""
 
 from __future__ import annotations
 
@@ -462,6 +463,7 @@ async def test_the_main_views_pass_axe_light_and_dark(serve, tmp_path: Path, wor
         for scheme in ("light", "dark"):
             await page.emulate_media(color_scheme=scheme)
             await axe(page, f"a pending approval ({scheme})")
+            await page.screenshot(path=str(SHOTS / f"shou-web-1280-{scheme}-approval.png"))
         await page.locator("#chat .approval button.approve").click()
         await finished(page, 2)
         await page.locator("#chat .run").first.locator(".computer-btn").click()
@@ -479,10 +481,12 @@ async def test_the_main_views_pass_axe_light_and_dark(serve, tmp_path: Path, wor
                 if name == "browser":
                     await expect(page.locator("#tab-browser .shot-main img")).to_be_visible()
                 await axe(page, f"the {name} tab ({scheme})")
+                await page.screenshot(path=str(SHOTS / f"shou-web-1280-{scheme}-{name}.png"))
             await page.locator("#show-usage").click()
             await expect(page.locator("#usage-body table tbody tr")).to_have_count(1)
             await expect(page.locator("#usage-body tfoot")).to_contain_text("€")
             await axe(page, f"the usage view ({scheme})")
+            await page.screenshot(path=str(SHOTS / f"shou-web-1280-{scheme}-usage.png"))
             await page.locator("#show-usage").click()
         await page.set_viewport_size({"width": 375, "height": 812})
         await axe(page, "the chat at 375 px (dark)")

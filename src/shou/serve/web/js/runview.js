@@ -11,6 +11,12 @@ import { toolCard, showResult } from './toolcard.js';
 import { approvalCard, markDecided } from './approvals.js';
 import { planList } from './plan.js';
 
+/** The first line of `text`, at most 100 characters. */
+const shorten = text => {
+  const line = text.trim().split('\n')[0];
+  return line.length > 100 || text.trim().includes('\n') ? line.slice(0, 100) + '…' : line;
+};
+
 export class RunView {
   /** `info`: a run object of the API; `on`: {select(view), stop(view), image(view, key), approvals(), scroll} */
   constructor(info, on) {
@@ -68,7 +74,9 @@ export class RunView {
   subRun(d) {
     const box = el('details', 'subrun');
     box.open = true;
-    const summary = el('summary', '', 'sub-run: ' + (d.task || d.run_id));
+    const task = String(d.task || d.run_id);
+    const summary = el('summary', '', 'sub-run: ' + shorten(task));
+    summary.title = task;
     const state = el('span', 'sub-state', 'running');
     summary.append(' ', state);
     box.append(summary, el('div', 'sub-body'));

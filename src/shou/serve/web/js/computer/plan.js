@@ -4,11 +4,15 @@
 import { el, plural } from '../util.js';
 import { planList } from '../plan.js';
 
-function subRun(run, sub) {
+/** A sub-run, collapsed to its state; open: its task, the calls it made, its answer. `named`: in a list of
+ *  sub-runs (its task leads), not under the plan step it carried out (which says what it was for). */
+function subRun(run, sub, named) {
   const box = el('details', 'subrun');
   box.open = sub.status === 'running';
   const calls = [...run.calls.values()].filter(c => c.runId === sub.id);
-  box.append(el('summary', '', `sub-run: ${sub.task || sub.id} · ${sub.status} · ${plural(calls.length, 'call')}`));
+  const what = named ? (sub.task || sub.id).trim().split('\n')[0].slice(0, 100) : 'sub-run';
+  box.append(el('summary', '', `${what} · ${sub.status} · ${plural(calls.length, 'call')}`));
+  box.append(el('div', 'sub-task', sub.task));
   const ul = el('ul', 'sub-calls');
   for (const c of calls) {
     const state = !c.result ? 'running' : c.result.isError ? 'error' : 'done';
@@ -27,12 +31,12 @@ export function render(run, panel) {
   const used = new Set();
   if (d) {
     for (const s of d.steps || []) if (s.run_id) used.add(s.run_id);
-    panel.append(planList(d, run.subs, sub => subRun(run, sub)));
+    panel.append(planList(d, run.subs, sub => subRun(run, sub, false)));
   }
   const others = [...run.subs.values()].filter(s => !used.has(s.id));
   if (others.length) {
     panel.append(el('h3', 'pane-h', 'Sub-runs'));
-    for (const s of others) panel.append(subRun(run, s));
+    for (const s of others) panel.append(subRun(run, s, true));
   }
   if (!d && !others.length) panel.append(el('p', 'empty', 'This run made no plan and started no sub-run.'));
 }
