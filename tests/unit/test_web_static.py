@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from starlette.applications import Starlette  # noqa: E402
-from starlette.routing import Route  # noqa: E402
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.applications import Starlette
+from starlette.routing import Route
+from starlette.testclient import TestClient
 
-from shou.serve import page  # noqa: E402
+from shou.serve import page
 
 WEB = Path(page.__file__).parent / "web"
 
