@@ -231,7 +231,7 @@ async def test_a_run_fills_the_computer_pane_and_reopens_the_same(serve, tmp_pat
         live_traces = await page.locator("#chat .trace-call summary").all_inner_texts()
         live_chat = await page.locator("#chat .run-body").all_inner_texts()
         live_pane = await pane_text(page)
-        await screenshots(page, "1280", tmp_path)
+        await screenshots(page)
 
         # reload, reopen the session: every run shows what it showed live
         await page.reload()
@@ -254,7 +254,7 @@ async def test_a_run_fills_the_computer_pane_and_reopens_the_same(serve, tmp_pat
     assert len(srv.requests) == 7
 
 
-async def screenshots(page: Page, width: str, tmp_path: Path) -> None:
+async def screenshots(page: Page) -> None:
     """The page light and dark at 1280 px, then at 375 px (the chat and the computer pane), in /tmp."""
     for scheme in ("light", "dark"):
         await page.emulate_media(color_scheme=scheme)
