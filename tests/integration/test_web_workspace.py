@@ -492,3 +492,46 @@ async def test_the_main_views_pass_axe_light_and_dark(serve, tmp_path: Path, wor
         await axe(page, "the chat at 375 px (dark)")
         with Image.open(io.BytesIO(await page.screenshot())) as img:
             assert img.size == (375, 812)
+
+
+async def test_a_text_only_model_s_screenshots_still_reach_the_browser_pane(serve, tmp_path: Path, workspace: Path,
+                                                                           new_page) -> None:
+    """A model that cannot see images gets the page's text instead of the screenshot, so the image is not in
+    the run's events; the server serves the one the browser kept, for that run's call and its owner only."""
+    from ..fixtures.serving import stream_run
+
+    (workspace / "fixture.html").write_text(FIXTURE_PAGE)
+    shot = {"tool_calls": [{"name": "browser", "arguments": {"action": "screenshot"}, "id": "shot_1"}]}
+    srv = serve([call("browser", action="navigate", url=(workspace / "fixture.html").as_uri()), shot,
+                 call("calculator", expression="1+1"), {"text": "Seen."}])
+    cfg = config_dir(tmp_path)
+    (cfg / "shou.toml").write_text(CONFIG.replace("vision = true", "vision = false"))
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("alice-token-0123456789 alice\nbob-token-0123456789ab bob\n")
+    tokens.chmod(0o600)
+    env = shou_env(tmp_path, srv, SHOU_CONFIG_DIR=str(cfg))
+    with serving(workspace, env, "--tokens", str(tokens)) as served:
+        with served.client("alice-token-0123456789") as alice:
+            run = alice.post("/v1/runs", json={"task": "Look at the fixture page"}).json()
+            events = stream_run(alice, run["run_id"])
+            (done,) = [m["data"] for m in events if m["event"] == "tool_call_finished" and
+                       m["data"]["call_id"] == "shot_1"]
+            assert not done.get("image") and "cannot see images" in done["content"]
+            path = f"/v1/runs/{run['run_id']}/screenshots/shot_1"
+            got = alice.get(path)
+            assert got.status_code == 200 and got.headers["content-type"] == "image/png"
+            assert got.content.startswith(b"\x89PNG")
+            calc_id = next(m["data"]["call_id"] for m in events if m["event"] == "tool_call_finished"
+                           and m["data"]["name"] == "calculator")
+            assert alice.get(f"/v1/runs/{run['run_id']}/screenshots/{calc_id}").status_code == 404
+        with served.client("bob-token-0123456789ab") as bob:
+            assert bob.get(path).status_code == 404  # another user's run is not found, its screenshot neither
+        page = await new_page()
+        await page.goto(served.url + "/#token=alice-token-0123456789")
+        await expect(page.locator("html")).to_have_attribute("data-ready", "1")
+        await page.locator("#sessions li").first.click()
+        await finished(page)
+        await tab(page, "browser")
+        await expect(page.locator("#tab-browser .thumb")).to_have_count(1)
+        await expect(page.locator("#tab-browser .shot-main img")).to_have_js_property("complete", True)
+        await not_blank(page, "#tab-browser .shot-main img", tmp_path / "kept-shot.png")

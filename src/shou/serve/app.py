@@ -26,7 +26,7 @@ from ..store.locks import SessionBusy
 from ..tools.executor import parse_arguments
 from . import page
 from .docs import docs_page
-from .files_api import file_content, list_folder, upload_file
+from .files_api import file_content, list_folder, run_screenshot, upload_file
 from .info_api import server_config, usage
 from .jobs import ACTIVE, Refused
 from .leftovers import close_leftovers
@@ -158,7 +158,7 @@ async def list_approvals(request: Request) -> Response:
         args, _ = parse_arguments(req.call.arguments)
         rows.append({"call_id": req.call.id, "run_id": req.run_id.split(".", 1)[0], "session": session,
                      "tool": req.call.name, "arguments": args if isinstance(args, dict) else req.call.arguments,
-                     "why": req.why, "since": req.at})
+                     "why": req.why, "rule": req.rule, "since": req.at})
     return JSONResponse({"approvals": rows})
 
 
@@ -309,6 +309,7 @@ def create_app(server: Server) -> Starlette:
         Route("/v1/config", server_config), Route("/v1/usage", usage), Route("/v1/files", list_folder),
         Route("/v1/files/content", file_content, methods=["GET"]),
         Route("/v1/files/content", upload_file, methods=["PUT"]),
+        Route("/v1/runs/{run_id}/screenshots/{call_id}", run_screenshot),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)],
                     exception_handlers={HTTPException: _http_error, Refused: _refused,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import mimetypes
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..errors import ToolError
+from ..trust import read_closing
 from ..workspace import (
     NotFound,
     is_state_path,
@@ -37,7 +39,7 @@ from ..workspace import (
 )
 from .server import Server
 
-__all__ = ["MAX_FILE_BYTES", "file_content", "list_folder", "upload_file"]
+__all__ = ["MAX_FILE_BYTES", "file_content", "list_folder", "run_screenshot", "upload_file"]
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
 MAX_ENTRIES = 2000
@@ -176,3 +178,41 @@ def _write(workspace: Path, rel: str, data: bytes) -> None:
         raise HTTPException(400, str(e)) from None
     except OSError as e:
         raise HTTPException(400, f"cannot write {rel!r}: {e.strerror or e}") from None
+
+
+_SHOT = re.compile(r"\.shou/screenshots/(shot-[A-Za-z0-9_-]{1,60}\.(png|jpg))")
+
+
+async def run_screenshot(request: Request) -> Response:
+    """`GET /v1/runs/{run_id}/screenshots/{call_id}`: the screenshot a browser call of the caller's run (or of
+    one of its sub-runs) saved. A model that cannot see images gets the page's text instead, so the image is
+    not in the event; the browser kept it under `.shou/screenshots/`, which is served here for that call only:
+    the name must be one shou made there, and it is opened without following a link."""
+    srv: Server = request.app.state.server
+    job = srv.job(request, srv.user(request))
+    call_id = request.path_params["call_id"]
+    data, media = await asyncio.to_thread(_shot, srv, job.session, job.run_id, call_id)
+    return Response(data, media_type=media, headers={"Content-Security-Policy": _CONTENT_CSP,
+                                                     "Cache-Control": "private, max-age=86400"})
+
+
+def _shot(srv: Server, session: str, run_id: str, call_id: str) -> tuple[bytes, str]:
+    from ..events import ToolCallFinished
+    from ..workspace import STATE_DIR
+
+    for _, event in srv.store.rows(session):
+        if not (isinstance(event, ToolCallFinished) and event.call_id == call_id and event.name == "browser"
+                and (event.run_id == run_id or event.run_id.startswith(run_id + "."))):
+            continue
+        found = _SHOT.search(str((event.details or {}).get("path") or ""))
+        if found is None:
+            break
+        try:
+            fd = open_beneath(srv.workspace, (STATE_DIR, "screenshots", found.group(1)), os.O_RDONLY)
+        except (ToolError, OSError):
+            raise HTTPException(404, "that screenshot is no longer kept") from None
+        data = read_closing(fd, MAX_FILE_BYTES)
+        if data is None:
+            raise HTTPException(404, "that screenshot is no longer kept")
+        return data, "image/png" if found.group(2) == "png" else "image/jpeg"
+    raise HTTPException(404, f"no screenshot of call {call_id!r} in this run")

@@ -117,6 +117,7 @@ class Approval(BaseModel):
     tool: str
     arguments: Any
     why: str
+    rule: str = ""
     since: float
 
 
@@ -277,6 +278,9 @@ def openapi() -> dict[str, Any]:
         "/v1/runs/{run_id}/events": {"get": events},
         "/v1/runs/{run_id}/cancel": {"post": _op("Cancel a run", ("202", RunInfo, "cancelling"),
                                                  params=("run_id",))},
+        "/v1/runs/{run_id}/screenshots/{call_id}": {"get": _op(
+            "The screenshot a browser call of the run saved (kept also when the model could not see it)",
+            ("200", None, "the image"), params=("run_id", "call_id"))},
         "/v1/runs/{run_id}/trace": {"get": _op("A run's trace (as `shou trace --json`)",
                                                ("200", None, "the trace"), params=("run_id",))},
         "/v1/sessions": {"get": _op("The caller's sessions", ("200", SessionList, "sessions"), errors=("401",))},

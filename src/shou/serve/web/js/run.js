@@ -116,18 +116,17 @@ export class Run {
   screenshots() {
     const out = [];
     for (const c of this.calls.values()) {
-      const src = c.result && imageSrc(c.result.image);
-      if (!src) continue;
+      if (!c.result) continue;
+      const src = imageSrc(c.result.image);
       const det = c.result.details || {};
-      out.push({ key: c.key, src, url: String(det.url || ''), title: String(det.title || ''), name: c.name });
+      // a model that cannot see images got the page's text: the image itself is kept by the server
+      const kept = !src && c.name === 'browser' && det.path;
+      if (!src && !kept) continue;
+      const fetchPath = kept ? `/v1/runs/${encodeURIComponent(this.id)}/screenshots/${encodeURIComponent(c.id)}` : '';
+      out.push({ key: c.key, src: src || '', fetchPath, url: String(det.url || ''), title: String(det.title || ''),
+                 name: c.name });
     }
     return out;
-  }
-
-  /** How many browser screenshots came back without their image (a text-only model gets the page's text). */
-  imagelessShots() {
-    return [...this.calls.values()].filter(c => c.name === 'browser' && c.result && !imageSrc(c.result.image) &&
-                                                c.result.details && c.result.details.path).length;
   }
 
   /** The URL the browser was last at, as its calls reported it. */

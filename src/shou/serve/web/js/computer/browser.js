@@ -1,7 +1,22 @@
 // The Browser tab: the screenshots the run's browser calls returned. The chosen one (the latest unless one
 // was picked) large, with the page's URL and title; click it to enlarge; a filmstrip of all of them below.
 
+import { getBlob } from '../api.js';
 import { $, el } from '../util.js';
+
+const fetched = new Map();  // fetch path -> a blob: URL of the screenshot the server kept
+
+/** Show `shot` in `img`: its data: URL, or the image the server kept, fetched once with the token. */
+function show(img, shot) {
+  if (shot.src) { img.src = shot.src; return; }
+  const have = fetched.get(shot.fetchPath);
+  if (have) { img.src = have; return; }
+  getBlob(shot.fetchPath).then(blob => {
+    const url = URL.createObjectURL(blob);
+    fetched.set(shot.fetchPath, url);
+    img.src = url;
+  }).catch(() => { img.replaceWith(el('span', 'note', 'This screenshot is no longer kept.')); });
+}
 
 let picked = null;  // the key of the screenshot picked in the filmstrip, or null for the latest
 
@@ -17,12 +32,6 @@ export function render(run, panel) {
   panel.append(bar);
   if (!shots.length) {
     panel.append(el('p', 'empty', run ? 'No screenshots in this run.' : 'No run selected.'));
-    const lost = run ? run.imagelessShots() : 0;
-    if (lost) {
-      panel.append(el('p', 'note', `${lost} screenshot${lost === 1 ? ' was' : 's were'} taken but not kept in the run: ` +
-                                   'this model cannot see images, so shou gave it the page\'s text instead ' +
-                                   '(set vision on to keep them).'));
-    }
     return;
   }
   const shown = shots.find(s => s.key === picked) || shots[shots.length - 1];
@@ -30,7 +39,7 @@ export function render(run, panel) {
   main.type = 'button';
   main.setAttribute('aria-label', 'Enlarge the screenshot');
   const img = el('img');
-  img.src = shown.src;
+  show(img, shown);
   img.alt = 'Screenshot' + (shown.title ? ' of ' + shown.title : '') + (shown.url ? ' (' + shown.url + ')' : '');
   main.append(img);
   main.addEventListener('click', () => enlarge(shown));
@@ -49,7 +58,7 @@ function filmstrip(shots, shown, run, panel) {
     b.setAttribute('aria-label', `Screenshot ${i + 1}${s.title ? ': ' + s.title : ''}`);
     if (s === shown) b.setAttribute('aria-current', 'true');
     const t = el('img');
-    t.src = s.src;
+    show(t, s);
     t.alt = '';
     b.append(t);
     b.addEventListener('click', () => { picked = s.key; render(run, panel); });
@@ -61,7 +70,7 @@ function filmstrip(shots, shown, run, panel) {
 function enlarge(shot) {
   const dialog = $('#lightbox');
   const img = $('#lightbox-img');
-  img.src = shot.src;
+  show(img, shot);
   img.alt = 'Screenshot' + (shot.title ? ' of ' + shot.title : '');
   $('#lightbox-caption').textContent = [shot.title, shot.url].filter(Boolean).join(' — ');
   dialog.showModal();
