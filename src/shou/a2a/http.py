@@ -85,9 +85,9 @@ class _OneOrigin(httpx.AsyncBaseTransport):
         except ValueError:
             target = None
         if target != self.origin:
+            port = f":{request.url.port}" if request.url.port else ""
             raise OtherOrigin(f"{self.what}: refused to send a request to {request.url.scheme}://{request.url.host}"
-                              f":{request.url.port or ''}, which is not the agent's configured address",
-                              request=request)
+                              f"{port}, which is not the agent's configured address", request=request)
         response = await self.inner.handle_async_request(request)
         stream = response.headers.get("content-type", "").lower().startswith("text/event-stream")
         response.stream = _CappedBody(response.stream, request, self.event_limit if stream else self.limit, stream,
