@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .setting_tables import TABLES
 from .settings import SANDBOX_BACKENDS, SECRET_FIELDS, Settings, convert, env_names, setting_fields
 from .trust import TrustStore, read_config_file
 
@@ -200,7 +201,7 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
                 value = _more_rules(values[key], value)
             elif key == "models" and key in values:  # price tables add up; a later source's entry wins
                 value = {**values[key], **{n: {**values[key].get(n, {}), **p} for n, p in value.items()}}
-            elif key in ("agents", "mcp_servers") and key in values:  # tables add up; a later one replaces one
+            elif key in TABLES and key in values:  # tables add up; a later one replaces one of its name
                 value = {**values[key], **value}
             values[key] = value
             sources[key] = source

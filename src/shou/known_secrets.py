@@ -5,7 +5,8 @@ environment and of the workspace's `.env` (trusted or not: an untrusted file's v
 a program can still print them) whose name ends in `_API_KEY`, `_KEY`, `_TOKEN`, `_SECRET` or
 `_PASSWORD`; and what URLs carry (`url_secrets`: a login, key-like query values) in the base URL and the
 other URL settings, and in variables whose name ends in `_URL`, `_URI`, `_ENDPOINT` or `_PROXY`; and what
-the `[mcp_servers.NAME]` tables say that may be a credential (shou.redact_servers).
+the `[mcp_servers.NAME]` and `[a2a_agents.NAME]` tables say that may be a credential (their URLs' logins and
+query values, their headers' values: shou.redact_servers).
 
 Here, not in redact.py: reading the workspace's `.env` (through shou.trust) is the platform's work, and
 redaction itself stays a foundation that knows neither the settings nor the file system.
@@ -54,11 +55,12 @@ def secrets_of(settings: Any = None, environ: Mapping[str, str] | None = None) -
             elif _URL_NAME.search(name):
                 found.update(url_secrets(str(value), bare=bool(_SENT_URL.search(name)) and sure))
     found.update(_servers_secrets(getattr(settings, "mcp_servers", None)))
+    found.update(_servers_secrets(getattr(settings, "a2a_agents", None)))  # a remote agent's url and headers
     return sorted((v for v in found if len(v) >= MIN_LENGTH), key=len, reverse=True)
 
 
 def _servers_secrets(servers: Any) -> set[str]:
-    """What the tables of the `mcp_servers` setting hold (shou.redact_servers)."""
+    """What the tables of the `mcp_servers` (or `a2a_agents`) setting hold (shou.redact_servers)."""
     found: set[str] = set()
     for table in (servers.values() if isinstance(servers, Mapping) else ()):
         if isinstance(table, Mapping):

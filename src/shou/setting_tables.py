@@ -1,7 +1,9 @@
-"""What the table settings may hold: `[agents.NAME]`, `[mcp_servers.NAME]` and `[models."NAME"]`.
+"""What the table settings may hold: `[agents.NAME]`, `[mcp_servers.NAME]`, `[a2a_agents.NAME]` and
+`[models."NAME"]`.
 
 Checked when settings load (shou.settings converts), so a bad table is refused before any run; the
-specs built from them later (shou.agent.delegate, shou.mcp.servers, shou.pricing) rely on these checks.
+specs built from them later (shou.agent.delegate, shou.mcp.servers, shou.a2a.spec, shou.pricing) rely on these
+checks.
 Foundation layer: it imports nothing of shou but its errors.
 """
 
@@ -13,11 +15,12 @@ from typing import Any
 
 from .errors import UserError
 
-__all__ = ["AGENT_KEYS", "PRICE_KEYS", "SERVER_KEYS", "WINDOW_RANGE", "check_agent_table", "check_server_table",
-           "named_tables", "price_tables"]
+__all__ = ["AGENT_KEYS", "PRICE_KEYS", "REMOTE_AGENT_KEYS", "SERVER_KEYS", "WINDOW_RANGE", "check_agent_table",
+           "check_remote_agent_table", "check_server_table", "named_tables", "price_tables"]
 
 AGENT_KEYS = ("instructions", "model", "tools", "max_steps", "description")
 SERVER_KEYS = ("command", "args", "env", "url", "headers", "timeout", "description")
+REMOTE_AGENT_KEYS = ("url", "headers", "timeout", "description")
 PRICE_KEYS = ("input_price", "cached_input_price", "output_price")
 WINDOW_RANGE = (1024, 100_000_000)  # what `[models."NAME"] context_window` may be set to
 
@@ -66,15 +69,36 @@ def check_server_table(name: str, table: Mapping[str, Any]) -> None:
         raise UserError(f"{where} timeout must be a positive number of seconds")
 
 
+def check_remote_agent_table(name: str, table: Mapping[str, Any]) -> None:
+    """`UserError` saying what is wrong with an `[a2a_agents.NAME]` table (a remote A2A agent), if anything is."""
+    where = f"[a2a_agents.{name}]"
+    _unknown(where, table, REMOTE_AGENT_KEYS)
+    url = table.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise UserError(f"{where} needs url, the agent's http:// or https:// address (its card is at "
+                        "URL/.well-known/agent-card.json)")
+    headers = table.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise UserError(f"{where} headers must be a table of strings")
+    timeout = table.get("timeout", 300.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
+        raise UserError(f"{where} timeout must be a positive number of seconds")
+    if table.get("description") is not None and not isinstance(table["description"], str):
+        raise UserError(f"{where} description must be text")
+
+
 _CHECKS: dict[str, tuple[Callable[[str, Mapping[str, Any]], None], str]] = {
     "agents": (check_agent_table, "instructions, model, tools, max_steps, description"),
     "mcp_servers": (check_server_table, "command, args, env (stdio) or url, headers; timeout"),
+    "a2a_agents": (check_remote_agent_table, "url, headers, timeout, description"),
 }
+
+TABLES = tuple(_CHECKS)  # the settings made of `[KEY.NAME]` tables
 
 
 def named_tables(raw: Any, key: str) -> dict[str, dict[str, Any]]:
-    """`[KEY.NAME]` tables (`agents`, `mcp_servers`), each checked (a `UserError` is a `ValueError` here: the
-    setting's error)."""
+    """`[KEY.NAME]` tables (`agents`, `mcp_servers`, `a2a_agents`), each checked (a `UserError` is a
+    `ValueError` here: the setting's error)."""
     check, fields = _CHECKS[key]
     if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
         raise ValueError(f"expected tables [{key}.NAME] with {fields}")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError
-from .setting_tables import named_tables, price_tables
+from .setting_tables import TABLES, named_tables, price_tables
 
 __all__ = ["MODEL_OPTIONS", "SANDBOX_BACKENDS", "SECRET_FIELDS", "Settings", "convert", "env_names", "setting_fields"]
 
@@ -73,6 +73,9 @@ class Settings:
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
         "help": "MCP servers whose tools are offered as NAME__TOOL: [mcp_servers.NAME] command, args, env (stdio) "
                 "or url, headers (streamable HTTP), timeout (SHOU_MCP_SERVERS: the same as JSON)"})
+    a2a_agents: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
+        "help": "remote A2A agents offered as the tool NAME: [a2a_agents.NAME] url, headers, timeout, description "
+                "(SHOU_A2A_AGENTS: the same as JSON)"})
     agents: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
         "help": "named sub-agents for delegate: [agents.NAME] instructions, model, tools, max_steps, description "
                 "(SHOU_AGENTS: the same as JSON)"})
@@ -247,7 +250,7 @@ def _choice(key: str, kind: Any, raw: Any) -> Any:
 
 def _table(key: str, kind: Any, raw: Any) -> dict[str, Any]:
     table = json.loads(raw) if isinstance(raw, str) else raw
-    return named_tables(table, key) if key in ("agents", "mcp_servers") else price_tables(table)
+    return named_tables(table, key) if key in TABLES else price_tables(table)
 
 
 def _text(key: str, kind: Any, raw: Any) -> str:

@@ -168,8 +168,9 @@ def test_every_new_setting_is_sensitive_unless_declared(dirs: tuple[Path, Path])
                          "trace_retention_days", "otel", "otel_content", "alert_webhook", "alert_window",
                          # which model reviews answers, and sub-agents (their model, tools and instructions)
                          "review_model", "agents",
-                         # MCP servers are commands to run and places to send data
-                         "mcp_servers"}
+                         # MCP servers are commands to run and places to send data; remote A2A agents are
+                         # places to send data, with credentials
+                         "mcp_servers", "a2a_agents"}
 
 
 def test_an_untrusted_env_cannot_copy_a_secret_into_a_harmless_setting(dirs: tuple[Path, Path],

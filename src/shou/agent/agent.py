@@ -27,6 +27,7 @@ from .runs import build_run
 __all__ = ["DEFAULT_INSTRUCTIONS", "DEFAULT_POLICY", "MAX_TASK_CHARS", "Agent", "RunResult", "model_named"]
 
 if TYPE_CHECKING:
+    from ..a2a.spec import RemoteAgentSpec
     from ..mcp.servers import ServerSpec
     from ..permissions import Policy
     from ..skills import SkillSet
@@ -137,6 +138,7 @@ class Agent:
     delegation: bool = _field("delegation")
     skills: SkillSet | None = _field("skills")
     mcp_servers: Mapping[str, ServerSpec] = _field("mcp_servers")
+    a2a_agents: Mapping[str, RemoteAgentSpec] = _field("a2a_agents")
     code_mode: bool = _field("code_mode")
 
     @property

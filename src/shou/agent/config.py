@@ -28,6 +28,7 @@ from ..tools.registry import ToolSet
 from .limits import MAX_TASK_CHARS
 
 if TYPE_CHECKING:
+    from ..a2a.spec import RemoteAgentSpec
     from ..mcp.servers import ServerSpec
     from ..permissions import Policy
     from ..skills import SkillSet
@@ -78,12 +79,13 @@ class AgentConfig:
     budgets other runs hold their calls against too (an evaluation's `--max-cost`): a call must fit them all.
 
     Composition: `planning` (`max_replans`, `plan_step_max_steps`, `plan_step_timeout`), `reflect`
-    (`review_model`, `max_reviews`), `delegation` with named `agents`, `skills`, `mcp_servers`, and
-    `code_mode` (one `python` tool whose code calls the others).
+    (`review_model`, `max_reviews`), `delegation` with named `agents`, `skills`, `mcp_servers`, remote A2A
+    agents (`a2a_agents`), and `code_mode` (one `python` tool whose code calls the others).
 
     Derived once, never set: `offered` (the tools the model is offered: `tools`, plus `use_skill` and
     `delegate` when enabled, or `python` alone in code mode), `code_tools` (what code calls in code mode) and
-    `redactor` (the secrets of `settings` and of the MCP servers; a variant keeps its parent's).
+    `redactor` (the secrets of `settings`, of the MCP servers and of the A2A agents; a variant keeps its
+    parent's).
     """
 
     model: Model
@@ -119,6 +121,7 @@ class AgentConfig:
     delegation: bool = False
     skills: SkillSet | None = None
     mcp_servers: Mapping[str, ServerSpec] = field(default_factory=dict)
+    a2a_agents: Mapping[str, RemoteAgentSpec] = field(default_factory=dict)
     code_mode: bool = False
     shared_budgets: tuple[Budget, ...] = ()
     redactor: Redactor | None = field(default=None, repr=False)
@@ -157,7 +160,7 @@ class AgentConfig:
                 self._set(name, model_named(getattr(self, name), self.settings))
         if self.context is None:
             self._set("context", DEFAULT_POLICY)
-        for name in ("agents", "mcp_servers"):  # read-only views: a variant never shares a table it could change
+        for name in ("agents", "mcp_servers", "a2a_agents"):  # read-only views: a variant never shares a table
             value = getattr(self, name)
             if not isinstance(value, MappingProxyType):
                 self._set(name, MappingProxyType(dict(value or {})))
@@ -179,9 +182,10 @@ class AgentConfig:
 
     def _derive(self) -> None:
         if self.redactor is None:
-            # The MCP servers' tables are secret sources too (their keys, logins, tokens).
+            # The MCP servers' and A2A agents' tables are secret sources too (their keys, logins, tokens).
+            specs = [*self.mcp_servers.values(), *self.a2a_agents.values()]
             self._set("redactor", Redactor([*secrets_of(self.settings),
-                                            *(v for spec in self.mcp_servers.values() for v in spec.secrets())]))
+                                            *(v for spec in specs for v in spec.secrets())]))
         tools = self.tools
         skills = self.skills
         if skills is not None and skills.skills and "use_skill" not in tools.names:
@@ -225,6 +229,7 @@ def _offered(settings: Any, name: str) -> bool:
 
 def _settings_fields(settings: Any) -> dict[str, Any]:
     """The fields `settings` decide, by their names in AgentConfig."""
+    from ..a2a.spec import remote_specs
     from ..mcp.servers import server_specs
     from .delegate import agent_specs
 
@@ -240,7 +245,7 @@ def _settings_fields(settings: Any) -> dict[str, Any]:
         "max_replans": settings.max_replans, "plan_step_max_steps": settings.plan_step_max_steps,
         "plan_step_timeout": settings.plan_step_timeout, "max_reviews": settings.max_reviews,
         "agents": agent_specs(settings.agents), "delegation": settings.delegation and _offered(settings, "delegate"),
-        "mcp_servers": server_specs(settings.mcp_servers),
+        "mcp_servers": server_specs(settings.mcp_servers), "a2a_agents": remote_specs(settings.a2a_agents),
     }
 
 

@@ -148,6 +148,7 @@ class Run:
         tools, self._tools = self._tools, None
         if tools is not None:
             tools.ctx.state.pop("shou.run", None)
+            tools.ctx.events = None
         self.caller.close()
 
     async def _execute(self) -> RunFinished:
@@ -160,8 +161,8 @@ class Run:
                                  tuple(agent.tools.names), time.time()))
         else:
             self.emit(RunResumed(self.run_id, self.session.name, self.step, time.time()))
-        for problem in problems:
-            self.emit(Notice(self.run_id, self.step, "mcp", problem))
+        for kind, problem in problems:
+            self.emit(Notice(self.run_id, self.step, kind, problem))
         # No commit here: the first model request commits the task with itself, and the consumer commits
         # anything it is shown before that.
         status: RunStatus = "error"
@@ -212,7 +213,8 @@ class Run:
                                 concurrency=agent.max_parallel_tools, spill_chars=agent.context.spill_chars,
                                 started=self.entered)
         ctx = ToolContext(agent.workspace, self.session.name, self.run_id, agent.settings,
-                          session_key=self.session.key, read_outside=partial(open_user_skill_file, agent.settings))
+                          session_key=self.session.key, read_outside=partial(open_user_skill_file, agent.settings),
+                          events=self)  # what a tool reports while it works (a remote agent's progress)
         ctx.state["shou.run"] = self  # what `delegate` needs to start a sub-agent under this run
         return executor, ctx
 

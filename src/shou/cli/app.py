@@ -64,6 +64,7 @@ def _main(
 
 
 def _mount_subcommands() -> None:
+    from .a2a import a2a_app
     from .approve import approvals, approve, deny
     from .evals import batch, eval_command
     from .mcp import mcp_app
@@ -85,6 +86,7 @@ def _mount_subcommands() -> None:
     app.command()(deny)
     app.add_typer(memory_app, name="memory")
     app.add_typer(mcp_app, name="mcp")
+    app.add_typer(a2a_app, name="a2a")
     app.command(name="trust")(trust)
     app.command()(trace)
     app.command()(usage)

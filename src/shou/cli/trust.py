@@ -114,9 +114,9 @@ def _what_it_sets(name: str, data: bytes) -> list[str]:
     from ..redact import Redactor
     from ..redact_servers import server_secrets
 
-    servers = parsed.get("mcp_servers")
-    hide = Redactor([v for t in (servers.values() if isinstance(servers, dict) else ()) if isinstance(t, dict)
-                     for v in server_secrets(t)]).text  # the keys a server's table holds are masked too
+    tables = [t for key in ("mcp_servers", "a2a_agents") if isinstance(parsed.get(key), dict)
+              for t in parsed[key].values() if isinstance(t, dict)]
+    hide = Redactor([v for t in tables for v in server_secrets(t)]).text  # the keys a server's table holds too
     return [f"{_name(key)} = {mask(str(value)) if key in SECRET_FIELDS else hide(repr(value))}"
             for key, value in parsed.items()]
 

@@ -25,6 +25,7 @@ from ..session import Session, new_session_name
 from ..store.locks import SessionBusy
 from ..tools.executor import parse_arguments
 from . import page
+from .deciding import decide_calls, waiting_calls
 from .docs import docs_page
 from .files_api import file_content, list_folder, run_screenshot, upload_file
 from .info_api import server_config, usage
@@ -144,17 +145,10 @@ async def delete_session(request: Request) -> Response:
 # ---------------------------------------------------------------------------------------------- approvals
 
 
-def _waiting(srv: Server, user: str) -> list[tuple[str, Any]]:
-    out = []
-    for info in srv.queue.sessions(user, "waiting_approval"):
-        out.extend((info["name"], req) for req in Session(info["name"], srv.store).pending_approvals.values())
-    return out
-
-
 async def list_approvals(request: Request) -> Response:
     srv: Server = request.app.state.server
     rows = []
-    for session, req in _waiting(srv, srv.user(request)):
+    for session, req in waiting_calls(srv, srv.user(request)):
         args, _ = parse_arguments(req.call.arguments)
         rows.append({"call_id": req.call.id, "run_id": req.run_id.split(".", 1)[0], "session": session,
                      "tool": req.call.name, "arguments": args if isinstance(args, dict) else req.call.arguments,
@@ -168,36 +162,19 @@ async def decide_approval(request: Request) -> Response:
     call_id = request.path_params["call_id"]
     body: Decision = await read_json(request, Decision)
     run_id = request.path_params.get("run_id") or body.run_id
-    matches = [s for s, req in _waiting(srv, user) if req.call.id == call_id
+    matches = [s for s, req in waiting_calls(srv, user) if req.call.id == call_id
                and (run_id is None or req.run_id.split(".", 1)[0] == run_id)]
     if not matches:
         raise HTTPException(404, f"no call {call_id!r} is waiting for approval")
     if len(matches) > 1:  # providers reuse call ids: deciding the wrong run's call would run it
         raise HTTPException(409, f"calls of several runs have the id {call_id!r}: give run_id (in the body, or "
                                  "POST /v1/runs/{run_id}/approvals/{call_id})")
-    found = matches[0]
-    from ..agent.approvals import decide
-
-    session = Session(found, srv.store)
-    session.key = srv.queue.session_id(found) or session.key  # what its runs' grants are signed for
     try:
-        session.acquire()
+        run_id = decide_calls(srv, matches[0], [call_id], body.allow, body.reason, f"api:{user}")
     except SessionBusy as e:
         raise HTTPException(409, str(e)) from None
-    try:
-        session.refresh()
-        try:
-            req = decide(session, call_id, body.allow, body.reason, srv.workspace, by=f"api:{user}",
-                         emitter=srv.runner.agent.emitter(session))
-        except KeyError:
-            raise HTTPException(409, f"call {call_id!r} was decided meanwhile") from None
-        left = bool(session.pending_approvals)
-    finally:
-        session.release()
-    run_id = req.run_id.split(".", 1)[0]
-    if not left:
-        srv.runner.resume(run_id)
-    srv.hub.notify(found)
+    except KeyError:
+        raise HTTPException(409, f"call {call_id!r} was decided meanwhile") from None
     return JSONResponse({"call_id": call_id, "allow": body.allow, "run_id": run_id})
 
 
@@ -283,6 +260,18 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+def _a2a_routes(server: Server) -> list[Any]:
+    """The A2A face (agent card, JSON-RPC and HTTP+JSON: shou.serve.a2a_routes), when a2a-sdk is installed
+    (`pip install 'shou[a2a]'`); without it the server serves everything else."""
+    import importlib.util
+
+    if importlib.util.find_spec("a2a") is None:
+        return []
+    from .a2a_routes import a2a_routes
+
+    return a2a_routes(server)
+
+
 def create_app(server: Server) -> Starlette:
     """The ASGI application; the runner starts and stops with it."""
     from .openai_api import chat_completions, models
@@ -310,6 +299,7 @@ def create_app(server: Server) -> Starlette:
         Route("/v1/files/content", file_content, methods=["GET"]),
         Route("/v1/files/content", upload_file, methods=["PUT"]),
         Route("/v1/runs/{run_id}/screenshots/{call_id}", run_screenshot),
+        *_a2a_routes(server),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)],
                     exception_handlers={HTTPException: _http_error, Refused: _refused,

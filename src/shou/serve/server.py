@@ -45,13 +45,17 @@ class Server:
     def hub(self) -> Hub:
         return self.runner.hub
 
-    def user(self, request: Request) -> str:
-        """The caller: 401 without a valid token. Every local account can reach a loopback port, so even the
-        person's own server asks for their token. On such a server a request must also be addressed to
-        loopback by name from no other origin: defence in depth against a page that rebinds a name of its
-        own to 127.0.0.1 or posts to it from another origin."""
+    def addressed(self, request: Request) -> None:
+        """403 on a server without tokens for a request not addressed to loopback by name, or from another
+        origin: defence in depth against a page that rebinds a name of its own to 127.0.0.1 or posts to it
+        from another origin (asked of every request, the public agent card's too)."""
         if self.local and (not _local_host(request.headers.get("host", "")) or not _same_origin(request)):
             raise HTTPException(403, "without --tokens only requests to localhost from its own pages are served")
+
+    def user(self, request: Request) -> str:
+        """The caller: 401 without a valid token. Every local account can reach a loopback port, so even the
+        person's own server asks for their token (and `addressed` holds)."""
+        self.addressed(request)
         user = self.tokens.user_of(request.headers.get("authorization"))
         if user is None:
             raise HTTPException(401, "a valid bearer token is required (Authorization: Bearer TOKEN); "

@@ -20,7 +20,7 @@ import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UserError
 from ..messages import ImagePart
@@ -28,9 +28,10 @@ from .describe import clean_schema, parse_docstring
 from .threads import run_in_daemon_thread
 
 if TYPE_CHECKING:
+    from ..events import Event
     from ..workspace import Opened
 
-__all__ = ["Tool", "ToolArgumentsError", "ToolContext", "ToolResult", "run_in_daemon_thread", "tool"]
+__all__ = ["RunEvents", "Tool", "ToolArgumentsError", "ToolContext", "ToolResult", "run_in_daemon_thread", "tool"]
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 QUICK_CALL = 0.0005  # a sync call that took less (hand-off included) is waited for on the spot next time...
@@ -74,6 +75,28 @@ class ToolResult:
         return cls(json.dumps(value, ensure_ascii=False, default=str))
 
 
+class RunEvents(Protocol):
+    """What a tool that works for a while may add to its run's event stream (the run, shou.agent.loop.Run,
+    is one): events through the run's emitter, the one way every event goes (redacted, logged, observed,
+    streamed), with the run's id and current step. A tool that calls another agent reports it as a sub-run
+    of its own (`sub_id()`, events with `parent=run_id`), so people see it as they see a sub-agent."""
+
+    run_id: str
+    step: int
+
+    def emit(self, event: Event) -> None:
+        """Hand `event` to the run's emitter."""
+        ...
+
+    def commit(self) -> None:
+        """Make what was emitted durable now, so streams of the run show it while the tool still works."""
+        ...
+
+    def sub_id(self) -> str:
+        """A new id for a sub-run of this run (`RUN.N`)."""
+        ...
+
+
 @dataclass(slots=True)
 class ToolContext:
     """What a tool can ask for by taking a parameter annotated `ToolContext`."""
@@ -91,6 +114,8 @@ class ToolContext:
     # skill's file) read-only, or returns None when the path is not its business. Whoever builds the
     # context passes it (the agent: shou.skills.open_user_skill_file), so the file tools know no skills.
     read_outside: Callable[[str], Opened | None] | None = None
+    # The run's event stream, for a tool that reports progress (RunEvents); None outside a run.
+    events: RunEvents | None = None
 
     @property
     def resource_key(self) -> str:

@@ -1,0 +1,267 @@
+"""`shou serve` as an A2A agent, driven by the a2a-sdk's own client classes over real HTTP on loopback: the
+card, a streamed task with a calculator call inside, a follow-up in the same context, cancel, resubscribing
+after a cut stream, input-required for an approval and its resolution, 401 without a token, another user's
+task not found."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.client.errors import A2AClientError
+from a2a.types import (
+    CancelTaskRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    TaskState,
+)
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
+from google.protobuf.json_format import MessageToDict
+
+from shou.serve.a2a_tasks import SHOWN
+
+from ..fixtures.serving import Served, start_serve, stream_run
+from .conftest import FIXTURES, shou_env
+
+ALICE, BOB = "alice-token-0123456789", "bob-token-0123456789ab"
+JSONRPC, REST = "JSONRPC", "HTTP+JSON"
+
+
+def calc(expression: str) -> dict:
+    return {"tool_calls": [{"name": "calculator", "arguments": {"expression": expression}}]}
+
+
+def call(name: str, **arguments: object) -> dict:
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+@pytest.fixture
+def tokens(tmp_path: Path) -> Path:
+    path = tmp_path / "tokens.txt"
+    path.write_text(f"{ALICE} alice\n{BOB} bob\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[list[Served]]:
+    started: list[Served] = []
+    yield started
+    for s in started:
+        s.stop()
+
+
+def start(served: list[Served], tmp_path: Path, workspace: Path, srv: Any, tokens: Path, *args: str) -> Served:
+    s = start_serve(workspace, shou_env(tmp_path, srv), "--tokens", str(tokens), *args)
+    served.append(s)
+    return s
+
+
+class Agent:
+    """An SDK client of the server for one token and binding (its httpx client closed with it)."""
+
+    def __init__(self, url: str, token: str | None, binding: str = JSONRPC, streaming: bool = True) -> None:
+        self.http = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=60)
+        self.url, self.binding, self.streaming = url, binding, streaming
+
+    async def __aenter__(self) -> Any:
+        card = await A2ACardResolver(self.http, self.url).get_agent_card()
+        config = ClientConfig(httpx_client=self.http, streaming=self.streaming,
+                              supported_protocol_bindings=[self.binding])
+        return ClientFactory(config).create(card)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.http.aclose()
+
+
+def message(text: str, *, context_id: str = "", task_id: str = "", **metadata: Any) -> SendMessageRequest:
+    sent = Message(message_id=f"m-{time.monotonic_ns()}", role=Role.ROLE_USER, parts=[Part(text=text)],
+                   context_id=context_id, task_id=task_id)
+    request = SendMessageRequest(message=sent)
+    if metadata:
+        request.metadata.update(metadata)
+    return request
+
+
+def status_of(response: StreamResponse) -> Any:
+    kind = response.WhichOneof("payload")
+    return response.task.status if kind == "task" else response.status_update.status if kind == "status_update" \
+        else None
+
+
+def event_data(response: StreamResponse) -> dict[str, Any]:
+    """The shou event a status update carries (its data part), with its id."""
+    status = status_of(response)
+    if status is None or not status.HasField("message"):
+        return {}
+    data = next((MessageToDict(p.data) for p in status.message.parts if p.WhichOneof("content") == "data"), {})
+    meta = MessageToDict(status.message.metadata)
+    return {**data, "event_id": int(meta["event_id"])} if "event_id" in meta else data
+
+
+def text_of(status: Any) -> str:
+    return "\n".join(p.text for p in status.message.parts if p.WhichOneof("content") == "text")
+
+
+async def collect(stream: AsyncIterator[StreamResponse], limit: int | None = None) -> list[StreamResponse]:
+    """The stream's responses; with `limit`, that many, then the stream is closed (the connection cut)."""
+    out = []
+    async with contextlib.aclosing(stream) as responses:  # type: ignore[type-var]
+        async for response in responses:
+            out.append(response)
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+async def test_card_stream_follow_up_tenancy_and_401(serve, served, tmp_path: Path, workspace: Path,
+                                                       tokens: Path) -> None:
+    srv = serve([calc("6*7"), {"text": "6*7 = 42"}, {"text": "42 + 1 = 43"}])
+    s = start(served, tmp_path, workspace, srv, tokens)
+    # The card: public, bearer, both bindings at this server, streaming; the tools only for a caller with a token.
+    async with httpx.AsyncClient() as anonymous:
+        card = await A2ACardResolver(anonymous, s.url).get_agent_card()
+    assert card.name == "shou" and card.capabilities.streaming and not card.capabilities.push_notifications
+    assert {(i.protocol_binding, i.url) for i in card.supported_interfaces} == {
+        (JSONRPC, f"{s.url}/a2a/jsonrpc"), (REST, f"{s.url}/a2a/rest")}
+    assert card.security_schemes["bearer"].http_auth_security_scheme.scheme.lower() == "bearer"
+    assert all("calculator" not in skill.tags for skill in card.skills)
+    async with Agent(s.url, ALICE) as alice:
+        extended = await alice.get_extended_agent_card(GetExtendedAgentCardRequest())
+        assert "calculator" in extended.skills[0].tags
+        # A streamed task: the task first, a status update per event (the calculator call among them), completed.
+        seen = await collect(alice.send_message(message("What is 6*7?")))
+    assert seen[0].WhichOneof("payload") == "task"
+    task_id, context_id = seen[0].task.id, seen[0].task.context_id
+    events = [event_data(r) for r in seen[1:]]
+    started = next(e for e in events if e.get("type") == "tool_call_started")
+    finished = next(e for e in events if e.get("type") == "tool_call_finished")
+    assert started["call"]["function"]["name"] == "calculator" and finished["content"] == "42"
+    final = status_of(seen[-1])
+    assert final.state == TaskState.TASK_STATE_COMPLETED and text_of(final) == "6*7 = 42"
+    ids = [e["event_id"] for e in events if "event_id" in e]
+    assert ids == sorted(set(ids))
+    # A follow-up in the same context, over the other binding and without streaming: the same conversation.
+    async with Agent(s.url, ALICE, REST, streaming=False) as alice_rest:
+        [answer] = await collect(alice_rest.send_message(message("And plus one?", context_id=context_id)))
+        follow = answer.task
+        assert follow.context_id == context_id and follow.id != task_id
+        assert follow.status.state == TaskState.TASK_STATE_COMPLETED and text_of(follow.status) == "42 + 1 = 43"
+        sent = [m["content"] for m in srv.requests[2]["messages"] if m["role"] in ("user", "assistant")]
+        assert "What is 6*7?" in sent and "6*7 = 42" in sent and "And plus one?" in sent
+        got = await alice_rest.get_task(GetTaskRequest(id=task_id))
+        assert got.status.state == TaskState.TASK_STATE_COMPLETED
+        listed = await alice_rest.list_tasks(ListTasksRequest(context_id=context_id))
+        assert {t.id for t in listed.tasks} == {task_id, follow.id}
+    # Another user: the task does not exist for them, whatever they ask; their list is empty.
+    async with Agent(s.url, BOB) as bob:
+        for ask in (bob.get_task(GetTaskRequest(id=task_id)), bob.cancel_task(CancelTaskRequest(id=task_id))):
+            with pytest.raises(TaskNotFoundError):
+                await ask
+        with pytest.raises(TaskNotFoundError):
+            await collect(bob.subscribe(SubscribeToTaskRequest(id=task_id)))
+        with pytest.raises(TaskNotFoundError):
+            await collect(bob.send_message(message("approve", task_id=task_id)))
+        assert list((await bob.list_tasks(ListTasksRequest())).tasks) == []
+    # No token, or a wrong one: 401 on both bindings, and nothing ran.
+    for token, binding in ((None, JSONRPC), ("wrong-token-0123456789", REST)):
+        async with Agent(s.url, token, binding) as nobody:
+            with pytest.raises(A2AClientError, match="401"):
+                await collect(nobody.send_message(message("What is 6*7?")))
+    assert len(srv.requests) == 3
+    r = httpx.post(f"{s.url}/a2a/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {}})
+    assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+
+
+async def test_cancel_a_long_task(serve, served, tmp_path: Path, workspace: Path, tokens: Path) -> None:
+    srv = serve([call("nap", tag="long", seconds=60), {"text": "never"}])
+    s = start(served, tmp_path, workspace, srv, tokens, "--functions", str(FIXTURES / "extra_tools.py"))
+    async with Agent(s.url, ALICE) as alice:
+        seen = []
+        async for response in alice.send_message(message("Take a long nap")):
+            seen.append(response)
+            if event_data(response).get("type") == "tool_call_started":
+                break
+        task_id = seen[0].task.id
+        began = time.monotonic()
+        cancelled = await alice.cancel_task(CancelTaskRequest(id=task_id))
+        took = time.monotonic() - began
+        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED, cancelled.status
+        assert took < 10, took
+        assert (await alice.get_task(GetTaskRequest(id=task_id))).status.state == TaskState.TASK_STATE_CANCELED
+        with pytest.raises(Exception, match="ended"):  # nothing more will come of it
+            await collect(alice.subscribe(SubscribeToTaskRequest(id=task_id)))
+    naps = (workspace / "naps.jsonl").read_text()
+    assert '"start"' in naps and '"end"' not in naps  # stopped in the middle
+
+
+async def test_resubscribe_after_a_cut_stream_misses_and_repeats_nothing(serve, served, tmp_path: Path,
+                                                                          workspace: Path, tokens: Path) -> None:
+    srv = serve([call("nap", tag="a", seconds=1.5), call("nap", tag="b", seconds=1.0), calc("2+2"),
+                 {"text": "rested, and 2+2 = 4"}])
+    s = start(served, tmp_path, workspace, srv, tokens, "--functions", str(FIXTURES / "extra_tools.py"))
+    async with Agent(s.url, ALICE) as alice:
+        first = await collect(alice.send_message(message("Nap twice, then add")), limit=4)  # then the cut
+        task_id = first[0].task.id
+        before = [event_data(r)["event_id"] for r in first[1:]]
+        again = await collect(alice.subscribe(SubscribeToTaskRequest(id=task_id)))
+    snapshot = again[0].task
+    assert snapshot.id == task_id and snapshot.status.state == TaskState.TASK_STATE_WORKING
+    history = [int(MessageToDict(m.metadata)["event_id"]) for m in snapshot.history]
+    after = [event_data(r)["event_id"] for r in again[1:]]
+    assert status_of(again[-1]).state == TaskState.TASK_STATE_COMPLETED
+    assert text_of(status_of(again[-1])) == "rested, and 2+2 = 4"
+    # Every event the task shows, once: what the cut stream had is in the snapshot's history, and the stream
+    # after it goes on from the snapshot's last event, as the REST stream gives them.
+    with s.client(ALICE) as c:
+        stored = [m for m in stream_run(c, task_id) if m["id"] is not None and m["event"] in SHOWN]
+    expected = [m["id"] for m in stored]
+    assert history[: len(before)] == before
+    assert history + after == expected, (history, after, expected)
+    assert int(MessageToDict(snapshot.metadata)["event_id"]) == history[-1]
+
+
+async def test_input_required_for_an_approval_then_the_next_message_resolves_it(
+        serve, served, tmp_path: Path, workspace: Path, tokens: Path) -> None:
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    (config / "shou.toml").write_text('[permissions]\nask = ["write_file"]\n')
+    srv = serve([call("write_file", path="notes/hello.txt", content="hello from shou\n"), {"text": "written"}])
+    s = start(served, tmp_path, workspace, srv, tokens)
+    async with Agent(s.url, ALICE) as alice:
+        seen = await collect(alice.send_message(message("Write the note")))
+        task_id, context_id = seen[0].task.id, seen[0].task.context_id
+        waiting = status_of(seen[-1])
+        assert waiting.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        asked = next(MessageToDict(p.data) for p in waiting.message.parts if p.WhichOneof("content") == "data")
+        assert [a["tool"] for a in asked["approvals"]] == ["write_file"]
+        assert not (workspace / "notes").exists()
+        assert (await alice.get_task(GetTaskRequest(id=task_id))).status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        with pytest.raises(InvalidParamsError, match="approve"):  # neither yes nor no: nothing is decided
+            await collect(alice.send_message(message("hmm, maybe", task_id=task_id)))
+        rest = await collect(alice.send_message(message("Approve: it is only a note", task_id=task_id,
+                                                        context_id=context_id)))
+    # The same task goes on: it opens with the decision (the caller's, role user), then the rest of the run.
+    resumed = rest[0].task
+    assert resumed.id == task_id and resumed.status.state == TaskState.TASK_STATE_WORKING
+    assert event_data(rest[0])["type"] == "approval_decided" and resumed.status.message.role == Role.ROLE_USER
+    kinds = [event_data(r).get("type") for r in rest[1:]]
+    assert "run_resumed" in kinds and "tool_call_finished" in kinds
+    artifacts = [r.artifact_update.artifact for r in rest if r.WhichOneof("payload") == "artifact_update"]
+    assert [(a.name, a.parts[0].raw) for a in artifacts] == [("notes/hello.txt", b"hello from shou\n")]
+    final = status_of(rest[-1])
+    assert final.state == TaskState.TASK_STATE_COMPLETED and text_of(final) == "written"
+    assert (workspace / "notes" / "hello.txt").read_text() == "hello from shou\n"
