@@ -8,47 +8,15 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from ..fixtures.needs import need
+from ..fixtures.terminal import Tmux
 from .conftest import shou_env
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Tmux:
-    """One detached tmux session running a shell, read through capture-pane."""
-
-    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
-        self.name = f"shou-test-{uuid.uuid4().hex[:8]}"
-        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k.isidentifier())
-        self.env = env
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "200", "-y", "50", "-c", str(cwd),
-                        f"env -i {exports} bash --norc --noprofile"], check=True, env=env)
-
-    def type(self, text: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, "-l", text], check=True)
-        subprocess.run(["tmux", "send-keys", "-t", self.name, "Enter"], check=True)
-
-    def screen(self) -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-J", "-S", "-2000", "-t", self.name],
-                              capture_output=True, text=True, check=True).stdout
-
-    def wait_for(self, pattern: str, timeout: float = 60, after: int = 0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if re.search(pattern, screen[after:]):
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"{pattern!r} did not appear within {timeout} s; the screen:\n{self.screen()}")
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
 
 
 def readme_commands() -> list[str]:

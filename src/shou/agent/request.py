@@ -1,10 +1,11 @@
 """What a run sends the model each step: the context policy applied to the session.
 
-Reads the workspace's `.shou/AGENTS.md` and `.shou/MEMORY.md`, lists the agent's skills, recalls long-term
-memories once per run, compacts history past the threshold (emitting `Compacted`), picks the relevant tools,
-and builds the messages under the token budget (with the skills the session loaded). What a request leaves
-out is written to files under `.shou/outputs/` (readable by this session only, `tools/spills.py`) and named
-in the request, so the model can always get it back.
+Reads the workspace's instruction files (the root `AGENTS.md` and `CLAUDE.md`, `.shou/AGENTS.md` and
+`.shou/MEMORY.md`, and a folder's own `AGENTS.md` once the session touches it), lists the agent's skills,
+recalls long-term memories once per run, compacts history past the threshold (emitting `Compacted`), picks
+the relevant tools, and builds the messages under the token budget (with the skills the session loaded).
+What a request leaves out is written to files under `.shou/outputs/` (readable by this session only,
+`tools/spills.py`) and named in the request, so the model can always get it back.
 """
 
 from __future__ import annotations
@@ -49,8 +50,7 @@ class RequestMaker:
             self.policy, idempotent=lambda name: bool(getattr(tools.get(name), "idempotent", False)),
             untrusted=lambda name: bool(getattr(tools.get(name), "untrusted_output", True)))
         self._spilled: dict[str, str] = {}
-        self.rules, self.memory_md = self._instructions(("AGENTS.md", "MEMORY.md"),
-                                                        getattr(agent.settings, "env", None))
+        self._instructions(getattr(agent.settings, "env", None))
         self.recalled: list[str] = []
         skills = getattr(agent, "skills", None)
         self.catalog = skills.catalog() if skills is not None else ""
@@ -63,17 +63,23 @@ class RequestMaker:
                                self.pinned)
         self._tool_tokens: dict[tuple[str, ...], tuple[list[dict[str, Any]], int]] = {}
 
-    def _instructions(self, names: tuple[str, str], env: Any) -> tuple[str, str]:
-        """`.shou/<name>` of each of `names` if a person trusted it as it is (shou.instructions); a notice for
-        each left out."""
-        from ..instructions import trusted_state_texts
+    def _instructions(self, env: Any) -> None:
+        """The workspace's instruction files a person trusted as they are (shou.instructions): the root
+        `AGENTS.md`/`CLAUDE.md`, `.shou/AGENTS.md` and `MEMORY.md` now, the folders' own as the session
+        touches them (`nested`); a notice for each left out."""
+        from ..instructions import RUN_FILES, trusted_texts
+        from ..instructions.nested import NestedInstructions
 
         texts = []
-        for text, warning in trusted_state_texts(self.agent.workspace, names, env):
+        for text, warning in trusted_texts(self.agent.workspace, RUN_FILES, env):
             if warning is not None:
                 self.emit(Notice(self.run_id, 0, "trust", warning))
             texts.append(text)
-        return texts[0], texts[1]
+        agents_md, claude_md, self.rules, self.memory_md = texts
+        # CLAUDE.md is often a copy of AGENTS.md (or says to read it): the same text is sent once
+        self.project = {name: text for name, text in (("AGENTS.md", agents_md), ("CLAUDE.md", claude_md))
+                        if text and (name == "AGENTS.md" or text != agents_md)}
+        self.nested = NestedInstructions(self.agent.workspace, env)
 
     def recall(self, task: str) -> None:
         """Recall long-term memories relevant to the task (once, at the start of the run)."""
@@ -114,13 +120,16 @@ class RequestMaker:
         specs, tool_tokens = self.tools(query)
         history = self.session.messages
         session = self.session
+        for warning in self.nested.update(history):  # the folders the calls so far touched
+            self.emit(Notice(self.run_id, step, "trust", warning))
 
         def render(omitted: int) -> str:  # workspace files and memories may hold a key: it is never sent
             return self.agent.redactor.text(system_text(
                 self.agent.instructions, rules=self.rules, memory_md=self.memory_md,
                 working_memory=session.working_memory, summary=session.summary, recalled=self.recalled,
                 omitted=omitted, untrusted=self.untrusted, skills=self.catalog,
-                loaded_skills=getattr(session, "loaded_skills", None)))
+                loaded_skills=getattr(session, "loaded_skills", None), project=self.project,
+                nested=self.nested.texts))
 
         # What every request costs besides the history: the trigger counts it, or a big task or system
         # prompt would leave the window full with compaction never starting.

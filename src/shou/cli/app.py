@@ -66,6 +66,7 @@ def _main(
 def _mount_subcommands() -> None:
     from .a2a import a2a_app
     from .approve import approvals, approve, deny
+    from .commands import commands
     from .evals import batch, eval_command
     from .mcp import mcp_app
     from .memory import memory_app
@@ -81,6 +82,7 @@ def _mount_subcommands() -> None:
     app.command()(sessions)
     app.command()(show)
     app.command()(skills)
+    app.command()(commands)
     app.command()(approvals)
     app.command()(approve)
     app.command()(deny)

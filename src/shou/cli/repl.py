@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ShouError
+from .commands import command_task, help_lines
 from .render import Renderer
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ HELP = """Commands:
   /clear   start the conversation afresh (the log keeps the old turns)
   /compact summarise the older conversation now, to free context
   /quit    leave (also: exit, 退出, Ctrl-D)
+  /NAME arguments  run a custom command (below); //text sends text that starts with /
 Anything else is a message to the agent. Ctrl-C stops a running turn. Paste multi-line text as is."""
 
 
@@ -62,26 +64,15 @@ async def run_repl(agent: Agent, settings: Settings, session_name: str | None) -
                 continue
             if line.lower() in QUIT_WORDS:
                 break
-            if line == "/help":
-                console.print(HELP)
-            elif line == "/clear":
-                agent.emitter(session).clear()
-                console.print("[dim]conversation cleared[/]")
-            elif line == "/compact":
+            if await _builtin(line, agent, session, console):
+                continue
+            if line.startswith("/"):  # a custom command (or //text)
                 try:
-                    done = await agent.compact(session)
-                except Exception as e:  # a model error must not end the chat
-                    console.print(f"[red]compaction failed: {escape(str(e))}[/]")
+                    task, runner = command_task(agent, line)
+                except ShouError as e:
+                    console.print(f"[yellow]{escape(str(e))}[/]")
                     continue
-                if done is None:
-                    console.print("[dim]nothing to compact yet[/]")
-                else:
-                    console.print(f"[dim]compacted: {done.tokens_before} → {done.tokens_after} tokens[/]")
-            elif line == "/tools":
-                for t in agent.tools:
-                    console.print(f"[cyan]{t.name}[/]  {escape(t.description.splitlines()[0])}")
-            elif line.startswith("/") and " " not in line:
-                console.print(f"[yellow]unknown command {escape(line)}[/]; /help lists them")
+                await _turn(runner, task, session, render)
             else:
                 await _turn(agent, text, session, render)
     finally:
@@ -90,6 +81,33 @@ async def run_repl(agent: Agent, settings: Settings, session_name: str | None) -
         session.release()
         await close_resources(agent)
     console.print("[dim]bye[/]")
+
+
+async def _builtin(line: str, agent: Agent, session: Any, console: Console) -> bool:
+    """Carry out `line` if it is one of the chat's own commands; whether it was."""
+    if line == "/help":
+        console.print(HELP)
+        for row in help_lines(agent):
+            console.print(row)
+    elif line == "/clear":
+        agent.emitter(session).clear()
+        console.print("[dim]conversation cleared[/]")
+    elif line == "/compact":
+        try:
+            done = await agent.compact(session)
+        except Exception as e:  # a model error must not end the chat
+            console.print(f"[red]compaction failed: {escape(str(e))}[/]")
+            return True
+        if done is None:
+            console.print("[dim]nothing to compact yet[/]")
+        else:
+            console.print(f"[dim]compacted: {done.tokens_before} → {done.tokens_after} tokens[/]")
+    elif line == "/tools":
+        for t in agent.tools:
+            console.print(f"[cyan]{t.name}[/]  {escape(t.description.splitlines()[0])}")
+    else:
+        return False
+    return True
 
 
 async def _turn(agent: Agent, text: str, session, render: Renderer) -> None:

@@ -55,7 +55,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print every event as a JS
 
 
 def run(
-    task: Annotated[str, typer.Argument(metavar="TASK", help="What to do. Use - to read it from stdin.")],
+    task: Annotated[list[str], typer.Argument(
+        metavar="TASK", help="What to do. Use - to read it from stdin; /NAME ARGS... runs a custom command "
+        "(`shou commands`).")],
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, session: SessionOpt = None,
     functions: FunctionsOpt = None, stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
@@ -65,11 +67,36 @@ def run(
     code: CodeOpt = False,
 ) -> None:
     """Carry out TASK with the model and tools, streaming what happens, then print a summary."""
-    task = _read_task(task)
+    from .commands import command_task
+
+    text, positional = _task_words(task)
     session = continued(session, continue_, workspace)
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
                    option, yes, approvals, max_cost, token_budget, otel, plan, reflect, code)
-    _execute(opts, json_lines, lambda agent: agent.stream(task, session))
+
+    def start(agent: Any) -> Any:
+        prompt, runner = command_task(agent, text, positional)
+        return runner.stream(prompt, session)
+
+    _execute(opts, json_lines, start)
+
+
+def _task_words(words: list[str]) -> tuple[str, list[str] | None]:
+    """The task, and a command's arguments when they came as words of their own (`shou run /review a.py b`)."""
+    from ..instructions.commands import invocation
+
+    if len(words) == 1:
+        return _read_task(words[0]), None
+    first = words[0]
+    if invocation(first) is None or len(first.split()) > 1:
+        raise fail(f"TASK is one argument: quote it ({len(words)} arguments came); only a custom command takes "
+                   "more, as in shou run /NAME ARG ...")
+    for word in words:
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError as e:  # argv bytes that were not UTF-8 arrive as lone surrogates
+            raise fail(f"an argument is not valid UTF-8 (at character {e.start}); pass it as UTF-8 text") from None
+    return " ".join(words), list(words[1:])
 
 
 def resume(

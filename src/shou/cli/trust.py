@@ -1,5 +1,6 @@
 """`shou trust`: approve (or revoke) the exact content of a workspace's `shou.toml` and `.env`, and of what
-the model reads as instructions there (`.shou/AGENTS.md`, `.shou/MEMORY.md`, `.agents/skills/*/SKILL.md`)."""
+the model reads as instructions there (`AGENTS.md`, `CLAUDE.md`, the folders' own, `.shou/AGENTS.md`,
+`.shou/MEMORY.md`, `.agents/skills/*/SKILL.md`, `.agents/commands/*.md`)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def trust(
     = False,
 ) -> None:
     """Trust this workspace's shou.toml and .env as they are now, so all their settings apply, and its
-    instructions for the model (.shou/AGENTS.md, .shou/MEMORY.md, .agents/skills/), so the model sees them.
+    instructions for the model (AGENTS.md and CLAUDE.md, also in subfolders, .shou/AGENTS.md, .shou/MEMORY.md,
+    .agents/skills/, .agents/commands/), so the model sees them and the commands run.
 
     Until then, settings that could run code, move a secret or weaken isolation (provider, base URLs,
     keys, the sandbox backend, allow-lists) are ignored in them. Any later change needs trust again.
@@ -57,10 +59,13 @@ def trust(
         raise typer.Exit(2) from None
     from ..instructions import instruction_files
 
-    told = instruction_files(root)  # what the model will read as instructions: trusted by content too
+    notes: list[str] = []
+    told = instruction_files(root, notes)  # what the model will read as instructions: trusted by content too
+    for note in notes:
+        Console(stderr=True, highlight=False).print(f"[yellow]warning:[/] {escape(note)}")
     if not found and not told:
-        out.print(f"nothing to trust: no shou.toml, .env, .shou/AGENTS.md, .shou/MEMORY.md or .agents/skills/ in "
-                  f"{escape(str(root))}")
+        out.print(f"nothing to trust: no shou.toml, .env, AGENTS.md, CLAUDE.md, .shou/AGENTS.md, .shou/MEMORY.md, "
+                  f".agents/skills/ or .agents/commands/ in {escape(str(root))}")
         return
     _show(out, found, told)
     found.update(told)
@@ -138,9 +143,16 @@ def _show(out: Console, settings: dict[Path, bytes], instructions: dict[Path, by
 
 def _belongs(path: Path, root: Path) -> bool:
     """Whether a trusted path is one of this workspace's settings or instruction files."""
+    from ..instructions import ROOT_FILES
+    from ..instructions.nested import looked_at
+
     if path.parent == root:
-        return path.name in WORKSPACE_FILES
-    return path.parent == root / ".shou" or root / ".agents" / "skills" in path.parents
+        return path.name in WORKSPACE_FILES or path.name in ROOT_FILES
+    if root not in path.parents:
+        return False
+    nested = path.name in ROOT_FILES and all(looked_at(p) for p in path.parent.relative_to(root).parts)
+    return nested or path.parent in (root / ".shou", root / ".agents" / "commands") \
+        or root / ".agents" / "skills" in path.parents
 
 
 def _first_lines(data: bytes, count: int = 12) -> list[str]:

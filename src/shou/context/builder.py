@@ -84,9 +84,12 @@ def blocks_of(history: list[Message]) -> list[tuple[int, int]]:
 
 def system_text(instructions: str, *, rules: str = "", memory_md: str = "", working_memory: str = "",
                 summary: str = "", recalled: list[str] | None = None, omitted: int = 0, untrusted: bool = False,
-                skills: str = "", loaded_skills: Mapping[str, str] | None = None) -> str:
+                skills: str = "", loaded_skills: Mapping[str, str] | None = None,
+                project: Mapping[str, str] | None = None, nested: Mapping[str, str] | None = None) -> str:
     """The one system message, in sections (`untrusted`: the tools can return outside content; `skills`: the
-    skills catalog, `SkillSet.catalog()`; `loaded_skills`: name -> body of the skills loaded with use_skill)."""
+    skills catalog, `SkillSet.catalog()`; `loaded_skills`: name -> body of the skills loaded with use_skill;
+    `project`: file name -> text of the workspace's root `AGENTS.md`/`CLAUDE.md`; `nested`: workspace path ->
+    text of the folders' own instruction files the run came across)."""
     parts = [instructions.strip()] if instructions.strip() else []
     if untrusted:
         from ..tools.untrusted import UNTRUSTED_RULE
@@ -94,10 +97,18 @@ def system_text(instructions: str, *, rules: str = "", memory_md: str = "", work
         parts.append(UNTRUSTED_RULE)
     if rules.strip():
         parts.append("## Project rules (.shou/AGENTS.md)\n" + rules.strip())
+    for name, text in (project or {}).items():
+        if text.strip():
+            parts.append(f"## Project instructions ({name})\n" + text.strip())
     if memory_md.strip():
         parts.append("## Curated memory (.shou/MEMORY.md)\n" + memory_md.strip())
     if skills.strip():
         parts.append(skills.strip())
+    for path, text in (nested or {}).items():
+        if text.strip():
+            folder = path.rpartition("/")[0]
+            parts.append(f"## Project instructions for {folder}/ ({path}; they apply to the work under {folder}/)\n"
+                         + text.strip())
     if loaded_skills:
         # Kept here, not only in the use_skill result, so a loaded skill outlives compaction and trimming.
         parts.append("## Loaded skills (loaded with use_skill; follow them where they apply)\n" + "\n\n".join(
