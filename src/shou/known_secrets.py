@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .redact import _HEADERS_NAME, _SECRET_NAME, _URL_NAME, MIN_LENGTH, _header_values, looks_secret, url_secrets
 from .redact_servers import server_secrets
 from .settings import SECRET_FIELDS
 
-__all__ = ["secrets_of"]
+__all__ = ["environment_version", "secrets_of"]
 
 # Settings that hold URLs, which may carry a login or a key (a base URL's `user:pass@`, a webhook's key).
 _URL_FIELDS = ("base_url", "searxng_url", "alert_webhook")
@@ -32,6 +32,8 @@ _SENT_URL = re.compile(r"(?:^|_)(?:BASE_URL|PROXY)$", re.IGNORECASE)  # URLs sho
 
 def secrets_of(settings: Any = None, environ: Mapping[str, str] | None = None) -> list[str]:
     """The secret values these settings, environments and the workspace's `.env` hold."""
+    if settings is None and environ is None:  # an Agent made in Python: the process's environment alone
+        return list(_process_secrets()[1])
     found: set[str] = set()
     for name in SECRET_FIELDS:
         value = getattr(settings, name, None)
@@ -39,24 +41,63 @@ def secrets_of(settings: Any = None, environ: Mapping[str, str] | None = None) -
             found.add(str(value))
     for name in _URL_FIELDS:
         found.update(url_secrets(getattr(settings, name, None)))
-    trusted = {**(os.environ if environ is None else environ), **(getattr(settings, "env", None) or {})}
+    process = os.environ if environ is None else environ
+    found |= _process_secrets()[0] if environ is None else _scan(environ.items(), True)
+    settings_env = getattr(settings, "env", None) or {}
+    # the settings' environment is the process's as it was, plus the trusted `.env`: scan only what differs
+    found |= _scan(((k, v) for k, v in settings_env.items() if process.get(k) != v), True)
     dotenv = _workspace_dotenv(getattr(settings, "workspace", None))
-    for env, sure in ((trusted, True), ({k: v for k, v in dotenv.items() if k not in trusted}, False)):
-        for name, value in env.items():
-            if not value:
-                continue
-            if _SECRET_NAME.search(name):
-                # An untrusted `.env` could name any word a secret ("function"), and every event would lose
-                # it: from there, only what looks like a key.
-                if sure or looks_secret(value):
-                    found.add(str(value))
-            elif _HEADERS_NAME.search(name):  # `OTEL_EXPORTER_OTLP_HEADERS=api-key=...,x-team=...`
-                found.update(v for v in _header_values(value) if sure or looks_secret(v))
-            elif _URL_NAME.search(name):
-                found.update(url_secrets(str(value), bare=bool(_SENT_URL.search(name)) and sure))
+    found |= _scan(((k, v) for k, v in dotenv.items() if k not in process and k not in settings_env), False)
     found.update(_servers_secrets(getattr(settings, "mcp_servers", None)))
     found.update(_servers_secrets(getattr(settings, "a2a_agents", None)))  # a remote agent's url and headers
-    return sorted((v for v in found if len(v) >= MIN_LENGTH), key=len, reverse=True)
+    return list(_listed(found))
+
+
+def _scan(items: Iterable[tuple[str, str]], sure: bool) -> set[str]:
+    """The secrets of environment variables: `sure` for a trusted source; an untrusted `.env` could name any
+    word a secret ("function"), and every event would lose it: from there, only what looks like a key."""
+    found: set[str] = set()
+    for name, value in items:
+        if not value:
+            continue
+        if _SECRET_NAME.search(name):
+            if sure or looks_secret(value):
+                found.add(str(value))
+        elif _HEADERS_NAME.search(name):  # `OTEL_EXPORTER_OTLP_HEADERS=api-key=...,x-team=...`
+            found.update(v for v in _header_values(value) if sure or looks_secret(v))
+        elif _URL_NAME.search(name):
+            found.update(url_secrets(str(value), bare=bool(_SENT_URL.search(name)) and sure))
+    return found
+
+
+_PROCESS: tuple[tuple[Any, ...], frozenset[str], tuple[str, ...]] | None = None
+
+
+def _process_secrets() -> tuple[frozenset[str], tuple[str, ...]]:
+    """The secrets of this process's environment (and them as `secrets_of` lists them), scanned again only when
+    it changed: every Agent made in a loop asks, and a scan of every variable with three patterns was most of the
+    time an Agent took to make. The raw entries are compared (the same objects while nothing is set), not
+    decoded."""
+    global _PROCESS
+    raw = getattr(os.environ, "_data", None)
+    snapshot = tuple(raw.items()) if isinstance(raw, dict) else None
+    if snapshot is not None and _PROCESS is not None and _PROCESS[0] == snapshot:
+        return _PROCESS[1], _PROCESS[2]
+    found = frozenset(_scan(os.environ.items(), True))
+    listed = _listed(found)
+    if snapshot is not None:
+        _PROCESS = (snapshot, found, listed)
+    return found, listed
+
+
+def environment_version() -> object:
+    """What changes whenever the process's environment's secrets do (an object compared by identity)."""
+    return _process_secrets()[1]
+
+
+def _listed(found: Iterable[str]) -> tuple[str, ...]:
+    """Secrets long enough to be told apart from ordinary words, the longest first (replaced first)."""
+    return tuple(sorted((v for v in found if len(v) >= MIN_LENGTH), key=len, reverse=True))
 
 
 def _servers_secrets(servers: Any) -> set[str]:

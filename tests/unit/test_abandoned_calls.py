@@ -3,6 +3,7 @@ scanning a file for a result nobody waits for (three timed-out reads once ran 80
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from pathlib import Path
@@ -63,3 +64,31 @@ async def test_a_timed_out_read_stops_scanning(tmp_path: Path, monkeypatch: pyte
     assert result.is_error and "was stopped" in result.content
     assert wait_abandoned(WAIT, read_file.handler), "the read went on scanning after its call was stopped"
     assert abandoned_calls(read_file.handler) == 0
+
+
+async def test_an_idle_worker_keeps_nothing_of_its_last_call() -> None:
+    """A worker waiting for its next job held its last one (arguments, result, an exception with its frames)
+    until then: a big argument or result stayed alive, and its garbage surfaced in whatever ran next."""
+    import gc
+    import time
+    import weakref
+
+    from shou.tools.threads import run_in_daemon_thread
+
+    class Big:
+        pass
+
+    def fails(big: Big) -> None:
+        raise ValueError("no")
+
+    big = Big()
+    gone = weakref.ref(big)
+    with pytest.raises(ValueError):
+        await run_in_daemon_thread(fails, {"big": big})
+    del big
+    gc.collect()
+    deadline = time.monotonic() + 10  # the worker lets go once it returns from the call: wait for that, bounded
+    while gone() is not None and time.monotonic() < deadline:
+        gc.collect()
+        await asyncio.sleep(0.01)
+    assert gone() is None, "an idle worker still holds its last call"

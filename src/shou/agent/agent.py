@@ -20,7 +20,15 @@ from ..session import Session
 from ..tools.base import Tool
 from ..tools.registry import ToolSet
 from ..usage import MOST_TOKENS, Usage
-from .config import DEFAULT_INSTRUCTIONS, DEFAULT_POLICY, MAX_TASK_CHARS, AgentConfig, check_fields, model_named
+from .config import (
+    DEFAULT_INSTRUCTIONS,
+    DEFAULT_POLICY,
+    MAX_TASK_CHARS,
+    AgentConfig,
+    check_fields,
+    made_config,
+    model_named,
+)
 from .loop import Run
 from .runs import build_run
 
@@ -81,7 +89,7 @@ class Agent:
         if config is None:
             if model is None:
                 raise UserError("an Agent needs a model (or a config)")
-            config = AgentConfig(model, tools, instructions, **fields)  # type: ignore[arg-type]
+            config = made_config(model, tools, instructions, fields)
         else:
             if model is not None:
                 fields["model"] = model

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from .budget import Budget
     from .delegate import AgentSpec
 
-__all__ = ["DEFAULT_INSTRUCTIONS", "DEFAULT_POLICY", "MAX_TASK_CHARS", "NARROWABLE", "AgentConfig", "model_named",
-           "narrow"]
+__all__ = ["DEFAULT_INSTRUCTIONS", "DEFAULT_POLICY", "MAX_TASK_CHARS", "NARROWABLE", "AgentConfig", "made_config",
+           "model_named", "narrow"]
 
 DEFAULT_INSTRUCTIONS = (
     "You are shou, an agent that completes the user's task by calling tools when they help, then "
@@ -50,6 +50,7 @@ DEFAULT_POLICY = ContextPolicy()
 NARROWABLE = ("max_steps", "run_timeout", "tool_timeout", "max_parallel_tools", "repeat_limit", "token_budget",
               "max_cost", "max_replans", "plan_step_max_steps", "plan_step_timeout", "max_reviews")
 _RESOLVED: dict[str, Path] = {}
+_BUILT_IN_PRICES = PriceTable()  # no [models] table to add: every config without one shares the built-in prices
 
 
 def _resolved(workspace: str | Path | None) -> Path:
@@ -154,7 +155,8 @@ class AgentConfig:
         if self.vision is None:
             self._set("vision", supports_vision(model.name))
         if self.prices is None:
-            self._set("prices", PriceTable(getattr(self.settings, "models", None)))
+            models = getattr(self.settings, "models", None)
+            self._set("prices", PriceTable(models) if models else _BUILT_IN_PRICES)
         for name in ("summary_model", "review_model"):
             if isinstance(getattr(self, name), str):
                 self._set(name, model_named(getattr(self, name), self.settings))
@@ -250,6 +252,39 @@ def _settings_fields(settings: Any) -> dict[str, Any]:
 
 
 FIELDS = frozenset(f.name for f in fields(AgentConfig) if f.init)
+
+
+_MADE: dict[tuple[Any, ...], tuple[AgentConfig, tuple[Any, ...]]] = {}
+_MADE_MOST = 64
+_PLAIN = (str, int, float, bool, type(None), Path)
+
+
+def made_config(model: Any, tools: Any, instructions: str | None, fields: Mapping[str, Any]) -> AgentConfig:
+    """`AgentConfig(model, tools, instructions, **fields)`, or the one made a moment ago from the same arguments:
+    a config is frozen, so agents made in a loop (one per request, per task) with the same model, tools and
+    settings share it instead of deriving it again (most of an Agent's making, bench/README). The same means the
+    same objects (the model, each tool, the settings, the store...) and equal plain values, in a process whose
+    environment's secrets have not changed since; the objects are held by the entry, so an id is never taken by
+    another object while the entry lives. Anything unusual (an unhashable value) is simply made anew."""
+    from ..known_secrets import environment_version
+
+    if any(isinstance(v, list | dict | set | bytearray) for v in fields.values()):
+        return AgentConfig(model, tools, instructions, **fields)  # may change after: never taken by identity
+    try:
+        tool_ids = tuple(id(t) for t in tools) if not isinstance(tools, ToolSet) else (id(tools),)
+        values = tuple(sorted((k, v if isinstance(v, _PLAIN) else id(v)) for k, v in fields.items()))
+        key = (id(model), tool_ids, instructions, values, environment_version())
+        hash(key)
+    except TypeError:
+        return AgentConfig(model, tools, instructions, **fields)
+    held = _MADE.get(key)
+    if held is not None:
+        return held[0]
+    config = AgentConfig(model, tools, instructions, **fields)
+    if len(_MADE) >= _MADE_MOST:
+        _MADE.pop(next(iter(_MADE)))
+    _MADE[key] = (config, (model, tuple(tools) if not isinstance(tools, ToolSet) else tools, tuple(fields.values())))
+    return config
 
 
 def check_fields(names: Iterable[str], where: str = "Agent()") -> None:

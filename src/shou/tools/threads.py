@@ -103,6 +103,9 @@ class _DaemonPool:
                         return
                 continue
             job()
+            # an idle worker must not keep its last call (its arguments, its result or exception with the
+            # frames and context that exception holds) alive until it is handed the next one
+            del job
             with self._lock:
                 if self._idle >= self._max_idle:
                     return
