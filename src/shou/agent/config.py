@@ -229,10 +229,26 @@ def _offered(settings: Any, name: str) -> bool:
     return settings.tools is None or name in settings.tools
 
 
+def _servers(table: Any) -> Any:
+    """The MCP servers' specs (their modules imported only when there are some: most runs have none)."""
+    if not table:
+        return {}
+    from ..mcp.servers import server_specs
+
+    return server_specs(table)
+
+
+def _remote_agents(table: Any) -> Any:
+    """The remote A2A agents' specs (imported only when there are some)."""
+    if not table:
+        return {}
+    from ..a2a.spec import remote_specs
+
+    return remote_specs(table)
+
+
 def _settings_fields(settings: Any) -> dict[str, Any]:
     """The fields `settings` decide, by their names in AgentConfig."""
-    from ..a2a.spec import remote_specs
-    from ..mcp.servers import server_specs
     from .delegate import agent_specs
 
     approvals = settings.approvals if settings.approvals in ("yes", "deny", "defer") else "deny"
@@ -247,7 +263,7 @@ def _settings_fields(settings: Any) -> dict[str, Any]:
         "max_replans": settings.max_replans, "plan_step_max_steps": settings.plan_step_max_steps,
         "plan_step_timeout": settings.plan_step_timeout, "max_reviews": settings.max_reviews,
         "agents": agent_specs(settings.agents), "delegation": settings.delegation and _offered(settings, "delegate"),
-        "mcp_servers": server_specs(settings.mcp_servers), "a2a_agents": remote_specs(settings.a2a_agents),
+        "mcp_servers": _servers(settings.mcp_servers), "a2a_agents": _remote_agents(settings.a2a_agents),
     }
 
 

@@ -8,7 +8,23 @@ back with other tools is seen.
 
 from __future__ import annotations
 
-from .servers import ServerSpec, close_all, connection, server_specs
-from .tools import list_tools, tool_name
+from typing import Any
 
 __all__ = ["ServerSpec", "close_all", "connection", "list_tools", "server_specs", "tool_name"]
+
+_FROM = {"ServerSpec": "servers", "close_all": "servers", "connection": "servers", "server_specs": "servers",
+         "list_tools": "tools", "tool_name": "tools"}
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, imported when first used: every agent made from settings asks for the servers'
+    specs, and importing the tools' module (the SDK's types, schema checks) cost most of a run's start-up
+    where no server is configured."""
+    module = _FROM.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
