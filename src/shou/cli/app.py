@@ -72,7 +72,7 @@ def _mount_subcommands() -> None:
     from .memory import memory_app
     from .runs import resume, run
     from .serve import serve
-    from .sessions import sessions, show
+    from .sessions import fork, sessions, show
     from .skills import skills
     from .trace import trace, usage
     from .trust import trust
@@ -81,6 +81,7 @@ def _mount_subcommands() -> None:
     app.command()(resume)
     app.command()(sessions)
     app.command()(show)
+    app.command()(fork)
     app.command()(skills)
     app.command()(commands)
     app.command()(approvals)
