@@ -52,7 +52,8 @@ from .common import WorkspaceOpt, fail
 # (about 170 ms of its start-up).
 _LAZY: dict[str, tuple[str, str]] = {
     "run": ("runs", "run"), "resume": ("runs", "resume"), "sessions": ("sessions", "sessions"),
-    "show": ("sessions", "show"), "skills": ("skills", "skills"), "commands": ("commands", "commands"),
+    "show": ("sessions", "show"), "fork": ("sessions", "fork"),
+    "skills": ("skills", "skills"), "commands": ("commands", "commands"),
     "approvals": ("approve", "approvals"), "approve": ("approve", "approve"), "deny": ("approve", "deny"),
     "memory": ("memory", "memory_app"), "mcp": ("mcp", "mcp_app"), "a2a": ("a2a", "a2a_app"),
     "trust": ("trust", "trust"), "trace": ("trace", "trace"), "usage": ("trace", "usage"),
