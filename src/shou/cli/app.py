@@ -47,9 +47,9 @@ from .build import (
 from .common import WorkspaceOpt, fail
 
 # The subcommands that live in modules of their own, in the order `shou --help` lists them: (module, name in
-# it). They are imported when a command line names one (or help lists them all), not when `shou` starts: a
-# `shou run` used to import the server, the evaluation runner, MCP, A2A and memory commands it never used
-# (about 170 ms of its start-up).
+# it). They are imported when a command line names one (or help lists them all), not when `shou` starts, so a
+# command pays for its own module only (a new command costs the others nothing; their modules already import
+# their heavy parts lazily, so today the saving is a few milliseconds).
 _LAZY: dict[str, tuple[str, str]] = {
     "run": ("runs", "run"), "resume": ("runs", "resume"), "sessions": ("sessions", "sessions"),
     "show": ("sessions", "show"), "fork": ("sessions", "fork"),
