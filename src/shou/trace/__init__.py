@@ -29,5 +29,5 @@ from .records import (
 )
 
 __all__ = ["INTERRUPTED", "UNFINISHED", "CompactionTrace", "HandoffTrace", "ModelCallTrace", "RunTrace", "StepTrace",
-           "ToolCallTrace", "build", "call_json", "compaction_trace", "find_model_call", "find_run", "logged_rows", "recent_outcomes",
-           "resolve", "run_json", "total", "traces", "usage_json"]
+           "ToolCallTrace", "build", "call_json", "compaction_trace", "find_model_call", "find_run", "logged_rows",
+           "recent_outcomes", "resolve", "run_json", "total", "traces", "usage_json"]

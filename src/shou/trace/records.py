@@ -13,8 +13,8 @@ from typing import Any
 from ..messages import Message
 from ..usage import Usage
 
-__all__ = ["INTERRUPTED", "UNFINISHED", "CompactionTrace", "HandoffTrace", "ModelCallTrace", "RunTrace", "StepTrace", "ToolCallTrace",
-           "total"]
+__all__ = ["INTERRUPTED", "UNFINISHED", "CompactionTrace", "HandoffTrace", "ModelCallTrace", "RunTrace", "StepTrace",
+           "ToolCallTrace", "total"]
 
 UNFINISHED = "unfinished"  # no run_finished after the run's last start: killed, or running now
 INTERRUPTED = "interrupted"  # a sub-run its process stopped in, whose parent went on without it
