@@ -14,6 +14,7 @@ from pathlib import Path
 from shou.models.scripted import ScriptedServer
 
 from .conftest import shou_env
+from .test_kill_resume import stored
 
 TASK = "I was charged twice for order 4417; please sort it out."
 BILLING = "You are the billing agent: you settle charges and refunds, quoting the ledger."
@@ -86,10 +87,12 @@ def test_a_handoff_switches_instructions_tools_and_the_trace_names_both_agents(s
 
 def test_a_run_killed_after_the_handoff_resumes_with_the_second_agent(tmp_path: Path, workspace: Path) -> None:
     (workspace / "ledger.txt").write_text("order 4417: charged 2x 30.00\n")
-    with ScriptedServer(_script(), turn_by="history") as srv:
-        env = shou_env(tmp_path, srv, SHOU_AGENTS=AGENTS)
+    # The killed process's next request hangs, so wherever the kill lands it is after the handoff and before
+    # anything else; the resumed process talks to a provider that goes on from the conversation it is sent.
+    with ScriptedServer([_script()[0], {"hang": True}]) as first, ScriptedServer(_script(), turn_by="history") as srv:
         proc = subprocess.Popen([sys.executable, "-m", "shou", "run", TASK, "--json", "-s", "refund"], cwd=workspace,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                env=shou_env(tmp_path, first, SHOU_AGENTS=AGENTS), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         for line in proc.stdout:  # killed the moment the handoff is printed (so it is in the log already)
             if line.startswith("{") and json.loads(line)["type"] == "handoff":
@@ -97,17 +100,21 @@ def test_a_run_killed_after_the_handoff_resumes_with_the_second_agent(tmp_path: 
                 break
         proc.communicate(timeout=60)
         assert proc.returncode == -signal.SIGKILL
-        before = len(srv.requests)
-        r = subprocess.run([sys.executable, "-m", "shou", "resume", "refund", "--json"], cwd=workspace, env=env,
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run([sys.executable, "-m", "shou", "resume", "refund", "--json"], cwd=workspace,
+                           env=shou_env(tmp_path, srv, SHOU_AGENTS=AGENTS), capture_output=True, text=True,
+                           timeout=120)
         assert r.returncode == 0, r.stderr
-        resumed = srv.requests[before:]
+        resumed = srv.requests
     events = _events(r.stdout)
     assert events[0]["type"] == "run_resumed"
     assert events[-1]["status"] == "completed" and events[-1]["answer"] == "Refunded the second charge of order 4417."
-    assert resumed, "the resumed run asked the model nothing"
+    assert len(resumed) == 2
     for request in resumed:  # a fold of the log, not a memory of the killed process, says who answers
         assert BILLING in _system(request) and _tools(request) == {"read_file", "handoff"}
+    log = stored(workspace / ".shou" / "shou.db", "refund")
+    assert [(e["source"], e["target"]) for e in log if e["type"] == "handoff"] == [("main", "billing")]
+    [result] = [e for e in log if e["type"] == "tool_call_finished" and e["name"] == "handoff"]
+    assert not result["is_error"], result  # run again if it had no result: it finds the handoff done
 
 
 def test_an_untrusted_workspace_cannot_add_a_handoff(serve, shou, workspace: Path) -> None:

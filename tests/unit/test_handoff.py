@@ -129,7 +129,7 @@ def test_an_in_process_run_switches_at_the_next_step() -> None:
     assert events[-1].status == "completed"
     assert [(e.source, e.target) for e in events if isinstance(e, Handoff)] == [(MAIN_AGENT, "billing")]
     results = [e.content for e in events if getattr(e, "type", "") == "tool_call_finished"]
-    assert "one handoff per turn" in results[1] and "'billing' already" in results[2]
+    assert "one handoff per turn" in results[1] and "You are 'billing' already" in results[2]
     first, second, third = model.requests
     assert "You are the front desk." in first["messages"][0]["content"]
     for later in (second, third):

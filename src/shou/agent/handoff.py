@@ -64,8 +64,8 @@ def handoff_tool(agents: Mapping[str, AgentSpec], current: str = MAIN_AGENT) -> 
         run = ctx.state.get("shou.run")
         if run is None or not hasattr(run, "handed_to"):
             return ToolResult("Error: handoff works only inside a shou run.", is_error=True)
-        if agent == run.agent_name:
-            return ToolResult(f"Error: you are {agent!r} already; go on with the task.", is_error=True)
+        if agent == run.agent_name:  # also a resumed run's handoff whose result the killed process never logged
+            return ToolResult(f"You are {agent!r} already (the conversation is yours): go on with the task.")
         if agent not in targets:
             return ToolResult(f"Error: there is no agent named {agent!r} to hand over to; choose one of: "
                               f"{', '.join(targets) or '(none)'}.", is_error=True)
@@ -82,7 +82,9 @@ def handoff_tool(agents: Mapping[str, AgentSpec], current: str = MAIN_AGENT) -> 
         return ToolResult(f"Handed over: {agent} answers from the next step on, with this whole conversation.",
                           details={"from": run.agent_name, "to": agent})
 
-    return tool(handoff, name=HANDOFF, description=(
+    # Idempotent: a call a killed process left without a result is run again on resume, and then either hands
+    # over (its event was never logged) or finds it done (the fold already names the agent).
+    return tool(handoff, name=HANDOFF, idempotent=True, description=(
         "Hand this whole conversation over to another agent, which continues it with its own instructions and "
         "tools from the next step on (you stop answering). Use it when the task is better handled by that agent; "
         f"say why in `reason`. Agents: {listing}."))
