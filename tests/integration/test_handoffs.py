@@ -126,3 +126,11 @@ def test_an_untrusted_workspace_cannot_add_a_handoff(serve, shou, workspace: Pat
     [request] = srv.requests
     assert "handoff" not in _tools(request)
     assert "agents" in r.stderr and "not trusted" in r.stderr
+
+
+def test_the_terminal_shows_the_handoff(serve, shou, workspace: Path) -> None:
+    (workspace / "ledger.txt").write_text("order 4417: charged 2x 30.00\n")
+    r = shou("run", TASK, server=serve(_script()), SHOU_AGENTS=AGENTS)
+    assert r.returncode == 0, r.stderr
+    assert "⇄ main hands over to billing (a double charge)" in r.stderr
+    assert r.stdout.strip() == "Refunded the second charge of order 4417."

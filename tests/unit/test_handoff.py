@@ -139,3 +139,10 @@ def test_an_in_process_run_switches_at_the_next_step() -> None:
 
 async def _collect(agent: Agent) -> list:
     return [e async for e in agent.stream("charge me once")]
+
+
+def test_an_a2a_task_update_says_who_took_over() -> None:
+    from shou.serve.a2a_tasks import SHOWN, event_message
+
+    message = event_message(7, Handoff("r", 1, MAIN_AGENT, "billing", "money"), "t", "c")
+    assert Handoff.type in SHOWN and message.parts[0].text == "main hands over to billing: money"
