@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 from ..events import Handoff
@@ -103,7 +103,7 @@ def handed_config(main: AgentConfig, name: str) -> AgentConfig:
         tools = tools.only([n for n in spec.tools if n != HANDOFF])
     tools = ToolSet([*tools, handoff_tool(main.agents, name)])
     # The config derives use_skill and delegate from these flags: the tools chosen above say what they are.
-    changes: dict[str, object] = {
+    changes: dict[str, Any] = {
         "tools": tools, "delegation": False, "skills": main.skills if "use_skill" in tools.names else None,
         "instructions": spec.instructions if spec.instructions is not None else main.instructions,
         "planning": False, "reflect": False,  # what the run is made of was chosen when it was built
@@ -112,7 +112,7 @@ def handed_config(main: AgentConfig, name: str) -> AgentConfig:
         changes["model"] = model_named(spec.model, main.settings)
     if spec.max_steps is not None:  # only ever lower: `narrow` (config.py) for this one limit
         changes["max_steps"] = min(main.max_steps, spec.max_steps)
-    return replace(main, **changes)  # type: ignore[arg-type]
+    return replace(main, **changes)
 
 
 def handed_agent(main: Agent, name: str) -> Agent:
