@@ -19,6 +19,7 @@ from ..events import (
     ApprovalRequested,
     Compacted,
     Event,
+    Handoff,
     Notice,
     PlanUpdated,
     Reviewed,
@@ -134,6 +135,10 @@ class Renderer:
         elif isinstance(event, Reviewed):
             self._newline()
             self.review(event)
+        elif isinstance(event, Handoff):
+            self._newline()
+            why = f" [dim]({escape(short(event.reason, 200))})[/]" if event.reason else ""
+            self.err.print(f"[magenta]⇄ {escape(event.source)} hands over to {escape(event.target)}[/]{why}")
         elif isinstance(event, RunFinished):
             self._newline()
             self.summary(event)
