@@ -13,6 +13,7 @@ from typing import Any
 
 from ..events import (
     Event,
+    GuardrailTripped,
     HistoryCleared,
     ModelRequest,
     ModelResponse,
@@ -47,6 +48,7 @@ class OpenRun:
     cut: bool = False  # the last model turn was cut at the output limit: its calls must never run
     waiting: bool = False  # it stopped for approvals (`waiting_approval`), not because its process died
     plan: PlanUpdated | None = None  # a planned run's plan as last logged
+    blocked: GuardrailTripped | None = None  # a guardrail stopped it: resumed, it ends `blocked` at once
     subs: int = 0  # the highest number of its sub-runs' ids (`run_x.3`): a resumed run's go on from there
 
     @property
@@ -121,6 +123,11 @@ class OpenRunFold:
         if self.run is not None:
             self.run.plan = event
 
+    def on_tripped(self, event: GuardrailTripped) -> None:
+        """A guardrail stopped the run: nothing of it may run again."""
+        if self.run is not None:
+            self.run.blocked = event
+
     def on_sub(self, event: Event) -> None:
         """Any event of a sub-run: if it is the open run's (a plan call, a review, a summary, a plan step, a
         sub-agent), how far its sub-runs' numbers got and what they spent, should it be resumed."""
@@ -142,4 +149,5 @@ class OpenRunFold:
         return {RunStarted: self.on_started, RunFinished: self.on_finished, HistoryCleared: self.on_cleared,
                 ModelRequest: self.on_request, ModelResponse: self.on_response,
                 ToolCallStarted: self.on_call_started, ToolCallFinished: self.on_call_finished,
-                StepFinished: self.on_step, Notice: self.on_notice, PlanUpdated: self.on_plan}
+                StepFinished: self.on_step, Notice: self.on_notice, PlanUpdated: self.on_plan,
+                GuardrailTripped: self.on_tripped}
