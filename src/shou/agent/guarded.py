@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..chain import compose
-from ..events import GuardrailTripped
+from ..events import GuardrailTripped, ToolCallFinished
 from ..messages import ToolCall
+from ..session import INTERRUPTED
 from .guardrails import Guardrail, first_trip
 
 if TYPE_CHECKING:
@@ -110,11 +111,16 @@ class _Guard:
         outputs = tuple(g for g in guards if g.kind == "output")
         resume = run.resume
         if resume is not None and resume.blocked is not None:  # tripped before the kill: never go on
+            _close_pending(run)
             return "blocked", "", blocked_error(resume.blocked)
         checks: asyncio.Future[Trip]
         if resume is not None:  # checked to the end first: the log may hold calls the checks never cleared
+            tripped = await first_trip(run, inputs, run.task)
+            if tripped is not None:
+                _close_pending(run)
+                return _blocked(run, Blocked(*tripped))
             checks = asyncio.get_running_loop().create_future()
-            checks.set_result(await first_trip(run, inputs, run.task))
+            checks.set_result(None)
         else:
             checks = asyncio.ensure_future(first_trip(run, inputs, run.task))
         run.caller.head = compose([InputGate(checks)], run.caller.head)
@@ -143,6 +149,16 @@ def _blocked(run: Run, blocked: Blocked) -> Ending:
     run.emit(event := GuardrailTripped(run.run_id, run.step, guard.kind, guard.name, blocked.reason))
     run.commit()
     return "blocked", "", blocked_error(event)
+
+
+def _close_pending(run: Run) -> None:
+    """A resumed run that ends blocked: the killed run's calls without a result get one (none runs now)."""
+    assert run.resume is not None
+    for call in run.resume.unanswered:
+        if call.id in run.resume.started:  # begun before the kill (a resumed run's own): its outcome is unknown
+            run.emit(ToolCallFinished(run.run_id, run.step, call.id, call.name, INTERRUPTED, is_error=True))
+        else:
+            run.unfinished[call.id] = call
 
 
 def blocked_error(event: GuardrailTripped) -> str:
