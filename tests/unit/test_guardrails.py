@@ -26,6 +26,7 @@ from shou.events import (
     ModelResponse,
     RunFinished,
     RunStarted,
+    TextDelta,
     ToolCallFinished,
     ToolCallStarted,
 )
@@ -150,6 +151,18 @@ async def test_an_output_guardrail_blocks_the_answer(touch, effects, tmp_path: P
     assert done.error == "blocked by the output guardrail 'no_numbers': tripped"
     assert [(t.kind, t.name) for t in own(seen, GuardrailTripped)] == [("output", "no_numbers")]
     assert effects == ["a"]  # the input was fine: the run acted; only its answer is withheld
+    assert not [e for e in seen if isinstance(e, TextDelta) and "1234" in e.text]  # never streamed either
+
+
+async def test_an_answer_that_passes_is_shown_once_checked(touch, tmp_path: Path) -> None:
+    agent = Agent(ScriptedModel([{"text": "all fine"}]), [touch], workspace=tmp_path,
+                  guardrails=[Guardrail(lambda answer: None, "output")])
+    seen: list[Event] = []
+    async for event in agent.stream("hello"):
+        seen.append(event)
+    deltas = [e for e in seen if isinstance(e, TextDelta)]
+    assert [d.text for d in deltas] == ["all fine"] and seen.index(deltas[0]) > seen.index(own(seen, ModelResponse)[0])
+    assert isinstance(seen[-1], RunFinished) and seen[-1].answer == "all fine"
 
 
 async def test_a_check_that_raises_fails_closed(touch, tmp_path: Path) -> None:

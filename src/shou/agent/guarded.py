@@ -9,6 +9,7 @@ run's `drive`, around the one it had, so the loop itself knows nothing of guardr
   calls runs; checks that trip first cancel the call. A resumed run checks its task again, to the end, before
   it goes on (the killed process may have logged calls the checks never cleared).
 - Output: a `completed` run's answer is checked before it is returned, after the critic (if any) let it stand.
+  Its text is not streamed while the model writes it: it is shown (one `TextDelta`) once the checks passed.
 
 A tripped check is a `GuardrailTripped` event and the run ends `blocked`, the check's reason as its error; a
 killed run whose log holds one ends `blocked` when resumed, without running anything again.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..chain import compose
-from ..events import GuardrailTripped, ToolCallFinished
+from ..events import GuardrailTripped, TextDelta, ToolCallFinished
 from ..messages import ToolCall
 from ..session import INTERRUPTED
 from .guardrails import Guardrail, first_trip
@@ -77,6 +78,14 @@ class InputGate:
             raise Blocked(*tripped, calls=turn.message.tool_calls if turn is not None else ())
 
 
+async def _hold_text(call: Any, next: Next) -> AsyncIterator[Any]:
+    """A model-call control of a run with output guardrails: its text is not streamed as it comes (the CLI, SSE
+    and the page would show an answer before it was checked); the answer is shown once it passed."""
+    call.deltas = False
+    async for event in next(call):
+        yield event
+
+
 async def _drain(events: AsyncIterator[Any]) -> None:
     try:
         async for _ in events:
@@ -123,7 +132,10 @@ class _Guard:
             checks.set_result(None)
         else:
             checks = asyncio.ensure_future(first_trip(run, inputs, run.task))
-        run.caller.head = compose([InputGate(checks)], run.caller.head)
+        controls: list[Any] = [InputGate(checks)]
+        if outputs:
+            controls.append(_hold_text)
+        run.caller.head = compose(controls, run.caller.head)
         try:
             status, answer, error = await (run.steps() if self.inner is None else self.inner(run))
             if checks.done() and checks.result() is not None:  # tripped where a call swallowed the error
@@ -132,6 +144,8 @@ class _Guard:
                 tripped = await first_trip(run, outputs, answer)
                 if tripped is not None:
                     raise Blocked(*tripped)
+                if outputs and answer:  # held back while it was checked: shown now that it passed
+                    run.emit(TextDelta(run.run_id, run.step, answer))
         except Blocked as b:
             return _blocked(run, b)
         finally:
