@@ -15,8 +15,9 @@ from typing import Any
 
 from .errors import UserError
 
-__all__ = ["AGENT_KEYS", "GUARDRAIL_KEYS", "PRICE_KEYS", "REMOTE_AGENT_KEYS", "SERVER_KEYS", "WINDOW_RANGE", "check_agent_table",
-           "check_guardrail_table", "check_remote_agent_table", "check_server_table", "named_tables", "price_tables"]
+__all__ = ["AGENT_KEYS", "GUARDRAIL_KEYS", "PRICE_KEYS", "REMOTE_AGENT_KEYS", "SERVER_KEYS", "WINDOW_RANGE",
+           "check_agent_table", "check_guardrail_table", "check_remote_agent_table", "check_server_table",
+           "named_tables", "price_tables"]
 
 AGENT_KEYS = ("instructions", "model", "tools", "max_steps", "description")
 SERVER_KEYS = ("command", "args", "env", "url", "headers", "timeout", "description")

@@ -102,12 +102,11 @@ class Guardrail:
             return await _judge(run, self, text)
         try:
             assert self.check is not None
-            if inspect.iscoroutinefunction(self.check) or inspect.iscoroutinefunction(
-                    getattr(self.check, "__call__", None)):
+            if inspect.iscoroutinefunction(self.check):
                 outcome = await self.check(text)
             else:  # a sync check may block (a classifier, a lookup): never on the run's event loop
                 outcome = await asyncio.to_thread(self.check, text)
-                if inspect.isawaitable(outcome):
+                if inspect.isawaitable(outcome):  # an object whose __call__ is async
                     outcome = await outcome
         except asyncio.CancelledError:
             raise
