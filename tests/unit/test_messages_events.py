@@ -21,6 +21,7 @@ from shou.events import (
     Notice,
     PlanStep,
     PlanUpdated,
+    GuardrailTripped,
     Reviewed,
     RunFinished,
     RunResumed,
@@ -119,6 +120,7 @@ SAMPLES = [
     PlanUpdated("r1", 2, (PlanStep("a", "done", "ok", "r1.s1.1"), PlanStep("b", "failed", "timeout"),
                           PlanStep("c")), "re-planned", 0),
     Reviewed("r1.3", 4, False, "say the unit", parent="r1"),
+    GuardrailTripped("r1", 1, "input", "no_deletes", "deleting files is not allowed"),
     ToolCallStarted("r1.2", 1, ToolCall("c", "nap", "{}"), parent="r1"),
 ]
 
