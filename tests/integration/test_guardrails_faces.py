@@ -5,6 +5,10 @@ withholds the answer; both end `blocked` with the reason."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from ..fixtures.serving import serving, stream_run
@@ -80,3 +84,50 @@ def test_api_runs_end_blocked_with_the_reason(serve, tmp_path: Path, workspace: 
         assert (tripped["kind"], tripped["name"]) == ("output", "no_secret")
         got = c.get(f"/v1/runs/{run['run_id']}").json()
         assert got["status"] == "blocked" and got["answer"] == "" and "leaks the password" in got["error"]
+
+
+def test_a_run_killed_while_its_input_check_ran_is_checked_again_and_blocked(serve, shou, tmp_path: Path,
+                                                                            workspace: Path) -> None:
+    """`kill -9` while the model's reply (a write) waits for the input check: `shou resume` checks the task to the
+    end before anything of the log runs, and the run ends blocked; nothing was written, the model never asked
+    again."""
+    checks = tmp_path / "checks.py"
+    checks.write_text(HOLDING)
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    (config / "shou.toml").write_text(f'[guardrails.no_deletes]\non = "input"\nfunction = "{checks}:no_deletes"\n')
+    srv = serve([WRITE, {"text": "done"}])
+    env = shou_env(tmp_path, srv, GUARD_HOLD="1")
+    proc = subprocess.Popen([sys.executable, "-m", "shou", "run", "delete everything", "--json", "-s", "k"],
+                            cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # killed once the reply is out and held (the check blocks until killed)
+            if json.loads(line)["type"] == "model_response":
+                break
+        else:
+            raise AssertionError(f"no model_response: {proc.stderr.read() if proc.stderr else ''}")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert len(srv.requests) == 1 and not (workspace / "gone.txt").exists()
+    r = shou("resume", "k", "--json", server=srv)
+    assert r.returncode == 1, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    assert "tool_call_started" not in [e["type"] for e in events]
+    assert events[-1]["status"] == "blocked" and "deleting files is not allowed" in events[-1]["error"]
+    assert len(srv.requests) == 1 and not (workspace / "gone.txt").exists()
+    r = shou("resume", "k", server=srv)  # nothing left to resume
+    assert r.returncode != 0 and len(srv.requests) == 1
+
+
+HOLDING = '''
+import os, threading
+
+
+def no_deletes(task):
+    if os.environ.get("GUARD_HOLD"):  # the first process: hold until it is killed
+        threading.Event().wait()
+    return "deleting files is not allowed" if "delete" in task else None
+'''
