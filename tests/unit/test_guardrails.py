@@ -322,3 +322,12 @@ def test_concurrent_checks_stop_at_the_first_trip(tmp_path: Path) -> None:
     guards = (Guardrail(slow, "input"), Guardrail(fast, "input"))
     got = asyncio.run(first_trip(None, guards, "t"))  # type: ignore[arg-type]
     assert got is not None and got[0].name == "fast" and got[1] == "no" and finished == []
+
+
+async def test_a_rule_may_name_its_own_judge(touch, tmp_path: Path) -> None:
+    judge = ScriptedModel([verdict(False, "polite enough")])
+    model = ScriptedModel([{"text": "thank you"}])
+    agent = Agent(model, [touch], workspace=tmp_path,
+                  guardrails=[Guardrail.judged("Never insult.", on="output", name="polite", model=judge)])
+    result = await agent.arun("rate me")
+    assert (result.status, result.answer, len(model.requests), len(judge.requests)) == ("completed", "thank you", 1, 1)

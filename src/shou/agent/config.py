@@ -171,8 +171,9 @@ class AgentConfig:
                 self._set(name, MappingProxyType(dict(value or {})))
         if not isinstance(self.observers, tuple):
             self._set("observers", tuple(self.observers))
-        if self.guardrails:
-            self._set("guardrails", _guardrails(self.guardrails))
+        if self.guardrails:  # a judge named by a string is resolved now: a wrong name fails here, not mid-run
+            self._set("guardrails", tuple(replace(g, model=model_named(g.model, self.settings))
+                                          if isinstance(g.model, str) else g for g in _guardrails(self.guardrails)))
 
     def _check(self) -> None:
         if self.max_steps < 1 or self.run_timeout <= 0 or (self.tool_timeout is not None and self.tool_timeout <= 0) \

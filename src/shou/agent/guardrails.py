@@ -147,11 +147,7 @@ async def _judge(run: Run, guard: Guardrail, text: str) -> str | None:
     what = "acts on a task" if guard.kind == "input" else "hands over its answer"
     prompt = (f"# The rule\n{guard.rule}\n\n# The text ({'the task' if guard.kind == 'input' else 'the answer'})\n"
               f"{text}\n\nCall `guardrail_verdict` now.")
-    model = guard.model
-    if isinstance(model, str):
-        from ..models.named import model_named
-
-        model = model_named(model, agent.settings)
+    model = guard.model if not isinstance(guard.model, str) else None  # AgentConfig resolved a named one
     turn = await run.caller.call([Message.system(JUDGE.format(what=what)), Message.user(prompt)], [VERDICT_SPEC],
                                  run.step, settings=must_call(agent.model_settings), model=model,
                                  run_id=run.sub_id(), parent=run.run_id, purpose="guardrail", deltas=False)
