@@ -331,3 +331,12 @@ async def test_a_rule_may_name_its_own_judge(touch, tmp_path: Path) -> None:
                   guardrails=[Guardrail.judged("Never insult.", on="output", name="polite", model=judge)])
     result = await agent.arun("rate me")
     assert (result.status, result.answer, len(model.requests), len(judge.requests)) == ("completed", "thank you", 1, 1)
+
+
+def test_an_a2a_task_of_a_blocked_run_is_rejected_with_the_reason() -> None:
+    from shou.serve.a2a_tasks import TaskState, ending_status
+
+    end = RunFinished("r", "blocked", "", 1, Usage(), 0.1, "blocked by the input guardrail 'x': no")
+    status = ending_status(end, (), "t", "c")
+    assert status.state == TaskState.TASK_STATE_REJECTED
+    assert "blocked by the input guardrail 'x': no" in status.message.parts[0].text
