@@ -21,6 +21,7 @@ from shou.errors import UserError
 from shou.event_codec import event_from_dict
 from shou.events import (
     Event,
+    Feedback,
     GuardrailTripped,
     ModelRequest,
     ModelResponse,
@@ -100,7 +101,14 @@ async def test_an_input_guardrail_trips_after_the_reply_came_and_no_tool_runs(to
     assert seen.index(own(seen, ModelResponse)[0]) < seen.index(tripped[0]) < seen.index(done)
     # the held call gets a result, so the conversation stays valid for the next run of the session
     (result,) = own(seen, ToolCallFinished)
-    assert result.is_error and "not run" in result.content
+    assert result.is_error and "not run: the input guardrail 'no_deletes' blocked the run" in result.content
+    # the session goes on: the next run's request is valid and its model knows what happened
+    model = ScriptedModel([{"text": "ok"}])
+    again = await Agent(model, [touch], workspace=tmp_path, store=store).arun("what happened?", "s")
+    assert again.status == "completed"
+    roles = [m["role"] for m in model.requests[0]["messages"][1:]]
+    assert roles == ["user", "assistant", "tool", "user", "user"]
+    assert "blocked by the input guardrail 'no_deletes'" in model.requests[0]["messages"][4]["content"]
     # and the event is in the log as it was emitted
     logged = [event_from_dict(e.to_dict()) for e in seen if isinstance(e, GuardrailTripped)]
     assert logged == tripped
@@ -152,6 +160,7 @@ async def test_an_output_guardrail_blocks_the_answer(touch, effects, tmp_path: P
     assert [(t.kind, t.name) for t in own(seen, GuardrailTripped)] == [("output", "no_numbers")]
     assert effects == ["a"]  # the input was fine: the run acted; only its answer is withheld
     assert not [e for e in seen if isinstance(e, TextDelta) and "1234" in e.text]  # never streamed either
+    assert ["not handed over" in f.text for f in own(seen, Feedback)] == [True]  # the session's next run knows
 
 
 async def test_an_answer_that_passes_is_shown_once_checked(touch, tmp_path: Path) -> None:
@@ -251,7 +260,8 @@ async def test_a_resumed_run_never_runs_what_a_guardrail_stopped(touch, effects,
     assert effects == [] and model.requests == []
     s = Session("k", store)
     assert s.open_run is None  # closed: nothing to resume again
-    assert [m.role for m in s.messages] == ["user", "assistant", "tool"]  # the call has its "not run" result
+    # the call has its "not run" result; a run blocked now tells the session's next run why
+    assert [m.role for m in s.messages] == ["user", "assistant", "tool", *([] if tripped else ["user"])]
     store.close()
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..chain import compose
-from ..events import GuardrailTripped, TextDelta, ToolCallFinished
+from ..events import Feedback, GuardrailTripped, TextDelta, ToolCallFinished
 from ..messages import ToolCall
 from ..session import INTERRUPTED
 from .guardrails import Guardrail, first_trip
@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 __all__ = ["Blocked", "GuardedRun", "InputGate", "blocked_error"]
 
 Trip = tuple[Guardrail, str] | None
+NOTE = {"input": "[shou] This task was blocked by the input guardrail {name!r}: {reason}. Nothing of it was done.",
+        "output": "[shou] Your answer above was blocked by the output guardrail {name!r}: {reason}. It was not "
+                  "handed over to the person."}
 
 
 class Blocked(Exception):
@@ -158,9 +161,14 @@ class _Guard:
 def _blocked(run: Run, blocked: Blocked) -> Ending:
     """Record the trip; the run's ending, with the reason as its error."""
     guard = blocked.guard
-    for call in blocked.calls:  # the run's ending reports them to the conversation as not run
+    for call in blocked.calls:  # the held reply's calls: reported to the conversation as not run
         run.unfinished[call.id] = call
     run.emit(event := GuardrailTripped(run.run_id, run.step, guard.kind, guard.name, blocked.reason))
+    run.finish_unfinished(f"the {guard.kind} guardrail {guard.name!r} blocked the run")  # before the note below
+    # The conversation goes on in the session's next run: its model is told what happened (and that a blocked
+    # answer never reached the person, so it does not build on it).
+    note = NOTE[guard.kind].format(name=guard.name, reason=blocked.reason)
+    run.emit(Feedback(run.run_id, run.step, note))
     run.commit()
     return "blocked", "", blocked_error(event)
 
