@@ -26,6 +26,10 @@ _EXPORTS: dict[str, str] = {
     "RunResult": "shou.agent.agent",
     "AgentSpec": "shou.agent.delegate",
     "AgentConfig": "shou.agent.config",
+    "Guardrail": "shou.agent.guardrails",
+    "GuardrailResult": "shou.agent.guardrails",
+    "input_guardrail": "shou.agent.guardrails",
+    "output_guardrail": "shou.agent.guardrails",
     "SkillSet": "shou.skills",
     "ServerSpec": "shou.mcp.servers",
     "tool": "shou.tools.base",
@@ -67,6 +71,8 @@ __all__ = [
     "Approver",
     "ConfigError",
     "ContextPolicy",
+    "Guardrail",
+    "GuardrailResult",
     "ImagePart",
     "MemoryStore",
     "Message",
@@ -95,7 +101,9 @@ __all__ = [
     "UserError",
     "events",
     "get_model",
+    "input_guardrail",
     "load_settings",
+    "output_guardrail",
     "tool",
 ]
 
@@ -105,6 +113,7 @@ if TYPE_CHECKING:
     from .agent.approvals import Approver
     from .agent.config import AgentConfig
     from .agent.delegate import AgentSpec
+    from .agent.guardrails import Guardrail, GuardrailResult, input_guardrail, output_guardrail
     from .config import Settings, load_settings
     from .context.builder import ContextPolicy
     from .errors import ConfigError, ModelError, ShouError, ToolError, UserError

@@ -17,7 +17,7 @@ from .usage import Usage
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _PLAIN = frozenset({str, int, float, bool})
 RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "truncated", "error", "cancelled",
-                    "interrupted", "waiting_approval"]
+                    "interrupted", "waiting_approval", "blocked"]
 
 
 def field_names(kind: type) -> tuple[str, ...]:
@@ -332,6 +332,15 @@ class Handoff(Event):
     source: str
     target: str
     reason: str = ""
+class GuardrailTripped(Event):
+    """Guardrail `name` (an `input` or `output` check) stopped the run at step `step`, for `reason`: the run
+    ends `blocked`, and a resumed run never goes on from here."""
+
+    type: ClassVar[str] = "guardrail_tripped"
+    step: int
+    kind: str
+    name: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +377,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PlanUpdated,
         Reviewed,
         Handoff,
+        GuardrailTripped,
         RunFinished,
     )
 }

@@ -15,6 +15,7 @@ from shou.events import (
     ApprovalRequested,
     Compacted,
     Feedback,
+    GuardrailTripped,
     Handoff,
     HistoryCleared,
     ModelRequest,
@@ -121,6 +122,7 @@ SAMPLES = [
                           PlanStep("c")), "re-planned", 0),
     Reviewed("r1.3", 4, False, "say the unit", parent="r1"),
     Handoff("r1", 2, "main", "billing", "a refund question"),
+    GuardrailTripped("r1", 1, "input", "no_deletes", "deleting files is not allowed"),
     ToolCallStarted("r1.2", 1, ToolCall("c", "nap", "{}"), parent="r1"),
 ]
 

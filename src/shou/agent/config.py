@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .approvals import Approver
     from .budget import Budget
     from .delegate import AgentSpec
+    from .guardrails import Guardrail
 
 __all__ = ["DEFAULT_INSTRUCTIONS", "DEFAULT_POLICY", "MAX_TASK_CHARS", "NARROWABLE", "AgentConfig", "made_config",
            "model_named", "narrow"]
@@ -81,7 +82,8 @@ class AgentConfig:
 
     Composition: `planning` (`max_replans`, `plan_step_max_steps`, `plan_step_timeout`), `reflect`
     (`review_model`, `max_reviews`), `delegation` with named `agents`, `skills`, `mcp_servers`, remote A2A
-    agents (`a2a_agents`), and `code_mode` (one `python` tool whose code calls the others).
+    agents (`a2a_agents`), and `code_mode` (one `python` tool whose code calls the others). `guardrails`
+    (agent/guardrails.py) are checks on a run's task and answer that end it `blocked`.
 
     Derived once, never set: `offered` (the tools the model is offered: `tools`, plus `use_skill` and
     `delegate` when enabled, `handoff` when an agent has `handoff` set, or `python` alone in code mode),
@@ -125,6 +127,7 @@ class AgentConfig:
     a2a_agents: Mapping[str, RemoteAgentSpec] = field(default_factory=dict)
     code_mode: bool = False
     shared_budgets: tuple[Budget, ...] = ()
+    guardrails: tuple[Guardrail, ...] = ()
     redactor: Redactor | None = field(default=None, repr=False)
     offered: ToolSet = field(init=False, repr=False)
     code_tools: ToolSet = field(init=False, repr=False)
@@ -168,6 +171,9 @@ class AgentConfig:
                 self._set(name, MappingProxyType(dict(value or {})))
         if not isinstance(self.observers, tuple):
             self._set("observers", tuple(self.observers))
+        if self.guardrails:  # a judge named by a string is resolved now: a wrong name fails here, not mid-run
+            self._set("guardrails", tuple(replace(g, model=model_named(g.model, self.settings))
+                                          if isinstance(g.model, str) else g for g in _guardrails(self.guardrails)))
 
     def _check(self) -> None:
         if self.max_steps < 1 or self.run_timeout <= 0 or (self.tool_timeout is not None and self.tool_timeout <= 0) \
@@ -228,6 +234,23 @@ class AgentConfig:
         return cls(**fields_)
 
 
+def _guardrails(given: Any) -> tuple[Guardrail, ...]:
+    """`guardrails` as a tuple of `Guardrail`s (a bare function is an input guardrail); a `UserError` otherwise."""
+    from .guardrails import Guardrail
+
+    if isinstance(given, Guardrail) or callable(given) or isinstance(given, str):
+        given = (given,)
+    out = []
+    for g in given:
+        if not isinstance(g, Guardrail) and callable(g):
+            g = Guardrail(g, "input")
+        if not isinstance(g, Guardrail):
+            raise UserError(f"guardrails must be Guardrail objects (@input_guardrail, @output_guardrail, "
+                            f"Guardrail.judged) or functions, not {g!r}")
+        out.append(g)
+    return tuple(out)
+
+
 def _offered(settings: Any, name: str) -> bool:
     """Whether `--tools` leaves tool `name` on offer (the tools shou adds itself included)."""
     return settings.tools is None or name in settings.tools
@@ -274,7 +297,18 @@ def _settings_fields(settings: Any) -> dict[str, Any]:
         "agents": _handoffs_offered(agent_specs(settings.agents), _offered(settings, "handoff")),
         "delegation": settings.delegation and _offered(settings, "delegate"),
         "mcp_servers": _servers(settings.mcp_servers), "a2a_agents": _remote_agents(settings.a2a_agents),
+        **_configured_guardrails(settings),
     }
+
+
+def _configured_guardrails(settings: Any) -> dict[str, Any]:
+    """`[guardrails]` as the field, when there are some (their module is imported only then)."""
+    tables = getattr(settings, "guardrails", None)
+    if not tables:
+        return {}
+    from .guardrails import guardrails_from_settings
+
+    return {"guardrails": guardrails_from_settings(tables, settings.workspace)}
 
 
 FIELDS = frozenset(f.name for f in fields(AgentConfig) if f.init)

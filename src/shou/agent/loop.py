@@ -240,6 +240,10 @@ class Run:
         ended = await self.tool_pipeline()(calls)
         return ended[2] if ended is not None else None
 
+    async def steps(self) -> Ending:
+        """The plain loop to the run's ending: what a `drive` that wraps the loop (agent/guarded.py) runs."""
+        return await self._steps()
+
     async def _steps(self) -> tuple[RunStatus, str, str | None]:
         agent = self.agent
         tools = self.tool_pipeline()

@@ -60,7 +60,8 @@ def printable(text: str) -> str:
 
 
 STATUS_STYLE = {"completed": "green", "cancelled": "yellow", "max_steps": "yellow", "loop": "yellow",
-                "timeout": "yellow", "budget": "yellow", "error": "red", "waiting_approval": "yellow"}
+                "timeout": "yellow", "budget": "yellow", "error": "red", "waiting_approval": "yellow",
+                "blocked": "red"}
 
 
 def short(text: str, limit: int = 160) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..events import (
     Event,
+    GuardrailTripped,
     Handoff,
     HistoryCleared,
     ModelRequest,
@@ -49,6 +50,7 @@ class OpenRun:
     cut: bool = False  # the last model turn was cut at the output limit: its calls must never run
     waiting: bool = False  # it stopped for approvals (`waiting_approval`), not because its process died
     plan: PlanUpdated | None = None  # a planned run's plan as last logged
+    blocked: GuardrailTripped | None = None  # a guardrail stopped it: resumed, it ends `blocked` at once
     subs: int = 0  # the highest number of its sub-runs' ids (`run_x.3`): a resumed run's go on from there
     agent: str = MAIN_AGENT  # the agent that answers it: the last handoff's (agent/handoff.py)
 
@@ -128,6 +130,10 @@ class OpenRunFold:
         """The run was handed over: that agent answers its next steps, a resumed run's too."""
         if self.run is not None and event.run_id == self.run.run_id:
             self.run.agent = event.target
+    def on_tripped(self, event: GuardrailTripped) -> None:
+        """A guardrail stopped the run: nothing of it may run again."""
+        if self.run is not None:
+            self.run.blocked = event
 
     def on_sub(self, event: Event) -> None:
         """Any event of a sub-run: if it is the open run's (a plan call, a review, a summary, a plan step, a
@@ -151,4 +157,4 @@ class OpenRunFold:
                 ModelRequest: self.on_request, ModelResponse: self.on_response,
                 ToolCallStarted: self.on_call_started, ToolCallFinished: self.on_call_finished,
                 StepFinished: self.on_step, Notice: self.on_notice, PlanUpdated: self.on_plan,
-                Handoff: self.on_handoff}
+                Handoff: self.on_handoff, GuardrailTripped: self.on_tripped}

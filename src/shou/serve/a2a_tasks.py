@@ -57,7 +57,7 @@ _WRITERS = ("write_file", "edit_file")
 _FAILED = TaskState.TASK_STATE_FAILED
 _STATE = {"queued": TaskState.TASK_STATE_SUBMITTED, "running": TaskState.TASK_STATE_WORKING,
           "waiting_approval": TaskState.TASK_STATE_INPUT_REQUIRED, "completed": TaskState.TASK_STATE_COMPLETED,
-          "cancelled": TaskState.TASK_STATE_CANCELED}
+          "cancelled": TaskState.TASK_STATE_CANCELED, "blocked": TaskState.TASK_STATE_REJECTED}
 
 
 def context_of(job: Job) -> str:
@@ -174,7 +174,7 @@ def ending_status(end: RunFinished | dict[str, Any], waiting: Iterable[ApprovalR
                 "\"call_id\": \"...\"} (without call_id the decision is for every waiting call).")
         return TaskStatus(state=TaskState.TASK_STATE_INPUT_REQUIRED, message=said("waiting", text,
                                                                                     {"approvals": calls}))
-    state = TaskState.TASK_STATE_CANCELED if status == "cancelled" else _FAILED
+    state = _STATE.get(status, _FAILED) if status in ("cancelled", "blocked") else _FAILED  # blocked: rejected
     why = f"The run ended {status}" + (f": {error}" if error else "")
     return TaskStatus(state=state, message=said("end", why))
 

@@ -56,7 +56,8 @@ class Usage(BaseModel):
 
 
 class RunInfo(BaseModel):
-    """A run: `status` is queued, running, waiting_approval, or how it ended."""
+    """A run: `status` is queued, running, waiting_approval, or how it ended (completed, blocked by a guardrail,
+    max_steps, error, ...; `error` says why)."""
 
     run_id: str
     session: str
