@@ -332,6 +332,9 @@ class Handoff(Event):
     source: str
     target: str
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class GuardrailTripped(Event):
     """Guardrail `name` (an `input` or `output` check) stopped the run at step `step`, for `reason`: the run
     ends `blocked`, and a resumed run never goes on from here."""
