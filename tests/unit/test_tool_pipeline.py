@@ -20,7 +20,7 @@ from shou.permissions import Policy
 from shou.session import Session
 
 WORDS = {"Repeats": "repeat guard", "SizeLimit": "size limit", "PolicyCheck": "policy", "Approval": "approval",
-         "VisionFallback": "vision fallback", "RepeatNote": "repeat note", "Validate": "validate",
+         "VisionFallback": "vision fallback", "RepeatNote": "repeat note", "Checkpoint": "checkpoint", "Validate": "validate",
          "Timeout": "timeout", "Contain": "contain", "MarkUntrusted": "mark untrusted", "Truncate": "truncate"}
 
 

@@ -76,6 +76,7 @@ def _mount_subcommands() -> None:
     from .skills import skills
     from .trace import trace, usage
     from .trust import trust
+    from .undo import diff, undo
 
     app.command()(run)
     app.command()(resume)
@@ -95,6 +96,8 @@ def _mount_subcommands() -> None:
     app.command()(serve)
     app.command(name="eval")(eval_command)
     app.command()(batch)
+    app.command()(undo)
+    app.command()(diff)
 
 
 _mount_subcommands()

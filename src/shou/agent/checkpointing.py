@@ -1,0 +1,79 @@
+"""The run's checkpoint control: each tool call gets its own recorder of the workspace files it changes.
+
+A file tool records through `ToolContext.checkpoint` itself (it knows the path, and does it under the file's
+lock, before the change). A sandboxed command says nothing of what it touches, so around `shell` and
+`run_code` the workspace is scanned before and after (bounded; the small files' contents kept before) and the
+difference recorded. Only a stored session's runs record (`shou undo` finds them by session); the setting
+`checkpoint_max_mb` caps the store (0 turns checkpoints off), and the oldest runs' are dropped past it, with a
+notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..checkpoints import DEFAULT_MAX_BYTES, Book, CallRecorder, book_for, precapture, prune_to_cap, scan
+from ..events import Notice
+
+if TYPE_CHECKING:
+    from ..tools.base import ToolResult
+    from ..tools.pipeline import Invocation, Next
+    from .scope import RunScope
+
+__all__ = ["SANDBOXED", "Checkpoint"]
+
+SANDBOXED = frozenset({"shell", "run_code"})  # tools whose changes are found by scanning the workspace
+
+
+class Checkpoint:
+    """Records what each call changes in the workspace (checkpoints/), for `shou undo` and `shou diff`."""
+
+    __slots__ = ("_book", "_told", "scope")
+
+    def __init__(self, scope: RunScope) -> None:
+        self.scope = scope
+        self._book: Book | None | bool = False  # False: not looked up yet
+        self._told = False  # the workspace was too big to scan whole: said once per run
+
+    def book(self) -> Book | None:
+        """The workspace's checkpoint book, or None when this run records none."""
+        if self._book is False:
+            agent = self.scope.agent
+            mb = getattr(agent.settings, "checkpoint_max_mb", None)
+            cap = DEFAULT_MAX_BYTES if mb is None else int(float(mb) * 2**20)
+            stored = self.scope.session.store is not None
+            self._book = book_for(agent.workspace, cap) if stored and cap > 0 else None
+        return self._book if isinstance(self._book, Book) else None
+
+    async def __call__(self, inv: Invocation, next: Next[ToolResult]) -> ToolResult:
+        """The tool's result, its changes recorded."""
+        book = self.book()
+        if book is None or inv.ctx is None:
+            return await next(inv)
+        scope = self.scope
+        rec = CallRecorder(book, scope.session.name, scope.session.key, scope.run_id, scope.step, inv.call.id,
+                           inv.call.name)
+        inv.ctx = replace(inv.ctx, checkpoint=rec)  # this call's own: the run's context is shared by its calls
+        if inv.call.name not in SANDBOXED:
+            result = await next(inv)
+        else:
+            before = await asyncio.to_thread(scan, book.workspace)
+            kept = await asyncio.to_thread(precapture, book, before)
+            try:
+                result = await next(inv)
+            finally:  # a command that timed out may have changed files too
+                after = await asyncio.to_thread(scan, book.workspace)
+                await asyncio.to_thread(rec.command, before, kept, after)
+            if not (before.complete and after.complete) and not self._told:
+                self._told = True
+                rec.notes.append("the workspace has too many files to watch whole: `shou undo` may miss changes "
+                                 "that commands made to some of them")
+        dropped = await asyncio.to_thread(prune_to_cap, book, scope.run_id)
+        if dropped:
+            rec.notes.append(f"dropped the checkpoints of the {dropped} oldest run(s) to stay under "
+                             f"checkpoint_max_mb ({book.max_bytes / 2**20:g} MB): they can no longer be undone")
+        for note in rec.notes:
+            scope.emit(Notice(scope.run_id, scope.step, "checkpoint", note))
+        return result
