@@ -34,7 +34,7 @@ class Checkpoint:
 
     def __init__(self, scope: RunScope) -> None:
         self.scope = scope
-        self._book: Book | None | bool = False  # False: not looked up yet
+        self._book: Book | bool | None = False  # False: not looked up yet
         self._told = False  # the workspace was too big to scan whole: said once per run
 
     def book(self) -> Book | None:

@@ -4,7 +4,8 @@ client, goes the same way, in named stages:
     judge:    repeat guard                         (a model's turn only; looks, has no effect)
     screen:   size limit ─► policy ─► approval     (one call at a time, in the model's order)
     announce: every admitted call's start, then one commit (write-ahead)
-    run:      vision fallback ─► repeat note ─► checkpoint ─► validate ─► timeout ─► contain ─► mark untrusted ─► truncate ─► tool
+    run:      vision fallback ─► repeat note ─► checkpoint ─► validate ─► timeout ─► contain ─► mark untrusted
+              ─► truncate ─► tool
               (in parallel, at most `max_parallel_tools` at once; each result recorded as it arrives)
 
 Judging comes first, over the whole turn, so a call repeated past the warning stops the run before any call

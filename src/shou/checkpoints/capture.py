@@ -135,9 +135,7 @@ class Scan:
 def scan(root: Path, limit: int = SCAN_LIMIT) -> Scan:
     """List the workspace's regular files (bounded, following no symlink, skipping `.shou/` and `.git/`)."""
     files: dict[str, Sig] = {}
-    seen = 0
-    for rel, st in _walk(str(root), ""):
-        seen += 1
+    for seen, (rel, st) in enumerate(_walk(str(root), ""), 1):
         if seen > limit:
             return Scan(files, False)
         if st is not None:

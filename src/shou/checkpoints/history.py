@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Change", "PathPlan", "Record", "State", "changes", "live_blobs", "plan", "runs", "select", "same_state"]
+__all__ = ["Change", "PathPlan", "Record", "State", "changes", "live_blobs", "plan", "runs", "same_state", "select"]
 
 State = dict[str, Any] | None  # None: no file at the path
 Record = dict[str, Any]

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
 import orjson
 
 from ..private import FILE_MODE

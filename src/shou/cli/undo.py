@@ -71,7 +71,8 @@ def undo(
         return
     out = undo_changes(book, chosen, force=force)
     if out.conflicts and not force:
-        typer.echo("changed outside shou since the run changed them (nothing was undone; --force overwrites them):", err=True)
+        typer.echo("changed outside shou since the run changed them (nothing was undone; --force overwrites "
+                   "them):", err=True)
         for line in out.conflicts:
             typer.echo(f"  {line}", err=True)
         raise typer.Exit(1)
@@ -104,7 +105,7 @@ def diff(
 
     book, name, found = _session_changes(workspace, session)
     try:
-        run_id, chosen = select(found, run)
+        _, chosen = select(found, run)
     except ValueError as e:
         raise fail(str(e)) from None
     if step is not None:
