@@ -76,19 +76,20 @@ class CallRecorder:
         self.notes: list[str] = []
         self._lock = threading.Lock()
 
-    def _append(self, kind: str, path: str, state: State) -> None:
-        self.book.append(self.session, self.key, {"k": kind, **self.head, "path": path, "state": state})
+    def _append(self, kind: str, path: str, state: State, **more: object) -> None:
+        self.book.append(self.session, self.key, {"k": kind, **self.head, "path": path, "state": state, **more})
 
     def _rel(self, path: str) -> str:
         return "/".join(relative_parts(self.book.workspace, path))
 
-    def before(self, path: str) -> None:
-        """Record the file at `path` as it is, durably, before the tool changes it. `ToolError` when that
-        cannot be done: the change must not happen without its checkpoint."""
+    def before(self, path: str, new: bytes | None = None) -> None:
+        """Record the file at `path` as it is, durably, before the tool changes it (and the hash of `new`, the
+        content it is about to write: after a kill between the two, undo knows the file is as shou left it).
+        `ToolError` when that cannot be done: the change must not happen without its checkpoint."""
         rel = self._rel(path)
         try:
             state = state_of(self.book, self.book.workspace, rel)
-            self._append("before", rel, state)
+            self._append("before", rel, state, **({"next": sha256(new)} if new is not None else {}))
         except (OSError, UserError) as e:
             raise ToolError(f"cannot record a checkpoint of {rel!r} before changing it ({e}); nothing was "
                             "changed") from None

@@ -27,6 +27,7 @@ class Change:
     before: State
     after: State
     after_known: bool  # False: the process died between the two records (the change may or may not be made)
+    next: str | None = None  # the hash of the content the tool was about to write, when it said
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,7 @@ class PathPlan:
     expected_known: bool
     fallback: State
     changes: tuple[Change, ...]
+    next: str | None = None  # the last change unfinished: the hash of what it was writing, if known
 
 
 def changes(records: list[Record]) -> list[Change]:
@@ -52,14 +54,15 @@ def changes(records: list[Record]) -> list[Change]:
         kind = r.get("k")
         if kind == "before":
             change = Change(seq, str(r.get("run", "")), int(r.get("step", 0)), str(r.get("call", "")),
-                            str(r.get("tool", "")), str(r.get("path", "")), r.get("state"), None, False)
+                            str(r.get("tool", "")), str(r.get("path", "")), r.get("state"), None, False,
+                            r.get("next") if isinstance(r.get("next"), str) else None)
             index[(change.run, change.call, change.path)] = len(out)
             out.append(change)
         elif kind == "after":
             i = index.pop((str(r.get("run", "")), str(r.get("call", "")), str(r.get("path", ""))), None)
             if i is not None:
                 c = out[i]
-                out[i] = Change(c.seq, c.run, c.step, c.call, c.tool, c.path, c.before, r.get("state"), True)
+                out[i] = Change(c.seq, c.run, c.step, c.call, c.tool, c.path, c.before, r.get("state"), True, c.next)
         elif kind == "undone":
             undone.append((seq, str(r.get("run", "")), int(r.get("after_step", 0))))
     return [c for c in out if c.run not in dropped
@@ -91,7 +94,7 @@ def plan(chosen: list[Change]) -> list[PathPlan]:
     by_path: dict[str, list[Change]] = {}
     for c in chosen:
         by_path.setdefault(c.path, []).append(c)
-    plans = [PathPlan(path, cs[0].before, cs[-1].after, cs[-1].after_known, cs[-1].before, tuple(cs))
+    plans = [PathPlan(path, cs[0].before, cs[-1].after, cs[-1].after_known, cs[-1].before, tuple(cs), cs[-1].next)
              for path, cs in by_path.items()]
     return plans[::-1]
 

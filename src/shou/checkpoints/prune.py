@@ -61,7 +61,7 @@ def prune_to_cap(book: Book, keep_run: str = "") -> int:
         for _, session, key, run, blobs in sorted(found):
             if total <= book.max_bytes:
                 break
-            if run == keep_run:
+            if run == keep_run or not blobs:  # dropping a run that keeps no content frees nothing
                 continue
             book.append(session, key, {"k": "dropped", "run": run})
             dropped_runs += 1

@@ -39,8 +39,8 @@ def _conflict(book: Book, p: PathPlan) -> str | None:
         return f"{p.path} ({now})"
     if p.expected_known and same_state(now, p.expected):
         return None
-    if not p.expected_known and (same_state(now, p.fallback) or same_state(now, p.expected)):
-        return None
+    if not p.expected_known and (same_state(now, p.fallback) or (now is not None and now.get("sha") == p.next)):
+        return None  # a kill came between the change and its record: either way the file is as shou left it
     if same_state(now, p.target):
         return None  # already as it was: nothing to overwrite
     return f"{p.path} (changed since shou changed it)"

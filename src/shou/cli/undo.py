@@ -33,15 +33,15 @@ def _session_changes(workspace: Path | None, session: str | None) -> tuple[Book,
     with open_log(root) as store:
         if store is None:
             raise fail(f"no sessions yet in {root}")
-        names = store.sessions()
-        name = session or (names[0].name if names else None)
-        if name is None or not store.exists(name):
-            raise fail(f"no session {name!r} in this workspace (`shou sessions` lists them)")
         book = book_for(root)
         try:
             forget_deleted(book, store.exists)  # checkpoints of sessions deleted since go with them
         except OSError as e:
             raise fail(f"cannot read the checkpoints in {root / '.shou' / 'checkpoints'}: {e}") from None
+        names = store.sessions()
+        name = session or (names[0].name if names else None)
+        if name is None or not store.exists(name):
+            raise fail(f"no session {name!r} in this workspace (`shou sessions` lists them)")
     return book, name, changes(book.records(name))
 
 

@@ -88,7 +88,7 @@ def write_file(path: str, content: str, ctx: ToolContext) -> str:
     try:
         with write_lock(ctx.workspace, path):
             if ctx.checkpoint is not None:  # the prior content is on disk before the file changes (shou undo)
-                ctx.checkpoint.before(path)
+                ctx.checkpoint.before(path, data)
             existed = write_bytes_beneath(ctx.workspace, path, data)
             if ctx.checkpoint is not None:
                 ctx.checkpoint.after(path)
@@ -138,10 +138,11 @@ def _edit(f: Opened, path: str, old: str, new: str, ctx: ToolContext) -> ToolRes
             "exactly once"
         )
     after = text.replace(old, new, 1)
+    data = after.encode("utf-8")
     if ctx.checkpoint is not None:  # the prior content is on disk before the file changes (shou undo)
-        ctx.checkpoint.before(path)
+        ctx.checkpoint.before(path, data)
     try:
-        f.replace(after.encode("utf-8"))
+        f.replace(data)
     except OSError as e:
         raise ToolError(f"cannot write {path!r}: {e.strerror or e}") from None
     name = f.shown
