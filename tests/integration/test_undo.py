@@ -96,11 +96,13 @@ def test_undo_to_a_step_then_the_rest_then_the_run_before(serve, shou, workspace
 
 
 def test_checkpoints_go_with_their_session_and_stay_under_the_cap(serve, shou, workspace: Path) -> None:
-    big = "x" * 3000 + "\n"  # over a quarter of a 0.01 MB cap: recorded, not kept
-    srv = serve([call("write_file", path="big.txt", content=big), {"text": "ok"}])
+    (workspace / "big.txt").write_text("x" * 3000)  # over a quarter of a 0.01 MB cap: recorded, not kept
+    srv = serve([call("write_file", path="big.txt", content="small"), {"text": "ok"}])
     r = shou("run", "big", "--session", "old", server=srv, SHOU_CHECKPOINT_MAX_MB="0.01")
-    assert r.returncode == 0 and "too big to keep a checkpoint of" in r.stderr
-    (workspace / "big.txt").unlink()
+    assert r.returncode == 0 and "big.txt is 3000 bytes, too big to keep a checkpoint of" in r.stderr
+    u = shou("undo", "old")
+    assert u.returncode == 1 and "not restored: big.txt: too big to keep" in u.stderr
+    assert (workspace / "big.txt").read_text() == "small"
     runs = []
     for i in range(3):  # 3 runs of 2 files of 2 KB: the oldest runs are dropped to stay under 10 KB
         srv = serve([call("write_file", path=f"r{i}a.txt", content=f"{i}a" * 1000),
@@ -108,7 +110,12 @@ def test_checkpoints_go_with_their_session_and_stay_under_the_cap(serve, shou, w
         r = shou("run", f"run {i}", "--session", "new", server=srv, SHOU_CHECKPOINT_MAX_MB="0.01")
         assert r.returncode == 0, r.stderr
         runs.append(r.stderr)
-    assert "dropped the checkpoints of the 1 oldest run(s)" in runs[2]
+    # the oldest runs first: the old session's (undone) one, then the new session's first
+    assert "dropped the checkpoints of the 2 oldest run(s) to stay under checkpoint_max_mb" in runs[2]
+    assert "removed r2a.txt" in shou("undo", "new").stdout
+    assert "removed r1a.txt" in shou("undo", "new").stdout
+    assert "nothing to undo" in shou("undo", "new").stdout  # run 0's checkpoints were dropped
+    assert (workspace / "r0a.txt").exists()
     assert sum(p.stat().st_size for p in (workspace / ".shou/checkpoints/blobs").iterdir()) <= 10 * 1024 * 1.05
 
     journals = workspace / ".shou" / "checkpoints" / "sessions"
