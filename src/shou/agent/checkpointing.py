@@ -11,10 +11,21 @@ notice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..checkpoints import DEFAULT_MAX_BYTES, Book, CallRecorder, book_for, precapture, prune_to_cap, scan
+from ..checkpoints import (
+    DEFAULT_MAX_BYTES,
+    Book,
+    CallRecorder,
+    book_for,
+    forget_deleted,
+    precapture,
+    prune_to_cap,
+    scan,
+)
+from ..errors import ShouError
 from ..events import Notice
 
 if TYPE_CHECKING:
@@ -45,6 +56,10 @@ class Checkpoint:
             cap = DEFAULT_MAX_BYTES if mb is None else int(float(mb) * 2**20)
             stored = self.scope.session.store is not None
             self._book = book_for(agent.workspace, cap) if stored and cap > 0 else None
+            store = self.scope.session.store
+            if self._book is not None and store is not None:  # once per run: what deleted sessions left goes
+                with contextlib.suppress(OSError, ShouError):
+                    forget_deleted(self._book, store.exists)
         return self._book if isinstance(self._book, Book) else None
 
     async def __call__(self, inv: Invocation, next: Next[ToolResult]) -> ToolResult:

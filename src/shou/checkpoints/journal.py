@@ -215,6 +215,18 @@ class Book:
                 if isinstance(record, dict):
                     yield record
 
+    def sessions(self) -> list[str]:
+        """The sessions that have a journal (reading only each journal's first line)."""
+        folder = _folder(self.workspace, "sessions")
+        dir_fd = _open_dir(folder)
+        try:
+            with os.scandir(folder) as entries:
+                names = [e.name for e in entries if e.name.endswith(".jsonl")]
+            heads = [self._head(dir_fd, name) for name in names]
+        finally:
+            os.close(dir_fd)
+        return [str(h["session"]) for h in heads if h and "session" in h]
+
     def journals(self) -> dict[str, list[Record]]:
         """Every session's journal, by session name."""
         out: dict[str, list[Record]] = {}

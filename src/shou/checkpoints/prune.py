@@ -23,7 +23,7 @@ def drop_session(book: Book, session: str) -> None:
 
 def forget_deleted(book: Book, exists: Callable[[str], bool]) -> list[str]:
     """Drop the checkpoints of every session `exists` says is gone; returns their names."""
-    gone = [name for name in book.journals() if not exists(name)]
+    gone = [name for name in book.sessions() if not exists(name)]
     for name in gone:
         drop_session(book, name)
     return gone
