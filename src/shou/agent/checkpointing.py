@@ -85,7 +85,7 @@ class Checkpoint:
                 self._told = True
                 rec.notes.append("the workspace has too many files to watch whole: `shou undo` may miss changes "
                                  "that commands made to some of them")
-        dropped = await asyncio.to_thread(prune_to_cap, book, scope.run_id)
+        dropped = await asyncio.to_thread(prune_to_cap, book, scope.run_id) if rec.recorded else 0
         if dropped:
             rec.notes.append(f"dropped the checkpoints of the {dropped} oldest run(s) to stay under "
                              f"checkpoint_max_mb ({book.max_bytes / 2**20:g} MB): they can no longer be undone")

@@ -74,9 +74,11 @@ class CallRecorder:
         self.book, self.session, self.key = book, session, key
         self.head = {"run": run, "step": step, "call": call, "tool": tool}
         self.notes: list[str] = []
+        self.recorded = False  # whether anything was recorded (only then may the cap need keeping)
         self._lock = threading.Lock()
 
     def _append(self, kind: str, path: str, state: State, **more: object) -> None:
+        self.recorded = True
         self.book.append(self.session, self.key, {"k": kind, **self.head, "path": path, "state": state, **more})
 
     def _rel(self, path: str) -> str:
