@@ -4,10 +4,16 @@ files with the file tools and a sandboxed shell command."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from shou.store.sqlite import SQLiteStore
+
+from .conftest import shou_env
 
 
 def call(name: str, **arguments: object) -> dict:
@@ -124,3 +130,29 @@ def test_checkpoints_go_with_their_session_and_stay_under_the_cap(serve, shou, w
         store.delete("new")
     assert shou("diff", "old").returncode == 0  # any checkpoint command drops what deleted sessions left
     assert len(list(journals.iterdir())) == 1 and blobs(workspace) == set()
+
+
+def test_a_command_killed_with_shou_is_still_undone(serve, shou, tmp_path: Path, workspace: Path) -> None:
+    (workspace / "a.txt").write_text("a before\n")
+    (workspace / "b.txt").write_text("b before\n")
+    command = "echo changed > a.txt && rm b.txt && echo made > c.txt && touch ready && sleep 300"
+    srv = serve([call("shell", command=command), {"text": "never"}])
+    proc = subprocess.Popen([sys.executable, "-m", "shou", "run", "change files", "--session", "k"], cwd=workspace,
+                            env=shou_env(tmp_path, srv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60  # a hang guard only: the command says when it is done with the files
+        while not (workspace / "ready").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the command never ran"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # kill -9 while the command runs: its changes were never recorded
+        proc.wait()
+    assert (workspace / "c.txt").exists() and not (workspace / "b.txt").exists()
+
+    d = shou("diff", "k")  # the scan before the command was on disk: the changes are recorded now
+    assert "-a before\n+changed\n" in d.stdout and "+++ b/c.txt" in d.stdout, d.stderr
+    u = shou("undo", "k")
+    assert u.returncode == 0, u.stderr
+    assert (workspace / "a.txt").read_text() == "a before\n" and (workspace / "b.txt").read_text() == "b before\n"
+    assert not (workspace / "c.txt").exists() and not (workspace / "ready").exists()

@@ -76,6 +76,7 @@ class Checkpoint:
         else:
             before = await asyncio.to_thread(scan, book.workspace)
             kept = await asyncio.to_thread(precapture, book, before)
+            await asyncio.to_thread(rec.command_starts, before, kept)
             try:
                 result = await next(inv)
             finally:  # a command that timed out may have changed files too

@@ -7,12 +7,12 @@ undoes and diffs, `prune` keeps them under the size cap and drops them with thei
 
 from __future__ import annotations
 
-from .capture import CallRecorder, Scan, precapture, scan
+from .capture import CallRecorder, Scan, precapture, recover, scan
 from .history import Change, changes, runs, select
 from .journal import DEFAULT_MAX_BYTES, Book, book_for
 from .prune import drop_session, forget_deleted, prune_to_cap
 from .restore import Outcome, diff_text, undo
 
 __all__ = ["DEFAULT_MAX_BYTES", "Book", "CallRecorder", "Change", "Outcome", "Scan", "book_for", "changes",
-           "diff_text", "drop_session", "forget_deleted", "precapture", "prune_to_cap", "runs", "scan", "select",
-           "undo"]
+           "diff_text", "drop_session", "forget_deleted", "precapture", "prune_to_cap", "recover", "runs", "scan",
+           "select", "undo"]

@@ -19,12 +19,14 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
+
 from ..errors import ToolError, UserError
 from ..workspace import NotFound, open_file, relative_parts
-from .history import State
+from .history import Record, State, pending_scans
 from .journal import Book, sha256
 
-__all__ = ["CallRecorder", "Scan", "current_state", "precapture", "scan", "state_of"]
+__all__ = ["CallRecorder", "Scan", "current_state", "precapture", "recover", "scan", "state_of"]
 
 SCAN_LIMIT = 20_000  # entries a scan looks at before it stops (a huge tree is watched in part, said so)
 SKIP = frozenset({".shou", ".git"})
@@ -78,8 +80,11 @@ class CallRecorder:
         self._lock = threading.Lock()
 
     def _append(self, kind: str, path: str, state: State, **more: object) -> None:
+        self._record({"k": kind, **self.head, "path": path, "state": state, **more})
+
+    def _record(self, record: dict[str, object]) -> None:
         self.recorded = True
-        self.book.append(self.session, self.key, {"k": kind, **self.head, "path": path, "state": state, **more})
+        self.book.append(self.session, self.key, record)
 
     def _rel(self, path: str) -> str:
         return "/".join(relative_parts(self.book.workspace, path))
@@ -106,9 +111,23 @@ class CallRecorder:
         with contextlib.suppress(OSError, UserError, ToolError):
             self._append("after", rel, state_of(self.book, self.book.workspace, rel))
 
+    def command_starts(self, before: Scan, kept: dict[str, State]) -> None:
+        """Record the scan before a command (as a blob), durably, before the command runs: killed during it,
+        the process leaves what `recover` needs to record its changes later."""
+        files = {p: [*sig, (kept.get(p) or {}).get("sha")] for p, sig in before.files.items()}
+        manifest = self.book.put_blob(orjson.dumps({"files": files, "complete": before.complete}))
+        self._record({"k": "scan", **self.head, "manifest": manifest})
+
     def command(self, before: Scan, kept: dict[str, State], after: Scan) -> list[str]:
         """Record what a command changed between two scans (`kept`: the prior states `precapture` kept);
         returns the changed paths."""
+        try:
+            return self._command(before, kept, after)
+        finally:
+            with contextlib.suppress(OSError, UserError):
+                self._record({"k": "scanned", **self.head})
+
+    def _command(self, before: Scan, kept: dict[str, State], after: Scan) -> list[str]:
         changed = [p for p in sorted(before.files.keys() | after.files.keys())
                    if before.files.get(p) != after.files.get(p)]
         for rel in changed:
@@ -198,3 +217,35 @@ def precapture(book: Book, taken: Scan) -> dict[str, State]:
         with _KEPT_LOCK:
             _KEPT[(root, rel, sig)] = state["sha"]
     return kept
+
+
+def recover(book: Book, session: str) -> int:
+    """Record the changes of the session's commands that a killed process left unrecorded (a `scan` record
+    with no `scanned`), comparing the workspace now with the scan before each; returns how many. Call it only
+    when no process runs the session (a running command's changes are its own to record)."""
+    records = book.records(session)
+    key = str(records[0].get("key", session)) if records else session
+    found = 0
+    for r in pending_scans(records):
+        rec = CallRecorder(book, session, key, str(r.get("run", "")), int(r.get("step", 0)), str(r.get("call", "")),
+                           str(r.get("tool", "")))
+        before, kept = _manifest(book, r)
+        rec.command(before, kept, scan(book.workspace) if before.files or before.complete else before)
+        found += 1
+    return found
+
+
+def _manifest(book: Book, r: Record) -> tuple[Scan, dict[str, State]]:
+    data = book.get_blob(str(r.get("manifest", "")))
+    try:
+        m = orjson.loads(data) if data is not None else {}
+    except orjson.JSONDecodeError:
+        m = {}
+    files: dict[str, Sig] = {}
+    kept: dict[str, State] = {}
+    for path, v in (m.get("files") or {}).items():
+        size, mtime, ino, mode, sha = v
+        files[path] = (size, mtime, ino, mode)
+        if sha:
+            kept[path] = {"sha": sha, "size": size, "mode": mode}
+    return Scan(files, bool(m.get("complete"))), kept

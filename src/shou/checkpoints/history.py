@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Change", "PathPlan", "Record", "State", "changes", "live_blobs", "plan", "runs", "same_state", "select"]
+__all__ = ["Change", "PathPlan", "Record", "State", "changes", "live_blobs", "pending_scans", "plan", "runs",
+           "same_state", "select"]
 
 State = dict[str, Any] | None  # None: no file at the path
 Record = dict[str, Any]
@@ -109,6 +110,12 @@ def same_state(a: State, b: State) -> bool:
     return bool(a.get("size") == b.get("size") and a.get("mtime") == b.get("mtime") and a.get("mode") == b.get("mode"))
 
 
+def pending_scans(records: list[Record]) -> list[Record]:
+    """The `scan` records of commands whose changes were never recorded (the process died while they ran)."""
+    done = {(r.get("run"), r.get("call")) for r in records if r.get("k") == "scanned"}
+    return [r for r in records if r.get("k") == "scan" and (r.get("run"), r.get("call")) not in done]
+
+
 def live_blobs(records: list[Record]) -> set[str]:
     """The blobs the journal's runs that are not dropped still name (undone ones too: `shou diff` shows them)."""
     dropped = {r.get("run") for r in records if r.get("k") == "dropped"}
@@ -117,4 +124,5 @@ def live_blobs(records: list[Record]) -> set[str]:
         state = r.get("state")
         if r.get("run") not in dropped and isinstance(state, dict) and isinstance(state.get("sha"), str):
             needed.add(state["sha"])
+    needed.update(str(r.get("manifest")) for r in pending_scans(records))
     return needed

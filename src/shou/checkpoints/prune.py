@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from .history import live_blobs
+import orjson
+
+from .history import Record, live_blobs, pending_scans
 from .journal import Book
 
 __all__ = ["drop_session", "forget_deleted", "prune_to_cap"]
@@ -17,8 +19,25 @@ def drop_session(book: Book, session: str) -> None:
         book.drop_journal(session)
         needed: set[str] = set()
         for records in book.journals().values():
-            needed |= live_blobs(records)
+            needed |= live_blobs(records) | _pending(book, records)
         book.collect(needed)
+
+
+def _pending(book: Book, records: list[Record]) -> set[str]:
+    """The blobs a command still running (or killed, not recovered yet) needs: its scan and what it kept."""
+    needed: set[str] = set()
+    for r in pending_scans(records):
+        manifest = str(r.get("manifest", ""))
+        needed.add(manifest)
+        data = book.get_blob(manifest)
+        if data is None:
+            continue
+        try:
+            files = orjson.loads(data).get("files") or {}
+        except (orjson.JSONDecodeError, AttributeError):
+            continue
+        needed.update(v[4] for v in files.values() if isinstance(v, list) and len(v) == 5 and v[4])
+    return needed
 
 
 def forget_deleted(book: Book, exists: Callable[[str], bool]) -> list[str]:
@@ -39,9 +58,11 @@ def prune_to_cap(book: Book, keep_run: str = "") -> int:
             return 0
         journals = book.journals()
         uses: Counter[str] = Counter()
+        pending: set[str] = set()
         found: list[tuple[float, str, str, str, set[str]]] = []  # (first time, session, key, run, blobs)
         for session, records in journals.items():
             key = str(records[0].get("key", ""))
+            pending |= _pending(book, records)
             dropped = {r.get("run") for r in records if r.get("k") == "dropped"}
             by_run: dict[str, tuple[float, set[str]]] = {}
             for r in records:
@@ -55,7 +76,7 @@ def prune_to_cap(book: Book, keep_run: str = "") -> int:
             for run, (first, blobs) in by_run.items():
                 found.append((first, session, key, run, blobs))
                 uses.update(blobs)
-        book.collect(set(uses))
+        book.collect(set(uses) | pending)
         total = sum(sizes.get(b, 0) for b in uses)
         dropped_runs = 0
         for _, session, key, run, blobs in sorted(found):
@@ -70,5 +91,5 @@ def prune_to_cap(book: Book, keep_run: str = "") -> int:
                 if uses[blob] == 0:
                     total -= sizes.get(blob, 0)
         if dropped_runs:
-            book.collect({b for b, n in uses.items() if n > 0})
+            book.collect({b for b, n in uses.items() if n > 0} | pending)
         return dropped_runs

@@ -27,7 +27,7 @@ RunOpt = Annotated[str | None, typer.Option("--run", help="The run (its id or th
 
 def _session_changes(workspace: Path | None, session: str | None) -> tuple[Book, str, list[Change]]:
     """The workspace's checkpoint book, the session meant and its live changes (`fail` when there is none)."""
-    from ..checkpoints import book_for, changes, forget_deleted
+    from ..checkpoints import book_for, changes, forget_deleted, recover
 
     root = (workspace or Path.cwd()).resolve()
     with open_log(root) as store:
@@ -42,6 +42,12 @@ def _session_changes(workspace: Path | None, session: str | None) -> tuple[Book,
         name = session or (names[0].name if names else None)
         if name is None or not store.exists(name):
             raise fail(f"no session {name!r} in this workspace (`shou sessions` lists them)")
+        if store.is_locked(name):  # its running commands' changes are its own to record
+            raise fail(f"session {name} is running now; wait until its run ends (or stop it) and try again", 1)
+        try:
+            recover(book, name)  # what commands a killed process ran changed, recorded now
+        except OSError as e:
+            raise fail(f"cannot read the checkpoints in {root / '.shou' / 'checkpoints'}: {e}") from None
     return book, name, changes(book.records(name))
 
 
