@@ -23,6 +23,7 @@ from ..checkpoints import (
     forget_deleted,
     precapture,
     prune_to_cap,
+    recover,
     scan,
 )
 from ..errors import ShouError
@@ -60,6 +61,9 @@ class Checkpoint:
             if self._book is not None and store is not None:  # once per run: what deleted sessions left goes
                 with contextlib.suppress(OSError, ShouError):
                     forget_deleted(self._book, store.exists)
+                    # this run holds the session: what its commands a killed process ran changed is recorded now,
+                    # before anything this run does is mixed in
+                    recover(self._book, self.scope.session.name)
         return self._book if isinstance(self._book, Book) else None
 
     async def __call__(self, inv: Invocation, next: Next[ToolResult]) -> ToolResult:
