@@ -156,3 +156,22 @@ def test_a_command_killed_with_shou_is_still_undone(serve, shou, tmp_path: Path,
     assert u.returncode == 0, u.stderr
     assert (workspace / "a.txt").read_text() == "a before\n" and (workspace / "b.txt").read_text() == "b before\n"
     assert not (workspace / "c.txt").exists() and not (workspace / "ready").exists()
+
+
+def test_a_sub_agent_s_changes_are_its_run_s_at_the_step_that_delegated(serve, shou, workspace: Path) -> None:
+    srv = serve([
+        call("write_file", path="parent.txt", content="by the parent\n"),
+        call("delegate", task="Write child.txt"),
+        call("write_file", path="child.txt", content="by the child\n"),  # the child's own turns
+        {"text": "child wrote it"},
+        {"text": "done"},
+    ])
+    r = shou("run", "write two files", server=srv)
+    assert r.returncode == 0, r.stderr
+    assert (workspace / "child.txt").exists()
+    d = shou("diff", "--step", "2")
+    assert "+++ b/child.txt" in d.stdout and "parent.txt" not in d.stdout
+    assert shou("undo", "--to", "1").returncode == 0  # the delegate call was step 2: the child's write goes
+    assert not (workspace / "child.txt").exists() and (workspace / "parent.txt").exists()
+    assert shou("undo").returncode == 0
+    assert not (workspace / "parent.txt").exists()

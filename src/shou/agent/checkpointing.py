@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,11 @@ if TYPE_CHECKING:
 __all__ = ["SANDBOXED", "Checkpoint"]
 
 SANDBOXED = frozenset({"shell", "run_code"})  # tools whose changes are found by scanning the workspace
+
+# The book, run and step of the call under way in this task: a sub-run it starts (delegate, a plan step) has an
+# in-memory session of its own, and its changes are its top run's, made at that run's step.
+_OUTER: contextvars.ContextVar[tuple[Book, str, int] | None] = contextvars.ContextVar("shou_checkpoint_outer",
+                                                                                       default=None)
 
 
 class Checkpoint:
@@ -68,32 +74,45 @@ class Checkpoint:
 
     async def __call__(self, inv: Invocation, next: Next[ToolResult]) -> ToolResult:
         """The tool's result, its changes recorded."""
-        book = self.book()
+        scope = self.scope
+        outer = _OUTER.get()
+        if outer is not None:  # a sub-run's call (a sub-agent, a plan step): recorded as its top run's, at its step
+            book, run, step = outer
+            call = f"{scope.run_id}/{inv.call.id}"
+        else:
+            book, run, step, call = self.book(), scope.run_id, scope.step, inv.call.id
         if book is None or inv.ctx is None:
             return await next(inv)
-        scope = self.scope
-        rec = CallRecorder(book, scope.session.name, scope.session.key, scope.run_id, scope.step, inv.call.id,
-                           inv.call.name)
+        rec = CallRecorder(book, scope.session.name, scope.session.key, run, step, call, inv.call.name)
         inv.ctx = replace(inv.ctx, checkpoint=rec)  # this call's own: the run's context is shared by its calls
-        if inv.call.name not in SANDBOXED:
-            result = await next(inv)
-        else:
-            before = await asyncio.to_thread(scan, book.workspace)
-            kept = await asyncio.to_thread(precapture, book, before)
-            await asyncio.to_thread(rec.command_starts, before, kept)
-            try:
+        token = _OUTER.set((book, run, step)) if outer is None else None
+        try:
+            if inv.call.name in SANDBOXED:
+                result = await self._command(book, rec, inv, next)
+            else:
                 result = await next(inv)
-            finally:  # a command that timed out may have changed files too
-                after = await asyncio.to_thread(scan, book.workspace)
-                await asyncio.to_thread(rec.command, before, kept, after)
-            if not (before.complete and after.complete) and not self._told:
-                self._told = True
-                rec.notes.append("the workspace has too many files to watch whole: `shou undo` may miss changes "
-                                 "that commands made to some of them")
-        dropped = await asyncio.to_thread(prune_to_cap, book, scope.run_id) if rec.recorded else 0
+        finally:
+            if token is not None:
+                _OUTER.reset(token)
+        dropped = await asyncio.to_thread(prune_to_cap, book, run) if rec.recorded else 0
         if dropped:
             rec.notes.append(f"dropped the checkpoints of the {dropped} oldest run(s) to stay under "
                              f"checkpoint_max_mb ({book.max_bytes / 2**20:g} MB): they can no longer be undone")
         for note in rec.notes:
             scope.emit(Notice(scope.run_id, scope.step, "checkpoint", note))
         return result
+
+    async def _command(self, book: Book, rec: CallRecorder, inv: Invocation, next: Next[ToolResult]) -> ToolResult:
+        """Run a sandboxed command between two scans of the workspace, and record what changed."""
+        before = await asyncio.to_thread(scan, book.workspace)
+        kept = await asyncio.to_thread(precapture, book, before)
+        await asyncio.to_thread(rec.command_starts, before, kept)
+        try:
+            return await next(inv)
+        finally:  # a command that timed out may have changed files too
+            after = await asyncio.to_thread(scan, book.workspace)
+            await asyncio.to_thread(rec.command, before, kept, after)
+            if not (before.complete and after.complete) and not self._told:
+                self._told = True
+                rec.notes.append("the workspace has too many files to watch whole: `shou undo` may miss changes "
+                                 "that commands made to some of them")
