@@ -43,9 +43,10 @@ def _state(data: bytes | None, st: os.stat_result, sha: str | None) -> State:
     return {"sha": sha, "size": st.st_size, "mode": mode}
 
 
-def state_of(book: Book, root: Path, path: str, *, keep: bool = True) -> State:
+def state_of(book: Book, root: Path, path: str, *, keep: bool = True, sync: bool = True) -> State:
     """The file at `path` now: None when there is none; its content kept as a blob (when `keep` and small
-    enough), or only its size and mode when it is too big. `ToolError` when it is no regular file."""
+    enough; fsynced when `sync`), or only its size and mode when it is too big. `ToolError` when it is no
+    regular file."""
     try:
         f = open_file(root, path)
     except NotFound:
@@ -54,7 +55,7 @@ def state_of(book: Book, root: Path, path: str, *, keep: bool = True) -> State:
         if f.stat.st_size > book.keep_limit:
             return _state(None, f.stat, None)
         data = f.read(book.keep_limit)
-        sha = book.put_blob(data) if keep else sha256(data)
+        sha = book.put_blob(data, sync=sync) if keep else sha256(data)
         return _state(data, os.fstat(f.fd), sha)
 
 
@@ -207,7 +208,9 @@ def precapture(book: Book, taken: Scan) -> dict[str, State]:
         if size > limit or size > budget:
             continue
         try:
-            state = state_of(book, book.workspace, rel)
+            # Not fsynced one by one (thousands of files before a first command): a kill -9 loses nothing
+            # written, and a blob a power loss damaged is caught by its hash when read.
+            state = state_of(book, book.workspace, rel, sync=False)
         except (ToolError, OSError, UserError):
             continue
         if state is None or not state.get("sha"):

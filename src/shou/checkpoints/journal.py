@@ -80,8 +80,10 @@ class Book:
         """The largest file whose content a checkpoint keeps: a quarter of the cap, at most 16 MB."""
         return min(16 * 2**20, max(self.max_bytes // 4, 0))
 
-    def put_blob(self, data: bytes) -> str:
-        """Store `data` durably (fsynced) and return its name; a blob already stored is not written again."""
+    def put_blob(self, data: bytes, *, sync: bool = True) -> str:
+        """Store `data` and return its name; a blob already stored is not written again. `sync` makes it
+        durable against a power loss too (fsynced); without it, a blob a crash damaged is found by its hash
+        when read (`get_blob`), never used."""
         name = sha256(data)
         folder = _folder(self.workspace, "blobs")
         dir_fd = _open_dir(folder)
@@ -94,11 +96,13 @@ class Book:
                          dir_fd=dir_fd)
             try:
                 _write_all(fd, data)
-                os.fsync(fd)  # the before-image is on disk before the file it saves can change
+                if sync:
+                    os.fsync(fd)  # the before-image is on disk before the file it saves can change
             finally:
                 os.close(fd)
             os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            os.fsync(dir_fd)
+            if sync:
+                os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
         with self.lock:
