@@ -87,6 +87,8 @@ class Settings:
     cache: bool = _s(False, "answer a repeated identical model request from ~/.cache/shou (no cost)")
     trace_retention_days: float | None = _s(7.0, "days the raw requests of traces are kept; none: forever",
                                             minimum=0)
+    checkpoint_max_mb: float = _s(50.0, "MB of workspace file checkpoints kept for shou undo and shou diff "
+                                        "(oldest runs' dropped past it); 0 turns checkpoints off", minimum=0)
     otel: bool = _s(False, "export traces by OpenTelemetry, OTLP over HTTP (also on when "
                            "OTEL_EXPORTER_OTLP_ENDPOINT is set)")
     otel_content: bool = _s(False, "put messages, tool arguments and results in exported spans")

@@ -20,13 +20,14 @@ from shou.permissions import Policy
 from shou.session import Session
 
 WORDS = {"Repeats": "repeat guard", "SizeLimit": "size limit", "PolicyCheck": "policy", "Approval": "approval",
-         "VisionFallback": "vision fallback", "RepeatNote": "repeat note", "Validate": "validate",
-         "Timeout": "timeout", "Contain": "contain", "MarkUntrusted": "mark untrusted", "Truncate": "truncate"}
+         "VisionFallback": "vision fallback", "RepeatNote": "repeat note", "Checkpoint": "checkpoint",
+         "Validate": "validate", "Timeout": "timeout", "Contain": "contain", "MarkUntrusted": "mark untrusted",
+         "Truncate": "truncate"}
 
 
 def documented() -> dict[str, list[str]]:
     """The stages as the module's docstring draws them: `stage: a ─► b ─► ...`."""
-    doc = toolpipe.__doc__ or ""
+    doc = re.sub(r"\n\s+─►", " ─►", toolpipe.__doc__ or "")  # a stage's line may go on on the next
     stages = {}
     for stage in ("judge", "screen", "run"):
         line = re.search(rf"^\s*{stage}:\s*(.+?)(?:\s{{2,}}\(|$)", doc, re.M)

@@ -165,7 +165,8 @@ def test_every_new_setting_is_sensitive_unless_declared(dirs: tuple[Path, Path])
                          # prices (a zero price would void a cost budget), where requests go and how often,
                          # what is kept and where traces and alerts are sent
                          "models", "model_retries", "fallback_models", "summary_model", "cache",
-                         "trace_retention_days", "otel", "otel_content", "alert_webhook", "alert_window",
+                         "trace_retention_days", "checkpoint_max_mb", "otel", "otel_content", "alert_webhook",
+                         "alert_window",
                          # which model reviews answers, and sub-agents (their model, tools and instructions)
                          "review_model", "agents",
                          # MCP servers are commands to run and places to send data; remote A2A agents are

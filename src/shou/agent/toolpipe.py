@@ -4,7 +4,8 @@ client, goes the same way, in named stages:
     judge:    repeat guard                         (a model's turn only; looks, has no effect)
     screen:   size limit ─► policy ─► approval     (one call at a time, in the model's order)
     announce: every admitted call's start, then one commit (write-ahead)
-    run:      vision fallback ─► repeat note ─► validate ─► timeout ─► contain ─► mark untrusted ─► truncate ─► tool
+    run:      vision fallback ─► repeat note ─► checkpoint ─► validate ─► timeout ─► contain ─► mark untrusted
+              ─► truncate ─► tool
               (in parallel, at most `max_parallel_tools` at once; each result recorded as it arrives)
 
 Judging comes first, over the whole turn, so a call repeated past the warning stops the run before any call
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 from ..events import Notice, RunStatus, ToolCallFinished, ToolCallStarted
 from ..tools.pipeline import Control, Invocation, Next, compose, run_parallel
 from .approvals import Gate
+from .checkpointing import Checkpoint
 from .guards import RepeatGuard
 from .tool_controls import Approval, PolicyCheck, RepeatNote, Repeats, SizeLimit, Verdict, VisionFallback, admit
 
@@ -58,6 +60,7 @@ class ToolPipeline:
         screening = [SizeLimit(scope, self.oversized), PolicyCheck(gate, questions), Approval(gate, questions)]
         shaping: list[Control[ToolResult]] = [] if agent.vision else [VisionFallback()]
         shaping.append(RepeatNote(scope, self.notes, agent.repeat_limit))
+        shaping.append(Checkpoint(scope))  # what the call changes in the workspace, for `shou undo`
         self.judge: Next[Verdict] = compose(judging, admit)
         self.screen: Next[Verdict] = compose(screening, admit)
         self.run: Next[ToolResult] = compose(shaping, executor.head)

@@ -58,6 +58,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "memory": ("memory", "memory_app"), "mcp": ("mcp", "mcp_app"), "a2a": ("a2a", "a2a_app"),
     "trust": ("trust", "trust"), "trace": ("trace", "trace"), "usage": ("trace", "usage"),
     "serve": ("serve", "serve"), "eval": ("evals", "eval_command"), "batch": ("evals", "batch"),
+    "undo": ("undo", "undo"), "diff": ("undo", "diff"),
 }
 
 

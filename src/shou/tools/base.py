@@ -28,6 +28,7 @@ from .describe import clean_schema, parse_docstring
 from .threads import run_in_daemon_thread
 
 if TYPE_CHECKING:
+    from ..checkpoints import CallRecorder
     from ..events import Event
     from ..workspace import Opened
 
@@ -116,6 +117,9 @@ class ToolContext:
     read_outside: Callable[[str], Opened | None] | None = None
     # The run's event stream, for a tool that reports progress (RunEvents); None outside a run.
     events: RunEvents | None = None
+    # Where a tool that changes workspace files records them first (shou undo); the run gives each call its own
+    # (agent/checkpointing.py). None: nothing is recorded (outside a stored run, checkpoints off).
+    checkpoint: CallRecorder | None = None
 
     @property
     def resource_key(self) -> str:

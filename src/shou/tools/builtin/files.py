@@ -87,7 +87,11 @@ def write_file(path: str, content: str, ctx: ToolContext) -> str:
     shown = "/".join(relative_parts(ctx.workspace, path))
     try:
         with write_lock(ctx.workspace, path):
+            if ctx.checkpoint is not None:  # the prior content is on disk before the file changes (shou undo)
+                ctx.checkpoint.before(path, data)
             existed = write_bytes_beneath(ctx.workspace, path, data)
+            if ctx.checkpoint is not None:
+                ctx.checkpoint.after(path)
     except OSError as e:
         raise ToolError(f"cannot write {shown!r}: {e.strerror or e}") from None
     return f"{'overwrote' if existed else 'created'} {shown} ({len(data)} bytes)"
@@ -107,10 +111,13 @@ def edit_file(path: str, old: str, new: str, ctx: ToolContext) -> ToolResult:
     if old == new:
         raise ToolError("old and new are the same; nothing would change")
     with write_lock(ctx.workspace, path), open_file(ctx.workspace, path, write=True) as f:
-        return _edit(f, path, old, new)
+        result = _edit(f, path, old, new, ctx)
+        if ctx.checkpoint is not None:
+            ctx.checkpoint.after(path)
+        return result
 
 
-def _edit(f: Opened, path: str, old: str, new: str) -> ToolResult:
+def _edit(f: Opened, path: str, old: str, new: str, ctx: ToolContext) -> ToolResult:
     if f.stat.st_size > MAX_EDIT_BYTES:
         raise ToolError(f"{f.shown!r} is {f.stat.st_size} bytes; edit_file edits files of at most {MAX_EDIT_BYTES} "
                         "bytes (it holds the whole file while it edits). Change a file that large another way")
@@ -131,8 +138,11 @@ def _edit(f: Opened, path: str, old: str, new: str) -> ToolResult:
             "exactly once"
         )
     after = text.replace(old, new, 1)
+    data = after.encode("utf-8")
+    if ctx.checkpoint is not None:  # the prior content is on disk before the file changes (shou undo)
+        ctx.checkpoint.before(path, data)
     try:
-        f.replace(after.encode("utf-8"))
+        f.replace(data)
     except OSError as e:
         raise ToolError(f"cannot write {path!r}: {e.strerror or e}") from None
     name = f.shown

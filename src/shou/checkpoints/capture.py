@@ -1,0 +1,254 @@
+"""Recording what a tool call changes: the file tools say which path they are about to change; for sandboxed
+commands (which say nothing) the workspace is scanned before and after.
+
+A file tool calls `CallRecorder.before(path)` under the file's write lock, before it changes the file: the
+prior content goes to a blob and the journal (both fsynced) first. `after(path)` records what it left.
+
+A command can change any file, so `scan` lists the workspace's regular files by (size, mtime, inode, mode)
+with a bounded walk (no symlink followed; `.shou/` and `.git/` skipped), and `precapture` keeps the content of
+the small files it has not kept already. The scan after the command says what changed; a changed file's prior
+content can be put back only when the scan before kept it (small enough, within the budget).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+
+from ..errors import ToolError, UserError
+from ..workspace import NotFound, open_file, relative_parts
+from .history import Record, State, pending_scans
+from .journal import Book, sha256
+
+__all__ = ["CallRecorder", "Scan", "current_state", "precapture", "recover", "scan", "state_of"]
+
+SCAN_LIMIT = 20_000  # entries a scan looks at before it stops (a huge tree is watched in part, said so)
+SKIP = frozenset({".shou", ".git"})
+PRECAPTURE_FILE = 1 * 2**20  # the largest file whose content is kept before a command, just in case
+PRECAPTURE_BUDGET = 16 * 2**20  # the most content read per command for that
+
+Sig = tuple[int, int, int, int]  # size, mtime_ns, inode, mode
+
+
+def _state(data: bytes | None, st: os.stat_result, sha: str | None) -> State:
+    mode = stat.S_IMODE(st.st_mode)
+    if data is None and sha is None:
+        return {"size": st.st_size, "mode": mode, "mtime": st.st_mtime_ns, "big": True}
+    return {"sha": sha, "size": st.st_size, "mode": mode}
+
+
+def state_of(book: Book, root: Path, path: str, *, keep: bool = True, sync: bool = True) -> State:
+    """The file at `path` now: None when there is none; its content kept as a blob (when `keep` and small
+    enough; fsynced when `sync`), or only its size and mode when it is too big. `ToolError` when it is no
+    regular file."""
+    try:
+        f = open_file(root, path)
+    except NotFound:
+        return None
+    with f:
+        if f.stat.st_size > book.keep_limit:
+            return _state(None, f.stat, None)
+        data = f.read(book.keep_limit)
+        sha = book.put_blob(data, sync=sync) if keep else sha256(data)
+        return _state(data, os.fstat(f.fd), sha)
+
+
+def current_state(book: Book, root: Path, path: str) -> State | str:
+    """The file at `path` now, as `same_state` compares it (nothing stored), or why it cannot be read."""
+    try:
+        return state_of(book, root, path, keep=False)
+    except ToolError as e:
+        return str(e)
+
+
+class CallRecorder:
+    """The checkpoints of one tool call, handed to its tool as `ToolContext.checkpoint`.
+
+    `notes` collects what the run should be told (a file too big to keep); the run's control emits them.
+    """
+
+    def __init__(self, book: Book, session: str, key: str, run: str, step: int, call: str, tool: str) -> None:
+        self.book, self.session, self.key = book, session, key
+        self.head = {"run": run, "step": step, "call": call, "tool": tool}
+        self.notes: list[str] = []
+        self.recorded = False  # whether anything was recorded (only then may the cap need keeping)
+        self._lock = threading.Lock()
+
+    def _append(self, kind: str, path: str, state: State, **more: object) -> None:
+        self._record({"k": kind, **self.head, "path": path, "state": state, **more})
+
+    def _record(self, record: dict[str, object]) -> None:
+        self.recorded = True
+        self.book.append(self.session, self.key, record)
+
+    def _rel(self, path: str) -> str:
+        return "/".join(relative_parts(self.book.workspace, path))
+
+    def before(self, path: str, new: bytes | None = None) -> None:
+        """Record the file at `path` as it is, durably, before the tool changes it (and the hash of `new`, the
+        content it is about to write: after a kill between the two, undo knows the file is as shou left it).
+        `ToolError` when that cannot be done: the change must not happen without its checkpoint."""
+        rel = self._rel(path)
+        try:
+            state = state_of(self.book, self.book.workspace, rel)
+            self._append("before", rel, state, **({"next": sha256(new)} if new is not None else {}))
+        except (OSError, UserError) as e:
+            raise ToolError(f"cannot record a checkpoint of {rel!r} before changing it ({e}); nothing was "
+                            "changed") from None
+        if state is not None and state.get("big"):
+            with self._lock:
+                self.notes.append(f"{rel} is {state['size']} bytes, too big to keep a checkpoint of "
+                                  f"(limit {self.book.keep_limit}): `shou undo` cannot put back its content")
+
+    def after(self, path: str) -> None:
+        """Record what the tool left at `path` (best effort: the change is made either way)."""
+        rel = self._rel(path)
+        with contextlib.suppress(OSError, UserError, ToolError):
+            self._append("after", rel, state_of(self.book, self.book.workspace, rel))
+
+    def command_starts(self, before: Scan, kept: dict[str, State]) -> None:
+        """Record the scan before a command (as a blob), durably, before the command runs: killed during it,
+        the process leaves what `recover` needs to record its changes later."""
+        files = {p: [*sig, (kept.get(p) or {}).get("sha")] for p, sig in before.files.items()}
+        manifest = self.book.put_blob(orjson.dumps({"files": files, "complete": before.complete}))
+        self._record({"k": "scan", **self.head, "manifest": manifest})
+
+    def command(self, before: Scan, kept: dict[str, State], after: Scan) -> list[str]:
+        """Record what a command changed between two scans (`kept`: the prior states `precapture` kept);
+        returns the changed paths."""
+        try:
+            return self._command(before, kept, after)
+        finally:
+            with contextlib.suppress(OSError, UserError):
+                self._record({"k": "scanned", **self.head})
+
+    def _command(self, before: Scan, kept: dict[str, State], after: Scan) -> list[str]:
+        changed = [p for p in sorted(before.files.keys() | after.files.keys())
+                   if before.files.get(p) != after.files.get(p)]
+        for rel in changed:
+            prior: State = None
+            if rel in before.files:
+                prior = kept.get(rel) or _unkept(before.files[rel])
+            with contextlib.suppress(OSError, UserError):
+                self._append("before", rel, prior)
+            self.after(rel)
+        return changed
+
+
+def _unkept(sig: Sig) -> State:
+    size, mtime, _, mode = sig
+    return {"size": size, "mode": mode, "mtime": mtime, "big": True}
+
+
+class Scan:
+    """The workspace's regular files by path, each as (size, mtime_ns, inode, mode); `complete` is False when
+    the walk stopped at its bound."""
+
+    def __init__(self, files: dict[str, Sig], complete: bool) -> None:
+        self.files = files
+        self.complete = complete
+
+
+def scan(root: Path, limit: int = SCAN_LIMIT) -> Scan:
+    """List the workspace's regular files (bounded, following no symlink, skipping `.shou/` and `.git/`)."""
+    files: dict[str, Sig] = {}
+    for seen, (rel, st) in enumerate(_walk(str(root), ""), 1):
+        if seen > limit:
+            return Scan(files, False)
+        if st is not None:
+            files[rel] = (st.st_size, st.st_mtime_ns, st.st_ino, stat.S_IMODE(st.st_mode))
+    return Scan(files, True)
+
+
+def _walk(top: str, prefix: str) -> Iterator[tuple[str, os.stat_result | None]]:
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
+        return
+    for entry in entries:
+        rel = prefix + entry.name
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            if entry.name.casefold() in SKIP:
+                continue
+            yield rel, None
+            yield from _walk(entry.path, rel + "/")
+        elif stat.S_ISREG(st.st_mode):
+            yield rel, st
+
+
+_KEPT: dict[tuple[str, str, Sig], str] = {}  # (workspace, path, signature) -> blob: a file unchanged is not reread
+_KEPT_LOCK = threading.Lock()
+
+
+def precapture(book: Book, taken: Scan) -> dict[str, State]:
+    """Keep the content of the scan's small files (within a budget per command), so a command's changes to
+    them can be undone; a file unchanged since it was last kept costs nothing."""
+    kept: dict[str, State] = {}
+    budget = PRECAPTURE_BUDGET
+    root = str(book.workspace)
+    blobs = book.blob_sizes()
+    limit = min(PRECAPTURE_FILE, book.keep_limit)
+    for rel, sig in taken.files.items():
+        size, _, _, mode = sig
+        with _KEPT_LOCK:
+            sha = _KEPT.get((root, rel, sig))
+        if sha is not None and sha in blobs:
+            kept[rel] = {"sha": sha, "size": size, "mode": mode}
+            continue
+        if size > limit or size > budget:
+            continue
+        try:
+            # Not fsynced one by one (thousands of files before a first command): a kill -9 loses nothing
+            # written, and a blob a power loss damaged is caught by its hash when read.
+            state = state_of(book, book.workspace, rel, sync=False)
+        except (ToolError, OSError, UserError):
+            continue
+        if state is None or not state.get("sha"):
+            continue
+        budget -= size
+        kept[rel] = state
+        with _KEPT_LOCK:
+            _KEPT[(root, rel, sig)] = state["sha"]
+    return kept
+
+
+def recover(book: Book, session: str) -> int:
+    """Record the changes of the session's commands that a killed process left unrecorded (a `scan` record
+    with no `scanned`), comparing the workspace now with the scan before each; returns how many. Call it only
+    when no process runs the session (a running command's changes are its own to record)."""
+    records = book.records(session)
+    key = str(records[0].get("key", session)) if records else session
+    found = 0
+    for r in pending_scans(records):
+        rec = CallRecorder(book, session, key, str(r.get("run", "")), int(r.get("step", 0)), str(r.get("call", "")),
+                           str(r.get("tool", "")))
+        before, kept = _manifest(book, r)
+        rec.command(before, kept, scan(book.workspace) if before.files or before.complete else before)
+        found += 1
+    return found
+
+
+def _manifest(book: Book, r: Record) -> tuple[Scan, dict[str, State]]:
+    data = book.get_blob(str(r.get("manifest", "")))
+    try:
+        m = orjson.loads(data) if data is not None else {}
+    except orjson.JSONDecodeError:
+        m = {}
+    files: dict[str, Sig] = {}
+    kept: dict[str, State] = {}
+    for path, v in (m.get("files") or {}).items():
+        size, mtime, ino, mode, sha = v
+        files[path] = (size, mtime, ino, mode)
+        if sha:
+            kept[path] = {"sha": sha, "size": size, "mode": mode}
+    return Scan(files, bool(m.get("complete"))), kept

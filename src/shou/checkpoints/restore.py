@@ -1,0 +1,154 @@
+"""Undoing a run's changes to the workspace, and showing them as a diff.
+
+`undo` puts back each path's state from before the first change undone: exact bytes and mode, a deleted file
+made again, a created one removed. It refuses, listing them, paths whose current content is not what shou
+last left there (changed outside shou since), unless forced. Paths are opened the way the file tools open
+them (workspace.py: one component at a time, no symlink followed), since the workspace is untrusted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ToolError
+from ..workspace import NotFound, open_beneath, open_file, relative_parts, write_lock
+from .capture import current_state
+from .history import Change, PathPlan, State, plan, same_state
+from .journal import Book
+
+__all__ = ["Outcome", "diff_text", "undo"]
+
+
+@dataclass
+class Outcome:
+    """What `undo` did: paths restored, removed, refused (changed outside shou) and not restorable."""
+
+    restored: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # (path: why) the prior content was not kept or is gone
+
+
+def _conflict(book: Book, p: PathPlan) -> str | None:
+    """Why `p.path` is not as shou left it, or None when it is."""
+    now = current_state(book, book.workspace, p.path)
+    if isinstance(now, str):
+        return f"{p.path} ({now})"
+    if p.expected_known and same_state(now, p.expected):
+        return None
+    if not p.expected_known and (same_state(now, p.fallback) or (now is not None and now.get("sha") == p.next)):
+        return None  # a kill came between the change and its record: either way the file is as shou left it
+    if same_state(now, p.target):
+        return None  # already as it was: nothing to overwrite
+    return f"{p.path} (changed since shou changed it)"
+
+
+def undo(book: Book, chosen: list[Change], *, force: bool = False) -> Outcome:
+    """Undo `chosen` (one run's changes after some step): all of them, or, when some path was changed outside
+    shou and not `force`, none (`conflicts` says which)."""
+    out = Outcome()
+    plans = plan(chosen)
+    for p in plans:
+        why = _conflict(book, p)
+        if why is not None:
+            out.conflicts.append(why)
+    if out.conflicts and not force:
+        return out
+    for p in plans:
+        try:
+            _restore(book, p.path, p.target, out)
+        except (ToolError, OSError) as e:
+            out.lost.append(f"{p.path}: {e}")
+    return out
+
+
+def _restore(book: Book, path: str, target: State, out: Outcome) -> None:
+    root = book.workspace
+    with write_lock(root, path):
+        if target is None:
+            if _remove(root, path):
+                out.removed.append(path)
+            return
+        sha = target.get("sha")
+        data = book.get_blob(sha) if isinstance(sha, str) else None
+        if data is None:
+            why = "too big to keep" if target.get("big") else "its checkpoint is gone"
+            out.lost.append(f"{path}: {why}; left as it is")
+            return
+        try:
+            f = open_file(root, path, write=True)
+        except NotFound:
+            f = open_file(root, path, write=True, create=True)
+        with f:
+            f.replace(data)
+            os.fchmod(f.fd, int(target.get("mode", 0o644)) & 0o7777)
+        out.restored.append(path)
+
+
+def _remove(root: Path, path: str) -> bool:
+    """Delete the workspace file `path` (no symlink followed on the way); False when it is already gone."""
+    parts = relative_parts(root, path)
+    if len(parts) > 1:
+        try:
+            dir_fd = open_beneath(root, parts[:-1], os.O_RDONLY | os.O_DIRECTORY)
+        except NotFound:
+            return False
+    else:
+        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.unlink(parts[-1], dir_fd=dir_fd)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(dir_fd)
+
+
+# ---------------------------------------------------------------- diff
+
+_TEXT_LIMIT = 2 * 2**20  # the largest content shown as text in a diff
+
+
+def _content(book: Book, state: State) -> tuple[list[str] | None, str]:
+    """The state's lines (None: not shown as text) and, when not shown, why."""
+    if state is None:
+        return [], ""
+    if state.get("big"):
+        return None, f"too big to keep ({state.get('size')} bytes)"
+    data = book.get_blob(str(state.get("sha")))
+    if data is None:
+        return None, "its checkpoint is gone"
+    if b"\0" in data[:8192] or len(data) > _TEXT_LIMIT:
+        return None, f"binary or large ({len(data)} bytes)"
+    try:
+        return data.decode("utf-8").splitlines(keepends=True), ""
+    except UnicodeDecodeError:
+        return None, f"not UTF-8 text ({len(data)} bytes)"
+
+
+def diff_text(book: Book, chosen: list[Change]) -> str:
+    """A unified diff of what `chosen` changed: each path from its state before the first change to its state
+    after the last (a created file from /dev/null, a deleted one to it)."""
+    pieces: list[str] = []
+    for p in plan(chosen)[::-1]:
+        a, why_a = _content(book, p.target)
+        b, why_b = _content(book, p.expected if p.expected_known else p.fallback)
+        old = "/dev/null" if p.target is None else f"a/{p.path}"
+        new = "/dev/null" if (p.expected_known and p.expected is None) else f"b/{p.path}"
+        if a is None or b is None:
+            pieces.append(f"--- {old}\n+++ {new}\n(no text diff: {why_a or why_b})\n")
+            continue
+        lines = list(difflib.unified_diff(a, b, old, new))
+        lines = [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines]
+        if lines:
+            pieces.append("".join(lines))
+        elif (p.target or {}).get("mode") != (p.expected or {}).get("mode"):
+            pieces.append(f"--- {old}\n+++ {new}\n(mode {_mode(p.target)} -> {_mode(p.expected)})\n")
+    return "".join(pieces)
+
+
+def _mode(state: State) -> str:
+    return "none" if state is None else oct(int(state.get("mode", 0)))
