@@ -65,6 +65,7 @@ def _main(
 
 def _mount_subcommands() -> None:
     from .a2a import a2a_app
+    from .answer import answer_command
     from .approve import approvals, approve, deny
     from .commands import commands
     from .evals import batch, eval_command
@@ -86,6 +87,7 @@ def _mount_subcommands() -> None:
     app.command()(approvals)
     app.command()(approve)
     app.command()(deny)
+    app.command(name="answer")(answer_command)
     app.add_typer(memory_app, name="memory")
     app.add_typer(mcp_app, name="mcp")
     app.add_typer(a2a_app, name="a2a")

@@ -19,6 +19,8 @@ from ..events import (
     ApprovalRequested,
     Compacted,
     Event,
+    InputAnswered,
+    InputRequested,
     Notice,
     PlanUpdated,
     Reviewed,
@@ -59,7 +61,8 @@ def printable(text: str) -> str:
 
 
 STATUS_STYLE = {"completed": "green", "cancelled": "yellow", "max_steps": "yellow", "loop": "yellow",
-                "timeout": "yellow", "budget": "yellow", "error": "red", "waiting_approval": "yellow"}
+                "timeout": "yellow", "budget": "yellow", "error": "red", "waiting_approval": "yellow",
+                "waiting_input": "yellow"}
 
 
 def short(text: str, limit: int = 160) -> str:
@@ -120,6 +123,9 @@ class Renderer:
         elif isinstance(event, ApprovalRequested | ApprovalDecided):
             self._newline()
             self._approval(event)
+        elif isinstance(event, InputRequested | InputAnswered):
+            self._newline()
+            self._question(event)
         elif isinstance(event, Compacted):
             self._newline()
             self.err.print(f"[dim]context compacted: {event.tokens_before} → {event.tokens_after} tokens[/]")
@@ -148,6 +154,16 @@ class Renderer:
         scope = {"session": " for this session", "rule": " always (added to your shou.toml)"}.get(event.scope, "")
         self.err.print(f"  {verdict}{scope}: {escape(event.name)} by {escape(event.by)} "
                        f"[dim]({escape(printable(event.reason))})[/]")
+
+    def _question(self, event: InputRequested | InputAnswered) -> None:
+        """The model's question to the person (its choices numbered), or their answer."""
+        if isinstance(event, InputAnswered):
+            self.err.print(f"  [green]answered[/] by {escape(event.by)}: {escape(short(event.answer))}")
+            return
+        self.err.print(f"[bold cyan]? the agent asks:[/] {escape(printable(event.question))} "
+                       f"[dim](call {escape(event.call_id)})[/]")
+        for i, choice in enumerate(event.choices, 1):
+            self.err.print(f"  [bold]{i}[/]. {escape(printable(choice))}")
 
     def review(self, event: Reviewed) -> None:
         """A reviewer's verdict on the answer."""

@@ -70,7 +70,8 @@ async function play(view) {
   if (ACTIVE.has(view.run.status)) setLive(view);
   const handle = d => {
     const over = view.handle(d);
-    if (state.live === view) setStatus(view.run.status === 'waiting_approval' ? 'waiting for approval' : 'running');
+    const waits = { waiting_approval: 'waiting for approval', waiting_input: 'waiting for your answer' };
+    if (state.live === view) setStatus(waits[view.run.status] || 'running');
     return over;
   };
   await followRun(view.run.id, handle, ctrl.signal, (msg, bad) => (bad ? note(msg, true) : setStatus(msg)));

@@ -5,7 +5,7 @@
 import { el, button, secs, plural, count, num } from './util.js';
 import { money } from './config.js';
 
-const LABELS = { waiting_approval: 'waiting for approval', max_steps: 'step limit', queued: 'queued' };
+const LABELS = { waiting_approval: 'waiting for approval', waiting_input: 'waiting for your answer', max_steps: 'step limit', queued: 'queued' };
 
 export class RunHead {
   /** `on`: {trace(), stop(), select()} */
