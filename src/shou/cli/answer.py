@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..agent.asking import MAX_ANSWER, answer
 from .common import WorkspaceOpt, fail, open_log, utf8_text
@@ -23,9 +24,9 @@ __all__ = ["TerminalAsker", "answer_command", "choose_ask_user"]
 
 
 class TerminalAsker:
-    """Reads the person's answer to the model's question at the terminal; a choice may be given by its number.
-    The question itself (and its numbered choices) is shown by the run's renderer, from its `InputRequested`
-    event, as a deferred one is."""
+    """Asks the person at the terminal the model's question (its choices numbered); a choice may be given by
+    its number. The run's renderer shows a question only when the run stops waiting for it (the events reach
+    it after the prompt)."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
@@ -34,6 +35,9 @@ class TerminalAsker:
     async def __call__(self, question: str, choices: tuple[str, ...]) -> str:
         async with self._lock:
             c = self.console
+            c.print(f"\n[bold cyan]? the agent asks:[/] {escape(printable(question))}")
+            for i, choice in enumerate(choices, 1):
+                c.print(f"  [bold]{i}[/]. {escape(printable(choice))}")
             hint = f"a number (1-{len(choices)}) or your own words" if choices else "your answer"
             c.print(f"answer [dim]({hint})[/]: ", end="")
             try:

@@ -95,6 +95,7 @@ class Renderer:
         # results arrive in completion order, and each says which call it answers.
         self._calls: dict[str, tuple[int, int]] = {}  # call id -> (step, number within the step)
         self._per_step: dict[int, int] = {}
+        self._asked: dict[str, InputRequested] = {}  # questions not answered yet, shown if the run stops for them
 
     def __call__(self, event: Event) -> None:
         if self.json_lines:
@@ -124,8 +125,7 @@ class Renderer:
             self._newline()
             self._approval(event)
         elif isinstance(event, InputRequested | InputAnswered):
-            self._newline()
-            self._question(event)
+            self._input(event)
         elif isinstance(event, Compacted):
             self._newline()
             self.err.print(f"[dim]context compacted: {event.tokens_before} → {event.tokens_after} tokens[/]")
@@ -142,6 +142,7 @@ class Renderer:
             self.review(event)
         elif isinstance(event, RunFinished):
             self._newline()
+            self._unanswered()
             self.summary(event)
 
     def _approval(self, event: ApprovalRequested | ApprovalDecided) -> None:
@@ -155,11 +156,23 @@ class Renderer:
         self.err.print(f"  {verdict}{scope}: {escape(event.name)} by {escape(event.by)} "
                        f"[dim]({escape(printable(event.reason))})[/]")
 
-    def _question(self, event: InputRequested | InputAnswered) -> None:
-        """The model's question to the person (its choices numbered), or their answer."""
-        if isinstance(event, InputAnswered):
-            self.err.print(f"  [green]answered[/] by {escape(event.by)}: {escape(short(event.answer))}")
+    def _input(self, event: InputRequested | InputAnswered) -> None:
+        """A question is kept until answered (a terminal prompts it itself); an answer is shown."""
+        if isinstance(event, InputRequested):
+            self._asked[event.call_id] = event
             return
+        self._asked.pop(event.call_id, None)
+        self._newline()
+        self.err.print(f"  [green]answered[/] by {escape(event.by)}: {escape(short(event.answer))}")
+
+    def _unanswered(self) -> None:
+        """The questions the run stops for (a terminal prompted the others already)."""
+        for asked in self._asked.values():
+            self._question(asked)
+        self._asked.clear()
+
+    def _question(self, event: InputRequested) -> None:
+        """The model's question to the person, its choices numbered."""
         self.err.print(f"[bold cyan]? the agent asks:[/] {escape(printable(event.question))} "
                        f"[dim](call {escape(event.call_id)})[/]")
         for i, choice in enumerate(event.choices, 1):
