@@ -4,8 +4,8 @@ client, goes the same way, in named stages:
     judge:    repeat guard                         (a model's turn only; looks, has no effect)
     screen:   size limit ─► policy ─► approval ─► question   (one call at a time, in the model's order)
     announce: every admitted call's start, then one commit (write-ahead)
-    run:      vision fallback ─► repeat note ─► validate ─► timeout ─► contain ─► mark untrusted ─► truncate ─► tool
-              (in parallel, at most `max_parallel_tools` at once; each result recorded as it arrives)
+    run:      answer ─► vision fallback ─► repeat note ─► validate ─► timeout ─► contain ─► mark untrusted ─► truncate
+              ─► tool (in parallel, at most `max_parallel_tools` at once; each result recorded as it arrives)
 
 Judging comes first, over the whole turn, so a call repeated past the warning stops the run before any call
 of that turn was screened (no person is asked about a turn that will not run) or run. Screening is one call
