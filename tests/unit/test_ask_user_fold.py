@@ -97,3 +97,10 @@ def test_answer_records_once_and_refuses_what_does_not_wait(tmp_path: Path) -> N
 ])
 def test_question_of(arguments: str, want: object) -> None:
     assert question_of(arguments) == want
+
+
+def test_a_run_that_ends_otherwise_leaves_no_question_open() -> None:
+    session = Session()
+    for event in [*LOG[:4], RunFinished("r1", "cancelled", "", 1, Usage(), 0.0, "cancelled while waiting")]:
+        session._fold.apply(event)
+    assert session.pending_questions == {} and session.answers == {}

@@ -196,7 +196,10 @@ class AgentConfig:
         skills = self.skills
         if skills is not None and skills.skills and "use_skill" not in tools.names:
             tools = ToolSet([*tools, skills.tool()])
-        if self.ask_user is not None and "ask_user" not in tools.names:
+        # In code mode a question could not stop the run (the code's call would wait inside a finished one):
+        # only a terminal, which answers at once, asks there.
+        if self.ask_user is not None and "ask_user" not in tools.names and not (
+                self.code_mode and self.ask_user == "defer"):
             from ..tools.builtin.ask_user import ask_user
 
             tools = ToolSet([*tools, ask_user])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..events import InputAnswered, InputRequested, ToolCallFinished
+from ..events import WAITING, HistoryCleared, InputAnswered, InputRequested, RunFinished, ToolCallFinished
 
 __all__ = ["QuestionsFold"]
 
@@ -34,6 +34,18 @@ class QuestionsFold:
         self.asked.pop(event.call_id, None)
         self.answers.pop(event.call_id, None)
 
+    def on_run_finished(self, event: RunFinished) -> None:
+        """A run ended (not to wait for a person): nothing it asked waits any more."""
+        if event.status not in WAITING:
+            self.asked.clear()
+            self.answers.clear()
+
+    def on_cleared(self, event: HistoryCleared) -> None:
+        """`/clear`: no run goes on from a cleared conversation."""
+        self.asked.clear()
+        self.answers.clear()
+
     def handlers(self) -> dict[type, Callable[[Any], None]]:
         """Event type -> handler, for a run's own events."""
-        return {InputRequested: self.on_asked, InputAnswered: self.on_answered, ToolCallFinished: self.on_finished}
+        return {InputRequested: self.on_asked, InputAnswered: self.on_answered, ToolCallFinished: self.on_finished,
+                RunFinished: self.on_run_finished, HistoryCleared: self.on_cleared}
