@@ -116,3 +116,17 @@ def test_without_the_flag_serve_offers_no_question(serve, tmp_path: Path, worksp
         run = c.post("/v1/runs", json={"task": "hello"}).json()
         assert stream_run(c, run["run_id"])[-1]["data"]["status"] == "completed"
     assert "ask_user" not in [t["function"]["name"] for t in srv.requests[0].get("tools", [])]
+
+
+def test_a_waiting_run_can_be_cancelled_and_its_question_goes(serve, tmp_path: Path, workspace: Path) -> None:
+    srv = serve([ask("Which colour?", ["red", "blue"]), {"text": "never"}])
+    with serving(workspace, shou_env(tmp_path, srv), "--ask-user") as served, served.client() as c:
+        rid = c.post("/v1/runs", json={"task": TASK}).json()["run_id"]
+        first = stream_run(c, rid)
+        assert first[-1]["data"]["status"] == "waiting_input"
+        assert c.post(f"/v1/runs/{rid}/cancel").status_code == 202
+        rest = stream_run(c, rid, after=first[-1]["id"])
+        assert rest[-1]["event"] == "run_finished" and rest[-1]["data"]["status"] == "cancelled"
+        assert c.get("/v1/questions").json()["questions"] == []
+        assert c.post(f"/v1/runs/{rid}/answer", json={"text": "blue"}).status_code == 404
+    assert len(srv.requests) == 1
