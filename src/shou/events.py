@@ -352,6 +352,18 @@ class Reviewed(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class Handoff(Event):
+    """At step `step` the run passed its conversation from agent `source` to agent `target` (`main`: the run's
+    own agent), which answers the steps after it with its instructions, tools and model (agent/handoff.py)."""
+
+    type: ClassVar[str] = "handoff"
+    step: int
+    source: str
+    target: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class RunFinished(Event):
     """The run ended with `status`; `answer` is the final text (empty unless completed)."""
 
@@ -386,6 +398,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         InputAnswered,
         PlanUpdated,
         Reviewed,
+        Handoff,
         RunFinished,
     )
 }

@@ -15,10 +15,11 @@ from typing import Any
 
 from .errors import UserError
 
-__all__ = ["AGENT_KEYS", "PRICE_KEYS", "REMOTE_AGENT_KEYS", "SERVER_KEYS", "WINDOW_RANGE", "check_agent_table",
-           "check_remote_agent_table", "check_server_table", "named_tables", "price_tables"]
+__all__ = ["AGENT_KEYS", "MAIN_AGENT", "PRICE_KEYS", "REMOTE_AGENT_KEYS", "SERVER_KEYS", "WINDOW_RANGE",
+           "check_agent_table", "check_remote_agent_table", "check_server_table", "named_tables", "price_tables"]
 
-AGENT_KEYS = ("instructions", "model", "tools", "max_steps", "description")
+AGENT_KEYS = ("instructions", "model", "tools", "max_steps", "description", "handoff")
+MAIN_AGENT = "main"  # what handoffs and traces call a run's own agent: no named agent takes it over
 SERVER_KEYS = ("command", "args", "env", "url", "headers", "timeout", "description")
 REMOTE_AGENT_KEYS = ("url", "headers", "timeout", "description")
 PRICE_KEYS = ("input_price", "cached_input_price", "output_price")
@@ -44,6 +45,12 @@ def check_agent_table(name: str, table: Mapping[str, Any]) -> None:
     for key in ("instructions", "model", "description"):
         if table.get(key) is not None and not isinstance(table[key], str):
             raise UserError(f"{where} {key} must be text")
+    handoff = table.get("handoff", False)
+    if not isinstance(handoff, bool):
+        raise UserError(f"{where} handoff must be true or false")
+    if handoff and name == MAIN_AGENT:
+        raise UserError(f"{where}: {MAIN_AGENT!r} is the name of the run's own agent in handoffs; choose another "
+                        "name for an agent that takes a conversation over")
 
 
 def check_server_table(name: str, table: Mapping[str, Any]) -> None:
@@ -88,7 +95,7 @@ def check_remote_agent_table(name: str, table: Mapping[str, Any]) -> None:
 
 
 _CHECKS: dict[str, tuple[Callable[[str, Mapping[str, Any]], None], str]] = {
-    "agents": (check_agent_table, "instructions, model, tools, max_steps, description"),
+    "agents": (check_agent_table, "instructions, model, tools, max_steps, description, handoff"),
     "mcp_servers": (check_server_table, "command, args, env (stdio) or url, headers; timeout"),
     "a2a_agents": (check_remote_agent_table, "url, headers, timeout, description"),
 }

@@ -15,6 +15,7 @@ from shou.events import (
     ApprovalRequested,
     Compacted,
     Feedback,
+    Handoff,
     HistoryCleared,
     InputAnswered,
     InputRequested,
@@ -124,6 +125,7 @@ SAMPLES = [
     PlanUpdated("r1", 2, (PlanStep("a", "done", "ok", "r1.s1.1"), PlanStep("b", "failed", "timeout"),
                           PlanStep("c")), "re-planned", 0),
     Reviewed("r1.3", 4, False, "say the unit", parent="r1"),
+    Handoff("r1", 2, "main", "billing", "a refund question"),
     ToolCallStarted("r1.2", 1, ToolCall("c", "nap", "{}"), parent="r1"),
 ]
 

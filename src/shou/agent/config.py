@@ -87,9 +87,9 @@ class AgentConfig:
     agents (`a2a_agents`), and `code_mode` (one `python` tool whose code calls the others).
 
     Derived once, never set: `offered` (the tools the model is offered: `tools`, plus `use_skill` and
-    `delegate` when enabled, or `python` alone in code mode), `code_tools` (what code calls in code mode) and
-    `redactor` (the secrets of `settings`, of the MCP servers and of the A2A agents; a variant keeps its
-    parent's).
+    `delegate` when enabled, `handoff` when an agent has `handoff` set, or `python` alone in code mode),
+    `code_tools` (what code calls in code mode) and `redactor` (the secrets of `settings`, of the MCP servers
+    and of the A2A agents; a variant keeps its parent's).
     """
 
     model: Model
@@ -207,6 +207,10 @@ class AgentConfig:
             from .delegate import delegate_tool
 
             tools = ToolSet([*tools, delegate_tool(self.agents)])
+        if "handoff" not in tools.names and any(spec.handoff for spec in self.agents.values()):
+            from .handoff import handoff_tool
+
+            tools = ToolSet([*tools, handoff_tool(self.agents)])
         self._set("code_tools", tools)
         if self.code_mode:
             from .code import python_tool
@@ -229,15 +233,20 @@ class AgentConfig:
             from ..tools.builtin import builtin_tools
 
             fields_["tools"] = builtin_tools()
-        if settings.tools is not None:  # delegate and use_skill are added by the config, when offered
+        if settings.tools is not None:  # delegate, use_skill and handoff are added by the config, when offered
             fields_["tools"] = ToolSet(fields_["tools"]).only(
-                [n for n in settings.tools if n not in ("delegate", "use_skill", "ask_user")])
+                [n for n in settings.tools if n not in ("delegate", "use_skill", "handoff", "ask_user")])
         return cls(**fields_)
 
 
 def _offered(settings: Any, name: str) -> bool:
     """Whether `--tools` leaves tool `name` on offer (the tools shou adds itself included)."""
     return settings.tools is None or name in settings.tools
+
+
+def _handoffs_offered(agents: dict[str, Any], offered: bool) -> dict[str, Any]:
+    """`agents`, with `handoff` turned off when `--tools` leaves the handoff tool out."""
+    return agents if offered else {name: replace(spec, handoff=False) for name, spec in agents.items()}
 
 
 def _servers(table: Any) -> Any:
@@ -273,7 +282,8 @@ def _settings_fields(settings: Any) -> dict[str, Any]:
         "summary_model": settings.summary_model, "review_model": settings.review_model,
         "max_replans": settings.max_replans, "plan_step_max_steps": settings.plan_step_max_steps,
         "plan_step_timeout": settings.plan_step_timeout, "max_reviews": settings.max_reviews,
-        "agents": agent_specs(settings.agents), "delegation": settings.delegation and _offered(settings, "delegate"),
+        "agents": _handoffs_offered(agent_specs(settings.agents), _offered(settings, "handoff")),
+        "delegation": settings.delegation and _offered(settings, "delegate"),
         "ask_user": "defer" if getattr(settings, "ask_user", None) and _offered(settings, "ask_user") else None,
         "mcp_servers": _servers(settings.mcp_servers), "a2a_agents": _remote_agents(settings.a2a_agents),
     }

@@ -19,6 +19,7 @@ from ..events import (
     ApprovalRequested,
     Compacted,
     Event,
+    Handoff,
     InputAnswered,
     InputRequested,
     Notice,
@@ -121,11 +122,8 @@ class Renderer:
             style = "red" if event.is_error else "dim"
             self.err.print(f"  [{style}]← {escape(self._label(event.name, event.call_id))}: "
                            f"{escape(short(event.content))}[/]")
-        elif isinstance(event, ApprovalRequested | ApprovalDecided):
-            self._newline()
-            self._approval(event)
-        elif isinstance(event, InputRequested | InputAnswered):
-            self._input(event)
+        elif isinstance(event, ApprovalRequested | ApprovalDecided | InputRequested | InputAnswered):
+            self._person(event)
         elif isinstance(event, Compacted):
             self._newline()
             self.err.print(f"[dim]context compacted: {event.tokens_before} → {event.tokens_after} tokens[/]")
@@ -140,6 +138,10 @@ class Renderer:
         elif isinstance(event, Reviewed):
             self._newline()
             self.review(event)
+        elif isinstance(event, Handoff):
+            self._newline()
+            why = f" [dim]({escape(short(event.reason, 200))})[/]" if event.reason else ""
+            self.err.print(f"[magenta]⇄ {escape(event.source)} hands over to {escape(event.target)}[/]{why}")
         elif isinstance(event, RunFinished):
             self._newline()
             self._unanswered()
@@ -155,6 +157,14 @@ class Renderer:
         scope = {"session": " for this session", "rule": " always (added to your shou.toml)"}.get(event.scope, "")
         self.err.print(f"  {verdict}{scope}: {escape(event.name)} by {escape(event.by)} "
                        f"[dim]({escape(printable(event.reason))})[/]")
+
+    def _person(self, event: ApprovalRequested | ApprovalDecided | InputRequested | InputAnswered) -> None:
+        """What a person is asked or said: an approval, or a question of `ask_user`."""
+        if isinstance(event, InputRequested | InputAnswered):
+            self._input(event)
+        else:
+            self._newline()
+            self._approval(event)
 
     def _input(self, event: InputRequested | InputAnswered) -> None:
         """A question is kept until answered (a terminal prompts it itself); an answer is shown."""

@@ -14,6 +14,7 @@ from typing import Any
 from ..events import (
     WAITING,
     Event,
+    Handoff,
     HistoryCleared,
     ModelRequest,
     ModelResponse,
@@ -26,6 +27,7 @@ from ..events import (
     ToolCallStarted,
 )
 from ..messages import Message, ToolCall
+from ..setting_tables import MAIN_AGENT
 from ..usage import Usage
 from .spending import spent_by
 
@@ -49,6 +51,7 @@ class OpenRun:
     waiting: bool = False  # it stopped for a person (`waiting_approval`/`waiting_input`), not because its process died
     plan: PlanUpdated | None = None  # a planned run's plan as last logged
     subs: int = 0  # the highest number of its sub-runs' ids (`run_x.3`): a resumed run's go on from there
+    agent: str = MAIN_AGENT  # the agent that answers it: the last handoff's (agent/handoff.py)
 
     @property
     def unanswered(self) -> list[ToolCall]:
@@ -122,6 +125,11 @@ class OpenRunFold:
         if self.run is not None:
             self.run.plan = event
 
+    def on_handoff(self, event: Handoff) -> None:
+        """The run was handed over: that agent answers its next steps, a resumed run's too."""
+        if self.run is not None and event.run_id == self.run.run_id:
+            self.run.agent = event.target
+
     def on_sub(self, event: Event) -> None:
         """Any event of a sub-run: if it is the open run's (a plan call, a review, a summary, a plan step, a
         sub-agent), how far its sub-runs' numbers got and what they spent, should it be resumed."""
@@ -143,4 +151,5 @@ class OpenRunFold:
         return {RunStarted: self.on_started, RunFinished: self.on_finished, HistoryCleared: self.on_cleared,
                 ModelRequest: self.on_request, ModelResponse: self.on_response,
                 ToolCallStarted: self.on_call_started, ToolCallFinished: self.on_call_finished,
-                StepFinished: self.on_step, Notice: self.on_notice, PlanUpdated: self.on_plan}
+                StepFinished: self.on_step, Notice: self.on_notice, PlanUpdated: self.on_plan,
+                Handoff: self.on_handoff}

@@ -30,6 +30,7 @@ from ..events import (
     ApprovalDecided,
     ApprovalRequested,
     Event,
+    Handoff,
     InputAnswered,
     InputRequested,
     ModelResponse,
@@ -50,8 +51,8 @@ __all__ = ["INLINE_BYTES", "SHOWN", "artifacts_of", "context_of", "ending_status
 
 # The event types a task shows, each as one status message (the rest are a trace's: requests, step ends).
 SHOWN = frozenset({"run_started", "run_resumed", "model_response", "tool_call_started", "tool_call_finished",
-                   "approval_requested", "approval_decided",
-                   "input_requested", "input_answered", "notice", "plan", "review", "run_finished"})
+                   "approval_requested", "approval_decided", "input_requested", "input_answered", "notice",
+                   "plan", "review", "handoff", "run_finished"})
 INLINE_BYTES = 256 * 1024
 LINE_CHARS = 300
 _WRITERS = ("write_file", "edit_file")
@@ -106,6 +107,9 @@ def _line(event: Event) -> str:
     if isinstance(event, PlanUpdated):
         return f"{sub}plan (revision {event.revision}): " + " ".join(
             f"{n}. [{s.status}] {_short(s.text, 80)}" for n, s in enumerate(event.steps, 1))
+    if isinstance(event, Handoff):
+        why = f": {_short(event.reason)}" if event.reason else ""
+        return f"{sub}{event.source} hands over to {event.target}{why}"
     if isinstance(event, Reviewed):
         return f"{sub}review: {'approved' if event.approved else 'not approved: ' + _short(event.feedback)}"
     if isinstance(event, RunFinished):

@@ -67,6 +67,7 @@ export class RunView {
       case 'plan': this.plan(d, runId); break;
       case 'notice': this.note(`${d.kind ? d.kind + ': ' : ''}${d.text || ''}`, runId, d.kind === 'model_error'); break;
       case 'review': this.note(d.approved ? 'review: approved' : `review: ${d.feedback || 'not approved'}`, runId); break;
+      case 'handoff': this.note(`${d.source} hands over to ${d.target}${d.reason ? ': ' + d.reason : ''}`, runId); break;
       case 'compacted': this.note('earlier messages were summarised to fit the context window', runId); break;
       case 'run_finished': return this.finished(d, top, runId);
       default: break;
