@@ -1,5 +1,6 @@
 """`ask_user` under `shou serve`: the run waits (`waiting_input`), the wait survives a server restart, the
-web page (Debian's Chromium, driven by Playwright) shows the question with its choices, and the answer given
+web page (Debian's Chromium, driven by Playwright) shows the question with its choices (in the chat and in
+the sidebar's list), and the answer given
 there resumes the run; the API answers the same way, and refuses what it must."""
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ async def test_a_question_waits_survives_a_restart_and_the_page_answers_it(serve
             assert (q["question"], q["choices"], q["session"], q["run_id"]) == (
                 "Which colour?", ["red", "blue"], "shed", run["run_id"])
         await page.goto(served.link)
+        listed = page.locator("#questions .question")  # the sidebar lists it (GET /v1/questions)
+        await expect(listed).to_have_count(1)
+        await expect(listed.locator(".question-text")).to_have_text("Which colour?")
         await page.locator("#sessions li button").filter(has_text="shed").first.click()
         card = page.locator("#chat .question")
         await expect(card).to_have_count(1)
@@ -79,6 +83,7 @@ async def test_a_question_waits_survives_a_restart_and_the_page_answers_it(serve
         await expect(card.locator(".answered")).to_contain_text("blue")
         await expect(page.locator("#chat .answer")).to_have_text("Painted it blue.", timeout=30_000)
         await expect(page.locator("#chat .run-head .status")).to_have_text("completed")
+        await expect(listed).to_have_count(0)
         with served.client() as c:
             assert c.get(f"/v1/runs/{run['run_id']}").json()["status"] == "completed"
             assert c.get("/v1/questions").json()["questions"] == []

@@ -9,6 +9,7 @@ import { RunView } from './runview.js';
 import { ACTIVE } from './run.js';
 import { loadSessions, markSession } from './sessions.js';
 import { loadApprovals } from './approvals.js';
+import { loadQuestions } from './questions.js';
 import * as computer from './computer/pane.js';
 import * as attachments from './attachments.js';
 
@@ -38,7 +39,7 @@ const handlers = {
 };
 
 export function refresh() {
-  return Promise.all([loadSessions(openSession, state.session), loadApprovals(openSession)])
+  return Promise.all([loadSessions(openSession, state.session), loadApprovals(openSession), loadQuestions(openSession)])
     .catch(e => { if (!(e instanceof AuthError)) note(e.message, true); });
 }
 

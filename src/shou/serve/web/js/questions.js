@@ -2,7 +2,7 @@
 // any other answer. The card comes from the run's events (input_requested), so a page opened after a server
 // restart shows it again; input_answered replaces its controls with the answer.
 
-import { $$, el, enc, button } from './util.js';
+import { $, $$, el, enc, button } from './util.js';
 import { getJSON, AuthError } from './api.js';
 
 let report = () => {};
@@ -50,6 +50,23 @@ async function send(callId, runId, text, actions) {
     controls.forEach(c => { c.disabled = false; });
     if (!(e instanceof AuthError)) report(`Could not answer: ${e.message}`);
   }
+}
+
+/** The sidebar's list: every question of the user's runs waiting for an answer (GET /v1/questions). */
+export async function loadQuestions(openSession) {
+  const data = await getJSON('v1/questions');
+  const box = $('#questions');
+  const items = (data && data.questions) || [];
+  box.replaceChildren();
+  if (!items.length) box.append(el('p', 'empty', 'none'));
+  for (const q of items) {
+    const card = questionCard({ callId: q.call_id, question: q.question, choices: q.choices, runId: q.run_id });
+    const open = button('session ' + (q.session || '?'), 'link', () => openSession(q.session));
+    card.insertBefore(open, card.querySelector('.actions'));
+    box.append(card);
+  }
+  $('#questions-count').textContent = items.length ? String(items.length) : '';
+  return items.length;
 }
 
 /** Every card of question `callId` on the page shows the answer instead of its controls. */

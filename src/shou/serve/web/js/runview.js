@@ -152,6 +152,7 @@ export class RunView {
     if ([...this.section.querySelectorAll('.question')].some(c => c.dataset.callId === id)) return;
     const choices = Array.isArray(d.choices) ? d.choices.map(String) : [];
     this.add(questionCard({ callId: id, question: String(d.question || ''), choices, runId: this.run.id }), runId);
+    this.on.approvals();  // the sidebar lists it too
   }
 
   plan(d, runId) {
