@@ -17,7 +17,10 @@ from .usage import Usage
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _PLAIN = frozenset({str, int, float, bool})
 RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "truncated", "error", "cancelled",
-                    "interrupted", "waiting_approval", "blocked"]
+                    "interrupted", "waiting_approval", "waiting_input", "blocked"]
+# How a run stops to wait for a person (an approval, or an answer to `ask_user`): it is not over, its calls'
+# results are still to come, and `shou resume` (or the server, once decided) goes on.
+WAITING: tuple[str, ...] = ("waiting_approval", "waiting_input")
 
 
 def field_names(kind: type) -> tuple[str, ...]:
@@ -277,6 +280,32 @@ class ApprovalDecided(Event):
     sig: str = ""  # an allow counts only when signed with the user's key (agent/approvals.py)
 
 
+@dataclass(frozen=True, slots=True)
+class InputRequested(Event):
+    """The model asked the person a question (`ask_user`, call `call_id`); `choices` are the answers it
+    offered, if any. Under `defer` the run then stops `waiting_input` until it is answered."""
+
+    type: ClassVar[str] = "input_requested"
+    step: int
+    call_id: str
+    question: str
+    choices: tuple[str, ...] = ()
+    at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class InputAnswered(Event):
+    """A person's answer to the question of call `call_id` (it becomes that call's result). `by` is who
+    answered (`user:NAME`)."""
+
+    type: ClassVar[str] = "input_answered"
+    step: int
+    call_id: str
+    answer: str
+    by: str = ""
+    at: float = 0.0
+
+
 PlanStatus = Literal["pending", "running", "done", "failed"]
 
 
@@ -377,6 +406,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         StepFinished,
         ApprovalRequested,
         ApprovalDecided,
+        InputRequested,
+        InputAnswered,
         PlanUpdated,
         Reviewed,
         Handoff,

@@ -19,12 +19,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import UserError
-from .events import EVENT_TYPES, ApprovalDecided, ApprovalRequested, Event, ModelRequest
+from .events import (
+    EVENT_TYPES,
+    ApprovalDecided,
+    ApprovalRequested,
+    Event,
+    InputAnswered,
+    InputRequested,
+    ModelRequest,
+)
 from .folds import (
     ApprovalsFold,
     ConversationFold,
     OpenRun,
     OpenRunFold,
+    QuestionsFold,
     RequestsFold,
     ScratchFold,
     SpendingFold,
@@ -86,18 +95,19 @@ class MessageFold:
     context: only spending, the requests and the open run's `subs` and `usage` read them.
     """
 
-    __slots__ = ("_own", "_sub", "approvals", "conversation", "requests", "run", "scratch", "spending")
+    __slots__ = ("_own", "_sub", "approvals", "conversation", "questions", "requests", "run", "scratch", "spending")
 
     def __init__(self) -> None:
         self.requests = RequestsFold()
         self.spending = SpendingFold()
         self.scratch = ScratchFold()
         self.approvals = ApprovalsFold()
+        self.questions = QuestionsFold()
         self.run = OpenRunFold()
         self.conversation = ConversationFold(self.run)
         # Order matters: the conversation reads the open run before it records the run's end.
         own = [fold.handlers() for fold in (self.requests, self.spending, self.scratch, self.approvals,
-                                            self.conversation, self.run)]
+                                            self.questions, self.conversation, self.run)]
         self._own = _table(own, ())
         self._sub = _table(own[:2], (self.run.on_sub,))
 
@@ -188,6 +198,16 @@ class Session:
     def pending_approvals(self) -> dict[str, ApprovalRequested]:
         """Calls waiting for a person's decision, by call id."""
         return self._fold.approvals.requested
+
+    @property
+    def pending_questions(self) -> dict[str, InputRequested]:
+        """Questions to the person (`ask_user`) waiting for an answer, by call id."""
+        return self._fold.questions.asked
+
+    @property
+    def answers(self) -> dict[str, InputAnswered]:
+        """Answers given to questions whose calls have no result yet, by call id."""
+        return self._fold.questions.answers
 
     @property
     def decisions(self) -> dict[str, ApprovalDecided]:

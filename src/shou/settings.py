@@ -134,6 +134,9 @@ class Settings:
     approvals: Literal["ask", "yes", "deny", "defer"] | None = _s(
         None, "what an ask does: ask on the terminal, yes to all, deny, or defer (stop waiting_approval); "
               "default: ask on a terminal, deny without one")
+    ask_user: bool | None = _s(
+        None, "offer the ask_user tool (questions back to the user): default on a terminal only; true also offers it "
+              "to runs that cannot prompt (serve, batch, --approvals defer: they stop waiting_input)")
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     env: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     ignored: tuple[Any, ...] = field(default=(), compare=False, repr=False)

@@ -20,6 +20,7 @@ from shou.permissions import Policy
 from shou.session import Session
 
 WORDS = {"Repeats": "repeat guard", "SizeLimit": "size limit", "PolicyCheck": "policy", "Approval": "approval",
+         "InputGate": "question", "InputAnswer": "answer",
          "VisionFallback": "vision fallback", "RepeatNote": "repeat note", "Checkpoint": "checkpoint",
          "Validate": "validate", "Timeout": "timeout", "Contain": "contain", "MarkUntrusted": "mark untrusted",
          "Truncate": "truncate"}
@@ -51,7 +52,7 @@ def test_the_composed_order_is_the_documented_one(tmp_path: Path) -> None:
     text_only = run_for(tmp_path, [], [], vision=False).tool_pipeline()
     assert {k: [WORDS[n] for n in v] for k, v in toolpipe.order(text_only).items()} == documented()
     seeing = toolpipe.order(run_for(tmp_path, [], [], vision=True).tool_pipeline())
-    assert "VisionFallback" not in seeing["run"] and seeing["run"][0] == "RepeatNote"
+    assert "VisionFallback" not in seeing["run"] and list(seeing["run"][:2]) == ["InputAnswer", "RepeatNote"]
 
 
 def test_the_pipeline_is_composed_once_per_run(tmp_path: Path) -> None:

@@ -132,6 +132,7 @@ class Agent:
     vision: bool = _field("vision")
     policy: Policy | None = _field("policy")
     approvals: Any = _field("approvals")
+    ask_user: Any = _field("ask_user")
     observers: tuple[Callable[[Event], Any], ...] = _field("observers")
     prices: PriceTable = _field("prices")
     summary_model: Model | None = _field("summary_model")

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ..skills import SkillSet
     from ..store.sqlite import SQLiteStore
     from .approvals import Approver
+    from .asking import Asker
     from .budget import Budget
     from .delegate import AgentSpec
     from .guardrails import Guardrail
@@ -77,7 +78,9 @@ class AgentConfig:
     tool's own `@tool(timeout=...)` or 30 s; `shell` and `run_code` the sandbox's limit). `vision`: whether the
     model may be sent images (None: known vision models). `policy` decides which calls run, ask or are
     refused (default: the settings' `[permissions]`); `approvals` answers the asks: an `Approver`, "yes",
-    "deny" (the default) or "defer". `observers` see every event after it is logged. `shared_budgets` are
+    "deny" (the default) or "defer". `ask_user` offers the `ask_user` tool and says how its questions are put:
+    an `Asker` (the terminal), "defer" (the run stops `waiting_input` until answered) or None (not offered,
+    the default; shou.agent.asking). `observers` see every event after it is logged. `shared_budgets` are
     budgets other runs hold their calls against too (an evaluation's `--max-cost`): a call must fit them all.
 
     Composition: `planning` (`max_replans`, `plan_step_max_steps`, `plan_step_timeout`), `reflect`
@@ -110,6 +113,7 @@ class AgentConfig:
     vision: bool | None = None
     policy: Policy | None = None
     approvals: Approver | Literal["yes", "deny", "defer"] = "deny"
+    ask_user: Asker | Literal["defer"] | None = None
     observers: tuple[Callable[[Event], Any], ...] = ()
     prices: PriceTable | None = None
     summary_model: Model | None = None
@@ -198,6 +202,13 @@ class AgentConfig:
         skills = self.skills
         if skills is not None and skills.skills and "use_skill" not in tools.names:
             tools = ToolSet([*tools, skills.tool()])
+        # In code mode a question could not stop the run (the code's call would wait inside a finished one):
+        # only a terminal, which answers at once, asks there.
+        if self.ask_user is not None and "ask_user" not in tools.names and not (
+                self.code_mode and self.ask_user == "defer"):
+            from ..tools.builtin.ask_user import ask_user
+
+            tools = ToolSet([*tools, ask_user])
         if self.delegation and "delegate" not in tools.names:
             from .delegate import delegate_tool
 
@@ -230,7 +241,7 @@ class AgentConfig:
             fields_["tools"] = builtin_tools()
         if settings.tools is not None:  # delegate, use_skill and handoff are added by the config, when offered
             fields_["tools"] = ToolSet(fields_["tools"]).only(
-                [n for n in settings.tools if n not in ("delegate", "use_skill", "handoff")])
+                [n for n in settings.tools if n not in ("delegate", "use_skill", "handoff", "ask_user")])
         return cls(**fields_)
 
 
@@ -296,6 +307,7 @@ def _settings_fields(settings: Any) -> dict[str, Any]:
         "plan_step_timeout": settings.plan_step_timeout, "max_reviews": settings.max_reviews,
         "agents": _handoffs_offered(agent_specs(settings.agents), _offered(settings, "handoff")),
         "delegation": settings.delegation and _offered(settings, "delegate"),
+        "ask_user": "defer" if getattr(settings, "ask_user", None) and _offered(settings, "ask_user") else None,
         "mcp_servers": _servers(settings.mcp_servers), "a2a_agents": _remote_agents(settings.a2a_agents),
         **_configured_guardrails(settings),
     }

@@ -137,10 +137,10 @@ class Emitter:
         if run is None:
             return None
         if run.waiting:
-            why = "Error: not run: it was waiting for a person's approval when a new task started."
+            why = "Error: not run: it was waiting for a person (an approval or an answer) when a new task started."
         for call in run.unanswered:
             self.emit(ToolCallFinished(run.run_id, run.step, call.id, call.name, why, is_error=True))
-        why_end = ("it was waiting for approval when something else started on the session" if run.waiting else
+        why_end = ("it was waiting for a person when something else started on the session" if run.waiting else
                    "the process running it stopped before it finished; `shou resume` continues such a run")
         self.emit(RunFinished(run.run_id, "interrupted", "", run.step, run.usage, 0.0, why_end))
         self.commit()

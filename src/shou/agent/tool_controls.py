@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["Approval", "PolicyCheck", "RepeatNote", "Repeats", "SizeLimit", "Verdict", "VisionFallback", "admit",
            "without_image"]
 
-Verdict = Literal["run", "wait", "refused", "stop"]
+Verdict = Literal["run", "wait", "wait_input", "refused", "stop"]  # wait_input: an `ask_user` question (asking.py)
 OVERSIZED = (f"Error: not run: the arguments were over {MAX_ARGUMENT_CHARS} characters. Send large content in "
              "several smaller calls (e.g. write a file in parts).")
 

@@ -2,9 +2,9 @@
 client, goes the same way, in named stages:
 
     judge:    repeat guard                         (a model's turn only; looks, has no effect)
-    screen:   size limit ─► policy ─► approval     (one call at a time, in the model's order)
+    screen:   size limit ─► policy ─► approval ─► question   (one call at a time, in the model's order)
     announce: every admitted call's start, then one commit (write-ahead)
-    run:      vision fallback ─► repeat note ─► checkpoint ─► validate ─► timeout ─► contain ─► mark untrusted
+    run:      answer ─► vision fallback ─► repeat note ─► checkpoint ─► validate ─► timeout ─► contain ─► mark untrusted
               ─► truncate ─► tool
               (in parallel, at most `max_parallel_tools` at once; each result recorded as it arrives)
 
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from ..events import Notice, RunStatus, ToolCallFinished, ToolCallStarted
 from ..tools.pipeline import Control, Invocation, Next, compose, run_parallel
 from .approvals import Gate
+from .asking import InputAnswer, InputGate
 from .checkpointing import Checkpoint
 from .guards import RepeatGuard
 from .tool_controls import Approval, PolicyCheck, RepeatNote, Repeats, SizeLimit, Verdict, VisionFallback, admit
@@ -57,8 +58,13 @@ class ToolPipeline:
         judging = [Repeats(RepeatGuard(agent.repeat_limit), self.notes)]
         gate = Gate(scope)
         questions: dict[str, Question] = {}  # what the policy left to a person, by call id
-        screening = [SizeLimit(scope, self.oversized), PolicyCheck(gate, questions), Approval(gate, questions)]
-        shaping: list[Control[ToolResult]] = [] if agent.vision else [VisionFallback()]
+        screening = [SizeLimit(scope, self.oversized), PolicyCheck(gate, questions), Approval(gate, questions),
+                     InputGate(scope)]
+        # Always there: a question answered while the run waited gets its answer even if the resuming
+        # process was started without `ask_user` (a plain `shou resume` after `shou answer`).
+        shaping: list[Control[ToolResult]] = [InputAnswer(scope)]
+        if not agent.vision:
+            shaping.append(VisionFallback())
         shaping.append(RepeatNote(scope, self.notes, agent.repeat_limit))
         shaping.append(Checkpoint(scope))  # what the call changes in the workspace, for `shou undo`
         self.judge: Next[Verdict] = compose(judging, admit)
@@ -71,7 +77,8 @@ class ToolPipeline:
                        oversized: frozenset[str] = frozenset()) -> Ending | None:
         """Take `calls` through every stage. `turn` says they are a model turn's, fresh (judged for repeats;
         `oversized` are the ids of those whose arguments were too big); otherwise they are a resumed turn's,
-        code's or an MCP client's. Returns how the run ends (`loop`, `waiting_approval`), if it does."""
+        code's or an MCP client's. Returns how the run ends (`loop`, `waiting_approval`, `waiting_input`), if it
+        does."""
         if not calls:
             return None
         invs = [Invocation(c, self.ctx) for c in calls]
@@ -79,10 +86,13 @@ class ToolPipeline:
             stopped = await self._judge(invs, oversized)
             if stopped is not None:
                 return stopped
-        admitted, waiting = await self._screen(invs)
+        admitted, waiting, asking = await self._screen(invs)
         wait = (f"{waiting} call(s) wait for approval: `shou approvals` lists them, `shou approve ID` or "
                 "`shou deny ID` decides, `shou resume` goes on") if waiting else None
         ending: Ending | None = ("waiting_approval", "", wait) if wait else None
+        if asking and ending is None:  # approvals first: once decided, the resumed run still waits for the answer
+            ending = ("waiting_input", "", f"{asking} question(s) wait for the user's answer: `shou answer "
+                                           "SESSION TEXT` answers, `shou resume` goes on")
         if not admitted:
             self.scope.commit()
             return ending
@@ -104,11 +114,11 @@ class ToolPipeline:
                 return "loop", "", why
         return None
 
-    async def _screen(self, invs: list[Invocation]) -> tuple[list[Invocation], int]:
-        """The calls that may run now, and how many wait for a decision (they stay unanswered, to be decided
-        and resumed); every refused call has been answered."""
+    async def _screen(self, invs: list[Invocation]) -> tuple[list[Invocation], int, int]:
+        """The calls that may run now, how many wait for a decision and how many for an answer (they stay
+        unanswered, to be decided or answered and resumed); every refused call has been answered."""
         admitted: list[Invocation] = []
-        waiting = 0
+        waiting = asking = 0
         unfinished = self.scope.unfinished
         for inv in invs:
             verdict = await self.screen(inv)
@@ -117,7 +127,10 @@ class ToolPipeline:
             elif verdict == "wait":
                 waiting += 1
                 unfinished.pop(inv.call.id, None)
-        return admitted, waiting
+            elif verdict == "wait_input":
+                asking += 1
+                unfinished.pop(inv.call.id, None)
+        return admitted, waiting, asking
 
     def _announce(self, admitted: list[Invocation]) -> None:
         scope = self.scope

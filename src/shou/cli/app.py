@@ -55,6 +55,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "show": ("sessions", "show"), "fork": ("sessions", "fork"),
     "skills": ("skills", "skills"), "commands": ("commands", "commands"),
     "approvals": ("approve", "approvals"), "approve": ("approve", "approve"), "deny": ("approve", "deny"),
+    "answer": ("answer", "answer_command"),
     "memory": ("memory", "memory_app"), "mcp": ("mcp", "mcp_app"), "a2a": ("a2a", "a2a_app"),
     "trust": ("trust", "trust"), "trace": ("trace", "trace"), "usage": ("trace", "usage"),
     "serve": ("serve", "serve"), "eval": ("evals", "eval_command"), "batch": ("evals", "batch"),

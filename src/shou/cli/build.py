@@ -148,6 +148,7 @@ def build_agent(opts: Options, *, open_store: bool = True):  # -> tuple[Agent, S
     """Settings, model, tools and store for a run or chat; raises `ShouError` on a bad setup."""
     from ..agent.build import agent_from_settings
     from ..config import load_settings
+    from .answer import choose_ask_user
     from .approve import choose_approvals
 
     settings = load_settings({
@@ -156,9 +157,10 @@ def build_agent(opts: Options, *, open_store: bool = True):  # -> tuple[Agent, S
         "vision": opts.vision, "approvals": opts.approvals, "max_cost": opts.max_cost,
         "token_budget": opts.token_budget, **model_options(opts.options or ()),
     })
+    approvals = choose_approvals(settings.approvals, opts.yes)
     agent = agent_from_settings(
         settings, functions=opts.functions or (), store="workspace" if open_store else None,
-        approvals=choose_approvals(settings.approvals, opts.yes), warn=_warn,
+        approvals=approvals, ask_user=choose_ask_user(settings, approvals), warn=_warn,
         observers=lambda store: observers(settings, opts.otel, store),  # the alert monitor starts from its log
         planning=opts.plan, reflect=opts.reflect, code_mode=opts.code,
     )

@@ -20,6 +20,8 @@ from ..events import (
     Compacted,
     Event,
     Handoff,
+    InputAnswered,
+    InputRequested,
     Notice,
     PlanUpdated,
     Reviewed,
@@ -61,7 +63,7 @@ def printable(text: str) -> str:
 
 STATUS_STYLE = {"completed": "green", "cancelled": "yellow", "max_steps": "yellow", "loop": "yellow",
                 "timeout": "yellow", "budget": "yellow", "error": "red", "waiting_approval": "yellow",
-                "blocked": "red"}
+                "blocked": "red", "waiting_input": "yellow"}
 
 
 def short(text: str, limit: int = 160) -> str:
@@ -94,6 +96,7 @@ class Renderer:
         # results arrive in completion order, and each says which call it answers.
         self._calls: dict[str, tuple[int, int]] = {}  # call id -> (step, number within the step)
         self._per_step: dict[int, int] = {}
+        self._asked: dict[str, InputRequested] = {}  # questions not answered yet, shown if the run stops for them
 
     def __call__(self, event: Event) -> None:
         if self.json_lines:
@@ -119,9 +122,8 @@ class Renderer:
             style = "red" if event.is_error else "dim"
             self.err.print(f"  [{style}]← {escape(self._label(event.name, event.call_id))}: "
                            f"{escape(short(event.content))}[/]")
-        elif isinstance(event, ApprovalRequested | ApprovalDecided):
-            self._newline()
-            self._approval(event)
+        elif isinstance(event, ApprovalRequested | ApprovalDecided | InputRequested | InputAnswered):
+            self._person(event)
         elif isinstance(event, Compacted):
             self._newline()
             self.err.print(f"[dim]context compacted: {event.tokens_before} → {event.tokens_after} tokens[/]")
@@ -142,6 +144,7 @@ class Renderer:
             self.err.print(f"[magenta]⇄ {escape(event.source)} hands over to {escape(event.target)}[/]{why}")
         elif isinstance(event, RunFinished):
             self._newline()
+            self._unanswered()
             self.summary(event)
 
     def _approval(self, event: ApprovalRequested | ApprovalDecided) -> None:
@@ -154,6 +157,36 @@ class Renderer:
         scope = {"session": " for this session", "rule": " always (added to your shou.toml)"}.get(event.scope, "")
         self.err.print(f"  {verdict}{scope}: {escape(event.name)} by {escape(event.by)} "
                        f"[dim]({escape(printable(event.reason))})[/]")
+
+    def _person(self, event: ApprovalRequested | ApprovalDecided | InputRequested | InputAnswered) -> None:
+        """What a person is asked or said: an approval, or a question of `ask_user`."""
+        if isinstance(event, InputRequested | InputAnswered):
+            self._input(event)
+        else:
+            self._newline()
+            self._approval(event)
+
+    def _input(self, event: InputRequested | InputAnswered) -> None:
+        """A question is kept until answered (a terminal prompts it itself); an answer is shown."""
+        if isinstance(event, InputRequested):
+            self._asked[event.call_id] = event
+            return
+        self._asked.pop(event.call_id, None)
+        self._newline()
+        self.err.print(f"  [green]answered[/] by {escape(event.by)}: {escape(short(event.answer))}")
+
+    def _unanswered(self) -> None:
+        """The questions the run stops for (a terminal prompted the others already)."""
+        for asked in self._asked.values():
+            self._question(asked)
+        self._asked.clear()
+
+    def _question(self, event: InputRequested) -> None:
+        """The model's question to the person, its choices numbered."""
+        self.err.print(f"[bold cyan]? the agent asks:[/] {escape(printable(event.question))} "
+                       f"[dim](call {escape(event.call_id)})[/]")
+        for i, choice in enumerate(event.choices, 1):
+            self.err.print(f"  [bold]{i}[/]. {escape(printable(choice))}")
 
     def review(self, event: Reviewed) -> None:
         """A reviewer's verdict on the answer."""

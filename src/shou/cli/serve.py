@@ -76,6 +76,9 @@ def serve(
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, functions: FunctionsOpt = None, sandbox: SandboxOpt = None,
     option: OptionOpt = None,
+    ask_user: Annotated[bool, typer.Option(
+        "--ask-user", help="Offer runs the ask_user tool: a question stops the run waiting_input until answered "
+                           "(the page, POST /v1/runs/RUN/answer, shou answer). Also: ask_user = true.")] = False,
 ) -> None:
     """Serve agents over HTTP: REST runs with streamed events, an OpenAI-compatible endpoint, and a web page."""
     from ..errors import ShouError
@@ -90,6 +93,8 @@ def serve(
     supplied = token_file is not None or bool(os.environ.get(TOKEN_ENV, "").strip())  # not ours to print
     if link_token is not None and not _loopback(host):
         raise fail(f"refusing to serve {host} without --tokens: anyone who can reach it could run tools here")
+    if ask_user:
+        option = [*(option or ()), "ask_user=true"]
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, None, sandbox, None, option,
                    False, "defer")
     try:

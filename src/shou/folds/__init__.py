@@ -11,9 +11,10 @@ from __future__ import annotations
 from .approvals import ApprovalsFold
 from .conversation import ConversationFold, tool_messages
 from .openrun import OpenRun, OpenRunFold
+from .questions import QuestionsFold
 from .requests import RequestsFold
 from .scratch import ScratchFold
 from .spending import SpendingFold
 
-__all__ = ["ApprovalsFold", "ConversationFold", "OpenRun", "OpenRunFold", "RequestsFold", "ScratchFold",
-           "SpendingFold", "tool_messages"]
+__all__ = ["ApprovalsFold", "ConversationFold", "OpenRun", "OpenRunFold", "QuestionsFold", "RequestsFold",
+           "ScratchFold", "SpendingFold", "tool_messages"]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..events import (
+    WAITING,
     Compacted,
     Feedback,
     HistoryCleared,
@@ -76,7 +77,7 @@ class ConversationFold:
 
     def on_finished(self, event: RunFinished) -> None:
         """A run ended; one stopped for approvals keeps its calls' places."""
-        if event.status != "waiting_approval" or self.runs.run is None:
+        if event.status not in WAITING or self.runs.run is None:
             self._flush()
 
     def on_compacted(self, event: Compacted) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..events import (
+    WAITING,
     Event,
     GuardrailTripped,
     Handoff,
@@ -48,7 +49,7 @@ class OpenRun:
     answer: Message | None = None  # the last model turn, when it had no calls (a final answer not yet closed)
     awaiting_response: bool = False  # a request was made and its answer never recorded
     cut: bool = False  # the last model turn was cut at the output limit: its calls must never run
-    waiting: bool = False  # it stopped for approvals (`waiting_approval`), not because its process died
+    waiting: bool = False  # it stopped for a person (`waiting_approval`/`waiting_input`), not because its process died
     plan: PlanUpdated | None = None  # a planned run's plan as last logged
     blocked: GuardrailTripped | None = None  # a guardrail stopped it: resumed, it ends `blocked` at once
     subs: int = 0  # the highest number of its sub-runs' ids (`run_x.3`): a resumed run's go on from there
@@ -75,7 +76,7 @@ class OpenRunFold:
 
     def on_finished(self, event: RunFinished) -> None:
         """A run ended; one that stopped for approvals stays open, its calls' results still to come."""
-        if event.status == "waiting_approval" and self.run is not None:
+        if event.status in WAITING and self.run is not None:
             self.run.waiting = True
         else:
             self.run = None

@@ -67,7 +67,7 @@ log = logging.getLogger(__name__)
 
 MAX_CONTENTS = 4096  # request contents kept for input messages (a run resends its history by hash)
 MAX_OPEN = 10_000  # open spans kept per kind; past this the oldest are dropped (a long-lived server must not leak)
-_OK_STATUSES = frozenset({"completed", "waiting_approval"})
+_OK_STATUSES = frozenset({"completed", "waiting_approval", "waiting_input"})
 _PARAMS = {  # ModelRequest.params key -> attribute
     "max_tokens": "gen_ai.request.max_tokens", "max_completion_tokens": "gen_ai.request.max_tokens",
     "temperature": "gen_ai.request.temperature", "top_p": "gen_ai.request.top_p", "seed": "gen_ai.request.seed",

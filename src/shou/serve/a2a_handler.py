@@ -66,10 +66,11 @@ from a2a.utils.task import apply_history_length, validate_history_length
 from google.protobuf.json_format import MessageToDict
 
 from ..agent.limits import MAX_TASK_CHARS
-from ..events import Event, RunFinished
+from ..events import ApprovalRequested, Event, InputRequested, RunFinished
 from ..store.locks import SessionBusy
 from .a2a_card import agent_card
 from .a2a_tasks import artifacts_of, context_of, ending_status, is_final, pending_calls, task_of, update_of
+from .answering import answer_question
 from .deciding import decide_calls
 from .jobs import Job, Refused
 from .server import Server
@@ -200,12 +201,14 @@ class ShouRequestHandler(RequestHandler):
         job = self._job(message.task_id, user)
         if message.context_id and message.context_id != context_of(job):
             raise InvalidParamsError(message=f"task {job.run_id} is not of context {message.context_id[:100]!r}")
+        if job.status == "waiting_input":
+            return self._reply(job, message, user, base)
         if job.status != "waiting_approval":
             what = "still working" if job.status in ("queued", "running") else f"ended ({job.status})"
             raise UnsupportedOperationError(message=f"task {job.run_id} is {what}: it takes no message. Send a new "
                                                     "message with its contextId (and no taskId) to go on")
         allow, reason, call_id = decision_of(message)
-        waiting = [r.call.id for r in pending_calls(self._rows(job), job.run_id)]
+        waiting = [r.call.id for r in pending_calls(self._rows(job), job.run_id) if isinstance(r, ApprovalRequested)]
         ids = [c for c in waiting if c == call_id] if call_id else waiting
         if not ids:
             raise InvalidParamsError(message=f"no call {call_id!r} waits in task {job.run_id}" if call_id else
@@ -216,6 +219,23 @@ class ShouRequestHandler(RequestHandler):
             raise InvalidRequestError(message=f"{e}; try again") from None
         except KeyError as e:
             raise InvalidRequestError(message=f"call {e.args[0]!r} was decided meanwhile") from None
+        rows = self._rows(job)
+        return job, max((i for i, _ in rows), default=0), self._task(job, base, rows)
+
+    def _reply(self, job: Job, message: Message, user: str, base: str) -> tuple[Job, int, Task]:
+        """A message to a task waiting for input: the answer to the question it asked."""
+        text = message_text(message)
+        asked = [q for q in pending_calls(self._rows(job), job.run_id) if isinstance(q, InputRequested)]
+        if not asked:
+            raise InvalidParamsError(message=f"nothing waits for an answer in task {job.run_id}")
+        if not text.strip():
+            raise InvalidParamsError(message="the message has no text: write your answer")
+        try:
+            answer_question(self.srv, job.session, asked[0].call_id, text, f"a2a:{user}")
+        except SessionBusy as e:
+            raise InvalidRequestError(message=f"{e}; try again") from None
+        except (KeyError, ValueError) as e:
+            raise InvalidRequestError(message=f"not answered: {e}") from None
         rows = self._rows(job)
         return job, max((i for i, _ in rows), default=0), self._task(job, base, rows)
 

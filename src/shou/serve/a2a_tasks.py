@@ -31,6 +31,8 @@ from ..events import (
     ApprovalRequested,
     Event,
     Handoff,
+    InputAnswered,
+    InputRequested,
     ModelResponse,
     Notice,
     PlanUpdated,
@@ -49,14 +51,15 @@ __all__ = ["INLINE_BYTES", "SHOWN", "artifacts_of", "context_of", "ending_status
 
 # The event types a task shows, each as one status message (the rest are a trace's: requests, step ends).
 SHOWN = frozenset({"run_started", "run_resumed", "model_response", "tool_call_started", "tool_call_finished",
-                   "approval_requested", "approval_decided", "notice", "plan", "review", "handoff",
-                   "run_finished"})
+                   "approval_requested", "approval_decided", "input_requested", "input_answered", "notice",
+                   "plan", "review", "handoff", "run_finished"})
 INLINE_BYTES = 256 * 1024
 LINE_CHARS = 300
 _WRITERS = ("write_file", "edit_file")
 _FAILED = TaskState.TASK_STATE_FAILED
 _STATE = {"queued": TaskState.TASK_STATE_SUBMITTED, "running": TaskState.TASK_STATE_WORKING,
-          "waiting_approval": TaskState.TASK_STATE_INPUT_REQUIRED, "completed": TaskState.TASK_STATE_COMPLETED,
+          "waiting_approval": TaskState.TASK_STATE_INPUT_REQUIRED,
+          "waiting_input": TaskState.TASK_STATE_INPUT_REQUIRED, "completed": TaskState.TASK_STATE_COMPLETED,
           "cancelled": TaskState.TASK_STATE_CANCELED, "blocked": TaskState.TASK_STATE_REJECTED}
 
 
@@ -94,6 +97,11 @@ def _line(event: Event) -> str:
         return f"{sub}{_call_line(event.call.name, event.call.arguments)} waits for approval ({event.why})"
     if isinstance(event, ApprovalDecided):
         return f"{sub}{'allowed' if event.allow else 'denied'}: {event.name} by {event.by} ({_short(event.reason)})"
+    if isinstance(event, InputRequested):
+        return f"{sub}the agent asks: {_short(event.question)}" + (
+            f" (choices: {'; '.join(event.choices)})" if event.choices else "")
+    if isinstance(event, InputAnswered):
+        return f"{sub}answered by {event.by}: {_short(event.answer)}"
     if isinstance(event, Notice):
         return f"{sub}! {_short(event.text)}"
     if isinstance(event, PlanUpdated):
@@ -121,7 +129,7 @@ def _value(data: Any) -> Value:
 
 def event_message(event_id: int, event: Event, task_id: str, context_id: str) -> Message:
     """The status message of one stored event (its id in the metadata, the event itself as data)."""
-    user = isinstance(event, ApprovalDecided) or (isinstance(event, RunStarted) and not event.parent)
+    user = isinstance(event, ApprovalDecided | InputAnswered) or (isinstance(event, RunStarted) and not event.parent)
     return Message(message_id=f"{task_id}-{event_id}", task_id=task_id, context_id=context_id,
                    role=Role.ROLE_USER if user else Role.ROLE_AGENT,
                    parts=[Part(text=_line(event)), Part(data=_value(event.to_dict()), media_type="application/json")],
@@ -145,10 +153,11 @@ def update_of(event_id: int, event: Event, task_id: str, context_id: str) -> Tas
                                                                                      context_id)))
 
 
-def ending_status(end: RunFinished | dict[str, Any], waiting: Iterable[ApprovalRequested], task_id: str,
-                  context_id: str, event_id: int = 0) -> TaskStatus:
+def ending_status(end: RunFinished | dict[str, Any], waiting: Iterable[ApprovalRequested | InputRequested],
+                  task_id: str, context_id: str, event_id: int = 0) -> TaskStatus:
     """The status a run's end (stored as event `event_id`, or made up by the queue: 0) gives its task;
-    `waiting` are the calls a run that waits for approval waits on."""
+    `waiting` are the calls a run that waits for approval waits on, and the questions one waiting for input
+    asked."""
     status = end.status if isinstance(end, RunFinished) else str(end.get("status", "failed"))
     answer = end.answer if isinstance(end, RunFinished) else str(end.get("answer", ""))
     error = (end.error if isinstance(end, RunFinished) else end.get("error")) or ""
@@ -165,9 +174,17 @@ def ending_status(end: RunFinished | dict[str, Any], waiting: Iterable[ApprovalR
 
     if status == "completed":
         return TaskStatus(state=TaskState.TASK_STATE_COMPLETED, message=said("answer", answer))
+    if status == "waiting_input":
+        asked = [{"call_id": q.call_id, "question": q.question, "choices": list(q.choices)}
+                 for q in waiting if isinstance(q, InputRequested)]
+        lines = " ".join(q["question"] + (f" (choices: {'; '.join(q['choices'])})" if q["choices"] else "")
+                         for q in asked)
+        text = f"The agent asks: {lines or 'a question'} Reply in this task with a message: your answer."
+        return TaskStatus(state=TaskState.TASK_STATE_INPUT_REQUIRED, message=said("asking", text,
+                                                                                    {"questions": asked}))
     if status == "waiting_approval":
         calls = [{"call_id": r.call.id, "tool": r.call.name, "arguments": parse_arguments(r.call.arguments)[0]
-                  or r.call.arguments, "why": r.why} for r in waiting]
+                  or r.call.arguments, "why": r.why} for r in waiting if isinstance(r, ApprovalRequested)]
         lines = "; ".join(f"{_call_line(c['tool'], json.dumps(c['arguments']))} ({c['why']})" for c in calls)
         text = (f"Waiting for approval: {lines or 'a call'}. Reply in this task with a message saying \"approve\" "
                 "or \"deny\" (a reason may follow), or with a data part {\"approve\": true|false, \"reason\": \"...\", "
@@ -179,15 +196,18 @@ def ending_status(end: RunFinished | dict[str, Any], waiting: Iterable[ApprovalR
     return TaskStatus(state=state, message=said("end", why))
 
 
-def pending_calls(rows: list[tuple[int, Event]], run_id: str) -> list[ApprovalRequested]:
-    """The calls the run's last stop left waiting: requested after its last resumption and not decided."""
-    asked: dict[str, ApprovalRequested] = {}
+def pending_calls(rows: list[tuple[int, Event]], run_id: str) -> list[ApprovalRequested | InputRequested]:
+    """The calls the run's last stop left waiting: requested after its last resumption and not decided (or,
+    for questions, not answered)."""
+    asked: dict[str, ApprovalRequested | InputRequested] = {}
     for _, event in rows:
         if isinstance(event, RunResumed | RunStarted) and event.run_id == run_id:
             asked.clear()
         elif isinstance(event, ApprovalRequested):
             asked[event.call.id] = event
-        elif isinstance(event, ApprovalDecided):
+        elif isinstance(event, InputRequested) and not event.parent:
+            asked[event.call_id] = event
+        elif isinstance(event, ApprovalDecided | InputAnswered):
             asked.pop(event.call_id, None)
     return list(asked.values())
 

@@ -21,10 +21,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..events import WAITING
 from ..session import Session, new_session_name
 from ..store.locks import SessionBusy
 from ..tools.executor import parse_arguments
 from . import page
+from .answering import answer_question, waiting_questions
 from .deciding import decide_calls, waiting_calls
 from .docs import docs_page
 from .files_api import file_content, list_folder, run_screenshot, upload_file
@@ -32,7 +34,7 @@ from .fork_api import fork_session_route
 from .info_api import server_config, usage
 from .jobs import ACTIVE, Refused
 from .leftovers import close_leftovers
-from .schema import Decision, RunRequest, openapi
+from .schema import AnswerIn, Decision, RunRequest, openapi
 from .server import SSE_HEADERS, Server, error, read_json
 from .stream import run_events, sse
 
@@ -126,7 +128,7 @@ async def delete_session(request: Request) -> Response:
     user = srv.user(request)
     name = request.path_params["name"]
     srv.own_session(name, user)
-    if any(j.status in (*ACTIVE, "waiting_approval") for j in srv.queue.runs(user, name)):
+    if any(j.status in (*ACTIVE, *WAITING) for j in srv.queue.runs(user, name)):
         raise HTTPException(409, f"session {name!r} has a run under way; cancel it first")
     try:
         lock = srv.store.lock(name)
@@ -141,6 +143,38 @@ async def delete_session(request: Request) -> Response:
     finally:
         lock.release()
     return Response(status_code=204)
+
+
+# ---------------------------------------------------------------------------------------------- questions
+
+
+async def list_questions(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    rows = [{"call_id": q.call_id, "run_id": q.run_id.split(".", 1)[0], "session": session, "question": q.question,
+             "choices": list(q.choices), "since": q.at} for session, q in waiting_questions(srv, srv.user(request))]
+    return JSONResponse({"questions": rows})
+
+
+async def answer_run(request: Request) -> Response:
+    srv: Server = request.app.state.server
+    user = srv.user(request)
+    run_id = request.path_params["run_id"]
+    body: AnswerIn = await read_json(request, AnswerIn)
+    matches = [(s, q) for s, q in waiting_questions(srv, user) if q.run_id.split(".", 1)[0] == run_id
+               and (body.call_id is None or q.call_id == body.call_id)]
+    if not matches:
+        raise HTTPException(404, f"run {run_id!r} waits for no answer" + (f" to call {body.call_id!r}"
+                                                                           if body.call_id else ""))
+    if len(matches) > 1:
+        raise HTTPException(409, f"{len(matches)} questions of run {run_id!r} wait: give call_id")
+    session, asked = matches[0]
+    try:
+        answer_question(srv, session, asked.call_id, body.text, f"api:{user}")
+    except SessionBusy as e:
+        raise HTTPException(409, str(e)) from None
+    except KeyError:
+        raise HTTPException(409, f"call {asked.call_id!r} was answered meanwhile") from None
+    return JSONResponse({"call_id": asked.call_id, "run_id": run_id, "session": session})
 
 
 # ---------------------------------------------------------------------------------------------- approvals
@@ -286,6 +320,7 @@ def create_app(server: Server) -> Starlette:
             await server.runner.stop()
 
     routes = [
+        Route("/v1/questions", list_questions), Route("/v1/runs/{run_id}/answer", answer_run, methods=["POST"]),
         Route("/", index), Route("/healthz", healthz), Route("/openapi.json", openapi_json), Route("/docs", docs),
         Route("/static/{path:path}", page.static),  # the page's modules, styles and vendored libraries
         Route("/v1/runs", create_run, methods=["POST"]), Route("/v1/runs", list_runs, methods=["GET"]),

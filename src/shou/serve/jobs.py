@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import orjson
 
 from ..errors import UserError
+from ..events import WAITING
 
 T = TypeVar("T")
 ACTIVE = ("queued", "running")
@@ -212,12 +213,12 @@ class RunQueue:
                 self._x("INSERT INTO serve_sessions(name, username, sid) VALUES (%s, %s, %s)",
                         (session, user, uuid.uuid4().hex))
             busy = self._x("SELECT run_id FROM serve_runs WHERE session = %s AND status IN "
-                           "('queued', 'running', 'waiting_approval')", (session,)).fetchone()
+                           "('queued', 'running', 'waiting_approval', 'waiting_input')", (session,)).fetchone()
             if busy is not None:
                 raise Refused(409, f"session {session!r} has a run under way ({busy[0]}); wait for it or cancel it")
             if max_active is not None:
                 (count,) = self._x("SELECT COUNT(*) FROM serve_runs WHERE username = %s AND status IN "
-                                   "('queued', 'running', 'waiting_approval')", (user,)).fetchone()
+                                   "('queued', 'running', 'waiting_approval', 'waiting_input')", (user,)).fetchone()
                 if count >= max_active:
                     raise Refused(429, f"you have {count} runs queued, running or waiting for approval, the most "
                                        "allowed (max_runs_per_user); wait for one to finish")
@@ -292,7 +293,7 @@ class RunQueue:
             self._x("UPDATE serve_runs SET status = %s, answer = %s, error = %s, usage = %s, finished = %s, "
                     "replica = '', lease_until = 0 WHERE run_id = %s AND (replica = %s OR status = 'queued')",
                     (_clean(status), _clean(answer), _clean(error or ""), orjson.dumps(usage or {}).decode(),
-                     0.0 if status == "waiting_approval" else time.time(), run_id, replica))
+                     0.0 if status in WAITING else time.time(), run_id, replica))
 
     @_retried
     def close_waiting(self, run_id: str, status: str, answer: str = "", error: str = "",
@@ -300,7 +301,7 @@ class RunQueue:
         """Record the end of a run the queue still shows waiting for approvals (its end is in the log)."""
         with self._tx():
             self._x("UPDATE serve_runs SET status = %s, answer = %s, error = %s, usage = %s, finished = %s "
-                    "WHERE run_id = %s AND status = 'waiting_approval'",
+                    "WHERE run_id = %s AND status IN ('waiting_approval', 'waiting_input')",
                     (_clean(status), _clean(answer), _clean(error), orjson.dumps(usage or {}).decode(), time.time(),
                      run_id))
 
@@ -321,7 +322,8 @@ class RunQueue:
         with self._tx(write=False):
             rows = self._x(f"SELECT {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))}, "
                            "(SELECT MAX(e.id) FROM events e WHERE e.session = r.session) FROM serve_runs r "
-                           "WHERE r.status = 'waiting_approval' AND r.created < %s ORDER BY r.created LIMIT %s",
+                           "WHERE r.status IN ('waiting_approval', 'waiting_input') AND r.created < %s "
+                           "ORDER BY r.created LIMIT %s",
                            (cutoff, limit)).fetchall()
         return [(_job(r[:-1]), r[-1]) for r in rows]
 
@@ -340,7 +342,7 @@ class RunQueue:
         """Queue a waiting run again, to resume (its approvals were decided)."""
         with self._tx():
             self._x("UPDATE serve_runs SET status = 'queued', kind = 'resume', replica = '', lease_until = 0 "
-                    "WHERE run_id = %s AND status = 'waiting_approval'", (run_id,))
+                    "WHERE run_id = %s AND status IN ('waiting_approval', 'waiting_input')", (run_id,))
 
     @_retried
     def cancel(self, run_id: str) -> Job | None:
@@ -350,7 +352,8 @@ class RunQueue:
                     "status = 'queued' AND kind = 'start'", (time.time(), run_id))
             self._x("UPDATE serve_runs SET cancel = 1 WHERE run_id = %s", (run_id,))
             self._x("UPDATE serve_runs SET status = 'queued', kind = 'resume' WHERE run_id = %s AND "
-                    "status = 'waiting_approval'", (run_id,))  # a replica closes it in the log as cancelled
+                    # a replica closes it in the log as cancelled
+                    "status IN ('waiting_approval', 'waiting_input')", (run_id,))
         return self.get(run_id)
 
     # ------------------------------------------------------------------ reading

@@ -21,7 +21,16 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..agent.agent import Agent
 from ..agent.emitter import Emitter
-from ..events import Event, ModelResponse, RunFinished, RunStarted, TextDelta, ToolCallFinished, ToolCallStarted
+from ..events import (
+    WAITING,
+    Event,
+    ModelResponse,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+)
 from ..messages import Message
 from ..session import Session, new_session_name
 from ..usage import Usage
@@ -163,7 +172,7 @@ async def _chunks(events: AsyncIterator[tuple[int | None, Event | dict[str, Any]
             yield _comment(f"tool {event.call.name} {event.call.arguments}")
         elif isinstance(event, ToolCallFinished):
             yield _comment(f"result {event.name}{' error' if event.is_error else ''} {event.content}")
-        elif isinstance(event, RunFinished) and event.status != "waiting_approval":
+        elif isinstance(event, RunFinished) and event.status not in WAITING:
             sent = streamed.get(event.steps, "")
             rest = event.answer[len(sent):] if event.answer.startswith(sent) else event.answer
             if rest:

@@ -111,7 +111,7 @@ class Runner:
         return updated
 
     def resume(self, run_id: str) -> None:
-        """Queue a run that waited for approvals again."""
+        """Queue a run that waited for approvals (or an answer) again."""
         self.queue.requeue(run_id)
         self._kick.set()
 
@@ -190,7 +190,7 @@ class Runner:
                 self._seen_waiting.clear()
             session = Session(job.session, self.store)
             run = session.open_run
-            if run is not None and run.waiting and not session.pending_approvals:
+            if run is not None and run.waiting and not session.pending_approvals and not session.pending_questions:
                 self.resume(job.run_id)
             elif run is None:  # its end is logged (cancelled from the CLI, closed by another task)
                 end = self._logged_end(job)

@@ -56,8 +56,8 @@ class Usage(BaseModel):
 
 
 class RunInfo(BaseModel):
-    """A run: `status` is queued, running, waiting_approval, or how it ended (completed, blocked by a guardrail,
-    max_steps, error, ...; `error` says why)."""
+    """A run: `status` is queued, running, waiting_approval, waiting_input, or how it ended (completed, blocked by
+    a guardrail, max_steps, error, ...; `error` says why)."""
 
     run_id: str
     session: str
@@ -141,6 +141,33 @@ class Approval(BaseModel):
 
 class ApprovalList(BaseModel):
     approvals: list[Approval]
+
+
+class AnswerIn(BaseModel):
+    """A person's answer to the question a run waits on (`ask_user`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: Text = Field(max_length=20_000)
+    call_id: Text | None = Field(None, max_length=200, description="which question, when several wait")
+
+
+class AnswerOut(BaseModel):
+    call_id: str
+    run_id: str
+    session: str
+
+
+class Question(BaseModel):
+    call_id: str
+    run_id: str
+    session: str
+    question: str
+    choices: list[str]
+    since: float
+
+
+class QuestionList(BaseModel):
+    questions: list[Question]
 
 
 class ChatMessage(BaseModel):
@@ -232,7 +259,8 @@ class UsageOut(BaseModel):
 
 _MODELS = [FileEntry, FileList, Uploaded, Currency, ServerConfig, UsageRowOut, UsageOut,
            RunOptions, RunRequest, Usage, RunInfo, RunList, SessionInfoOut, SessionList, Transcript, Decision,
-           DecisionOut, Approval, ApprovalList, ChatMessage, ChatRequest, ForkRequest, ForkOut, Error]
+           DecisionOut, Approval, ApprovalList, AnswerIn, AnswerOut, Question, QuestionList, ChatMessage,
+           ChatRequest, ForkRequest, ForkOut, Error]
 
 
 def _ref(model: type[BaseModel]) -> dict[str, str]:
@@ -316,6 +344,11 @@ def openapi() -> dict[str, Any]:
         "/v1/approvals/{call_id}": {"post": _op("Allow or deny a waiting call; the run then goes on",
                                                 ("200", DecisionOut, "decided"), body=Decision, params=("call_id",),
                                                 errors=("400", "401", "404", "409"))},
+        "/v1/questions": {"get": _op("Questions (ask_user) waiting for the caller's answer",
+                                     ("200", QuestionList, "waiting"), errors=("401",))},
+        "/v1/runs/{run_id}/answer": {"post": _op("Answer the question a run waits on; the run then goes on",
+                                                 ("200", AnswerOut, "answered"), body=AnswerIn, params=("run_id",),
+                                                 errors=("400", "401", "404", "409"))},
         "/v1/chat/completions": {"post": chat},
         "/v1/models": {"get": _op("The agents, as models", ("200", None, "a model list"), errors=("401",))},
         "/v1/config": {"get": _op("The server's version, model, tools and currency", ("200", ServerConfig, "setup"),

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from ..events import Event, RunFinished
+from ..events import WAITING, Event, RunFinished
 from ..store.pg_link import is_connection_error
 from .hub import Hub
 from .jobs import ACTIVE, RunQueue
@@ -33,7 +33,7 @@ def frame(event: Event | dict[str, Any], event_id: int | None = None) -> bytes:
 def is_end(event: Event, run_id: str) -> bool:
     """Whether `event` ends run `run_id` for good (waiting for approval does not)."""
     return (isinstance(event, RunFinished) and event.run_id == run_id and not event.parent
-            and event.status != "waiting_approval")
+            and event.status not in WAITING)
 
 
 async def run_events(store: Any, hub: Hub, queue: RunQueue, session: str, run_id: str,
@@ -116,7 +116,7 @@ def _ending(store: Any, queue: RunQueue, session: str, run_id: str, after: int) 
     """The `run_finished` to end on when the queue says the run ended and nothing more is logged."""
     try:
         job = _reading(queue.get, run_id)
-        ended = job is None or (job.status not in ACTIVE and job.status != "waiting_approval")
+        ended = job is None or (job.status not in ACTIVE and job.status not in WAITING)
         if ended and not _reading(store.run_rows, session, run_id, after):  # nothing more will come
             return _ended(run_id, job)
     except _Away as e:

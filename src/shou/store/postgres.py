@@ -292,7 +292,8 @@ class PostgresStore(StoreBasics):
 
     def unfinished(self) -> list[str]:
         """Sessions whose last run never finished, newest first."""
-        found = self._read("SELECT name FROM sessions WHERE status IN ('running', 'waiting_approval') "
+        found = self._read("SELECT name FROM sessions WHERE status IN "
+                           "('running', 'waiting_approval', 'waiting_input') "
                            "ORDER BY updated DESC")
         return [name for (name,) in found]
 

@@ -356,7 +356,8 @@ class SQLiteStore(StoreBasics):
     def unfinished(self) -> list[str]:
         """Sessions whose last run never finished (killed, running now, or waiting for approvals), newest first."""
         self.commit()
-        rows = self._db.execute("SELECT name FROM sessions WHERE status IN ('running', 'waiting_approval') "
+        rows = self._db.execute("SELECT name FROM sessions WHERE status IN "
+                                "('running', 'waiting_approval', 'waiting_input') "
                                 "ORDER BY updated DESC")
         return [name for (name,) in rows]
 

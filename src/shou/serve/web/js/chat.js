@@ -9,6 +9,7 @@ import { RunView } from './runview.js';
 import { ACTIVE } from './run.js';
 import { loadSessions, markSession } from './sessions.js';
 import { loadApprovals } from './approvals.js';
+import { loadQuestions } from './questions.js';
 import * as computer from './computer/pane.js';
 import * as attachments from './attachments.js';
 
@@ -38,7 +39,7 @@ const handlers = {
 };
 
 export function refresh() {
-  return Promise.all([loadSessions(openSession, state.session), loadApprovals(openSession)])
+  return Promise.all([loadSessions(openSession, state.session), loadApprovals(openSession), loadQuestions(openSession)])
     .catch(e => { if (!(e instanceof AuthError)) note(e.message, true); });
 }
 
@@ -70,7 +71,8 @@ async function play(view) {
   if (ACTIVE.has(view.run.status)) setLive(view);
   const handle = d => {
     const over = view.handle(d);
-    if (state.live === view) setStatus(view.run.status === 'waiting_approval' ? 'waiting for approval' : 'running');
+    const waits = { waiting_approval: 'waiting for approval', waiting_input: 'waiting for your answer' };
+    if (state.live === view) setStatus(waits[view.run.status] || 'running');
     return over;
   };
   await followRun(view.run.id, handle, ctrl.signal, (msg, bad) => (bad ? note(msg, true) : setStatus(msg)));

@@ -5,6 +5,7 @@ import { $ } from './util.js';
 import { setupToken } from './api.js';
 import { loadConfig, config } from './config.js';
 import { setupApprovals } from './approvals.js';
+import { setupQuestions } from './questions.js';
 import { setupChat, newChat, refresh, note, stopRun, isLive } from './chat.js';
 import { setupAttachments } from './attachments.js';
 import { setupPane } from './computer/pane.js';
@@ -54,6 +55,7 @@ function setupKeys() {
 async function start() {
   setupToken(() => { loadConfig().then(showConfig); refresh(); });
   setupApprovals(text => note(text, true), () => refresh());
+  setupQuestions(text => note(text, true), () => refresh());
   setupChat();
   setupAttachments((text, bad) => note(text, bad), () => files.reload());
   setupPane();

@@ -4,7 +4,7 @@
 
 import { parseArgs, imageSrc } from './util.js';
 
-export const ACTIVE = new Set(['queued', 'running', 'waiting_approval']);
+export const ACTIVE = new Set(['queued', 'running', 'waiting_approval', 'waiting_input']);
 const WRITERS = new Set(['write_file', 'edit_file']);
 const TERMINAL = new Set(['shell', 'run_code', 'python']);
 
@@ -45,11 +45,11 @@ export class Run {
     switch (d.type) {
       case 'run_started': this.started = Number(d.started_at) || 0; this.task = this.task || String(d.task || '');
         this.status = 'running'; return 'status';
-      case 'run_resumed': case 'approval_decided': this.status = 'running'; return 'status';
+      case 'run_resumed': case 'approval_decided': case 'input_answered': this.status = 'running'; return 'status';
       case 'step_finished': this.usage = d.usage || this.usage; this.steps = Math.max(this.steps, Number(d.step) || 0);
         return 'status';
       case 'run_finished':
-        if (d.status === 'waiting_approval') { this.status = 'waiting_approval'; return 'status'; }
+        if (d.status === 'waiting_approval' || d.status === 'waiting_input') { this.status = d.status; return 'status'; }
         Object.assign(this, { status: String(d.status || 'unknown'), answer: String(d.answer || ''),
                               error: d.error || null, wall: Number(d.wall_time) || 0 });
         if (d.usage && Object.keys(d.usage).length) this.usage = d.usage;

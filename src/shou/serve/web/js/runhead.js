@@ -5,8 +5,8 @@
 import { el, button, secs, plural, count, num } from './util.js';
 import { money } from './config.js';
 
-const LABELS = { waiting_approval: 'waiting for approval', max_steps: 'step limit', queued: 'queued',
-  blocked: 'blocked by a guardrail' };
+const LABELS = { waiting_approval: 'waiting for approval', waiting_input: 'waiting for your answer',
+  max_steps: 'step limit', queued: 'queued', blocked: 'blocked by a guardrail' };
 
 export class RunHead {
   /** `on`: {trace(), stop(), select()} */

@@ -9,6 +9,7 @@ import { RunHead } from './runhead.js';
 import { loadTrace } from './trace.js';
 import { toolCard, showResult } from './toolcard.js';
 import { approvalCard, markDecided } from './approvals.js';
+import { questionCard, markAnswered } from './questions.js';
 import { planList } from './plan.js';
 
 /** The first line of `text`, at most 100 characters. */
@@ -61,6 +62,8 @@ export class RunView {
       case 'tool_call_finished': this.callFinished(d, runId); break;
       case 'approval_requested': this.approval(d, runId); break;
       case 'approval_decided': markDecided(String(d.call_id || ''), !!d.allow, d.by); break;
+      case 'input_requested': this.question(d, runId); break;
+      case 'input_answered': markAnswered(String(d.call_id || ''), String(d.answer || ''), d.by); break;
       case 'plan': this.plan(d, runId); break;
       case 'notice': this.note(`${d.kind ? d.kind + ': ' : ''}${d.text || ''}`, runId, d.kind === 'model_error'); break;
       case 'review': this.note(d.approved ? 'review: approved' : `review: ${d.feedback || 'not approved'}`, runId); break;
@@ -155,6 +158,14 @@ export class RunView {
     this.on.approvals();
   }
 
+  question(d, runId) {
+    const id = String(d.call_id || '');
+    if ([...this.section.querySelectorAll('.question')].some(c => c.dataset.callId === id)) return;
+    const choices = Array.isArray(d.choices) ? d.choices.map(String) : [];
+    this.add(questionCard({ callId: id, question: String(d.question || ''), choices, runId: this.run.id }), runId);
+    this.on.approvals();  // the sidebar lists it too
+  }
+
   plan(d, runId) {
     let box = this.plans.get(runId);
     if (!box) { box = this.add(el('div', 'plan'), runId); this.plans.set(runId, box); }
@@ -169,6 +180,7 @@ export class RunView {
       return false;
     }
     if (status === 'waiting_approval') { this.on.approvals(); return false; }
+    if (status === 'waiting_input') return false;
     for (const b of this.section.querySelectorAll('.bubble.streaming')) b.classList.remove('streaming');
     const answer = String(d.answer || '');
     for (const [key, b] of this.bubbles) {  // the last bubble repeats the answer: the result shows it
