@@ -17,7 +17,7 @@ from .usage import Usage
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _PLAIN = frozenset({str, int, float, bool})
 RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "truncated", "error", "cancelled",
-                    "interrupted", "waiting_approval"]
+                    "interrupted", "waiting_approval", "invalid_output"]
 
 
 def field_names(kind: type) -> tuple[str, ...]:

@@ -97,6 +97,9 @@ class Settings:
     max_tokens: int | None = _s(None, "most tokens in one model reply", minimum=1)
     top_p: float | None = _s(None, "nucleus sampling share sent to the model", safe=True, minimum=0)
     seed: int | None = _s(None, "sampling seed sent to the model (where supported)", safe=True)
+    response_format: bool | None = _s(None, "typed answers use the provider's structured output (response_format "
+                                            "json_schema); false: a final tool call (default: known models)",
+                                      safe=True)
     tools: tuple[str, ...] | None = _s(None, "offer only these tools (comma-separated)")
     sandbox: Literal["auto", "bubblewrap", "docker", "local"] = _s("auto", "where shell and run_code run")
     sandbox_timeout: float = _s(300.0, "longest one shell/run_code call may run, whatever tool_timeout says",

@@ -23,7 +23,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelError
 from ..events import (
@@ -38,7 +38,7 @@ from ..events import (
     ToolCallFinished,
 )
 from ..messages import Message, ToolCall
-from ..models.base import model_id
+from ..models.base import ModelSettings, model_id
 from ..session import INTERRUPTED
 from ..skills import open_user_skill_file
 from ..store.pg_link import is_connection_error
@@ -105,7 +105,13 @@ class Run:
         # answer stands). Both are given the run, not bound to it: what a run is made of is a value of its
         # config, and the run's state stays in the run.
         self.drive: Callable[[Run], Awaitable[Ending]] | None = None
-        self.answer_checker: Callable[[Run, int], Callable[[int, str], Awaitable[bool]]] | None = None
+        self.answer_checker: Callable[[Run, int], Callable[[int, str], Awaitable[bool | Ending]]] | None = None
+        # A typed answer (agent/output.py): what every step's request carries besides the agent's tools and
+        # settings, and what takes a turn whose calls may be the answer (None: they are only calls; False:
+        # an answer turned down; else how the run ends). A check may end the run too, with its own ending.
+        self.step_tools: tuple[dict[str, Any], ...] = ()
+        self.step_settings: ModelSettings | None = None
+        self.answer_call: Callable[[int, Message], Awaitable[bool | Ending | None]] | None = None
 
     def sub_id(self) -> str:
         """A new run id for a sub-run of this run (a plan step, a sub-agent, a review)."""
@@ -251,7 +257,9 @@ class Run:
             step = self.step
             messages, specs, tokens = await context.messages(step)
             ctx.state["working_memory"] = self.session.working_memory
-            turn = await self.caller.call(messages, specs, step, tokens)
+            if self.step_tools:
+                specs = [*specs, *self.step_tools]
+            turn = await self.caller.call(messages, specs, step, tokens, settings=self.step_settings)
             if isinstance(turn, str):
                 self.step -= 1
                 return "budget", "", turn
@@ -263,11 +271,16 @@ class Run:
                 continue
             self.truncated = 0
             if not message.tool_calls:
-                if check is not None and not await check(step, message.text):
-                    self.emit(StepFinished(run_id, step, self.usage))
-                    continue  # turned down: why is in the conversation now, and the loop goes on
+                verdict = True if check is None else await check(step, message.text)
                 self.emit(StepFinished(run_id, step, self.usage))
-                return "completed", message.text, None
+                if verdict is False:
+                    continue  # turned down: why is in the conversation now, and the loop goes on
+                return ("completed", message.text, None) if verdict is True else verdict
+            if self.answer_call is not None and (verdict := await self.answer_call(step, message)) is not None:
+                self.emit(StepFinished(run_id, step, self.usage))
+                if not isinstance(verdict, tuple):
+                    continue  # turned down: the errors are the call's result, and the loop goes on
+                return verdict
             ended = await tools(message.tool_calls, turn=True, oversized=turn.oversized)
             self.emit(StepFinished(run_id, step, self.usage))
             if ended is not None:

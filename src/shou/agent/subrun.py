@@ -47,12 +47,12 @@ class SubSession(Session):
 def sub_config(config: AgentConfig, **changes: Any) -> AgentConfig:
     """`config` for a sub-run, with `changes` (max_steps, run_timeout, model, instructions, tools, ...).
 
-    It plans, reflects and observes nothing itself: the parent's run does those, and sees every event. Its
+    It plans, reflects, observes and types its answer nothing itself: the parent's run does those, and sees every event. Its
     tools are the parent's as offered to code (use_skill, delegate, the MCP servers' and the A2A agents' tools
     included), so it adds none and connects to no server; it keeps the parent's redactor, servers' secrets and all.
     """
     return replace(config, planning=False, reflect=False, observers=(), mcp_servers={}, a2a_agents={},
-                   delegation=False, skills=None, **{"tools": config.code_tools, **changes})
+                   delegation=False, skills=None, output_type=None, **{"tools": config.code_tools, **changes})
 
 
 def derived(agent: Agent, **changes: Any) -> Agent:
