@@ -37,6 +37,9 @@ class RunOptions(BaseModel):
     code: bool = False
     token_budget: int | None = Field(None, ge=1, le=MOST_TOKENS)  # a database integer holds it
     max_cost: float | None = Field(None, ge=0, allow_inf_nan=False)
+    output_schema: dict[str, Any] | None = Field(
+        None, description="a typed answer: the final answer must be JSON matching this JSON schema (the run's "
+                          "`output` is that JSON; an answer that keeps failing ends the run invalid_output)")
 
 
 class RunRequest(BaseModel):
@@ -56,13 +59,14 @@ class Usage(BaseModel):
 
 
 class RunInfo(BaseModel):
-    """A run: `status` is queued, running, waiting_approval, or how it ended."""
+    """A run: `status` is queued, running, waiting_approval, or how it ended (completed, invalid_output, ...)."""
 
     run_id: str
     session: str
     task: str
     status: str
     answer: str = ""
+    output: Any = Field(None, description="with options.output_schema: the answer as JSON, once completed")
     error: str | None = None
     usage: Usage | dict[str, Any] = Field(default_factory=dict)
     created: float
