@@ -149,12 +149,12 @@ def output_spec(output_type: Any) -> OutputSpec:
         except SchemaError as e:
             raise UserError(f"the output schema is not a valid JSON schema: {e.message}") from None
         return OutputSpec(output_type.schema, _wire_name(output_type.name), validator=cls(output_type.schema))
-    from pydantic import PydanticSchemaGenerationError, TypeAdapter
+    from pydantic import PydanticSchemaGenerationError, PydanticUserError, TypeAdapter
 
     try:
         adapter = TypeAdapter(output_type)
         schema = adapter.json_schema()
-    except (PydanticSchemaGenerationError, TypeError) as e:
+    except (PydanticSchemaGenerationError, PydanticUserError, TypeError) as e:
         raise UserError(f"output_type {output_type!r} cannot be an answer's type: {e}") from None
     return OutputSpec(schema, _wire_name(getattr(output_type, "__name__", None) or schema.get("title") or "answer"),
                       adapter)
