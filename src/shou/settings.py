@@ -67,6 +67,8 @@ class Settings:
     plan_step_max_steps: int = _s(8, "most model calls of one plan step (shou run --plan)", minimum=1)
     plan_step_timeout: float = _s(120.0, "seconds one plan step may take", positive=True)
     max_replans: int = _s(2, "new plans after a failed step before a planned run gives up", minimum=0)
+    output_retries: int = _s(2, "retries of a typed answer (--output-schema) that does not match its schema, before "
+                                "the run ends invalid_output", minimum=0)
     max_reviews: int = _s(1, "reviews of a final answer before it stands (shou run --reflect)", minimum=0)
     review_model: str | None = _s(None, "model that reviews answers (--reflect; default: the model)")
     delegation: bool = _s(True, "offer the delegate tool (sub-agents) in shou run and chat")

@@ -285,6 +285,7 @@ def _settings_fields(settings: Any) -> dict[str, Any]:
         "summary_model": settings.summary_model, "review_model": settings.review_model,
         "max_replans": settings.max_replans, "plan_step_max_steps": settings.plan_step_max_steps,
         "plan_step_timeout": settings.plan_step_timeout, "max_reviews": settings.max_reviews,
+        "output_retries": settings.output_retries,
         "agents": agent_specs(settings.agents), "delegation": settings.delegation and _offered(settings, "delegate"),
         "mcp_servers": _servers(settings.mcp_servers), "a2a_agents": _remote_agents(settings.a2a_agents),
     }
