@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "RunResult": "shou.agent.agent",
     "AgentSpec": "shou.agent.delegate",
     "AgentConfig": "shou.agent.config",
+    "JsonSchema": "shou.agent.output",
     "SkillSet": "shou.skills",
     "ServerSpec": "shou.mcp.servers",
     "tool": "shou.tools.base",
@@ -68,6 +69,7 @@ __all__ = [
     "ConfigError",
     "ContextPolicy",
     "ImagePart",
+    "JsonSchema",
     "MemoryStore",
     "Message",
     "Model",
@@ -105,6 +107,7 @@ if TYPE_CHECKING:
     from .agent.approvals import Approver
     from .agent.config import AgentConfig
     from .agent.delegate import AgentSpec
+    from .agent.output import JsonSchema
     from .config import Settings, load_settings
     from .context.builder import ContextPolicy
     from .errors import ConfigError, ModelError, ShouError, ToolError, UserError

@@ -48,8 +48,9 @@ def sub_config(config: AgentConfig, **changes: Any) -> AgentConfig:
     """`config` for a sub-run, with `changes` (max_steps, run_timeout, model, instructions, tools, ...).
 
     It plans, reflects and observes nothing itself (the parent's run does those, and sees every event), and it
-    answers in text whatever type the parent's answer must have. Its tools are the parent's as offered to code (use_skill, delegate, the MCP servers' and the A2A agents' tools
-    included), so it adds none and connects to no server; it keeps the parent's redactor, servers' secrets and all.
+    answers in text whatever type the parent's answer must have. Its tools are the parent's as offered to code
+    (use_skill, delegate, the MCP servers' and the A2A agents' tools included), so it adds none and connects to
+    no server; it keeps the parent's redactor, servers' secrets and all.
     """
     return replace(config, planning=False, reflect=False, observers=(), mcp_servers={}, a2a_agents={},
                    delegation=False, skills=None, output_type=None, **{"tools": config.code_tools, **changes})
