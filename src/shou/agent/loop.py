@@ -242,14 +242,14 @@ class Run:
         tools = self.tool_pipeline()
         ctx = tools.ctx
         context = RequestMaker(self)
+        check = self.answer_checker(self, context.pinned) if self.answer_checker is not None else None
         if self.resume is None:
             context.recall(self.task)
         else:
-            ended = await self._pick_up(tools)
+            ended = await self._pick_up(tools, check)
             if ended is not None:
                 return ended
         run_id = self.run_id
-        check = self.answer_checker(self, context.pinned) if self.answer_checker is not None else None
         while True:
             if self.step >= agent.max_steps:
                 return "max_steps", "", f"stopped after {agent.max_steps} steps without a final answer"
@@ -303,13 +303,18 @@ class Run:
                                                                 "was asked to do less per step"))
         return None
 
-    async def _pick_up(self, tools: ToolPipeline) -> tuple[RunStatus, str, str | None] | None:
+    async def _pick_up(self, tools: ToolPipeline, check: Callable[[int, str], Awaitable[bool | Ending]] | None
+                       ) -> tuple[RunStatus, str, str | None] | None:
         """Continue where the killed run stopped. Returns how the run ended if there is nothing left to do."""
         run = self.resume
         assert run is not None
         if run.answer is not None:  # the final answer was recorded; only the ending was not
+            # it still passes the run's check (a typed answer's schema, a review): it may be the one turned down
+            verdict = True if check is None else await check(self.step, run.answer.text)
             self.emit(StepFinished(self.run_id, self.step, self.usage))
-            return "completed", run.answer.text, None
+            if verdict is False:
+                return None
+            return ("completed", run.answer.text, None) if verdict is True else verdict
         pending = run.unanswered
         if not pending:
             if run.awaiting_response:
