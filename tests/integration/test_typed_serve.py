@@ -54,3 +54,34 @@ def test_output_schema_in_a_run_request(serve, served, tmp_path: Path, workspace
         assert ended["answer"] == "nor here" and "final_answer" in (ended["error"] or "")
         untyped = c.get("/v1/runs").json()["runs"]
         assert all("output" in r for r in untyped)
+
+
+def test_an_openai_client_asks_shou_for_structured_output(serve, served, tmp_path: Path, workspace: Path) -> None:
+    """The official client's `parse()` sends a `response_format`; shou's agent answers it as a typed answer, here
+    by the provider's structured output, and only the valid answer reaches the client (streamed or not)."""
+    import openai
+    from pydantic import BaseModel
+
+    class Colours(BaseModel):
+        colours: list[str]
+
+    good, bad = {"text": json.dumps({"colours": ["red", "green"]})}, {"text": json.dumps({"colors": "red"})}
+    srv = serve([bad, good, bad, good])
+    s = start_serve(workspace, shou_env(tmp_path, srv, SHOU_RESPONSE_FORMAT="true"))
+    served.append(s)
+    client = openai.OpenAI(base_url=s.url + "/v1", api_key=s.token, max_retries=0)
+    parsed = client.chat.completions.parse(model="shou", messages=[{"role": "user", "content": "Two colours?"}],
+                                           response_format=Colours)
+    assert parsed.choices[0].message.parsed == Colours(colours=["red", "green"])
+    upstream = srv.requests[0]["response_format"]["json_schema"]["schema"]
+    assert upstream["required"] == ["colours"]  # the client's schema reached the model provider
+    assert "colours: Field required" not in json.dumps(srv.requests[0]) and \
+        "(root): 'colours' is a required property" in json.dumps(srv.requests[1]["messages"])
+    stream = client.chat.completions.create(model="shou", stream=True, messages=[{"role": "user", "content": "Again"}],
+                                            response_format={"type": "json_schema", "json_schema": {
+                                                "name": "c", "schema": Colours.model_json_schema()}})
+    text = "".join(choice.delta.content or "" for chunk in stream for choice in chunk.choices)
+    assert json.loads(text) == {"colours": ["red", "green"]}  # the turned-down attempt was never streamed
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        client.chat.completions.create(model="shou", messages=[{"role": "user", "content": "x"}],
+                                       response_format={"type": "json_schema"})  # type: ignore[typeddict-item]

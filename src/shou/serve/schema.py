@@ -139,13 +139,15 @@ class ChatMessage(BaseModel):
 
 class ChatRequest(BaseModel):
     """The Chat Completions request; `model` names the agent. Sampling fields are accepted and ignored: the
-    agent's own settings apply."""
+    agent's own settings apply. `response_format` asks for a typed answer."""
 
     model_config = ConfigDict(extra="allow")
     model: str = "shou"
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_HISTORY)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = Field(
+        None, description="json_schema (or json_object): a typed answer, the content being its JSON")
 
 
 class Error(BaseModel):

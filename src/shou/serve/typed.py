@@ -12,16 +12,35 @@ from ..errors import UserError
 MAX_SCHEMA_BYTES = 64_000  # a schema, not a payload: it goes into every request of the run
 
 
-def check_output_schema(schema: dict[str, Any]) -> None:
+def check_output_schema(schema: dict[str, Any], where: str = "options.output_schema") -> None:
     """A 400 naming what is wrong unless `schema` is a JSON schema of a reasonable size."""
     from starlette.exceptions import HTTPException
 
     if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
-        raise HTTPException(400, f"options.output_schema: larger than {MAX_SCHEMA_BYTES // 1000} KB of JSON")
+        raise HTTPException(400, f"{where}: larger than {MAX_SCHEMA_BYTES // 1000} KB of JSON")
     try:
         output_spec(JsonSchema(schema))
     except UserError as e:
-        raise HTTPException(400, f"options.output_schema: {e}") from None
+        raise HTTPException(400, f"{where}: {e}") from None
+
+
+def requested_schema(response_format: Any) -> dict[str, Any] | None:
+    """The schema a Chat Completions `response_format` asks for: `json_schema`'s, `{"type": "object"}` for
+    `json_object`, None for `text` or none; a 400 for one that is not understood."""
+    from starlette.exceptions import HTTPException
+
+    if response_format is None:
+        return None
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    schema = (response_format.get("json_schema") or {}).get("schema") if kind == "json_schema" else None
+    if not isinstance(schema, dict):
+        raise HTTPException(400, "response_format: give {\"type\": \"json_schema\", \"json_schema\": {\"name\", "
+                                 "\"schema\"}}, {\"type\": \"json_object\"} or {\"type\": \"text\"}")
+    return schema
 
 
 def typed_output(options: dict[str, Any], status: str, answer: str) -> Any:
