@@ -157,3 +157,15 @@ async def test_a_reviewer_sees_only_a_valid_answer(serve, workspace: Path) -> No
                          reflect=True).arun("x")
     assert result.status == "completed" and result.output == City(name="P", population=3)
     assert len(srv.requests) == 3 and srv.requests[2]["tools"][0]["function"]["name"] == "review"
+    assert "response_format" not in srv.requests[2]  # the review call is the reviewer's own, not held to the type
+    # the final-tool way: a valid call is reviewed too, and a rejection's feedback sends the model on
+    reject = {"tool_calls": [{"name": "review", "arguments": {"approved": False, "feedback": "Check the count."}}]}
+    srv = serve([answer_call({"name": "P", "population": 3}), reject, answer_call({"name": "P", "population": 4}),
+                 review])
+    result = await Agent(model_for(srv), [], workspace=workspace, output_type=City, reflect=True,
+                         max_reviews=2).arun("x")
+    assert result.status == "completed" and result.output == City(name="P", population=4)
+    prompt = srv.requests[1]["messages"][-1]["content"]
+    assert '# Proposed final answer\n{"name": "P", "population": 3}' in prompt
+    assert "Check the count." in wire_text(srv.requests[2])
+    assert_valid_conversation(srv.requests[2]["messages"])

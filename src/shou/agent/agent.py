@@ -304,7 +304,7 @@ class Agent:
         if done is None:  # pragma: no cover - execute() always ends with one
             raise RuntimeError("the run ended without a RunFinished event")
         spec = self.config.output
-        output = spec.value(done.answer) if spec is not None and done.status == "completed" else None
+        output = spec.output(done.status, done.answer) if spec is not None else None
         return RunResult(done.status, done.answer, done.steps, done.usage, done.wall_time, done.error,
                          session.name, done.run_id, output)
 

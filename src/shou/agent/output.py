@@ -133,6 +133,14 @@ class OutputSpec:
             return self.adapter.validate_json(answer)
         return json.loads(answer)
 
+    def output(self, status: str, answer: str) -> Any:
+        """What `RunResult.output` is for a run that ended `status` with `answer`: the typed value of a completed
+        run's answer, else None (also for an answer no check held to the type, as a resumed plan's)."""
+        if status != "completed":
+            return None
+        _, errors = self.check(answer, wire=False)
+        return self.value(answer) if errors is None else None
+
 
 def output_spec(output_type: Any) -> OutputSpec:
     """The spec of `output_type` (a type, a `JsonSchema`, or a raw schema dict); a `UserError` when it is
@@ -212,7 +220,12 @@ class OutputCheck:
         data, errors = self.spec.check(final.arguments or "{}")
         if errors is None:
             run.emit(ToolCallFinished(run.run_id, step, final.id, final.name, RECEIVED))
-            return "completed", _dumps(data), None
+            answer = _dumps(data)
+            if self.then is not None:  # a reviewer's feedback follows the call's result, as a note
+                verdict = await self.then(step, answer)
+                if verdict is not True:
+                    return verdict
+            return "completed", answer, None
         run.emit(ToolCallFinished(run.run_id, step, final.id, final.name,
                                   f"Error: the answer does not match the schema:\n{errors}\nCall {ANSWER_TOOL} again "
                                   "with arguments that match it.", is_error=True))
