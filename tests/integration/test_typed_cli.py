@@ -4,6 +4,7 @@ JSON alone, the mechanism follows what the provider takes, and a bad schema file
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
@@ -57,3 +58,41 @@ def test_a_bad_schema_file_is_a_clear_error(serve, shou, workspace: Path) -> Non
     r = shou("run", "--output-schema", str(workspace / "missing.json"), "x", server=srv)
     assert r.returncode == 2 and "cannot read" in r.stderr
     assert srv.requests == []
+
+
+def test_a_killed_typed_run_resumes_typed(serve, tmp_path: Path, workspace: Path) -> None:
+    """`kill -9` while the model is asked again after an invalid answer; `shou resume --output-schema` goes on
+    from the log: the errors already sent stay sent, and the answer it ends with is checked."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from .conftest import shou_env
+
+    srv = serve([{"tool_calls": [{"name": "final_answer", "arguments": {"city": "Paris"}}]}, {"hang": True},
+                 {"tool_calls": [{"name": "final_answer", "arguments": {"city": "Paris", "population": "x"}}]},
+                 {"tool_calls": [{"name": "final_answer", "arguments": GOOD}]}])
+    env = shou_env(tmp_path, srv)
+    schema = schema_file(workspace)
+    proc = subprocess.Popen([sys.executable, "-m", "shou", "run", "--json", "--output-schema", schema, "Paris?"],
+                            cwd=workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # killed as it waits for its second model turn, which never comes
+        event = json.loads(line)
+        if event["type"] == "model_request" and event["step"] == 2:
+            break
+    # the request is logged before it is sent: killed once the server has it (the clock only bounds a hang)
+    deadline = time.monotonic() + 30
+    while len(srv.requests) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(srv.requests) == 2
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    r = subprocess.run([sys.executable, "-m", "shou", "resume", "--output-schema", schema], cwd=workspace, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == GOOD
+    assert "resuming session" in r.stderr and "completed" in r.stderr
+    last = json.dumps(srv.requests[-1]["messages"])
+    assert "'population' is a required property" in last and "'x' is not of type 'integer'" in last

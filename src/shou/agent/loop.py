@@ -111,6 +111,7 @@ class Run:
         # an answer turned down; else how the run ends). A check may end the run too, with its own ending.
         self.step_tools: tuple[dict[str, Any], ...] = ()
         self.step_settings: ModelSettings | None = None
+        self.step_tokens = 0  # what those add to each request's prompt, in tokens (an estimate)
         self.answer_call: Callable[[int, Message], Awaitable[bool | Ending | None]] | None = None
 
     def sub_id(self) -> str:
@@ -259,6 +260,7 @@ class Run:
             ctx.state["working_memory"] = self.session.working_memory
             if self.step_tools:
                 specs = [*specs, *self.step_tools]
+            tokens += self.step_tokens
             turn = await self.caller.call(messages, specs, step, tokens, settings=self.step_settings)
             if isinstance(turn, str):
                 self.step -= 1

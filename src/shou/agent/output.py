@@ -259,8 +259,11 @@ def attach_output(run: Run) -> None:
     if mode == "tool":
         run.step_settings = must_call(settings)
         run.step_tools = (spec.tool_spec(),)
+        run.step_tokens = agent.token_counter.text(json.dumps(run.step_tools))
     else:
-        run.step_settings = replace(settings, extra={**settings.extra, "response_format": spec.response_format()})
+        fmt = spec.response_format()
+        run.step_settings = replace(settings, extra={**settings.extra, "response_format": fmt})
+        run.step_tokens = agent.token_counter.text(json.dumps(fmt))  # providers bill the schema as prompt
     inner = run.answer_checker
 
     def checker(run: Run, first: int) -> OutputCheck:

@@ -137,13 +137,15 @@ def resume(
     stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
     option: OptionOpt = None, yes: YesOpt = False, approvals: ApprovalsOpt = None,
     max_cost: MaxCostOpt = None, token_budget: TokenBudgetOpt = None, otel: OtelOpt = False,
-    json_lines: JsonOpt = False,
+    json_lines: JsonOpt = False, output_schema: OutputSchemaOpt = None,
 ) -> None:
     """Continue a run whose process was killed, from its first unfinished step.
 
     Finished tool calls never run again; a call that was running when the process died is reported to the
-    model as interrupted (its outcome unknown), unless its tool is idempotent, which runs again.
+    model as interrupted (its outcome unknown), unless its tool is idempotent, which runs again. A typed run
+    is resumed with its `--output-schema` given again.
     """
+    typed = _output_schema(output_schema) if output_schema is not None else None
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
                    option, yes, approvals, max_cost, token_budget, otel)
 
@@ -155,9 +157,11 @@ def resume(
                 raise ShouError(f"no unfinished run to resume in {agent.workspace} (`shou sessions` lists them)")
             name = unfinished[0]
             err.print(f"[dim]resuming session {escape(name)}[/]")
+        if typed is not None:
+            agent.output_type = typed
         return agent.stream_resume(name)
 
-    _execute(opts, json_lines, start)
+    _execute(opts, json_lines, start, typed=typed is not None)
 
 
 def _read_task(task: str) -> str:
