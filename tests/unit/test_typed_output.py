@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from shou import Agent, JsonSchema, ScriptedModel, Session, SQLiteStore, UserError
 from shou.agent.config import AgentConfig
 from shou.agent.emitter import Emitter
-from shou.agent.output import output_spec
+from shou.agent.output import OutputCheck, output_spec
 from shou.agent.subrun import sub_config
 from shou.events import Feedback, ModelRequest, ModelResponse, RunFinished, RunStarted
 from shou.messages import Message
@@ -113,3 +113,23 @@ async def test_a_resumed_run_s_recorded_answer_is_checked_before_it_stands(tmp_p
     assert any(isinstance(e, Feedback) and "population" in e.text for e in seen)
     assert agent.config.output is not None and agent.config.output.value(done.answer) == City(name="P", population=3)
     assert model.requests[0]["response_format"]["json_schema"]["name"] == "City"
+
+
+def test_a_finished_typed_run_is_freed_without_the_collector(tmp_path: Path) -> None:
+    """The answer check holds the run and the run holds the check's `answer_call`: the run lets go when it ends."""
+    from .test_run_frees import KEPT_BY_A_CYCLE, collector_off
+
+    def one_run() -> None:
+        model = ScriptedModel([{"tool_calls": [{"name": "final_answer", "arguments": {"name": "P"}}]},
+                               {"tool_calls": [{"name": "final_answer", "arguments": {"name": "P", "population": 1}}]}])
+        agent = Agent(model, [], workspace=tmp_path, output_type=City)
+        try:
+            result = agent.run("a city")
+        finally:
+            agent.close()
+        assert result.output == City(name="P", population=1)
+
+    with collector_off() as found:
+        one_run()
+    left = sorted({type(o).__name__ for o in found if isinstance(o, (*KEPT_BY_A_CYCLE, OutputCheck))})
+    assert not left, f"a finished typed run left these to the garbage collector: {left}"

@@ -153,6 +153,7 @@ class Run:
         third of the difference to 50e96f5 in the peers' benchmark (bench/README); freed by reference
         counting, a run's objects go the moment its last user lets go."""
         tools, self._tools = self._tools, None
+        self.answer_call = None  # a typed answer's check, which holds the run
         if tools is not None:
             tools.ctx.state.pop("shou.run", None)
             tools.ctx.events = None
