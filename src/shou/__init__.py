@@ -26,6 +26,10 @@ _EXPORTS: dict[str, str] = {
     "RunResult": "shou.agent.agent",
     "AgentSpec": "shou.agent.delegate",
     "AgentConfig": "shou.agent.config",
+    "Guardrail": "shou.agent.guardrails",
+    "GuardrailResult": "shou.agent.guardrails",
+    "input_guardrail": "shou.agent.guardrails",
+    "output_guardrail": "shou.agent.guardrails",
     "JsonSchema": "shou.agent.output",
     "SkillSet": "shou.skills",
     "ServerSpec": "shou.mcp.servers",
@@ -68,6 +72,8 @@ __all__ = [
     "Approver",
     "ConfigError",
     "ContextPolicy",
+    "Guardrail",
+    "GuardrailResult",
     "ImagePart",
     "JsonSchema",
     "MemoryStore",
@@ -97,7 +103,9 @@ __all__ = [
     "UserError",
     "events",
     "get_model",
+    "input_guardrail",
     "load_settings",
+    "output_guardrail",
     "tool",
 ]
 
@@ -107,6 +115,7 @@ if TYPE_CHECKING:
     from .agent.approvals import Approver
     from .agent.config import AgentConfig
     from .agent.delegate import AgentSpec
+    from .agent.guardrails import Guardrail, GuardrailResult, input_guardrail, output_guardrail
     from .agent.output import JsonSchema
     from .config import Settings, load_settings
     from .context.builder import ContextPolicy

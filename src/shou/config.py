@@ -194,10 +194,14 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
             if key == "models":
                 _priced(value, source)
             if not trusted and not _harmless(key, value):
-                if key not in NARROWING:
+                if key == "guardrails":  # checks only add up; code and models come from trusted sources only
+                    value, dropped = _added_checks(values.get(key, {}), value)
+                    refused.extend(f"guardrails.{name}" for name in dropped)
+                elif key not in NARROWING:
                     refused.append(key)
                     continue
-                value = NARROWING[key](values.get(key, getattr(defaults, key)), value)
+                else:
+                    value = NARROWING[key](values.get(key, getattr(defaults, key)), value)
             if key in MERGED and key in values:
                 value = _more_rules(values[key], value)
             elif key == "models" and key in values:  # price tables add up; a later source's entry wins
@@ -251,6 +255,22 @@ def _priced(tables: Mapping[str, Mapping[str, float]], source: str) -> None:
         if prices and name not in DEFAULT_PRICES and not {"input_price", "output_price"} <= prices:
             raise ConfigError(f"setting 'models' from {source} is invalid ('a table'): [models.\"{name}\"] needs "
                               "input_price and output_price (USD per million tokens)")
+
+
+def _added_checks(trusted: dict[str, dict[str, Any]], asked: dict[str, dict[str, Any]]
+                  ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The guardrails with an untrusted file's added (the trusted ones first and unchanged), and the names of
+    its checks left out: a function (importing it runs the file's code), one naming its own model (a model comes
+    only from a trusted source), and one reusing a trusted check's name (which would replace, so remove, it).
+    A rule judged by the agent's model only ever stops more runs, so an untrusted workspace may add one."""
+    added = dict(trusted)
+    dropped = []
+    for name, table in asked.items():
+        if "function" in table or "model" in table or name in trusted:
+            dropped.append(name)
+        else:
+            added[name] = table
+    return added, dropped
 
 
 def _harmless(key: str, value: Any) -> bool:

@@ -17,7 +17,7 @@ from .usage import Usage
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _PLAIN = frozenset({str, int, float, bool})
 RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "truncated", "error", "cancelled",
-                    "interrupted", "waiting_approval", "invalid_output"]
+                    "interrupted", "waiting_approval", "blocked", "invalid_output"]
 
 
 def field_names(kind: type) -> tuple[str, ...]:
@@ -323,6 +323,30 @@ class Reviewed(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class Handoff(Event):
+    """At step `step` the run passed its conversation from agent `source` to agent `target` (`main`: the run's
+    own agent), which answers the steps after it with its instructions, tools and model (agent/handoff.py)."""
+
+    type: ClassVar[str] = "handoff"
+    step: int
+    source: str
+    target: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GuardrailTripped(Event):
+    """Guardrail `name` (an `input` or `output` check) stopped the run at step `step`, for `reason`: the run
+    ends `blocked`, and a resumed run never goes on from here."""
+
+    type: ClassVar[str] = "guardrail_tripped"
+    step: int
+    kind: str
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class RunFinished(Event):
     """The run ended with `status`; `answer` is the final text (empty unless completed)."""
 
@@ -355,6 +379,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ApprovalDecided,
         PlanUpdated,
         Reviewed,
+        Handoff,
+        GuardrailTripped,
         RunFinished,
     )
 }

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .errors import UserError
 from .events import EVENT_TYPES, ApprovalDecided, ApprovalRequested, Event, ModelRequest
 from .folds import (
     ApprovalsFold,
@@ -33,11 +34,12 @@ from .messages import Message
 from .usage import Usage
 
 if TYPE_CHECKING:
+    from .folds.forkpoint import ForkPoint
     from .store.sqlite import SessionLock, SQLiteStore
 
 Handler = Callable[[Any], None]
 
-__all__ = ["INTERRUPTED", "MessageFold", "OpenRun", "Session", "new_session_name", "tool_messages"]
+__all__ = ["INTERRUPTED", "MessageFold", "OpenRun", "Session", "fork_session", "new_session_name", "tool_messages"]
 
 INTERRUPTED = ("Error: interrupted: the process running this call stopped before it finished, so its outcome is "
                "unknown (it may or may not have had its effect). Check before repeating it.")
@@ -50,6 +52,29 @@ def new_session_name() -> str:
     16 bits, almost surely; two runs then shared one conversation, or the second was refused as busy).
     """
     return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(5)
+
+
+def fork_session(store: Any, source: str, at: str | None = None, name: str | None = None) -> tuple[str, ForkPoint]:
+    """Make a new session (`name`, or a fresh one) whose log is `source`'s through step `at` (None: its last
+    step; see `shou.folds.forkpoint` for how steps are counted and cut), in `store`. `source` is only read.
+    Returns the new session's name and the cut. `UserError` for a source or a step that does not exist, a
+    step that is no clean cut, or a name in use."""
+    if not store.exists(source):
+        raise UserError(f"no session {source!r} (shou sessions lists them)")
+    if name is not None and (not name.strip() or name != name.strip()):
+        raise UserError(f"{name!r} is no session name: give one without surrounding spaces")
+    name = name or new_session_name()
+    if name == source:
+        raise UserError("a fork needs a name of its own; give another with -s")
+    from .folds.forkpoint import fork_point  # here: only a fork reads it, not every run's start
+
+    point = fork_point(store.rows(source), at, source)
+    lock = store.lock(name)  # no run starts on the new name while its log is written (SessionBusy)
+    try:
+        store.fork(source, name, point.through, point.closing, point.status)
+    finally:
+        lock.release()
+    return name, point
 
 
 class MessageFold:

@@ -1,5 +1,5 @@
-"""What the table settings may hold: `[agents.NAME]`, `[mcp_servers.NAME]`, `[a2a_agents.NAME]` and
-`[models."NAME"]`.
+"""What the table settings may hold: `[agents.NAME]`, `[mcp_servers.NAME]`, `[a2a_agents.NAME]`,
+`[guardrails.NAME]` and `[models."NAME"]`.
 
 Checked when settings load (shou.settings converts), so a bad table is refused before any run; the
 specs built from them later (shou.agent.delegate, shou.mcp.servers, shou.a2a.spec, shou.pricing) rely on these
@@ -15,12 +15,15 @@ from typing import Any
 
 from .errors import UserError
 
-__all__ = ["AGENT_KEYS", "PRICE_KEYS", "REMOTE_AGENT_KEYS", "SERVER_KEYS", "WINDOW_RANGE", "check_agent_table",
-           "check_remote_agent_table", "check_server_table", "named_tables", "price_tables"]
+__all__ = ["AGENT_KEYS", "GUARDRAIL_KEYS", "MAIN_AGENT", "PRICE_KEYS", "REMOTE_AGENT_KEYS", "SERVER_KEYS",
+           "WINDOW_RANGE", "check_agent_table", "check_guardrail_table", "check_remote_agent_table",
+           "check_server_table", "named_tables", "price_tables"]
 
-AGENT_KEYS = ("instructions", "model", "tools", "max_steps", "description")
+AGENT_KEYS = ("instructions", "model", "tools", "max_steps", "description", "handoff")
+MAIN_AGENT = "main"  # what handoffs and traces call a run's own agent: no named agent takes it over
 SERVER_KEYS = ("command", "args", "env", "url", "headers", "timeout", "description")
 REMOTE_AGENT_KEYS = ("url", "headers", "timeout", "description")
+GUARDRAIL_KEYS = ("on", "function", "rule", "model", "description")
 PRICE_KEYS = ("input_price", "cached_input_price", "output_price")
 WINDOW_RANGE = (1024, 100_000_000)  # what `[models."NAME"] context_window` may be set to
 
@@ -44,6 +47,12 @@ def check_agent_table(name: str, table: Mapping[str, Any]) -> None:
     for key in ("instructions", "model", "description"):
         if table.get(key) is not None and not isinstance(table[key], str):
             raise UserError(f"{where} {key} must be text")
+    handoff = table.get("handoff", False)
+    if not isinstance(handoff, bool):
+        raise UserError(f"{where} handoff must be true or false")
+    if handoff and name == MAIN_AGENT:
+        raise UserError(f"{where}: {MAIN_AGENT!r} is the name of the run's own agent in handoffs; choose another "
+                        "name for an agent that takes a conversation over")
 
 
 def check_server_table(name: str, table: Mapping[str, Any]) -> None:
@@ -87,17 +96,40 @@ def check_remote_agent_table(name: str, table: Mapping[str, Any]) -> None:
         raise UserError(f"{where} description must be text")
 
 
+def check_guardrail_table(name: str, table: Mapping[str, Any]) -> None:
+    """`UserError` saying what is wrong with a `[guardrails.NAME]` table, if anything is: `on` is `input` or
+    `output`, and it holds either `function` (`module:function` or `file.py:function`) or `rule` (text a model
+    judges against)."""
+    where = f"[guardrails.{name}]"
+    _unknown(where, table, GUARDRAIL_KEYS)
+    if table.get("on") not in ("input", "output"):
+        raise UserError(f'{where} needs on = "input" (checks the task) or on = "output" (checks the answer)')
+    function, rule = table.get("function"), table.get("rule")
+    if (function is None) == (rule is None):
+        raise UserError(f'{where} needs either function = "module:function" or rule = "..." (not both)')
+    if function is not None and (not isinstance(function, str) or function.count(":") != 1
+                                 or not all(part.strip() for part in function.split(":"))):
+        raise UserError(f'{where} function must be "module:function" or "file.py:function"')
+    if rule is not None and (not isinstance(rule, str) or not rule.strip()):
+        raise UserError(f"{where} rule must be the text of the rule")
+    if table.get("model") is not None and (function is not None or not isinstance(table["model"], str)):
+        raise UserError(f"{where} model names the model that judges a rule (text), and only a rule has one")
+    if table.get("description") is not None and not isinstance(table["description"], str):
+        raise UserError(f"{where} description must be text")
+
+
 _CHECKS: dict[str, tuple[Callable[[str, Mapping[str, Any]], None], str]] = {
-    "agents": (check_agent_table, "instructions, model, tools, max_steps, description"),
+    "agents": (check_agent_table, "instructions, model, tools, max_steps, description, handoff"),
     "mcp_servers": (check_server_table, "command, args, env (stdio) or url, headers; timeout"),
     "a2a_agents": (check_remote_agent_table, "url, headers, timeout, description"),
+    "guardrails": (check_guardrail_table, "on, and function or rule (model, description)"),
 }
 
 TABLES = tuple(_CHECKS)  # the settings made of `[KEY.NAME]` tables
 
 
 def named_tables(raw: Any, key: str) -> dict[str, dict[str, Any]]:
-    """`[KEY.NAME]` tables (`agents`, `mcp_servers`, `a2a_agents`), each checked (a `UserError` is a
+    """`[KEY.NAME]` tables (`agents`, `mcp_servers`, `a2a_agents`, `guardrails`), each checked (a `UserError` is a
     `ValueError` here: the setting's error)."""
     check, fields = _CHECKS[key]
     if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):

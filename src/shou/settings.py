@@ -79,8 +79,13 @@ class Settings:
         "help": "remote A2A agents offered as the tool NAME: [a2a_agents.NAME] url, headers, timeout, description "
                 "(SHOU_A2A_AGENTS: the same as JSON)"})
     agents: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
-        "help": "named sub-agents for delegate: [agents.NAME] instructions, model, tools, max_steps, description "
+        "help": "named sub-agents for delegate: [agents.NAME] instructions, model, tools, max_steps, description; "
+                "handoff = true also lets the model hand the conversation over to it "
                 "(SHOU_AGENTS: the same as JSON)"})
+    guardrails: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
+        "help": 'checks that can stop a run: [guardrails.NAME] on = "input" or "output", and function = '
+                '"module:function" (trusted config only) or rule = "..." judged by a model (SHOU_GUARDRAILS: the '
+                "same as JSON)"})
     cache: bool = _s(False, "answer a repeated identical model request from ~/.cache/shou (no cost)")
     trace_retention_days: float | None = _s(7.0, "days the raw requests of traces are kept; none: forever",
                                             minimum=0)

@@ -56,9 +56,10 @@ def usage_report(store: SQLiteStore, by: Sequence[str] = GROUPS, since: float | 
     asked: dict[str, str] = {}  # run id -> model of its latest request
     groups: dict[tuple[str, str, str], tuple[Usage, float]] = {}
     # run_started rows of any age: a call since `since` may belong to an older run, whose model it falls back to
-    rows = logged_rows(store, "type = 'run_started' OR (type IN ('model_request', 'model_response', 'compacted') "
+    # Not the rows a fork copied (their writer `fork:SOURCE`): those calls were made, and paid, once.
+    rows = logged_rows(store, "(type = 'run_started' OR (type IN ('model_request', 'model_response', 'compacted') "
                           "AND ts >= ?) OR (type = 'notice' AND ts >= ? AND json_extract(data, '$.usage') IS NOT "
-                          "NULL)", (since or 0.0, since or 0.0))
+                          "NULL)) AND substr(writer, 1, 5) != 'fork:'", (since or 0.0, since or 0.0))
     for session, ts, ev in rows:
         if sessions is not None and session not in sessions:
             continue

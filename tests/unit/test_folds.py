@@ -22,6 +22,7 @@ from shou.events import (
     Compacted,
     Event,
     Feedback,
+    Handoff,
     HistoryCleared,
     ModelRequest,
     ModelResponse,
@@ -143,6 +144,8 @@ def _step(sim: Sim, run_id: str, step: int) -> bool:
                 else:
                     sim.add(ToolCallFinished(run_id, step, call.id, call.name, "Error: denied", is_error=True))
             _run_calls(sim, run_id, step, allowed)
+        if sim.draw(st.integers(0, 3)) == 0:  # one of the calls handed the run over to another agent
+            sim.add(Handoff(run_id, step, "main", sim.draw(st.sampled_from(("billing", "support", "main"))), "why"))
     if sim.draw(st.integers(0, 4)) == 0:
         from_calls = sim.draw(st.booleans())
         sim.add(Compacted(run_id, "summary so far", sim.draw(st.integers(0, 3)), 100, 10, sim.spend(),
@@ -258,18 +261,21 @@ def check_approvals(session: Session, prefix: list[Event]) -> None:
 
 def check_open_run(session: Session, prefix: list[Event]) -> None:
     """The open run is None exactly when the last run finished (stopping for approvals is not finishing)."""
-    expected = None
+    expected, agent = None, "main"
     for e in prefix:
         if e.parent:
             continue
         if isinstance(e, RunStarted):
-            expected = e.run_id
+            expected, agent = e.run_id, "main"
         elif (isinstance(e, RunFinished) and e.status != "waiting_approval") or isinstance(e, HistoryCleared):
             expected = None
+        elif isinstance(e, Handoff):
+            agent = e.target
     run = session.open_run
     assert (run.run_id if run is not None else None) == expected
     if run is not None:
         assert all(call.id not in run.finished for call in run.unanswered)
+        assert run.agent == agent, "the agent answering the open run is its last handoff's"
 
 
 @given(logs())

@@ -15,6 +15,8 @@ from shou.events import (
     ApprovalRequested,
     Compacted,
     Feedback,
+    GuardrailTripped,
+    Handoff,
     HistoryCleared,
     ModelRequest,
     ModelResponse,
@@ -119,6 +121,8 @@ SAMPLES = [
     PlanUpdated("r1", 2, (PlanStep("a", "done", "ok", "r1.s1.1"), PlanStep("b", "failed", "timeout"),
                           PlanStep("c")), "re-planned", 0),
     Reviewed("r1.3", 4, False, "say the unit", parent="r1"),
+    Handoff("r1", 2, "main", "billing", "a refund question"),
+    GuardrailTripped("r1", 1, "input", "no_deletes", "deleting files is not allowed"),
     ToolCallStarted("r1.2", 1, ToolCall("c", "nap", "{}"), parent="r1"),
 ]
 

@@ -14,6 +14,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from shou.events import (
     Event,
+    Handoff,
     ModelRequest,
     ModelResponse,
     Notice,
@@ -315,3 +316,14 @@ def test_otel_from_settings() -> None:
         for o in made:
             if o is not None:
                 o.shutdown(timeout_s=0.5)
+
+
+def test_a_handoff_is_an_event_on_the_runs_span(memory) -> None:
+    provider, exporter = memory
+    events = a_run()
+    events.insert(7, Handoff(RUN, 1, "main", "billing", "a refund"))  # after the step's tool call finished
+    play(OtelObserver(tracer_provider=provider, agent_name="helper"), events)
+    (run,) = by_name(exporter)["invoke_agent helper"]
+    [handoff] = [e for e in run.events if e.name == "shou.handoff"]
+    assert dict(handoff.attributes or {}) == {"shou.handoff.from": "main", "shou.handoff.to": "billing",
+                                              "shou.step": 1}

@@ -170,7 +170,9 @@ def test_every_new_setting_is_sensitive_unless_declared(dirs: tuple[Path, Path])
                          "review_model", "agents",
                          # MCP servers are commands to run and places to send data; remote A2A agents are
                          # places to send data, with credentials
-                         "mcp_servers", "a2a_agents"}
+                         "mcp_servers", "a2a_agents",
+                         # guardrails name code to import: an untrusted file may only add rules (test_guardrails)
+                         "guardrails"}
 
 
 def test_an_untrusted_env_cannot_copy_a_secret_into_a_harmless_setting(dirs: tuple[Path, Path],

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .approvals import Approver
     from .budget import Budget
     from .delegate import AgentSpec
+    from .guardrails import Guardrail
 
 __all__ = ["DEFAULT_INSTRUCTIONS", "DEFAULT_POLICY", "MAX_TASK_CHARS", "NARROWABLE", "AgentConfig", "made_config",
            "model_named", "narrow"]
@@ -94,14 +95,14 @@ class AgentConfig:
 
     Composition: `planning` (`max_replans`, `plan_step_max_steps`, `plan_step_timeout`), `reflect`
     (`review_model`, `max_reviews`), `delegation` with named `agents`, `skills`, `mcp_servers`, remote A2A
-    agents (`a2a_agents`), and `code_mode` (one `python` tool whose code calls the others). `output_type`: the
-    type (or `JsonSchema`) the final answer must be, retried `output_retries` times (agent/output.py).
+    agents (`a2a_agents`), and `code_mode` (one `python` tool whose code calls the others). `guardrails`
+    (agent/guardrails.py) are checks on a run's task and answer that end it `blocked`. `output_type`: the type
+    (or `JsonSchema`) the final answer must be, retried `output_retries` times (agent/output.py).
 
     Derived once, never set: `offered` (the tools the model is offered: `tools`, plus `use_skill` and
-    `delegate` when enabled, or `python` alone in code mode), `code_tools` (what code calls in code mode),
-    `output` (the spec of `output_type`) and
-    `redactor` (the secrets of `settings`, of the MCP servers and of the A2A agents; a variant keeps its
-    parent's).
+    `delegate` when enabled, `handoff` when an agent has `handoff` set, or `python` alone in code mode),
+    `code_tools` (what code calls in code mode), `output` (the spec of `output_type`) and `redactor` (the
+    secrets of `settings`, of the MCP servers and of the A2A agents; a variant keeps its parent's).
     """
 
     model: Model
@@ -142,6 +143,7 @@ class AgentConfig:
     output_type: Any = None
     output_retries: int = 2
     shared_budgets: tuple[Budget, ...] = ()
+    guardrails: tuple[Guardrail, ...] = ()
     redactor: Redactor | None = field(default=None, repr=False)
     offered: ToolSet = field(init=False, repr=False)
     output: OutputSpec | None = field(init=False, repr=False)
@@ -186,6 +188,9 @@ class AgentConfig:
                 self._set(name, MappingProxyType(dict(value or {})))
         if not isinstance(self.observers, tuple):
             self._set("observers", tuple(self.observers))
+        if self.guardrails:  # a judge named by a string is resolved now: a wrong name fails here, not mid-run
+            self._set("guardrails", tuple(replace(g, model=model_named(g.model, self.settings))
+                                          if isinstance(g.model, str) else g for g in _guardrails(self.guardrails)))
 
     def _check(self) -> None:
         if self.max_steps < 1 or self.run_timeout <= 0 or (self.tool_timeout is not None and self.tool_timeout <= 0) \
@@ -219,6 +224,10 @@ class AgentConfig:
             from .delegate import delegate_tool
 
             tools = ToolSet([*tools, delegate_tool(self.agents)])
+        if "handoff" not in tools.names and any(spec.handoff for spec in self.agents.values()):
+            from .handoff import handoff_tool
+
+            tools = ToolSet([*tools, handoff_tool(self.agents)])
         self._set("code_tools", tools)
         if self.code_mode:
             from .code import python_tool
@@ -241,15 +250,37 @@ class AgentConfig:
             from ..tools.builtin import builtin_tools
 
             fields_["tools"] = builtin_tools()
-        if settings.tools is not None:  # delegate and use_skill are added by the config, when offered
+        if settings.tools is not None:  # delegate, use_skill and handoff are added by the config, when offered
             fields_["tools"] = ToolSet(fields_["tools"]).only(
-                [n for n in settings.tools if n not in ("delegate", "use_skill")])
+                [n for n in settings.tools if n not in ("delegate", "use_skill", "handoff")])
         return cls(**fields_)
+
+
+def _guardrails(given: Any) -> tuple[Guardrail, ...]:
+    """`guardrails` as a tuple of `Guardrail`s (a bare function is an input guardrail); a `UserError` otherwise."""
+    from .guardrails import Guardrail
+
+    if isinstance(given, Guardrail) or callable(given) or isinstance(given, str):
+        given = (given,)
+    out = []
+    for g in given:
+        if not isinstance(g, Guardrail) and callable(g):
+            g = Guardrail(g, "input")
+        if not isinstance(g, Guardrail):
+            raise UserError(f"guardrails must be Guardrail objects (@input_guardrail, @output_guardrail, "
+                            f"Guardrail.judged) or functions, not {g!r}")
+        out.append(g)
+    return tuple(out)
 
 
 def _offered(settings: Any, name: str) -> bool:
     """Whether `--tools` leaves tool `name` on offer (the tools shou adds itself included)."""
     return settings.tools is None or name in settings.tools
+
+
+def _handoffs_offered(agents: dict[str, Any], offered: bool) -> dict[str, Any]:
+    """`agents`, with `handoff` turned off when `--tools` leaves the handoff tool out."""
+    return agents if offered else {name: replace(spec, handoff=False) for name, spec in agents.items()}
 
 
 def _servers(table: Any) -> Any:
@@ -286,9 +317,21 @@ def _settings_fields(settings: Any) -> dict[str, Any]:
         "max_replans": settings.max_replans, "plan_step_max_steps": settings.plan_step_max_steps,
         "plan_step_timeout": settings.plan_step_timeout, "max_reviews": settings.max_reviews,
         "output_retries": settings.output_retries,
-        "agents": agent_specs(settings.agents), "delegation": settings.delegation and _offered(settings, "delegate"),
+        "agents": _handoffs_offered(agent_specs(settings.agents), _offered(settings, "handoff")),
+        "delegation": settings.delegation and _offered(settings, "delegate"),
         "mcp_servers": _servers(settings.mcp_servers), "a2a_agents": _remote_agents(settings.a2a_agents),
+        **_configured_guardrails(settings),
     }
+
+
+def _configured_guardrails(settings: Any) -> dict[str, Any]:
+    """`[guardrails]` as the field, when there are some (their module is imported only then)."""
+    tables = getattr(settings, "guardrails", None)
+    if not tables:
+        return {}
+    from .guardrails import guardrails_from_settings
+
+    return {"guardrails": guardrails_from_settings(tables, settings.workspace)}
 
 
 FIELDS = frozenset(f.name for f in fields(AgentConfig) if f.init)

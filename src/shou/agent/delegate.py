@@ -41,13 +41,15 @@ DELEGATE_TIMEOUT = 24 * 3600.0  # the child's own run_timeout is what limits it
 class AgentSpec:
     """A named sub-agent: its `instructions` (default: the parent's), `model` (default: the parent's; a
     name resolves like `summary_model`), `tools` by name (default: the parent's but `delegate`), `max_steps`
-    (default: the parent's) and a one-line `description` the parent's model reads when it chooses."""
+    (default: the parent's) and a one-line `description` the parent's model reads when it chooses. `handoff`:
+    the run's model may also pass it the conversation itself (agent/handoff.py)."""
 
     instructions: str | None = None
     model: str | Model | None = None
     tools: tuple[str, ...] | None = None
     max_steps: int | None = None
     description: str = ""
+    handoff: bool = False  # the model may also hand the whole conversation over to it (agent/handoff.py)
 
     @classmethod
     def from_table(cls, name: str, table: Mapping[str, Any]) -> AgentSpec:
@@ -56,7 +58,7 @@ class AgentSpec:
         tools = table.get("tools")
         steps = table.get("max_steps")
         return cls(table.get("instructions"), table.get("model"), tuple(tools) if tools is not None else None,
-                   steps, table.get("description") or "")
+                   steps, table.get("description") or "", bool(table.get("handoff", False)))
 
 
 def agent_specs(tables: Mapping[str, Any] | None) -> dict[str, AgentSpec]:

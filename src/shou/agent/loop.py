@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ModelError
+from ..errors import ModelError, UserError
 from ..events import (
     Event,
     Feedback,
@@ -40,6 +40,7 @@ from ..events import (
 from ..messages import Message, ToolCall
 from ..models.base import ModelSettings, model_id
 from ..session import INTERRUPTED
+from ..setting_tables import MAIN_AGENT
 from ..skills import open_user_skill_file
 from ..store.pg_link import is_connection_error
 from ..store.sqlite_errors import StoreError
@@ -97,6 +98,11 @@ class Run:
         self.accounts = Accounts(agent.prices, self._budgets() if budgets is None else budgets,
                                  model_id(agent.model), ratios)
         self.caller = Caller(self)
+        # Handoffs (agent/handoff.py): the run's own agent, the name of the one answering now, and the one the
+        # current turn handed over to (it answers from the next step).
+        self.main: Agent = agent
+        self.agent_name = MAIN_AGENT
+        self.handed_to: str | None = None
         # Sub-run ids go on from the ones the killed process used: a resumed run's are new ones.
         self._subs = itertools.count((resume.subs if resume is not None else 0) + 1)
         # What the run is made of, set where it is built (agent/runs.py), never chosen inside the loop: what
@@ -163,6 +169,9 @@ class Run:
         started = time.perf_counter()
         # the servers' tools join the run's agent before the run announces its tools
         self.agent, problems = await with_servers(self.agent)
+        self.main = self.agent
+        if self.resume is not None and self.resume.agent != MAIN_AGENT:
+            problems = [*problems, *self._handed_back(self.resume.agent)]
         agent = self.agent
         if self.resume is None:
             self.emit(RunStarted(self.run_id, self.session.name, self.task, agent.model.name,
@@ -239,6 +248,10 @@ class Run:
         ended = await self.tool_pipeline()(calls)
         return ended[2] if ended is not None else None
 
+    async def steps(self) -> Ending:
+        """The plain loop to the run's ending: what a `drive` that wraps the loop (agent/guarded.py) runs."""
+        return await self._steps()
+
     async def _steps(self) -> tuple[RunStatus, str, str | None]:
         agent = self.agent
         tools = self.tool_pipeline()
@@ -253,6 +266,10 @@ class Run:
                 return ended
         run_id = self.run_id
         while True:
+            if self.handed_to is not None:  # the last turn handed over: another agent answers from here
+                self.take_over(self.handed_to)
+                tools, context = self.tool_pipeline(), self._request_maker(context)
+                agent, ctx = self.agent, tools.ctx
             if self.step >= agent.max_steps:
                 return "max_steps", "", f"stopped after {agent.max_steps} steps without a final answer"
             self.step += 1
@@ -288,6 +305,34 @@ class Run:
             self.emit(StepFinished(run_id, step, self.usage))
             if ended is not None:
                 return ended
+
+    def take_over(self, name: str) -> None:
+        """Let agent `name` answer the run's next steps (a handoff, agent/handoff.py): built from the run's own
+        agent, with its tools' pipeline made anew at its first call."""
+        from .handoff import handed_agent
+
+        self.agent = handed_agent(self.main, name)
+        self.agent_name, self.handed_to = name, None
+        tools, self._tools = self._tools, None
+        if tools is not None:  # the old pipeline's context points back at the run (see close())
+            tools.ctx.state.pop("shou.run", None)
+            tools.ctx.events = None
+
+    def _request_maker(self, old: RequestMaker) -> RequestMaker:
+        """The requests of the agent that took over: its instructions and tools, the same task and memories."""
+        fresh = RequestMaker(self)
+        fresh.pinned, fresh.recalled = old.pinned, old.recalled
+        return fresh
+
+    def _handed_back(self, name: str) -> list[tuple[str, str]]:
+        """A resumed run goes on with the agent its log says answers it; one the settings no longer have
+        leaves the run's own agent answering, with a notice."""
+        try:
+            self.take_over(name)
+        except UserError as e:
+            return [("handoff", f"agent {name!r} answered this run before it stopped, but cannot now ({e}); "
+                                f"{MAIN_AGENT} goes on")]
+        return []
 
     def _cut(self, message: Message) -> tuple[RunStatus, str, str | None] | None:
         """A reply cut at the output limit: nothing in it runs; the model is told. Ends the run when it

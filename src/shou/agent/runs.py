@@ -6,6 +6,8 @@ reviews. `build_run` composes one from its agent's config:
 - `ReactRun`: the loop as it is.
 - `ReviewedRun`: a run whose answers a reviewer checks (agent/review.py): a rejected answer's feedback goes
   into the conversation and the run is re-entered where it stood, until an answer stands.
+- `GuardedRun` (agent/guarded.py): any of these with the config's guardrails around it, on a run that is not
+  a sub-run (the run it works for checked the task, and checks the answer).
 - `PlannedRun`: a planner (agent/plan.py) drives the run, each step of its plan a sub-run built here too,
   from a narrower config (agent/subrun.py), which makes it a `ReactRun`.
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..events import Event, RunFinished
+from .guarded import GuardedRun
 from .loop import Ending, Run
 from .output import attach_output
 from .plan import Planner
@@ -32,7 +35,7 @@ if TYPE_CHECKING:
     from .budget import Budget
     from .config import AgentConfig
 
-__all__ = ["PlannedRun", "ReactRun", "ReviewedRun", "RunKind", "build_run", "kind_of", "run_sub"]
+__all__ = ["GuardedRun", "PlannedRun", "ReactRun", "ReviewedRun", "RunKind", "build_run", "kind_of", "run_sub"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +73,16 @@ class PlannedRun:
         return await Planner(run, run_sub).execute()
 
 
-RunKind = ReactRun | ReviewedRun | PlannedRun
+RunKind = ReactRun | ReviewedRun | PlannedRun | GuardedRun
 
 
-def kind_of(config: AgentConfig, resume: OpenRun | None = None) -> RunKind:
-    """What a run of `config` is made of (`resume`: the killed run it continues)."""
+def kind_of(config: AgentConfig, resume: OpenRun | None = None, *, sub: bool = False) -> RunKind:
+    """What a run of `config` is made of (`resume`: the killed run it continues; `sub`: whether it is a sub-run,
+    which its parent's guardrails cover)."""
+    if config.guardrails and not sub:
+        return GuardedRun(kind_of(config, resume, sub=True))
     if config.planning or (resume is not None and resume.plan is not None):
-        return PlannedRun(kind_of(Planner.step_config(config)))
+        return PlannedRun(kind_of(Planner.step_config(config), sub=True))
     if config.reflect and config.max_reviews > 0:
         return ReviewedRun(ReactRun())
     return ReactRun()
@@ -84,10 +90,10 @@ def kind_of(config: AgentConfig, resume: OpenRun | None = None) -> RunKind:
 
 def build_run(agent: Agent, task: str, session: Session, emit: Callable[[Event], None] | None, *,
               resume: OpenRun | None = None, run_id: str | None = None, budgets: list[Budget] | None = None,
-              ratios: dict[str, float] | None = None) -> Run:
-    """A run of `task` by `agent`, composed from its config (the arguments are `Run`'s)."""
+              ratios: dict[str, float] | None = None, sub: bool = False) -> Run:
+    """A run of `task` by `agent`, composed from its config (the arguments are `Run`'s; `sub`: it is a sub-run)."""
     run = Run(agent, task, session, emit, resume=resume, run_id=run_id, budgets=budgets, ratios=ratios)
-    kind_of(agent.config, resume).attach(run)
+    kind_of(agent.config, resume, sub=sub).attach(run)
     attach_output(run)  # a typed answer: after the kind, so a reviewer checks only a valid answer
     return run
 
@@ -102,7 +108,7 @@ async def run_sub(parent: Run, agent: Agent, task: str, run_id: str | None = Non
         parent.emit(event if event.parent else replace(event, parent=me))
 
     run = build_run(agent, task, session, forward, run_id=run_id or parent.sub_id(), budgets=parent.accounts.budgets,
-                    ratios=parent.accounts.ratios)
+                    ratios=parent.accounts.ratios, sub=True)
     done = await run.execute()
     parent.usage = parent.usage + done.usage  # the parent's total includes what its sub-runs spent
     return done, session

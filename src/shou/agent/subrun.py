@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..events import RunFinished
 from ..session import Session
+from ..tools.registry import ToolSet
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -52,8 +53,11 @@ def sub_config(config: AgentConfig, **changes: Any) -> AgentConfig:
     (use_skill, delegate, the MCP servers' and the A2A agents' tools included), so it adds none and connects to
     no server; it keeps the parent's redactor, servers' secrets and all.
     """
+    # A handoff is the main run's (agent/handoff.py): a sub-run is neither offered one nor given its tool.
+    agents = {name: replace(spec, handoff=False) if spec.handoff else spec for name, spec in config.agents.items()}
+    tools = ToolSet([t for t in config.code_tools if t.name != "handoff"])
     return replace(config, planning=False, reflect=False, observers=(), mcp_servers={}, a2a_agents={},
-                   delegation=False, skills=None, output_type=None, **{"tools": config.code_tools, **changes})
+                   delegation=False, skills=None, agents=agents, output_type=None, **{"tools": tools, **changes})
 
 
 def derived(agent: Agent, **changes: Any) -> Agent:

@@ -8,13 +8,18 @@ it (130 for Ctrl-C).
 from __future__ import annotations
 
 import asyncio
+import importlib
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
+import typer.main
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
+from typer.models import CommandInfo
 
 from ..errors import ShouError
 from .build import (
@@ -41,8 +46,50 @@ from .build import (
 )
 from .common import WorkspaceOpt, fail
 
+# The subcommands that live in modules of their own, in the order `shou --help` lists them: (module, name in
+# it). They are imported when a command line names one (or help lists them all), not when `shou` starts, so a
+# command pays for its own module only (a new command costs the others nothing; their modules already import
+# their heavy parts lazily, so today the saving is a few milliseconds).
+_LAZY: dict[str, tuple[str, str]] = {
+    "run": ("runs", "run"), "resume": ("runs", "resume"), "sessions": ("sessions", "sessions"),
+    "show": ("sessions", "show"), "fork": ("sessions", "fork"),
+    "skills": ("skills", "skills"), "commands": ("commands", "commands"),
+    "approvals": ("approve", "approvals"), "approve": ("approve", "approve"), "deny": ("approve", "deny"),
+    "memory": ("memory", "memory_app"), "mcp": ("mcp", "mcp_app"), "a2a": ("a2a", "a2a_app"),
+    "trust": ("trust", "trust"), "trace": ("trace", "trace"), "usage": ("trace", "usage"),
+    "serve": ("serve", "serve"), "eval": ("evals", "eval_command"), "batch": ("evals", "batch"),
+}
+
+
+class _LazyGroup(TyperGroup):
+    """The `shou` group: the commands of `_LAZY` are built from their modules the first time they are asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*(name for name in _LAZY if name not in self.commands), *super().list_commands(ctx)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in _LAZY:
+            command = _load(cmd_name)
+            self.add_command(command, cmd_name)
+        return command
+
+
+def _load(name: str) -> click.Command:
+    """The click command (or group) `name` of `_LAZY`, built as typer would have built it at start-up."""
+    module, attr = _LAZY[name]
+    target = getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+    if isinstance(target, typer.Typer):
+        group = typer.main.get_group(target)
+        group.name = name
+        return group
+    return typer.main.get_command_from_info(CommandInfo(callback=target, name=name),
+                                           pretty_exceptions_short=app.pretty_exceptions_short,
+                                           rich_markup_mode=app.rich_markup_mode)
+
+
 app = typer.Typer(
-    name="shou", help="shou (手): an agent that carries a task to the end with tools.",
+    name="shou", cls=_LazyGroup, help="shou (手): an agent that carries a task to the end with tools.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
 )
 
@@ -61,43 +108,6 @@ def _main(
                                           help="Print shou's version and exit.")] = False,
 ) -> None:
     """shou (手): an agent that carries a task to the end with tools."""
-
-
-def _mount_subcommands() -> None:
-    from .a2a import a2a_app
-    from .approve import approvals, approve, deny
-    from .commands import commands
-    from .evals import batch, eval_command
-    from .mcp import mcp_app
-    from .memory import memory_app
-    from .runs import resume, run
-    from .serve import serve
-    from .sessions import sessions, show
-    from .skills import skills
-    from .trace import trace, usage
-    from .trust import trust
-
-    app.command()(run)
-    app.command()(resume)
-    app.command()(sessions)
-    app.command()(show)
-    app.command()(skills)
-    app.command()(commands)
-    app.command()(approvals)
-    app.command()(approve)
-    app.command()(deny)
-    app.add_typer(memory_app, name="memory")
-    app.add_typer(mcp_app, name="mcp")
-    app.add_typer(a2a_app, name="a2a")
-    app.command(name="trust")(trust)
-    app.command()(trace)
-    app.command()(usage)
-    app.command()(serve)
-    app.command(name="eval")(eval_command)
-    app.command()(batch)
-
-
-_mount_subcommands()
 
 
 @app.command()

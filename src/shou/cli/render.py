@@ -19,6 +19,7 @@ from ..events import (
     ApprovalRequested,
     Compacted,
     Event,
+    Handoff,
     Notice,
     PlanUpdated,
     Reviewed,
@@ -60,7 +61,7 @@ def printable(text: str) -> str:
 
 STATUS_STYLE = {"completed": "green", "cancelled": "yellow", "max_steps": "yellow", "loop": "yellow",
                 "timeout": "yellow", "budget": "yellow", "error": "red", "waiting_approval": "yellow",
-                "invalid_output": "red"}
+                "blocked": "red", "invalid_output": "red"}
 
 
 def short(text: str, limit: int = 160) -> str:
@@ -109,11 +110,7 @@ class Renderer:
         if isinstance(event, RunStarted | RunResumed):
             self.session = getattr(event, "session", "") or self.session
         if isinstance(event, TextDelta):
-            if self.typed:
-                return
-            self.out.write(printable(event.text))
-            self.out.flush()
-            self._midline = not event.text.endswith("\n")
+            self._text(event)
         elif isinstance(event, ToolCallStarted):
             self._newline()
             n = self._per_step[event.step] = self._per_step.get(event.step, 0) + 1
@@ -141,9 +138,21 @@ class Renderer:
         elif isinstance(event, Reviewed):
             self._newline()
             self.review(event)
+        elif isinstance(event, Handoff):
+            self._newline()
+            why = f" [dim]({escape(short(event.reason, 200))})[/]" if event.reason else ""
+            self.err.print(f"[magenta]⇄ {escape(event.source)} hands over to {escape(event.target)}[/]{why}")
         elif isinstance(event, RunFinished):
             self._newline()
             self.summary(event)
+
+    def _text(self, event: TextDelta) -> None:
+        """The model's text as it streams; none for a typed answer (its JSON is printed whole at the end)."""
+        if self.typed:
+            return
+        self.out.write(printable(event.text))
+        self.out.flush()
+        self._midline = not event.text.endswith("\n")
 
     def _approval(self, event: ApprovalRequested | ApprovalDecided) -> None:
         """A call that waits for a person, or what they decided."""

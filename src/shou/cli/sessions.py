@@ -1,6 +1,8 @@
-"""`shou sessions` lists a workspace's sessions; `shou show [SESSION]` prints one's transcript.
+"""`shou sessions` lists a workspace's sessions; `shou show [SESSION]` prints one's transcript; `shou fork`
+copies one's history up to a step into a new session.
 
-Both read the session log (`.shou/shou.db`) and never write it; `--json` gives scripts the same content.
+`sessions` and `show` read the session log (`.shou/shou.db`) and never write it; `fork` only adds a session.
+`--json` gives scripts the same content.
 """
 
 from __future__ import annotations
@@ -81,13 +83,17 @@ def show(
         return
     out = Console(highlight=False, soft_wrap=True)
     out.print(f"[bold]session {escape(name)}[/]")
+    done = 0  # the session's steps finished so far, across its runs: `shou fork --at` counts them so
     for event in events:
-        for line in _lines(event, full):
+        for line in _lines(event, full, 0 if event.parent else done + 1):
             out.print(line)
+        if event.type == "step_finished" and not event.parent:
+            done += 1
 
 
-def _lines(event: Any, full: bool) -> list[str]:
-    """How one logged event reads in a transcript (streaming fragments and bookkeeping show nothing)."""
+def _lines(event: Any, full: bool, number: int = 0) -> list[str]:
+    """How one logged event reads in a transcript (streaming fragments and bookkeeping show nothing);
+    `number` is a step's number in the whole session (0: none, a sub-run's)."""
     kind = event.type
     if kind == "run_started":
         return [f"\n[bold cyan]task[/] [dim]{_when(event.started_at)}[/]", escape(printable(event.task))]
@@ -96,8 +102,9 @@ def _lines(event: Any, full: bool) -> list[str]:
     if kind == "feedback":
         return [f"[dim]shou → model: {escape(printable(event.text))}[/]"]
     if kind == "model_response":
-        lines = [f"[bold]assistant[/] [dim](step {event.step})[/]"] if event.message.text or event.message.tool_calls \
-            else []
+        at = f" · #{number}" if number else ""
+        lines = [f"[bold]assistant[/] [dim](step {event.step}{at})[/]"] if event.message.text or \
+            event.message.tool_calls else []
         if event.message.text:
             lines.append(escape(printable(event.message.text)))
         for c in event.message.tool_calls:
@@ -122,3 +129,31 @@ def _lines(event: Any, full: bool) -> list[str]:
         return [end] + ([f"[red]{escape(printable(event.error))}[/]"] if event.error and event.status != "completed"
                         else [])
     return []
+
+
+def fork(
+    session: Annotated[str, typer.Argument(help="The session to fork (it is left as it is).", callback=utf8_text)],
+    at: Annotated[str | None, typer.Option(
+        "--at", metavar="STEP", callback=utf8_text,
+        help="The last step the fork keeps: the session's step number (shou show prints it after #), or "
+             "RUN_ID:STEP. Default: its last step.")] = None,
+    name: Annotated[str | None, typer.Option("--session", "-s", metavar="NEW", callback=utf8_text,
+                                             help="The new session's name (default: a fresh one).")] = None,
+    workspace: WorkspaceOpt = None, json_out: JsonOpt = False,
+) -> None:
+    """Start a new session whose history is SESSION's up to a step; continue it with `shou run -s NEW TASK`."""
+    from ..errors import ShouError
+    from ..session import fork_session
+
+    with open_log(workspace, readonly=False) as store:
+        if store is None:
+            raise fail(f"no sessions yet in {(workspace or Path.cwd()).resolve()}")
+        try:
+            made, point = fork_session(store, session, at, name)
+        except ShouError as e:
+            raise fail(str(e)) from None
+    if json_out:
+        typer.echo(json_text({"session": made, "source": session, "step": point.step}))
+        return
+    err.print(f"forked {escape(session)} at step {point.step} into [bold]{escape(made)}[/]")
+    typer.echo(made)

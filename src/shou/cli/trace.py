@@ -157,6 +157,10 @@ def _timeline(out: Console, run: tr.RunTrace, full: bool, running: bool) -> None
         for tc in step.tool_calls:
             table.add_row(label, _tool_text(tc, full), "", "", secs(tc.latency))
             label = ""
+        for h in (h for h in run.handoffs if h.step == step.step):
+            reason = f": {escape(short(h.reason, 200))}" if h.reason else ""
+            table.add_row(label, f"[magenta]⇄ handoff {escape(h.source)} → {escape(h.target)}[/]{reason}", "", "", "")
+            label = ""
         while notices and notices[0][0] == step.step:
             _notice_row(table, label, notices.pop(0)[2])
             label = ""
@@ -170,6 +174,8 @@ def _timeline(out: Console, run: tr.RunTrace, full: bool, running: bool) -> None
 
 def _call_row(table: Table, label: str, call: tr.ModelCallTrace, full: bool) -> None:
     parts = [f"[bold]{escape(call.model or 'model')}[/]"]
+    if call.agent:  # a run that was handed over: which agent answered
+        parts.insert(0, f"[green]{escape(call.agent)}[/]")
     if call.purpose:
         parts.append(f"[magenta]{escape(call.purpose)}[/]")
     if call.sent_model:  # a fallback model answered

@@ -13,6 +13,8 @@ from typing import Any
 
 from ..events import (
     Event,
+    GuardrailTripped,
+    Handoff,
     HistoryCleared,
     ModelRequest,
     ModelResponse,
@@ -25,6 +27,7 @@ from ..events import (
     ToolCallStarted,
 )
 from ..messages import Message, ToolCall
+from ..setting_tables import MAIN_AGENT
 from ..usage import Usage
 from .spending import spent_by
 
@@ -47,7 +50,9 @@ class OpenRun:
     cut: bool = False  # the last model turn was cut at the output limit: its calls must never run
     waiting: bool = False  # it stopped for approvals (`waiting_approval`), not because its process died
     plan: PlanUpdated | None = None  # a planned run's plan as last logged
+    blocked: GuardrailTripped | None = None  # a guardrail stopped it: resumed, it ends `blocked` at once
     subs: int = 0  # the highest number of its sub-runs' ids (`run_x.3`): a resumed run's go on from there
+    agent: str = MAIN_AGENT  # the agent that answers it: the last handoff's (agent/handoff.py)
 
     @property
     def unanswered(self) -> list[ToolCall]:
@@ -121,6 +126,15 @@ class OpenRunFold:
         if self.run is not None:
             self.run.plan = event
 
+    def on_handoff(self, event: Handoff) -> None:
+        """The run was handed over: that agent answers its next steps, a resumed run's too."""
+        if self.run is not None and event.run_id == self.run.run_id:
+            self.run.agent = event.target
+    def on_tripped(self, event: GuardrailTripped) -> None:
+        """A guardrail stopped the run: nothing of it may run again."""
+        if self.run is not None:
+            self.run.blocked = event
+
     def on_sub(self, event: Event) -> None:
         """Any event of a sub-run: if it is the open run's (a plan call, a review, a summary, a plan step, a
         sub-agent), how far its sub-runs' numbers got and what they spent, should it be resumed."""
@@ -142,4 +156,5 @@ class OpenRunFold:
         return {RunStarted: self.on_started, RunFinished: self.on_finished, HistoryCleared: self.on_cleared,
                 ModelRequest: self.on_request, ModelResponse: self.on_response,
                 ToolCallStarted: self.on_call_started, ToolCallFinished: self.on_call_finished,
-                StepFinished: self.on_step, Notice: self.on_notice, PlanUpdated: self.on_plan}
+                StepFinished: self.on_step, Notice: self.on_notice, PlanUpdated: self.on_plan,
+                Handoff: self.on_handoff, GuardrailTripped: self.on_tripped}

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..events import (
     Event,
+    Handoff,
     ModelRequest,
     ModelResponse,
     Notice,
@@ -119,6 +120,7 @@ class OtelObserver:
             RunStarted: self._run_started, RunResumed: self._run_started, RunFinished: self._run_finished,
             ModelRequest: self._model_request, ModelResponse: self._model_response,
             ToolCallStarted: self._tool_started, ToolCallFinished: self._tool_finished, Notice: self._notice,
+            Handoff: self._handoff,
         }
 
     def __call__(self, event: Event) -> None:
@@ -262,6 +264,13 @@ class OtelObserver:
                 k: v for k, v in {"gen_ai.usage.input_tokens": usage.input_tokens,
                                   "gen_ai.usage.output_tokens": usage.output_tokens, "shou.cost_usd": usage.cost,
                                   "shou.notice.kind": event.kind}.items() if v is not None}, now)
+
+    def _handoff(self, event: Handoff, now: int) -> None:
+        """The run was handed to another agent (agent/handoff.py): an event on the run's span."""
+        state = self._runs.get(event.run_id)
+        if state is not None:
+            state[0].add_event("shou.handoff", {"shou.handoff.from": event.source, "shou.handoff.to": event.target,
+                                                "shou.step": event.step}, now)
 
     def _tool_span(self, run_id: str, name: str, call_id: str, step: int, start: int) -> Span:
         return self._start(f"execute_tool {name}", run_id, SpanKind.INTERNAL, start, {

@@ -30,6 +30,7 @@ from ..events import (
     ApprovalDecided,
     ApprovalRequested,
     Event,
+    Handoff,
     ModelResponse,
     Notice,
     PlanUpdated,
@@ -48,14 +49,15 @@ __all__ = ["INLINE_BYTES", "SHOWN", "artifacts_of", "context_of", "ending_status
 
 # The event types a task shows, each as one status message (the rest are a trace's: requests, step ends).
 SHOWN = frozenset({"run_started", "run_resumed", "model_response", "tool_call_started", "tool_call_finished",
-                   "approval_requested", "approval_decided", "notice", "plan", "review", "run_finished"})
+                   "approval_requested", "approval_decided", "notice", "plan", "review", "handoff",
+                   "run_finished"})
 INLINE_BYTES = 256 * 1024
 LINE_CHARS = 300
 _WRITERS = ("write_file", "edit_file")
 _FAILED = TaskState.TASK_STATE_FAILED
 _STATE = {"queued": TaskState.TASK_STATE_SUBMITTED, "running": TaskState.TASK_STATE_WORKING,
           "waiting_approval": TaskState.TASK_STATE_INPUT_REQUIRED, "completed": TaskState.TASK_STATE_COMPLETED,
-          "cancelled": TaskState.TASK_STATE_CANCELED}
+          "cancelled": TaskState.TASK_STATE_CANCELED, "blocked": TaskState.TASK_STATE_REJECTED}
 
 
 def context_of(job: Job) -> str:
@@ -97,6 +99,9 @@ def _line(event: Event) -> str:
     if isinstance(event, PlanUpdated):
         return f"{sub}plan (revision {event.revision}): " + " ".join(
             f"{n}. [{s.status}] {_short(s.text, 80)}" for n, s in enumerate(event.steps, 1))
+    if isinstance(event, Handoff):
+        why = f": {_short(event.reason)}" if event.reason else ""
+        return f"{sub}{event.source} hands over to {event.target}{why}"
     if isinstance(event, Reviewed):
         return f"{sub}review: {'approved' if event.approved else 'not approved: ' + _short(event.feedback)}"
     if isinstance(event, RunFinished):
@@ -169,7 +174,7 @@ def ending_status(end: RunFinished | dict[str, Any], waiting: Iterable[ApprovalR
                 "\"call_id\": \"...\"} (without call_id the decision is for every waiting call).")
         return TaskStatus(state=TaskState.TASK_STATE_INPUT_REQUIRED, message=said("waiting", text,
                                                                                     {"approvals": calls}))
-    state = TaskState.TASK_STATE_CANCELED if status == "cancelled" else _FAILED
+    state = _STATE.get(status, _FAILED) if status in ("cancelled", "blocked") else _FAILED  # blocked: rejected
     why = f"The run ended {status}" + (f": {error}" if error else "")
     return TaskStatus(state=state, message=said("end", why))
 

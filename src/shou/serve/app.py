@@ -28,6 +28,7 @@ from . import page
 from .deciding import decide_calls, waiting_calls
 from .docs import docs_page
 from .files_api import file_content, list_folder, run_screenshot, upload_file
+from .fork_api import fork_session_route
 from .info_api import server_config, usage
 from .jobs import ACTIVE, Refused
 from .leftovers import close_leftovers
@@ -295,6 +296,7 @@ def create_app(server: Server) -> Starlette:
         Route("/v1/runs/{run_id}/cancel", cancel_run, methods=["POST"]), Route("/v1/runs/{run_id}/trace", run_trace),
         Route("/v1/sessions", list_sessions), Route("/v1/sessions/{name}", get_session, methods=["GET"]),
         Route("/v1/sessions/{name}", delete_session, methods=["DELETE"]),
+        Route("/v1/sessions/{name}/fork", fork_session_route, methods=["POST"]),
         Route("/v1/approvals", list_approvals), Route("/v1/approvals/{call_id}", decide_approval, methods=["POST"]),
         Route("/v1/runs/{run_id}/approvals/{call_id}", decide_approval, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]), Route("/v1/models", models),

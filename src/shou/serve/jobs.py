@@ -388,6 +388,15 @@ class RunQueue:
             (sid,) = self._x("SELECT sid FROM serve_sessions WHERE name = %s", (session,)).fetchone()
         return str(sid)
 
+    def adopt_session(self, session: str, user: str) -> bool:
+        """Make `session` `user`'s (a fork's new name); False when it is someone's already."""
+        with self._tx():
+            if self._x("SELECT 1 FROM serve_sessions WHERE name = %s", (session,)).fetchone() is not None:
+                return False
+            self._x("INSERT INTO serve_sessions(name, username, sid) VALUES (%s, %s, %s)",
+                    (session, user, uuid.uuid4().hex))
+        return True
+
     def forget_session(self, session: str) -> None:
         """Drop a session's runs and ownership (its events are deleted by the store)."""
         with self._tx():

@@ -59,7 +59,8 @@ class Usage(BaseModel):
 
 
 class RunInfo(BaseModel):
-    """A run: `status` is queued, running, waiting_approval, or how it ended (completed, invalid_output, ...)."""
+    """A run: `status` is queued, running, waiting_approval, or how it ended (completed, blocked by a guardrail,
+    invalid_output, max_steps, error, ...; `error` says why)."""
 
     run_id: str
     session: str
@@ -97,6 +98,23 @@ class Transcript(BaseModel):
     status: str
     messages: list[dict[str, Any]]
     runs: list[RunInfo]
+
+
+class ForkRequest(BaseModel):
+    """Fork a session: `at` is the last step the fork keeps (the session's step number, or "RUN_ID:STEP";
+    default its last step), `name` the new session's (default a fresh one)."""
+
+    model_config = ConfigDict(extra="forbid")
+    at: int | Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")] | None = None
+    name: str | None = Field(None, pattern=SESSION_NAME)
+
+
+class ForkOut(BaseModel):
+    """The session a fork made, the one it was made from, and the step (session-wide) it was cut after."""
+
+    name: str
+    source: str
+    step: int
 
 
 class Decision(BaseModel):
@@ -220,7 +238,7 @@ class UsageOut(BaseModel):
 
 _MODELS = [FileEntry, FileList, Uploaded, Currency, ServerConfig, UsageRowOut, UsageOut,
            RunOptions, RunRequest, Usage, RunInfo, RunList, SessionInfoOut, SessionList, Transcript, Decision,
-           DecisionOut, Approval, ApprovalList, ChatMessage, ChatRequest, Error]
+           DecisionOut, Approval, ApprovalList, ChatMessage, ChatRequest, ForkRequest, ForkOut, Error]
 
 
 def _ref(model: type[BaseModel]) -> dict[str, str]:
@@ -295,6 +313,10 @@ def openapi() -> dict[str, Any]:
             "delete": _op("Delete a session and its log", ("204", None, "deleted"), params=("name",),
                           errors=("401", "404", "409")),
         },
+        "/v1/sessions/{name}/fork": {"post": _op("Fork a session: a new one whose history is this one's up to a "
+                                                 "step (this one is left as it is)", ("201", ForkOut, "forked"),
+                                                 body=ForkRequest, params=("name",),
+                                                 errors=("400", "401", "404", "409"))},
         "/v1/approvals": {"get": _op("Calls waiting for the caller's decision", ("200", ApprovalList, "waiting"),
                                      errors=("401",))},
         "/v1/approvals/{call_id}": {"post": _op("Allow or deny a waiting call; the run then goes on",

@@ -9,15 +9,23 @@ from typing import Any
 
 import orjson
 
+from ..errors import UserError
 from ..event_codec import event_from_dict
 from ..events import Event
 from .locks import SessionBusy
 
-__all__ = ["DEFAULT_RETENTION_DAYS", "NOT_STORED", "SessionInfo", "StoreBasics", "decoded"]
+__all__ = ["DEFAULT_RETENTION_DAYS", "FORK_WRITER", "NOT_STORED", "SessionExists", "SessionInfo", "StoreBasics",
+           "decoded"]
 
 DEFAULT_RETENTION_DAYS = 7.0
 _SESSION_EVENTS = frozenset({"run_started", "run_resumed", "run_finished", "history_cleared"})
 NOT_STORED = frozenset({"text_delta", "tool_call_delta"})  # the complete message is stored instead
+# The writer of the rows a fork copied (`fork()`): what they record was done, and spent, in the source session.
+FORK_WRITER = "fork:"
+
+
+class SessionExists(UserError):
+    """A session of that name is stored already (a fork's new name must be free)."""
 
 
 @dataclass(frozen=True, slots=True)

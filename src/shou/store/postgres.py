@@ -30,7 +30,16 @@ import orjson
 
 from ..events import Event
 from . import sqlite
-from .basics import _SESSION_EVENTS, DEFAULT_RETENTION_DAYS, NOT_STORED, SessionInfo, StoreBasics, decoded
+from .basics import (
+    _SESSION_EVENTS,
+    DEFAULT_RETENTION_DAYS,
+    FORK_WRITER,
+    NOT_STORED,
+    SessionExists,
+    SessionInfo,
+    StoreBasics,
+    decoded,
+)
 from .locks import SessionBusy
 from .pg_link import Link, connect, is_connection_error, migrate_pg, safe_url
 from .retention import PRUNABLE_TYPES, pruned, referenced
@@ -290,6 +299,35 @@ class PostgresStore(StoreBasics):
     def exists(self, session: str) -> bool:
         """Whether `session` has any stored event."""
         return bool(self._read("SELECT 1 FROM sessions WHERE name = %s", (_text(session),)))
+
+    def fork(self, source: str, target: str, through: int, closing: Sequence[Event] = (), status: str = "") -> None:
+        """Make session `target` from `source`'s events up to row id `through`, then `closing`, in one
+        transaction, as `SQLiteStore.fork` does. `UserError` when `target` exists already."""
+        self.commit()
+        now = time.time()
+        writer = FORK_WRITER + _text(source)
+
+        def work(conn: Any) -> None:
+            with conn.transaction():
+                title = conn.execute("SELECT title FROM sessions WHERE name = %s", (_text(source),)).fetchone()
+                # The name is taken by the row of `sessions` (its key): two forks to one name cannot both land.
+                made = conn.execute("INSERT INTO sessions(name, created, updated, title, status) VALUES (%s, %s, %s, "
+                                    "%s, %s) ON CONFLICT (name) DO NOTHING RETURNING name",
+                                    (_text(target), now, now, title[0] if title else "", status)).fetchone()
+                if made is None or conn.execute("SELECT 1 FROM events WHERE session = %s LIMIT 1",
+                                                (_text(target),)).fetchone() is not None:
+                    raise SessionExists(f"session {target!r} exists already; give the fork another name")
+                conn.execute(f"INSERT INTO events({_COLUMNS}) SELECT %s, run_id, type, ts, data, %s, "
+                             "md5(random()::text || clock_timestamp()::text || id::text) FROM events "
+                             "WHERE session = %s AND id <= %s ORDER BY id",
+                             (_text(target), writer, _text(source), through))
+                for event in closing:
+                    conn.execute(f"INSERT INTO events({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                                 (_text(target), _text(event.run_id), event.type, now,
+                                  orjson.dumps(event.to_dict()).decode(), writer, secrets.token_hex(8)))
+                conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, target[:7000]))
+
+        self._writer.run(work, retry=False)  # a commit whose answer was lost must not be taken for a clash
 
     def delete(self, session: str) -> None:
         """Remove `session` and all its events."""

@@ -22,6 +22,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,16 @@ import orjson
 from ..errors import UserError
 from ..events import Event
 from ..private import make_dirs, private_file
-from .basics import _SESSION_EVENTS, DEFAULT_RETENTION_DAYS, NOT_STORED, SessionInfo, StoreBasics, decoded
+from .basics import (
+    _SESSION_EVENTS,
+    DEFAULT_RETENTION_DAYS,
+    FORK_WRITER,
+    NOT_STORED,
+    SessionExists,
+    SessionInfo,
+    StoreBasics,
+    decoded,
+)
 from .locks import LockFile, SessionBusy, SessionLock, held
 from .retention import PRUNABLE_TYPES, pruned, referenced
 from .sqlite_errors import StoreDamaged, StoreError, StoreUnusable, explain, read_only, unwritable
@@ -299,6 +309,33 @@ class SQLiteStore(StoreBasics):
             try:
                 self._db.execute("DELETE FROM events WHERE session = ?", (session,))
                 self._db.execute("DELETE FROM sessions WHERE name = ?", (session,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    @_explained
+    def fork(self, source: str, target: str, through: int, closing: Sequence[Event] = (), status: str = "") -> None:
+        """Make session `target` from `source`'s events up to row id `through`, then `closing`, in one
+        transaction; `source` is only read. Copied rows keep their time and are written by `fork:SOURCE` (what
+        was spent is counted once, in the source). `UserError` when `target` exists already."""
+        self.commit()
+        now = time.time()
+        title = self._db.execute("SELECT title FROM sessions WHERE name = ?", (source,)).fetchone()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                if self._db.execute("SELECT 1 FROM sessions WHERE name = ? UNION ALL SELECT 1 FROM events WHERE "
+                                    "session = ? LIMIT 1", (target, target)).fetchone() is not None:
+                    raise SessionExists(f"session {target!r} exists already; give the fork another name")
+                self._db.execute("INSERT INTO sessions(name, created, updated, title, status) VALUES (?, ?, ?, ?, ?)",
+                                 (target, now, now, title[0] if title else "", status))
+                self._db.execute("INSERT INTO events(session, run_id, type, ts, data, writer) SELECT ?, run_id, "
+                                 "type, ts, data, ? FROM events WHERE session = ? AND id <= ? ORDER BY id",
+                                 (target, FORK_WRITER + source, source, through))
+                for event in closing:
+                    self._db.execute(_insert(1), (target, event.run_id, event.type, now,
+                                                  orjson.dumps(event.to_dict()).decode(), FORK_WRITER + source))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")

@@ -20,6 +20,7 @@ from .records import (
     INTERRUPTED,
     UNFINISHED,
     CompactionTrace,
+    HandoffTrace,
     ModelCallTrace,
     RunTrace,
     StepTrace,
@@ -27,6 +28,6 @@ from .records import (
     total,
 )
 
-__all__ = ["INTERRUPTED", "UNFINISHED", "CompactionTrace", "ModelCallTrace", "RunTrace", "StepTrace", "ToolCallTrace",
-           "build", "call_json", "compaction_trace", "find_model_call", "find_run", "logged_rows", "recent_outcomes",
-           "resolve", "run_json", "total", "traces", "usage_json"]
+__all__ = ["INTERRUPTED", "UNFINISHED", "CompactionTrace", "HandoffTrace", "ModelCallTrace", "RunTrace", "StepTrace",
+           "ToolCallTrace", "build", "call_json", "compaction_trace", "find_model_call", "find_run", "logged_rows",
+           "recent_outcomes", "resolve", "run_json", "total", "traces", "usage_json"]

@@ -22,6 +22,7 @@ def call_json(call: ModelCallTrace) -> dict[str, Any]:
     """A model call as JSON: the request's full messages when resolved (null when not recorded)."""
     return {
         "id": call.id, "run_id": call.run_id, "step": call.step, "model": call.model, "purpose": call.purpose,
+        "agent": call.agent,
         "response_model": call.response_model, "sent_model": call.sent_model, "provider": call.provider,
         "at": call.at,
         "request": {"recorded": call.recorded, "messages": call.messages, "tools": call.tools, "params": call.params,
@@ -48,4 +49,5 @@ def run_json(run: RunTrace) -> dict[str, Any]:
         "tool_calls": [asdict(t) for t in run.tool_calls],
         "compactions": [{**asdict(c), "usage": usage_json(c.spent)} for c in run.compactions],
         "notices": [{"step": step, "kind": kind, "text": text} for step, kind, text in run.notices],
+        "handoffs": [asdict(h) for h in run.handoffs],
     }

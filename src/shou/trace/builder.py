@@ -15,6 +15,7 @@ from ..events import (
     ApprovalRequested,
     Compacted,
     Event,
+    Handoff,
     ModelRequest,
     ModelResponse,
     Notice,
@@ -24,7 +25,16 @@ from ..events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from .records import INTERRUPTED, UNFINISHED, CompactionTrace, ModelCallTrace, RunTrace, StepTrace, ToolCallTrace
+from .records import (
+    INTERRUPTED,
+    UNFINISHED,
+    CompactionTrace,
+    HandoffTrace,
+    ModelCallTrace,
+    RunTrace,
+    StepTrace,
+    ToolCallTrace,
+)
 
 __all__ = ["build", "compaction_trace"]
 
@@ -102,6 +112,8 @@ class _Builder:
     def request(self, run: RunTrace, ts: float, ev: ModelRequest) -> None:
         call = self.new_call(run, self.step(run, ev.step), ev.request_id)
         call.model, call.purpose = ev.model, ev.purpose
+        if run.agent and not ev.purpose:  # a step of a run that was handed over: the agent answering it now
+            call.agent = self.step(run, ev.step).agent = run.agent
         call.provider, call.message_refs, call.tools_ref, call.params = (
             ev.provider, ev.messages, ev.tools_ref, ev.params)
         if ev.contents:
@@ -154,6 +166,15 @@ class _Builder:
         elif ev.usage is not None:  # its call is not in the log (damage): still counted
             run.stray.append(ev.usage)
 
+    def handoff(self, run: RunTrace, ts: float, ev: Handoff) -> None:
+        if not run.handoffs:  # the steps so far were the first agent's: named now that there is another
+            for step in run.steps:
+                step.agent = ev.source
+                for call in step.model_calls:
+                    call.agent = call.agent or ("" if call.purpose else ev.source)
+        run.handoffs.append(HandoffTrace(ev.step, ev.source, ev.target, ev.reason))
+        run.agent = ev.target
+
     def compacted(self, run: RunTrace, ts: float, ev: Compacted) -> None:
         run.compactions.append(compaction_trace(ev, self.last_step.get(run.run_id, 0) + 1))
 
@@ -164,6 +185,7 @@ _HANDLERS: dict[type[Event], Callable[[_Builder, RunTrace, float, Any], None]] =
     ModelRequest: _Builder.request, ModelResponse: _Builder.response, ToolCallStarted: _Builder.tool_started,
     ToolCallFinished: _Builder.tool_finished, ApprovalRequested: _Builder.approval_requested,
     ApprovalDecided: _Builder.approval_decided, Notice: _Builder.notice, Compacted: _Builder.compacted,
+    Handoff: _Builder.handoff,
 }
 
 

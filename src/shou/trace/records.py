@@ -13,8 +13,8 @@ from typing import Any
 from ..messages import Message
 from ..usage import Usage
 
-__all__ = ["INTERRUPTED", "UNFINISHED", "CompactionTrace", "ModelCallTrace", "RunTrace", "StepTrace", "ToolCallTrace",
-           "total"]
+__all__ = ["INTERRUPTED", "UNFINISHED", "CompactionTrace", "HandoffTrace", "ModelCallTrace", "RunTrace", "StepTrace",
+           "ToolCallTrace", "total"]
 
 UNFINISHED = "unfinished"  # no run_finished after the run's last start: killed, or running now
 INTERRUPTED = "interrupted"  # a sub-run its process stopped in, whose parent went on without it
@@ -33,6 +33,7 @@ class ModelCallTrace:
     step: int
     model: str = ""
     purpose: str = ""  # "" for a ReAct step; "plan", "verdict", "review" or "answer"
+    agent: str = ""  # the agent that answered, in a run that was handed over (agent/handoff.py); "" otherwise
     response_model: str = ""
     sent_model: str = ""  # the name a fallback model that answered was asked with (its price went by it)
     provider: str = ""
@@ -114,6 +115,17 @@ class StepTrace:
     step: int
     model_calls: list[ModelCallTrace] = field(default_factory=list)
     tool_calls: list[ToolCallTrace] = field(default_factory=list)
+    agent: str = ""  # the agent that answered it, in a run that was handed over; "" otherwise
+
+
+@dataclass(slots=True)
+class HandoffTrace:
+    """At step `step` the run was handed from agent `source` to agent `target`, for `reason`."""
+
+    step: int
+    source: str
+    target: str
+    reason: str = ""
 
 
 @dataclass(slots=True)
@@ -137,6 +149,8 @@ class RunTrace:
     compactions: list[CompactionTrace] = field(default_factory=list)
     notices: list[tuple[int, str, str]] = field(default_factory=list)  # (step or 0, kind, text): guards, retries
     stray: list[Usage] = field(default_factory=list)  # usage noticed for no logged call
+    handoffs: list[HandoffTrace] = field(default_factory=list)  # who handed the run to whom, in order
+    agent: str = ""  # the agent answering it as of the last handoff ("" when it was never handed over)
 
     @property
     def model_calls(self) -> list[ModelCallTrace]:

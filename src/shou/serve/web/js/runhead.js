@@ -5,7 +5,8 @@
 import { el, button, secs, plural, count, num } from './util.js';
 import { money } from './config.js';
 
-const LABELS = { waiting_approval: 'waiting for approval', max_steps: 'step limit', queued: 'queued', invalid_output: 'answer not valid' };
+const LABELS = { waiting_approval: 'waiting for approval', max_steps: 'step limit', queued: 'queued',
+  blocked: 'blocked by a guardrail', invalid_output: 'answer not valid' };
 
 export class RunHead {
   /** `on`: {trace(), stop(), select()} */

@@ -64,6 +64,8 @@ export class RunView {
       case 'plan': this.plan(d, runId); break;
       case 'notice': this.note(`${d.kind ? d.kind + ': ' : ''}${d.text || ''}`, runId, d.kind === 'model_error'); break;
       case 'review': this.note(d.approved ? 'review: approved' : `review: ${d.feedback || 'not approved'}`, runId); break;
+      case 'handoff': this.note(`${d.source} hands over to ${d.target}${d.reason ? ': ' + d.reason : ''}`, runId); break;
+      case 'guardrail_tripped': this.blocked(d, runId); break;
       case 'compacted': this.note('earlier messages were summarised to fit the context window', runId); break;
       case 'run_finished': return this.finished(d, top, runId);
       default: break;
@@ -121,6 +123,16 @@ export class RunView {
       this.bubbles.get(key).remove();
       this.bubbles.delete(key);
     }
+  }
+
+  /** A guardrail stopped the run: say why; an answer it blocked is taken off the page (the log keeps it). */
+  blocked(d, runId) {
+    const key = runId + ':' + d.step;
+    if (d.kind === 'output' && this.bubbles.has(key)) {
+      this.bubbles.get(key).remove();
+      this.bubbles.delete(key);
+    }
+    this.note(`blocked by the ${d.kind || ''} guardrail ${d.name || ''}: ${d.reason || ''}`, runId, true);
   }
 
   callStarted(d, runId) {

@@ -1,0 +1,40 @@
+"""`POST /v1/sessions/{name}/fork`: a new session of the caller's whose history is one of theirs up to a step.
+
+The source must be the caller's (another user's is a 404, as everywhere); the new name is taken for the
+caller before the log is copied, so two forks (or a run) cannot claim it at once, and let go again when the
+fork fails.
+"""
+
+from __future__ import annotations
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..errors import UserError
+from ..session import fork_session, new_session_name
+from ..store.basics import SessionExists
+from ..store.locks import SessionBusy
+from .schema import ForkRequest
+from .server import Server, read_json
+
+
+async def fork_session_route(request: Request) -> Response:
+    """Fork the caller's session `name` at `at` into `name` of the body (or a fresh one): 201 with the new name."""
+    srv: Server = request.app.state.server
+    user = srv.user(request)
+    source = request.path_params["name"]
+    srv.own_session(source, user)
+    body: ForkRequest = await read_json(request, ForkRequest)
+    name = body.name or new_session_name()
+    if srv.store.exists(name) or not srv.queue.adopt_session(name, user):
+        raise HTTPException(409, f"session {name!r} exists already; give the fork another name")
+    try:
+        made, point = fork_session(srv.store, source, None if body.at is None else str(body.at), name)
+    except UserError as e:
+        srv.queue.forget_session(name)
+        raise HTTPException(409 if isinstance(e, (SessionBusy, SessionExists)) else 400, str(e)) from None
+    except BaseException:
+        srv.queue.forget_session(name)
+        raise
+    return JSONResponse({"name": made, "source": source, "step": point.step}, 201)
