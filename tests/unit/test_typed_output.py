@@ -133,3 +133,8 @@ def test_a_finished_typed_run_is_freed_without_the_collector(tmp_path: Path) -> 
         one_run()
     left = sorted({type(o).__name__ for o in found if isinstance(o, (*KEPT_BY_A_CYCLE, OutputCheck))})
     assert not left, f"a finished typed run left these to the garbage collector: {left}"
+
+
+def test_what_the_schema_is_called_on_the_wire() -> None:
+    assert output_spec(City).name == "City" and output_spec(list[City]).name == "answer"
+    assert output_spec(int | City).name == "answer"

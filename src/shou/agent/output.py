@@ -164,8 +164,9 @@ def output_spec(output_type: Any) -> OutputSpec:
         schema = adapter.json_schema()
     except (PydanticSchemaGenerationError, PydanticUserError, TypeError) as e:
         raise UserError(f"output_type {output_type!r} cannot be an answer's type: {e}") from None
-    return OutputSpec(schema, _wire_name(getattr(output_type, "__name__", None) or schema.get("title") or "answer"),
-                      adapter)
+    # a class names its schema; `list[City]` or a union is just an answer
+    name = output_type.__name__ if isinstance(output_type, type) else schema.get("title") or "answer"
+    return OutputSpec(schema, _wire_name(name), adapter)
 
 
 def _wire_name(name: str) -> str:
