@@ -169,3 +169,25 @@ async def test_a_reviewer_sees_only_a_valid_answer(serve, workspace: Path) -> No
     assert '# Proposed final answer\n{"name": "P", "population": 3}' in prompt
     assert "Check the count." in wire_text(srv.requests[2])
     assert_valid_conversation(srv.requests[2]["messages"])
+
+
+async def test_an_output_guardrail_checks_the_typed_answer(serve, workspace: Path) -> None:
+    """Guardrails and typed answers compose: the guardrail sees the validated JSON, and may still block it."""
+    from shou import output_guardrail
+
+    seen: list[str] = []
+
+    @output_guardrail
+    def no_big_cities(answer: str) -> str | None:
+        seen.append(answer)
+        return "too big" if json.loads(answer)["population"] > 1_000_000 else None
+
+    srv = serve([text({"name": "Paris"}), text({"name": "Paris", "population": 2100000}),
+                 answer_call({"name": "Lyon", "population": 500000})])
+    blocked = await Agent(model_for(srv, response_format=True), [], workspace=workspace, output_type=City,
+                          guardrails=[no_big_cities]).arun("a city")
+    assert blocked.status == "blocked" and blocked.output is None
+    assert seen == ['{"name": "Paris", "population": 2100000}']  # only the valid answer reached the guardrail
+    passed = await Agent(model_for(srv), [], workspace=workspace, output_type=City,
+                         guardrails=[no_big_cities]).arun("a city")
+    assert passed.status == "completed" and passed.output == City(name="Lyon", population=500000)
