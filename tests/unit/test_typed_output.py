@@ -138,3 +138,27 @@ def test_a_finished_typed_run_is_freed_without_the_collector(tmp_path: Path) -> 
 def test_what_the_schema_is_called_on_the_wire() -> None:
     assert output_spec(City).name == "City" and output_spec(list[City]).name == "answer"
     assert output_spec(int | City).name == "answer"
+
+
+async def test_a_resumed_run_takes_the_answer_call_its_killed_process_left_unanswered(tmp_path: Path) -> None:
+    """Killed after the model's final_answer call was recorded and before its result: the resumed run takes
+    that call as the answer (checked), instead of running it as an unknown tool and asking again."""
+    from shou.messages import ToolCall
+
+    store = SQLiteStore(tmp_path / "db")
+    session = Session("s", store)
+    emitter = Emitter(session)
+    emitter.emit(RunStarted("r1", "s", "a city", "m"))
+    emitter.emit(ModelRequest("r1", 1, 1, 0))
+    call = ToolCall("c1", "final_answer", '{"name": "P", "population": 3}')
+    emitter.emit(ModelResponse("r1", 1, Message.assistant(None, [call]), Usage(), 0.1, "tool_calls"))
+    session.commit()
+    session = Session("s", store)
+    assert session.open_run is not None and [c.id for c in session.open_run.unanswered] == ["c1"]
+    model = ScriptedModel([])  # asked nothing
+    agent = Agent(model, [], workspace=tmp_path, store=store, output_type=City)
+    seen = [e async for e in agent.stream_resume(session)]
+    done = seen[-1]
+    assert isinstance(done, RunFinished) and done.status == "completed" and model.requests == []
+    assert agent.config.output is not None and agent.config.output.value(done.answer) == City(name="P", population=3)
+    assert Session("s", store).messages[-1].role == "tool"  # the call has its result: the conversation is valid

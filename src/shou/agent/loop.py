@@ -368,6 +368,11 @@ class Run:
             if run.awaiting_response:
                 self.step -= 1  # that turn never arrived: ask for it again, under the same step number
             return None
+        if self.answer_call is not None and not run.cut:  # the turn's answer call (a typed answer) is taken now
+            verdict = await self.answer_call(self.step, Message.assistant(None, list(pending)))
+            if verdict is not None:
+                self.emit(StepFinished(self.run_id, self.step, self.usage))
+                return verdict if isinstance(verdict, tuple) else None
         again = []
         for call in pending:
             tool = self.agent.tools.get(call.name)
