@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "GuardrailResult": "shou.agent.guardrails",
     "input_guardrail": "shou.agent.guardrails",
     "output_guardrail": "shou.agent.guardrails",
+    "JsonSchema": "shou.agent.output",
     "SkillSet": "shou.skills",
     "ServerSpec": "shou.mcp.servers",
     "tool": "shou.tools.base",
@@ -74,6 +75,7 @@ __all__ = [
     "Guardrail",
     "GuardrailResult",
     "ImagePart",
+    "JsonSchema",
     "MemoryStore",
     "Message",
     "Model",
@@ -114,6 +116,7 @@ if TYPE_CHECKING:
     from .agent.config import AgentConfig
     from .agent.delegate import AgentSpec
     from .agent.guardrails import Guardrail, GuardrailResult, input_guardrail, output_guardrail
+    from .agent.output import JsonSchema
     from .config import Settings, load_settings
     from .context.builder import ContextPolicy
     from .errors import ConfigError, ModelError, ShouError, ToolError, UserError

@@ -138,6 +138,7 @@ NARROWING: dict[str, Callable[[Any, Any], Any]] = {
     "plan_step_timeout": min,
     "max_replans": min,
     "max_reviews": min,
+    "output_retries": min,
     "web_timeout": min,
     "browser_timeout": min,
     "delegation": lambda trusted, asked: trusted and asked,

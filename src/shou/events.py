@@ -17,7 +17,7 @@ from .usage import Usage
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _PLAIN = frozenset({str, int, float, bool})
 RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "truncated", "error", "cancelled",
-                    "interrupted", "waiting_approval", "waiting_input", "blocked"]
+                    "interrupted", "waiting_approval", "waiting_input", "blocked", "invalid_output"]
 # How a run stops to wait for a person (an approval, or an answer to `ask_user`): it is not over, its calls'
 # results are still to come, and `shou resume` (or the server, once decided) goes on.
 WAITING: tuple[str, ...] = ("waiting_approval", "waiting_input")

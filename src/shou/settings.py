@@ -67,6 +67,8 @@ class Settings:
     plan_step_max_steps: int = _s(8, "most model calls of one plan step (shou run --plan)", minimum=1)
     plan_step_timeout: float = _s(120.0, "seconds one plan step may take", positive=True)
     max_replans: int = _s(2, "new plans after a failed step before a planned run gives up", minimum=0)
+    output_retries: int = _s(2, "retries of a typed answer (--output-schema) that does not match its schema, before "
+                                "the run ends invalid_output", minimum=0)
     max_reviews: int = _s(1, "reviews of a final answer before it stands (shou run --reflect)", minimum=0)
     review_model: str | None = _s(None, "model that reviews answers (--reflect; default: the model)")
     delegation: bool = _s(True, "offer the delegate tool (sub-agents) in shou run and chat")
@@ -104,6 +106,9 @@ class Settings:
     max_tokens: int | None = _s(None, "most tokens in one model reply", minimum=1)
     top_p: float | None = _s(None, "nucleus sampling share sent to the model", safe=True, minimum=0)
     seed: int | None = _s(None, "sampling seed sent to the model (where supported)", safe=True)
+    response_format: bool | None = _s(None, "typed answers use the provider's structured output (response_format "
+                                            "json_schema); false: a final tool call (default: known models)",
+                                      safe=True)
     tools: tuple[str, ...] | None = _s(None, "offer only these tools (comma-separated)")
     sandbox: Literal["auto", "bubblewrap", "docker", "local"] = _s("auto", "where shell and run_code run")
     sandbox_timeout: float = _s(300.0, "longest one shell/run_code call may run, whatever tool_timeout says",

@@ -56,7 +56,8 @@ def _field(name: str, source: str | None = None) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """How a run ended: status, the final answer, steps, token usage and wall time (seconds)."""
+    """How a run ended: status, the final answer, steps, token usage and wall time (seconds); with an
+    `output_type`, `output` is the answer as a value of that type (None unless completed)."""
 
     status: RunStatus
     answer: str
@@ -66,6 +67,7 @@ class RunResult:
     error: str | None
     session: str
     run_id: str
+    output: Any = None  # a typed answer (`output_type`): the answer as a value of that type
 
     @property
     def ok(self) -> bool:
@@ -149,6 +151,8 @@ class Agent:
     mcp_servers: Mapping[str, ServerSpec] = _field("mcp_servers")
     a2a_agents: Mapping[str, RemoteAgentSpec] = _field("a2a_agents")
     code_mode: bool = _field("code_mode")
+    output_type: Any = _field("output_type")
+    output_retries: int = _field("output_retries")
 
     @property
     def token_counter(self) -> TokenCounter:
@@ -300,8 +304,10 @@ class Agent:
                 done = event
         if done is None:  # pragma: no cover - execute() always ends with one
             raise RuntimeError("the run ended without a RunFinished event")
+        spec = self.config.output
+        output = spec.output(done.status, done.answer) if spec is not None else None
         return RunResult(done.status, done.answer, done.steps, done.usage, done.wall_time, done.error,
-                         session.name, done.run_id)
+                         session.name, done.run_id, output)
 
     async def arun(self, task: str, session: Session | str | None = None) -> RunResult:
         """Run `task` to the end and return how it went."""

@@ -8,6 +8,7 @@ can only lower it. Checked once, in `__post_init__`, so a config that exists is 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -26,6 +27,7 @@ from ..pricing import PriceTable
 from ..redact import Redactor
 from ..tools.registry import ToolSet
 from .limits import MAX_TASK_CHARS
+from .output import OutputSpec, output_spec
 
 if TYPE_CHECKING:
     from ..a2a.spec import RemoteAgentSpec
@@ -53,6 +55,17 @@ NARROWABLE = ("max_steps", "run_timeout", "tool_timeout", "max_parallel_tools", 
               "max_cost", "max_replans", "plan_step_max_steps", "plan_step_timeout", "max_reviews")
 _RESOLVED: dict[str, Path] = {}
 _BUILT_IN_PRICES = PriceTable()  # no [models] table to add: every config without one shares the built-in prices
+
+
+def _spec_of(output_type: Any) -> OutputSpec:
+    """The spec of an output type, made once per type: a variant of a config (a request's, a sub-run's) keeps it."""
+    try:
+        return _cached_spec(output_type)
+    except TypeError:  # unhashable (a raw schema): made anew
+        return output_spec(output_type)
+
+
+_cached_spec = functools.lru_cache(maxsize=64)(output_spec)
 
 
 def _resolved(workspace: str | Path | None) -> Path:
@@ -86,12 +99,13 @@ class AgentConfig:
     Composition: `planning` (`max_replans`, `plan_step_max_steps`, `plan_step_timeout`), `reflect`
     (`review_model`, `max_reviews`), `delegation` with named `agents`, `skills`, `mcp_servers`, remote A2A
     agents (`a2a_agents`), and `code_mode` (one `python` tool whose code calls the others). `guardrails`
-    (agent/guardrails.py) are checks on a run's task and answer that end it `blocked`.
+    (agent/guardrails.py) are checks on a run's task and answer that end it `blocked`. `output_type`: the type
+    (or `JsonSchema`) the final answer must be, retried `output_retries` times (agent/output.py).
 
     Derived once, never set: `offered` (the tools the model is offered: `tools`, plus `use_skill` and
     `delegate` when enabled, `handoff` when an agent has `handoff` set, or `python` alone in code mode),
-    `code_tools` (what code calls in code mode) and `redactor` (the secrets of `settings`, of the MCP servers
-    and of the A2A agents; a variant keeps its parent's).
+    `code_tools` (what code calls in code mode), `output` (the spec of `output_type`) and `redactor` (the
+    secrets of `settings`, of the MCP servers and of the A2A agents; a variant keeps its parent's).
     """
 
     model: Model
@@ -130,10 +144,13 @@ class AgentConfig:
     mcp_servers: Mapping[str, ServerSpec] = field(default_factory=dict)
     a2a_agents: Mapping[str, RemoteAgentSpec] = field(default_factory=dict)
     code_mode: bool = False
+    output_type: Any = None
+    output_retries: int = 2
     shared_budgets: tuple[Budget, ...] = ()
     guardrails: tuple[Guardrail, ...] = ()
     redactor: Redactor | None = field(default=None, repr=False)
     offered: ToolSet = field(init=False, repr=False)
+    output: OutputSpec | None = field(init=False, repr=False)
     code_tools: ToolSet = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -191,8 +208,13 @@ class AgentConfig:
         if self.max_replans < 0 or self.plan_step_max_steps < 1 or self.plan_step_timeout <= 0 or self.max_reviews < 0:
             raise UserError("max_replans and max_reviews must not be negative; plan_step_max_steps and "
                             "plan_step_timeout must be positive")
+        if self.output_retries < 0:
+            raise UserError("output_retries must not be negative")
+        if self.output_type is not None and self.planning:
+            raise UserError("a typed answer (output_type) cannot be asked of a planned run (planning) yet")
 
     def _derive(self) -> None:
+        self._set("output", _spec_of(self.output_type) if self.output_type is not None else None)
         if self.redactor is None:
             # The MCP servers' and A2A agents' tables are secret sources too (their keys, logins, tokens).
             specs = [*self.mcp_servers.values(), *self.a2a_agents.values()]
@@ -305,6 +327,7 @@ def _settings_fields(settings: Any) -> dict[str, Any]:
         "summary_model": settings.summary_model, "review_model": settings.review_model,
         "max_replans": settings.max_replans, "plan_step_max_steps": settings.plan_step_max_steps,
         "plan_step_timeout": settings.plan_step_timeout, "max_reviews": settings.max_reviews,
+        "output_retries": settings.output_retries,
         "agents": _handoffs_offered(agent_specs(settings.agents), _offered(settings, "handoff")),
         "delegation": settings.delegation and _offered(settings, "delegate"),
         "ask_user": "defer" if getattr(settings, "ask_user", None) and _offered(settings, "ask_user") else None,

@@ -23,7 +23,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelError, UserError
 from ..events import (
@@ -38,7 +38,7 @@ from ..events import (
     ToolCallFinished,
 )
 from ..messages import Message, ToolCall
-from ..models.base import model_id
+from ..models.base import ModelSettings, model_id
 from ..session import INTERRUPTED
 from ..setting_tables import MAIN_AGENT
 from ..skills import open_user_skill_file
@@ -111,7 +111,14 @@ class Run:
         # answer stands). Both are given the run, not bound to it: what a run is made of is a value of its
         # config, and the run's state stays in the run.
         self.drive: Callable[[Run], Awaitable[Ending]] | None = None
-        self.answer_checker: Callable[[Run, int], Callable[[int, str], Awaitable[bool]]] | None = None
+        self.answer_checker: Callable[[Run, int], Callable[[int, str], Awaitable[bool | Ending]]] | None = None
+        # A typed answer (agent/output.py): what every step's request carries besides the agent's tools and
+        # settings, and what takes a turn whose calls may be the answer (None: they are only calls; False:
+        # an answer turned down; else how the run ends). A check may end the run too, with its own ending.
+        self.step_tools: tuple[dict[str, Any], ...] = ()
+        self.step_settings: ModelSettings | None = None
+        self.step_tokens = 0  # what those add to each request's prompt, in tokens (an estimate)
+        self.answer_call: Callable[[int, Message], Awaitable[bool | Ending | None]] | None = None
 
     def sub_id(self) -> str:
         """A new run id for a sub-run of this run (a plan step, a sub-agent, a review)."""
@@ -152,6 +159,7 @@ class Run:
         third of the difference to 50e96f5 in the peers' benchmark (bench/README); freed by reference
         counting, a run's objects go the moment its last user lets go."""
         tools, self._tools = self._tools, None
+        self.answer_call = None  # a typed answer's check, which holds the run
         if tools is not None:
             tools.ctx.state.pop("shou.run", None)
             tools.ctx.events = None
@@ -249,14 +257,14 @@ class Run:
         tools = self.tool_pipeline()
         ctx = tools.ctx
         context = RequestMaker(self)
+        check = self.answer_checker(self, context.pinned) if self.answer_checker is not None else None
         if self.resume is None:
             context.recall(self.task)
         else:
-            ended = await self._pick_up(tools)
+            ended = await self._pick_up(tools, check)
             if ended is not None:
                 return ended
         run_id = self.run_id
-        check = self.answer_checker(self, context.pinned) if self.answer_checker is not None else None
         while True:
             if self.handed_to is not None:  # the last turn handed over: another agent answers from here
                 self.take_over(self.handed_to)
@@ -268,7 +276,10 @@ class Run:
             step = self.step
             messages, specs, tokens = await context.messages(step)
             ctx.state["working_memory"] = self.session.working_memory
-            turn = await self.caller.call(messages, specs, step, tokens)
+            if self.step_tools:
+                specs = [*specs, *self.step_tools]
+            tokens += self.step_tokens
+            turn = await self.caller.call(messages, specs, step, tokens, settings=self.step_settings)
             if isinstance(turn, str):
                 self.step -= 1
                 return "budget", "", turn
@@ -280,11 +291,16 @@ class Run:
                 continue
             self.truncated = 0
             if not message.tool_calls:
-                if check is not None and not await check(step, message.text):
-                    self.emit(StepFinished(run_id, step, self.usage))
-                    continue  # turned down: why is in the conversation now, and the loop goes on
+                verdict = True if check is None else await check(step, message.text)
                 self.emit(StepFinished(run_id, step, self.usage))
-                return "completed", message.text, None
+                if verdict is False:
+                    continue  # turned down: why is in the conversation now, and the loop goes on
+                return ("completed", message.text, None) if verdict is True else verdict
+            if self.answer_call is not None and (verdict := await self.answer_call(step, message)) is not None:
+                self.emit(StepFinished(run_id, step, self.usage))
+                if not isinstance(verdict, tuple):
+                    continue  # turned down: the errors are the call's result, and the loop goes on
+                return verdict
             ended = await tools(message.tool_calls, turn=True, oversized=turn.oversized)
             self.emit(StepFinished(run_id, step, self.usage))
             if ended is not None:
@@ -335,18 +351,28 @@ class Run:
                                                                 "was asked to do less per step"))
         return None
 
-    async def _pick_up(self, tools: ToolPipeline) -> tuple[RunStatus, str, str | None] | None:
+    async def _pick_up(self, tools: ToolPipeline, check: Callable[[int, str], Awaitable[bool | Ending]] | None
+                       ) -> tuple[RunStatus, str, str | None] | None:
         """Continue where the killed run stopped. Returns how the run ended if there is nothing left to do."""
         run = self.resume
         assert run is not None
         if run.answer is not None:  # the final answer was recorded; only the ending was not
+            # it still passes the run's check (a typed answer's schema, a review): it may be the one turned down
+            verdict = True if check is None else await check(self.step, run.answer.text)
             self.emit(StepFinished(self.run_id, self.step, self.usage))
-            return "completed", run.answer.text, None
+            if verdict is False:
+                return None
+            return ("completed", run.answer.text, None) if verdict is True else verdict
         pending = run.unanswered
         if not pending:
             if run.awaiting_response:
                 self.step -= 1  # that turn never arrived: ask for it again, under the same step number
             return None
+        if self.answer_call is not None and not run.cut:  # the turn's answer call (a typed answer) is taken now
+            verdict = await self.answer_call(self.step, Message.assistant(None, list(pending)))
+            if verdict is not None:
+                self.emit(StepFinished(self.run_id, self.step, self.usage))
+                return verdict if isinstance(verdict, tuple) else None
         again = []
         for call in pending:
             tool = self.agent.tools.get(call.name)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from ..events import Event, RunFinished
 from .guarded import GuardedRun
 from .loop import Ending, Run
+from .output import attach_output
 from .plan import Planner
 from .review import Critic
 from .subrun import SubSession
@@ -93,6 +94,7 @@ def build_run(agent: Agent, task: str, session: Session, emit: Callable[[Event],
     """A run of `task` by `agent`, composed from its config (the arguments are `Run`'s; `sub`: it is a sub-run)."""
     run = Run(agent, task, session, emit, resume=resume, run_id=run_id, budgets=budgets, ratios=ratios)
     kind_of(agent.config, resume, sub=sub).attach(run)
+    attach_output(run)  # a typed answer: after the kind, so a reviewer checks only a valid answer
     return run
 
 

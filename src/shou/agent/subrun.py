@@ -48,15 +48,16 @@ class SubSession(Session):
 def sub_config(config: AgentConfig, **changes: Any) -> AgentConfig:
     """`config` for a sub-run, with `changes` (max_steps, run_timeout, model, instructions, tools, ...).
 
-    It plans, reflects and observes nothing itself: the parent's run does those, and sees every event. Its
-    tools are the parent's as offered to code (use_skill, delegate, the MCP servers' and the A2A agents' tools
-    included), so it adds none and connects to no server; it keeps the parent's redactor, servers' secrets and all.
+    It plans, reflects and observes nothing itself (the parent's run does those, and sees every event), and it
+    answers in text whatever type the parent's answer must have. Its tools are the parent's as offered to code
+    (use_skill, delegate, the MCP servers' and the A2A agents' tools included), so it adds none and connects to
+    no server; it keeps the parent's redactor, servers' secrets and all.
     """
     # A handoff is the main run's (agent/handoff.py): a sub-run is neither offered one nor given its tool.
     agents = {name: replace(spec, handoff=False) if spec.handoff else spec for name, spec in config.agents.items()}
     tools = ToolSet([t for t in config.code_tools if t.name != "handoff"])
     return replace(config, planning=False, reflect=False, observers=(), mcp_servers={}, a2a_agents={},
-                   delegation=False, skills=None, agents=agents, **{"tools": tools, **changes})
+                   delegation=False, skills=None, agents=agents, output_type=None, **{"tools": tools, **changes})
 
 
 def derived(agent: Agent, **changes: Any) -> Agent:

@@ -63,7 +63,7 @@ def printable(text: str) -> str:
 
 STATUS_STYLE = {"completed": "green", "cancelled": "yellow", "max_steps": "yellow", "loop": "yellow",
                 "timeout": "yellow", "budget": "yellow", "error": "red", "waiting_approval": "yellow",
-                "blocked": "red", "waiting_input": "yellow"}
+                "blocked": "red", "waiting_input": "yellow", "invalid_output": "red"}
 
 
 def short(text: str, limit: int = 160) -> str:
@@ -84,12 +84,16 @@ def format_arguments(arguments: str, limit: int = 160) -> str:
 
 
 class Renderer:
-    """Consumes events and prints them; `json_lines=True` prints each event as one JSON line instead."""
+    """Consumes events and prints them; `json_lines=True` prints each event as one JSON line instead. `typed`:
+    the run's answer is typed (`--output-schema`), so stdout gets the validated JSON alone, at the end, and
+    none of the model's text (its attempts)."""
 
-    def __init__(self, out: TextIO | None = None, err: Console | None = None, *, json_lines: bool = False) -> None:
+    def __init__(self, out: TextIO | None = None, err: Console | None = None, *, json_lines: bool = False,
+                 typed: bool = False) -> None:
         self.out = out or sys.stdout
         self.err = err or Console(stderr=True, highlight=False, soft_wrap=True)
         self.json_lines = json_lines
+        self.typed = typed
         self._midline = False
         self.session = ""
         # Calls of one step, numbered in the order the model made them: with several running at once the
@@ -109,9 +113,7 @@ class Renderer:
         if isinstance(event, RunStarted | RunResumed):
             self.session = getattr(event, "session", "") or self.session
         if isinstance(event, TextDelta):
-            self.out.write(printable(event.text))
-            self.out.flush()
-            self._midline = not event.text.endswith("\n")
+            self._text(event)
         elif isinstance(event, ToolCallStarted):
             self._newline()
             n = self._per_step[event.step] = self._per_step.get(event.step, 0) + 1
@@ -146,6 +148,14 @@ class Renderer:
             self._newline()
             self._unanswered()
             self.summary(event)
+
+    def _text(self, event: TextDelta) -> None:
+        """The model's text as it streams; none for a typed answer (its JSON is printed whole at the end)."""
+        if self.typed:
+            return
+        self.out.write(printable(event.text))
+        self.out.flush()
+        self._midline = not event.text.endswith("\n")
 
     def _approval(self, event: ApprovalRequested | ApprovalDecided) -> None:
         """A call that waits for a person, or what they decided."""
@@ -236,7 +246,11 @@ class Renderer:
             self._midline = False
 
     def summary(self, done: RunFinished) -> None:
-        """The closing line: status, session, steps, tokens, seconds (and the error, if any)."""
+        """The closing line: status, session, steps, tokens, seconds (and the error, if any); a typed answer's
+        JSON on stdout first."""
+        if self.typed and done.status == "completed":
+            self.out.write(json_text(json.loads(done.answer)) + "\n")
+            self.out.flush()
         if done.error and done.status != "completed":
             self.err.print(f"[{STATUS_STYLE.get(done.status, 'red')}]{escape(printable(done.error))}[/]")
         style = STATUS_STYLE.get(done.status, "red")

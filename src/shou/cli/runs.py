@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -52,6 +53,9 @@ class RunStopped(StoreUnusable):
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print every event as a JSON line.")]
+OutputSchemaOpt = Annotated[Path | None, typer.Option(
+    "--output-schema", metavar="FILE.json", help="A typed answer: the final answer must be JSON matching this JSON "
+    "schema (retried with the errors, else the run ends invalid_output); stdout gets that JSON alone.")]
 
 
 def run(
@@ -64,21 +68,46 @@ def run(
     option: OptionOpt = None, yes: YesOpt = False, approvals: ApprovalsOpt = None,
     max_cost: MaxCostOpt = None, token_budget: TokenBudgetOpt = None, otel: OtelOpt = False,
     json_lines: JsonOpt = False, continue_: ContinueOpt = False, plan: PlanOpt = False, reflect: ReflectOpt = False,
-    code: CodeOpt = False,
+    code: CodeOpt = False, output_schema: OutputSchemaOpt = None,
 ) -> None:
     """Carry out TASK with the model and tools, streaming what happens, then print a summary."""
     from .commands import command_task
 
+    typed = _output_schema(output_schema) if output_schema is not None else None
     text, positional = _task_words(task)
     session = continued(session, continue_, workspace)
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
                    option, yes, approvals, max_cost, token_budget, otel, plan, reflect, code)
 
     def start(agent: Any) -> Any:
+        if typed is not None:
+            agent.output_type = typed
         prompt, runner = command_task(agent, text, positional)
         return runner.stream(prompt, session)
 
-    _execute(opts, json_lines, start)
+    _execute(opts, json_lines, start, typed=typed is not None)
+
+
+def _output_schema(path: Path) -> Any:
+    """The JSON schema in `path` as an output type, or a clear error: unreadable, not JSON, not a schema."""
+    import json
+
+    from ..agent.output import JsonSchema, output_spec
+
+    try:
+        schema = json.loads(path.read_bytes())
+    except OSError as e:
+        raise fail(f"--output-schema: cannot read {str(path)!r}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise fail(f"--output-schema: {str(path)!r} is not JSON: {e}") from None
+    if not isinstance(schema, dict):
+        raise fail(f"--output-schema: {str(path)!r} holds no JSON schema (an object), but a {type(schema).__name__}")
+    typed = JsonSchema(schema, path.stem)
+    try:
+        output_spec(typed)
+    except ShouError as e:
+        raise fail(f"--output-schema: {e}") from None
+    return typed
 
 
 def _task_words(words: list[str]) -> tuple[str, list[str] | None]:
@@ -108,13 +137,15 @@ def resume(
     stream: StreamOpt = None, sandbox: SandboxOpt = None, vision: VisionOpt = None,
     option: OptionOpt = None, yes: YesOpt = False, approvals: ApprovalsOpt = None,
     max_cost: MaxCostOpt = None, token_budget: TokenBudgetOpt = None, otel: OtelOpt = False,
-    json_lines: JsonOpt = False,
+    json_lines: JsonOpt = False, output_schema: OutputSchemaOpt = None,
 ) -> None:
     """Continue a run whose process was killed, from its first unfinished step.
 
     Finished tool calls never run again; a call that was running when the process died is reported to the
-    model as interrupted (its outcome unknown), unless its tool is idempotent, which runs again.
+    model as interrupted (its outcome unknown), unless its tool is idempotent, which runs again. A typed run
+    is resumed with its `--output-schema` given again.
     """
+    typed = _output_schema(output_schema) if output_schema is not None else None
     opts = Options(model, base_url, provider, max_steps, workspace, tools, functions, stream, sandbox, vision,
                    option, yes, approvals, max_cost, token_budget, otel)
 
@@ -126,9 +157,11 @@ def resume(
                 raise ShouError(f"no unfinished run to resume in {agent.workspace} (`shou sessions` lists them)")
             name = unfinished[0]
             err.print(f"[dim]resuming session {escape(name)}[/]")
+        if typed is not None:
+            agent.output_type = typed
         return agent.stream_resume(name)
 
-    _execute(opts, json_lines, start)
+    _execute(opts, json_lines, start, typed=typed is not None)
 
 
 def _read_task(task: str) -> str:
@@ -148,14 +181,14 @@ def _read_task(task: str) -> str:
     return task
 
 
-def _execute(opts: Options, json_lines: bool, start: Any) -> None:
+def _execute(opts: Options, json_lines: bool, start: Any, *, typed: bool = False) -> None:
     from .render import Renderer
 
     try:
         agent, _ = build_agent(opts)
     except ShouError as e:
         raise fail(str(e)) from None
-    render = Renderer(json_lines=json_lines)
+    render = Renderer(json_lines=json_lines, typed=typed)
     stopped: list[int] = []
     try:
         status = asyncio.run(_consume(agent, start, render, stopped))

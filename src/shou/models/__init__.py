@@ -69,6 +69,7 @@ def get_model(spec: str | None = None, settings: Settings | None = None) -> Mode
         cfg.model, base_url=cfg.base_url, api_key=cfg.api_key, provider=cfg.provider, stream=settings.stream,
         key_setting=cfg.key_setting, retry=RetryPolicy(max_retries=settings.model_retries),
         limiter=limiter_for(cfg.base_url, settings.rpm, settings.tpm),
+        response_format=getattr(settings, "response_format", None),
     )
 
 

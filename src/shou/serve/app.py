@@ -37,6 +37,7 @@ from .leftovers import close_leftovers
 from .schema import AnswerIn, Decision, RunRequest, openapi
 from .server import SSE_HEADERS, Server, error, read_json
 from .stream import run_events, sse
+from .typed import check_output_schema
 
 log = logging.getLogger("shou.serve")
 
@@ -58,6 +59,8 @@ async def create_run(request: Request) -> Response:
     if body.options.code and not srv.runner.allows_code():
         raise HTTPException(400, "options.code: this server does not offer running code (run_code is not among "
                                  "its tools)")
+    if body.options.output_schema is not None:
+        check_output_schema(body.options.output_schema)
     session = body.session or new_session_name()
     if body.session and srv.queue.session_owner(session) is None and srv.store.exists(session):
         raise HTTPException(404, f"no session {session!r}")  # made outside the API: nobody's to take

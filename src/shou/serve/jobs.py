@@ -26,6 +26,7 @@ import orjson
 
 from ..errors import UserError
 from ..events import WAITING
+from .typed import typed_output
 
 T = TypeVar("T")
 ACTIVE = ("queued", "running")
@@ -80,7 +81,8 @@ class Job:
     def public(self) -> dict[str, Any]:
         """The run as the API shows it."""
         return {"run_id": self.run_id, "session": self.session, "task": self.task, "status": self.status,
-                "answer": self.answer, "error": self.error or None,
+                "answer": self.answer, "output": typed_output(self.options, self.status, self.answer),
+                "error": self.error or None,
                 "usage": self.usage or {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": 0.0},
                 "created": self.created,
                 "finished": self.finished or None}

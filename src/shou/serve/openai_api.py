@@ -2,9 +2,10 @@
 
 The last user message is the task; the earlier user and assistant messages become the history of a new
 session (logged as completed runs, so the agent sees them as its own conversation); system and developer
-messages are added to the agent's instructions. The run is an ordinary API run (it is listed, traced and
-streamed like any other), read back as chat completion chunks: the agent's text as content deltas, its
-tool calls and results as SSE comments, which OpenAI clients skip.
+messages are added to the agent's instructions. A `response_format` (`json_schema`, or `json_object`) asks
+for a typed answer (agent/output.py), the content then being its JSON. The run is an ordinary API run (it is
+listed, traced and streamed like any other), read back as chat completion chunks: the agent's text as content
+deltas, its tool calls and results as SSE comments, which OpenAI clients skip.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .jobs import Refused
 from .schema import ChatMessage, ChatRequest
 from .server import SSE_HEADERS, Server, read_json
 from .stream import run_events
+from .typed import check_output_schema, requested_schema
 
 AGENT = "shou"
 _COMMENT_CHARS = 500
@@ -101,6 +103,10 @@ async def chat_completions(request: Request) -> Response:
     options: dict[str, Any] = {"instructions": instructions} if instructions else {}
     if body.model != AGENT:
         options["agent"] = body.model
+    schema = requested_schema(body.response_format)
+    if schema is not None:  # a typed answer, as the client asked a model for structured output
+        check_output_schema(schema, "response_format")
+        options["output_schema"] = schema
     try:
         if history:
             seed_history(session, history, srv.runner.agent.model.name, srv.runner.agent)
@@ -113,8 +119,8 @@ async def chat_completions(request: Request) -> Response:
     events = run_events(srv.store, srv.hub, srv.queue, job.session, job.run_id)
     if body.stream:
         usage = bool((body.stream_options or {}).get("include_usage"))
-        return StreamingResponse(_chunks(events, completion_id, body.model, usage), media_type="text/event-stream",
-                                 headers=SSE_HEADERS)
+        return StreamingResponse(_chunks(events, completion_id, body.model, usage, typed=schema is not None),
+                                 media_type="text/event-stream", headers=SSE_HEADERS)
     final: dict[str, Any] = {}
     async for _, event in events:
         if isinstance(event, RunFinished) and event.run_id == job.run_id and not event.parent:
@@ -153,7 +159,9 @@ def _comment(text: str) -> bytes:
 
 
 async def _chunks(events: AsyncIterator[tuple[int | None, Event | dict[str, Any]]], completion_id: str, model: str,
-                  include_usage: bool) -> AsyncIterator[bytes]:
+                  include_usage: bool, *, typed: bool = False) -> AsyncIterator[bytes]:
+    """The run as chat completion chunks; `typed`: a typed answer, sent whole at the end (the model's text
+    before it may be attempts that were turned down)."""
     yield _chunk(completion_id, model, {"role": "assistant", "content": ""})
     streamed: dict[int, str] = {}  # step -> the text sent for it
     async for _, event in events:
@@ -166,6 +174,8 @@ async def _chunks(events: AsyncIterator[tuple[int | None, Event | dict[str, Any]
         if event.parent:
             continue
         if isinstance(event, TextDelta):
+            if typed:
+                continue
             streamed[event.step] = streamed.get(event.step, "") + event.text
             yield _chunk(completion_id, model, {"content": event.text})
         elif isinstance(event, ToolCallStarted):

@@ -21,6 +21,7 @@ from typing import Any
 from ..agent.agent import Agent
 from ..agent.config import narrow
 from ..agent.loop import new_run_id
+from ..agent.output import JsonSchema
 from ..events import Event, RunFinished, ToolCallFinished
 from ..session import Session
 from ..store.locks import SessionBusy
@@ -231,6 +232,8 @@ class Runner:
             changes["code_mode"] = True
         if self.users is not None:
             changes.update(self.users.fields(user))
+        if options.get("output_schema"):  # a typed answer: it narrows what an answer may be, never what a run may do
+            changes["output_type"] = JsonSchema(options["output_schema"])
         if options.get("instructions"):  # the system messages of an OpenAI-style request: the caller's own words
             changes["instructions"] = f"{config.instructions}\n\n{options['instructions']}"
         config = replace(config, **changes)

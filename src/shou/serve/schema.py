@@ -37,6 +37,9 @@ class RunOptions(BaseModel):
     code: bool = False
     token_budget: int | None = Field(None, ge=1, le=MOST_TOKENS)  # a database integer holds it
     max_cost: float | None = Field(None, ge=0, allow_inf_nan=False)
+    output_schema: dict[str, Any] | None = Field(
+        None, description="a typed answer: the final answer must be JSON matching this JSON schema (the run's "
+                          "`output` is that JSON; an answer that keeps failing ends the run invalid_output)")
 
 
 class RunRequest(BaseModel):
@@ -57,13 +60,14 @@ class Usage(BaseModel):
 
 class RunInfo(BaseModel):
     """A run: `status` is queued, running, waiting_approval, waiting_input, or how it ended (completed, blocked by
-    a guardrail, max_steps, error, ...; `error` says why)."""
+    a guardrail, invalid_output, max_steps, error, ...; `error` says why)."""
 
     run_id: str
     session: str
     task: str
     status: str
     answer: str = ""
+    output: Any = Field(None, description="with options.output_schema: the answer as JSON, once completed")
     error: str | None = None
     usage: Usage | dict[str, Any] = Field(default_factory=dict)
     created: float
@@ -180,13 +184,15 @@ class ChatMessage(BaseModel):
 
 class ChatRequest(BaseModel):
     """The Chat Completions request; `model` names the agent. Sampling fields are accepted and ignored: the
-    agent's own settings apply."""
+    agent's own settings apply. `response_format` asks for a typed answer."""
 
     model_config = ConfigDict(extra="allow")
     model: str = "shou"
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_HISTORY)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = Field(
+        None, description="json_schema (or json_object): a typed answer, the content being its JSON")
 
 
 class Error(BaseModel):

@@ -6,7 +6,7 @@ import { el, button, secs, plural, count, num } from './util.js';
 import { money } from './config.js';
 
 const LABELS = { waiting_approval: 'waiting for approval', waiting_input: 'waiting for your answer',
-  max_steps: 'step limit', queued: 'queued', blocked: 'blocked by a guardrail' };
+  max_steps: 'step limit', queued: 'queued', blocked: 'blocked by a guardrail', invalid_output: 'answer not valid' };
 
 export class RunHead {
   /** `on`: {trace(), stop(), select()} */
