@@ -287,7 +287,7 @@ def test_an_untrusted_workspace_only_adds_rules(tmp_path: Path) -> None:
     cfg, ws = _config(tmp_path, USER_TOML, WORKSPACE_TOML, trusted=False)
     settings = load_settings({"workspace": ws}, env={"SHOU_CONFIG_DIR": str(cfg)})
     # the user's check stays as it is; the workspace's code, its model and its replacement are refused, and said
-    assert settings.guardrails == {"mine": {"on": "input", "function": "checks.py:mine"},
+    assert settings.guardrails == {"mine": {"on": "input", "function": f"{cfg / 'checks.py'}:mine"},
                                    "polite": {"on": "output", "rule": "no insults"}}
     (ignored,) = settings.ignored
     assert set(ignored.names) == {"guardrails.mine", "guardrails.code", "guardrails.judge"}
@@ -296,7 +296,8 @@ def test_an_untrusted_workspace_only_adds_rules(tmp_path: Path) -> None:
 
 def test_a_trusted_config_names_functions_and_they_are_imported(tmp_path: Path, touch) -> None:
     cfg, ws = _config(tmp_path, USER_TOML, '[guardrails.polite]\non = "output"\nrule = "no insults"\n', trusted=True)
-    (ws / "checks.py").write_text("def mine(task):\n    return 'no' if 'bad' in task else None\n")
+    # the user config's relative file is beside it, never the workspace's (tests/integration/test_red_team_issue34.py)
+    (cfg / "checks.py").write_text("def mine(task):\n    return 'no' if 'bad' in task else None\n")
     settings = load_settings({"workspace": ws}, env={"SHOU_CONFIG_DIR": str(cfg)})
     config = AgentConfig.from_settings(settings, model=ScriptedModel([]), tools=[touch])
     mine, polite = config.guardrails
@@ -312,7 +313,7 @@ def test_a_bad_guardrail_table_or_function_is_a_clear_error(tmp_path: Path) -> N
         load_settings({"workspace": ws}, env={"SHOU_CONFIG_DIR": str(cfg)})
     (cfg / "shou.toml").write_text('[guardrails.x]\non = "input"\nfunction = "missing.py:f"\n')
     settings = load_settings({"workspace": ws}, env={"SHOU_CONFIG_DIR": str(cfg)})
-    with pytest.raises(UserError, match=r"\[guardrails.x\] function: 'missing.py' does not exist"):
+    with pytest.raises(UserError, match=r"\[guardrails.x\] function: '.*/config/missing.py' does not exist"):
         AgentConfig.from_settings(settings, model=ScriptedModel([]))
 
 
