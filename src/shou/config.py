@@ -189,11 +189,7 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
     def take(layer: Mapping[str, Any], source: str, trusted: bool = True, base: Path | None = None) -> None:
         refused = []
         for key, raw in layer.items():
-            value = convert(key, raw, source)
-            if key == "models":
-                _priced(value, source)
-            if key == "guardrails":
-                value = _anchored(value, base, source)
+            value = _tables_checked(key, convert(key, raw, source), source, base)
             if not trusted and not _harmless(key, value):
                 if key == "guardrails":  # checks only add up; code and models come from trusted sources only
                     value, dropped = _added_checks(values.get(key, {}), value)
@@ -256,6 +252,15 @@ def _priced(tables: Mapping[str, Mapping[str, float]], source: str) -> None:
         if prices and name not in DEFAULT_PRICES and not {"input_price", "output_price"} <= prices:
             raise ConfigError(f"setting 'models' from {source} is invalid ('a table'): [models.\"{name}\"] needs "
                               "input_price and output_price (USD per million tokens)")
+
+
+def _tables_checked(key: str, value: Any, source: str, base: Path | None) -> Any:
+    """A setting's value with what its tables need of their source: prices checked, guardrail files anchored."""
+    if key == "models":
+        _priced(value, source)
+    elif key == "guardrails":
+        value = _anchored(value, base, source)
+    return value
 
 
 def _anchored(tables: dict[str, dict[str, Any]], base: Path | None, source: str) -> dict[str, dict[str, Any]]:

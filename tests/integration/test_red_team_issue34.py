@@ -58,7 +58,8 @@ def test_a_guardrail_module_of_the_user_config_is_never_imported_from_the_worksp
     config.mkdir(exist_ok=True)
     (config / "shou.toml").write_text('[guardrails.mine]\non = "input"\nfunction = "mychecks:mine"\n')
     srv = serve([{"text": "done"}])
-    r = shou("run", "delete everything", "--json", server=srv, PYTHONPATH=os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    path = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])  # the tests' shou too
+    r = shou("run", "delete everything", "--json", server=srv, PYTHONPATH=path)
     assert not marker.exists(), "the workspace's mychecks.py ran"
     events = [json.loads(line) for line in r.stdout.splitlines()]
     assert events[-1]["status"] == "blocked" and "the user's own check says no" in events[-1]["error"], r.stderr
