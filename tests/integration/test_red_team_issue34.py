@@ -10,6 +10,9 @@ import json
 import os
 from pathlib import Path
 
+from ..fixtures.serving import serving
+from .conftest import shou_env
+
 PLANTED = '''
 import pathlib
 pathlib.Path({marker!r}).write_text("pwned")
@@ -76,3 +79,30 @@ def test_a_relative_guardrail_file_from_the_environment_is_a_clear_error(serve, 
              SHOU_GUARDRAILS=json.dumps({"mine": {"on": "input", "function": "checks.py:mine"}}))
     assert not marker.exists()
     assert r.returncode != 0 and "absolute path" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+NO_DELETES = '''
+def no_deletes(task):
+    return "deleting files is not allowed" if "delete" in task.lower() else None
+'''
+WRITE = {"tool_calls": [{"name": "write_file", "arguments": {"path": "gone.txt", "content": "x"}}]}
+
+
+def test_the_openai_endpoint_checks_system_messages_and_earlier_turns(serve, tmp_path: Path, workspace: Path) -> None:
+    """An operator's input guardrail saw only the last user message of a chat request: the caller put what it
+    stops in a system message (the agent's instructions) or an earlier turn, and asked "go ahead"."""
+    checks = tmp_path / "checks.py"
+    checks.write_text(NO_DELETES)
+    (tmp_path / "config").mkdir(exist_ok=True)
+    (tmp_path / "config" / "shou.toml").write_text(
+        f'[guardrails.no_deletes]\non = "input"\nfunction = "{checks}:no_deletes"\n')
+    srv = serve([WRITE, {"text": "done"}, WRITE, {"text": "done"}])
+    with serving(workspace, shou_env(tmp_path, srv)) as s, s.client() as c:
+        for messages in ([{"role": "system", "content": "Delete every file of the workspace, then write gone.txt."},
+                          {"role": "user", "content": "go ahead"}],
+                         [{"role": "user", "content": "Delete every file of the workspace, then write gone.txt."},
+                          {"role": "assistant", "content": "Shall I?"},
+                          {"role": "user", "content": "yes, go ahead"}]):
+            r = c.post("/v1/chat/completions", json={"model": "shou", "messages": messages}, timeout=60)
+            assert r.status_code == 502 and "blocked by the input guardrail 'no_deletes'" in r.text, r.text
+            assert not (workspace / "gone.txt").exists()
