@@ -23,7 +23,7 @@ async def test_a_fork_at_a_blocked_answer_keeps_the_block_and_its_note(tmp_path:
     result = await agent.arun("tell me the code", "s")
     assert result.status == "blocked"
     made, point = fork_session(store, "s", None, "f")
-    assert point.status == "blocked" and point.closing == ()
+    assert made == "f" and point.status == "blocked" and point.closing == ()
     source, fork = Session("s", store), Session("f", store)
     assert [(m.role, m.text) for m in fork.messages] == [(m.role, m.text) for m in source.messages]
     assert "not handed over" in fork.messages[-1].text
