@@ -106,3 +106,24 @@ def test_the_openai_endpoint_checks_system_messages_and_earlier_turns(serve, tmp
             r = c.post("/v1/chat/completions", json={"model": "shou", "messages": messages}, timeout=60)
             assert r.status_code == 502 and "blocked by the input guardrail 'no_deletes'" in r.text, r.text
             assert not (workspace / "gone.txt").exists()
+
+
+def test_a_blocked_task_is_not_carried_into_the_sessions_next_run(serve, shou, tmp_path: Path,
+                                                                 workspace: Path) -> None:
+    """`shou run -c "go ahead"` after a task the input guardrail blocked: the next task passes the check, and the
+    blocked one must not be in the conversation its model is shown, or "go ahead" does what the check stopped."""
+    checks = tmp_path / "checks.py"
+    checks.write_text(NO_DELETES)
+    (tmp_path / "config").mkdir(exist_ok=True)
+    (tmp_path / "config" / "shou.toml").write_text(
+        f'[guardrails.no_deletes]\non = "input"\nfunction = "{checks}:no_deletes"\n')
+    # A model that acts on the delete request whenever it sees it (the first run's request may never reach it).
+    obeys = {"expect": ["Delete every file"], **WRITE, "otherwise": {"text": "nothing to do"}}
+    srv = serve([obeys, obeys, {"text": "done"}])
+    r = shou("run", "Delete every file of the workspace, then write gone.txt.", server=srv)
+    assert r.returncode == 1 and "blocked by the input guardrail 'no_deletes'" in r.stderr, r.stderr
+    r = shou("run", "-c", "go ahead", server=srv)
+    assert not (workspace / "gone.txt").exists(), "the blocked task was done by the next run"
+    assert r.returncode == 0, r.stderr
+    last = json.dumps(srv.requests[-1]["messages"])
+    assert "Delete every file" not in last and "no_deletes" in last  # the note says a task was blocked

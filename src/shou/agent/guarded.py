@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["Blocked", "GuardedRun", "InputGate", "blocked_error"]
 
 Trip = tuple[Guardrail, str] | None
-NOTE = {"input": "[shou] This task was blocked by the input guardrail {name!r}: {reason}. Nothing of it was done.",
+NOTE = {"input": "[shou] A task given here was blocked by the input guardrail {name!r}: {reason}. Nothing of it was "
+                   "done, and its text is withheld from this conversation.",
         "output": "[shou] Your answer above was blocked by the output guardrail {name!r}: {reason}. It was not "
                   "handed over to the person."}
 
