@@ -37,3 +37,14 @@ async def test_a_delegated_run_is_not_offered_a_handoff() -> None:
     assert result.status == "completed"
     sub_request = model.requests[1]
     assert [t["function"]["name"] for t in sub_request["tools"]] == ["note"]
+
+
+async def test_a_handoff_past_the_agents_step_limit_says_how_many_steps_were_taken() -> None:
+    """A handed-to agent's `max_steps` lowers the run's: handed the run after more steps than that, the run ends
+    at once, and its error says the steps it took (not the lower limit, as if it had taken that many)."""
+    note_call = {"tool_calls": [{"name": "note", "arguments": {"text": "a"}}]}
+    model = ScriptedModel([note_call, note_call, note_call,
+                           {"tool_calls": [{"name": "handoff", "arguments": {"agent": "tiny"}}]}, {"text": "done"}])
+    agent = Agent(model, [note], "front", agents={"tiny": AgentSpec("tiny", handoff=True, max_steps=2)})
+    result = await agent.arun("x")
+    assert result.status == "max_steps" and result.error == "stopped after 4 steps without a final answer"
