@@ -187,12 +187,10 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
     ignored: list[Ignored] = []
     defaults = Settings()
 
-    def take(layer: Mapping[str, Any], source: str, trusted: bool = True) -> None:
+    def take(layer: Mapping[str, Any], source: str, trusted: bool = True, base: Path | None = None) -> None:
         refused = []
         for key, raw in layer.items():
-            value = convert(key, raw, source)
-            if key == "models":
-                _priced(value, source)
+            value = _tables_checked(key, convert(key, raw, source), source, base)
             if not trusted and not _harmless(key, value):
                 if key == "guardrails":  # checks only add up; code and models come from trusted sources only
                     value, dropped = _added_checks(values.get(key, {}), value)
@@ -216,11 +214,11 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
     workspace = Path(flags.get("workspace") or real_env.get("SHOU_WORKSPACE") or Path.cwd()).expanduser().resolve()
     config_dir = user_config_dir(real_env)
     user_toml = config_dir / "shou.toml"
-    take(_read_toml(user_toml, _read_user_file(user_toml)), str(user_toml))
+    take(_read_toml(user_toml, _read_user_file(user_toml)), str(user_toml), base=config_dir)
     trust = TrustStore(config_dir)
     ws_toml = workspace / "shou.toml"
     data, trusted = _workspace_file(ws_toml, trust, ignored)
-    take(_read_toml(ws_toml, data), str(ws_toml), trusted)
+    take(_read_toml(ws_toml, data), str(ws_toml), trusted, base=workspace)
     dotenv: dict[str, str] = {}
     dotenv_path = workspace / ".env"
     data, trusted = _workspace_file(dotenv_path, trust, ignored)
@@ -230,7 +228,7 @@ def load_settings(overrides: Mapping[str, Any] | None = None, env: Mapping[str, 
         # ${VAR} expansion would let an untrusted file copy a secret of the environment into a harmless setting.
         parsed = dotenv_values(stream=io.StringIO(data.decode("utf-8", "replace")), interpolate=trusted)
         dotenv = {k: v for k, v in parsed.items() if v is not None and k not in real_env}
-        take({k: dotenv[e] for k, e in _ENV.items() if e in dotenv}, str(dotenv_path), trusted)
+        take({k: dotenv[e] for k, e in _ENV.items() if e in dotenv}, str(dotenv_path), trusted, base=workspace)
         if not trusted:
             # Its other variables are provider keys, base URLs and the like: none of them is harmless.
             others = sorted(k for k in dotenv if k not in _ENV.values())
@@ -255,6 +253,35 @@ def _priced(tables: Mapping[str, Mapping[str, float]], source: str) -> None:
         if prices and name not in DEFAULT_PRICES and not {"input_price", "output_price"} <= prices:
             raise ConfigError(f"setting 'models' from {source} is invalid ('a table'): [models.\"{name}\"] needs "
                               "input_price and output_price (USD per million tokens)")
+
+
+def _tables_checked(key: str, value: Any, source: str, base: Path | None) -> Any:
+    """A setting's value with what its tables need of their source: prices checked, guardrail files anchored."""
+    if key == "models":
+        _priced(value, source)
+    elif key == "guardrails":
+        value = _anchored(value, base, source)
+    return value
+
+
+def _anchored(tables: dict[str, dict[str, Any]], base: Path | None, source: str) -> dict[str, dict[str, Any]]:
+    """`[guardrails]` tables with each relative `file.py:function` made absolute against `base`, the folder of the
+    file that names it: the user config's file is in the user config folder, never in whatever workspace the
+    run starts in (an untrusted one could plant it and have the person's own config import it). A source with
+    no folder (the environment, a flag) must give an absolute path."""
+    out = {}
+    for name, table in tables.items():
+        ref = table.get("function")
+        if isinstance(ref, str) and ":" in ref:
+            where, _, attr = ref.rpartition(":")
+            path = Path(where.strip()).expanduser()
+            if where.strip().endswith(".py") and not path.is_absolute():
+                if base is None:
+                    raise ConfigError(f"setting 'guardrails' from {source}: [guardrails.{name}] function {ref!r}: "
+                                      "give the file's absolute path")
+                table = {**table, "function": f"{base / path}:{attr.strip()}"}
+        out[name] = table
+    return out
 
 
 def _added_checks(trusted: dict[str, dict[str, Any]], asked: dict[str, dict[str, Any]]

@@ -107,8 +107,9 @@ async def test_an_input_guardrail_trips_after_the_reply_came_and_no_tool_runs(to
     again = await Agent(model, [touch], workspace=tmp_path, store=store).arun("what happened?", "s")
     assert again.status == "completed"
     roles = [m["role"] for m in model.requests[0]["messages"][1:]]
-    assert roles == ["user", "assistant", "tool", "user", "user"]
-    assert "blocked by the input guardrail 'no_deletes'" in model.requests[0]["messages"][4]["content"]
+    # the blocked task and the held reply are gone from it (a "go ahead" must not act on them); the note stays
+    assert roles == ["user", "user"] and "delete everything" not in str(model.requests[0]["messages"])
+    assert "blocked by the input guardrail 'no_deletes'" in model.requests[0]["messages"][1]["content"]
     # and the event is in the log as it was emitted
     logged = [event_from_dict(e.to_dict()) for e in seen if isinstance(e, GuardrailTripped)]
     assert logged == tripped
@@ -260,8 +261,8 @@ async def test_a_resumed_run_never_runs_what_a_guardrail_stopped(touch, effects,
     assert effects == [] and model.requests == []
     s = Session("k", store)
     assert s.open_run is None  # closed: nothing to resume again
-    # the call has its "not run" result; a run blocked now tells the session's next run why
-    assert [m.role for m in s.messages] == ["user", "assistant", "tool", *([] if tripped else ["user"])]
+    # the blocked task leaves the conversation with its held reply; a run blocked now tells the next run why
+    assert [m.role for m in s.messages] == ([] if tripped else ["user"])
     store.close()
 
 
@@ -287,7 +288,7 @@ def test_an_untrusted_workspace_only_adds_rules(tmp_path: Path) -> None:
     cfg, ws = _config(tmp_path, USER_TOML, WORKSPACE_TOML, trusted=False)
     settings = load_settings({"workspace": ws}, env={"SHOU_CONFIG_DIR": str(cfg)})
     # the user's check stays as it is; the workspace's code, its model and its replacement are refused, and said
-    assert settings.guardrails == {"mine": {"on": "input", "function": "checks.py:mine"},
+    assert settings.guardrails == {"mine": {"on": "input", "function": f"{cfg / 'checks.py'}:mine"},
                                    "polite": {"on": "output", "rule": "no insults"}}
     (ignored,) = settings.ignored
     assert set(ignored.names) == {"guardrails.mine", "guardrails.code", "guardrails.judge"}
@@ -296,7 +297,8 @@ def test_an_untrusted_workspace_only_adds_rules(tmp_path: Path) -> None:
 
 def test_a_trusted_config_names_functions_and_they_are_imported(tmp_path: Path, touch) -> None:
     cfg, ws = _config(tmp_path, USER_TOML, '[guardrails.polite]\non = "output"\nrule = "no insults"\n', trusted=True)
-    (ws / "checks.py").write_text("def mine(task):\n    return 'no' if 'bad' in task else None\n")
+    # the user config's relative file is beside it, never the workspace's (tests/integration/test_red_team_issue34.py)
+    (cfg / "checks.py").write_text("def mine(task):\n    return 'no' if 'bad' in task else None\n")
     settings = load_settings({"workspace": ws}, env={"SHOU_CONFIG_DIR": str(cfg)})
     config = AgentConfig.from_settings(settings, model=ScriptedModel([]), tools=[touch])
     mine, polite = config.guardrails
@@ -312,7 +314,7 @@ def test_a_bad_guardrail_table_or_function_is_a_clear_error(tmp_path: Path) -> N
         load_settings({"workspace": ws}, env={"SHOU_CONFIG_DIR": str(cfg)})
     (cfg / "shou.toml").write_text('[guardrails.x]\non = "input"\nfunction = "missing.py:f"\n')
     settings = load_settings({"workspace": ws}, env={"SHOU_CONFIG_DIR": str(cfg)})
-    with pytest.raises(UserError, match=r"\[guardrails.x\] function: 'missing.py' does not exist"):
+    with pytest.raises(UserError, match=r"\[guardrails.x\] function: '.*/config/missing.py' does not exist"):
         AgentConfig.from_settings(settings, model=ScriptedModel([]))
 
 

@@ -148,6 +148,9 @@ class AgentConfig:
     output_retries: int = 2
     shared_budgets: tuple[Budget, ...] = ()
     guardrails: tuple[Guardrail, ...] = ()
+    # What a caller gave besides the task (an OpenAI-style request's system messages and earlier turns): the
+    # input guardrails check it with the task, or they would see "go ahead" and not what it agrees to.
+    checked_input: str = ""
     redactor: Redactor | None = field(default=None, repr=False)
     offered: ToolSet = field(init=False, repr=False)
     output: OutputSpec | None = field(init=False, repr=False)

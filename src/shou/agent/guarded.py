@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["Blocked", "GuardedRun", "InputGate", "blocked_error"]
 
 Trip = tuple[Guardrail, str] | None
-NOTE = {"input": "[shou] This task was blocked by the input guardrail {name!r}: {reason}. Nothing of it was done.",
+NOTE = {"input": "[shou] A task given here was blocked by the input guardrail {name!r}: {reason}. Nothing of it was "
+                   "done, and its text is withheld from this conversation.",
         "output": "[shou] Your answer above was blocked by the output guardrail {name!r}: {reason}. It was not "
                   "handed over to the person."}
 
@@ -122,19 +123,21 @@ class _Guard:
         inputs = tuple(g for g in guards if g.kind == "input")
         outputs = tuple(g for g in guards if g.kind == "output")
         resume = run.resume
+        given = run.agent.config.checked_input
+        text = f"{given}\n\n{run.task}" if given else run.task  # all the caller said, not only its last words
         if resume is not None and resume.blocked is not None:  # tripped before the kill: never go on
             _close_pending(run)
             return "blocked", "", blocked_error(resume.blocked)
         checks: asyncio.Future[Trip]
         if resume is not None:  # checked to the end first: the log may hold calls the checks never cleared
-            tripped = await first_trip(run, inputs, run.task)
+            tripped = await first_trip(run, inputs, text)
             if tripped is not None:
                 _close_pending(run)
                 return _blocked(run, Blocked(*tripped))
             checks = asyncio.get_running_loop().create_future()
             checks.set_result(None)
         else:
-            checks = asyncio.ensure_future(first_trip(run, inputs, run.task))
+            checks = asyncio.ensure_future(first_trip(run, inputs, text))
         controls: list[Any] = [InputGate(checks)]
         if outputs:
             controls.append(_hold_text)

@@ -199,6 +199,19 @@ def guardrails_from_settings(tables: Mapping[str, Mapping[str, Any]], workspace:
     return tuple(out)
 
 
+def _import_outside(module_name: str, workspace: Path) -> Any:
+    """`module_name` imported with the workspace and the current folder off `sys.path`: `python -m shou` puts the
+    current folder first on it, so a workspace's `checks.py` would shadow the module a trusted config names, and
+    its code would run with the person's rights."""
+    here = {workspace.resolve(), Path.cwd().resolve()}
+    saved = list(sys.path)
+    sys.path[:] = [entry for entry in saved if entry and Path(entry).resolve() not in here]
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        sys.path[:] = saved
+
+
 def _function(name: str, ref: str, workspace: Path) -> Callable[[str], Any]:
     """`module:function` or `file.py:function` (a relative file is the workspace's), imported."""
     where, attr = (part.strip() for part in ref.split(":"))
@@ -217,7 +230,7 @@ def _function(name: str, ref: str, workspace: Path) -> Callable[[str], Any]:
                 spec.loader.exec_module(module)
                 sys.modules[module_name] = module
         else:
-            module = importlib.import_module(where)
+            module = _import_outside(where, workspace)
     except UserError:
         raise
     except (Exception, SystemExit) as e:

@@ -271,7 +271,8 @@ class Run:
                 tools, context = self.tool_pipeline(), self._request_maker(context)
                 agent, ctx = self.agent, tools.ctx
             if self.step >= agent.max_steps:
-                return "max_steps", "", f"stopped after {agent.max_steps} steps without a final answer"
+                # self.step, not the limit: an agent handed the run may have a lower one than the steps already done
+                return "max_steps", "", f"stopped after {self.step} steps without a final answer"
             self.step += 1
             step = self.step
             messages, specs, tokens = await context.messages(step)

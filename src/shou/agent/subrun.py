@@ -55,9 +55,10 @@ def sub_config(config: AgentConfig, **changes: Any) -> AgentConfig:
     """
     # A handoff is the main run's (agent/handoff.py): a sub-run is neither offered one nor given its tool.
     agents = {name: replace(spec, handoff=False) if spec.handoff else spec for name, spec in config.agents.items()}
-    tools = ToolSet([t for t in config.code_tools if t.name != "handoff"])
+    # Out of the tools `changes` give too (a named sub-agent's are the parent's, handoff among them).
+    tools = ToolSet([t for t in changes.pop("tools", config.code_tools) if t.name != "handoff"])
     return replace(config, planning=False, reflect=False, observers=(), mcp_servers={}, a2a_agents={},
-                   delegation=False, skills=None, agents=agents, output_type=None, **{"tools": tools, **changes})
+                   delegation=False, skills=None, agents=agents, output_type=None, tools=tools, **changes)
 
 
 def derived(agent: Agent, **changes: Any) -> Agent:

@@ -15,6 +15,7 @@ from ..events import (
     WAITING,
     Compacted,
     Feedback,
+    GuardrailTripped,
     HistoryCleared,
     ModelResponse,
     RunFinished,
@@ -33,7 +34,7 @@ class ConversationFold:
     `summary_upto` of them in the context ("" before any compaction). `runs` tells whether a run stopped
     for approvals keeps its calls' places (read before it records the run's end)."""
 
-    __slots__ = ("_pending", "_results", "messages", "runs", "summary", "summary_upto")
+    __slots__ = ("_pending", "_results", "_task_at", "messages", "runs", "summary", "summary_upto")
 
     def __init__(self, runs: OpenRunFold) -> None:
         self.messages: list[Message] = []
@@ -42,6 +43,7 @@ class ConversationFold:
         self.runs = runs
         self._pending: list[str] = []  # the call ids of the last model turn whose results are not added yet
         self._results: dict[str, list[Message]] = {}
+        self._task_at = 0  # where the last run's task is in `messages`
 
     @property
     def held(self) -> tuple[str, ...]:
@@ -68,12 +70,23 @@ class ConversationFold:
     def on_started(self, event: RunStarted) -> None:
         """A run's task is the user's message."""
         self._flush()
+        self._task_at = len(self.messages)
         self.messages.append(Message.user(event.task))
 
     def on_feedback(self, event: Feedback) -> None:
         """A note shou adds for the model, as a user message."""
         self._flush()
         self.messages.append(Message.user(event.text))
+
+    def on_tripped(self, event: GuardrailTripped) -> None:
+        """An input guardrail blocked the run: its task and what the model replied to it leave the conversation
+        (the note the run adds next says a task was blocked, and why). Kept, a later run's harmless task ("go
+        ahead") would have its model do what the check stopped. A blocked answer stays: the note says it was not
+        handed over, and a later answer is checked again."""
+        if event.kind != "input" or self.summary_upto > self._task_at:  # a summary holds it already: leave it
+            return
+        del self.messages[self._task_at:]
+        self._pending, self._results = [], {}  # the held reply's calls: their "not run" results go with it
 
     def on_finished(self, event: RunFinished) -> None:
         """A run ended; one stopped for approvals keeps its calls' places."""
@@ -87,7 +100,7 @@ class ConversationFold:
     def on_cleared(self, event: HistoryCleared) -> None:
         """`/clear`: the context starts empty (the log keeps everything)."""
         self.messages.clear()
-        self.summary, self.summary_upto = "", 0
+        self.summary, self.summary_upto, self._task_at = "", 0, 0
         self._pending, self._results = [], {}
 
     def _flush(self) -> None:
@@ -108,7 +121,7 @@ class ConversationFold:
         """Event type -> handler, for a run's own events (before the open run's: `on_finished` reads it)."""
         return {ModelResponse: self.on_response, ToolCallFinished: self.on_call_finished, StepFinished: self.on_step,
                 RunStarted: self.on_started, Feedback: self.on_feedback, RunFinished: self.on_finished,
-                Compacted: self.on_compacted, HistoryCleared: self.on_cleared}
+                Compacted: self.on_compacted, HistoryCleared: self.on_cleared, GuardrailTripped: self.on_tripped}
 
 
 def tool_messages(event: ToolCallFinished) -> list[Message]:

@@ -15,14 +15,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import UserError
-from ..events import Event, Notice, PlanUpdated, Reviewed, RunFinished, StepFinished
+from ..events import Event, Feedback, GuardrailTripped, Notice, PlanUpdated, Reviewed, RunFinished, StepFinished
 from .conversation import ConversationFold
 from .openrun import OpenRunFold
 
 __all__ = ["ForkPoint", "fork_point"]
 
-# Own events that may stand between a run's last StepFinished and its RunFinished without the run going on.
-_TRAILING = (Notice, Reviewed, PlanUpdated)
+# Own events that may stand between a run's last StepFinished and its RunFinished without the run going on: an
+# output guardrail's trip and the note it leaves for the session's next run (agent/guarded.py) too, or a fork
+# at a blocked answer ended `cancelled` and its conversation held the withheld answer as if it was handed over.
+# Feedback of a run that went on is left out all the same: the cut is after the step unless the run ended.
+_TRAILING = (Notice, Reviewed, PlanUpdated, GuardrailTripped, Feedback)
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,6 +101,9 @@ async def chat_completions(request: Request) -> Response:
     task, history, instructions = split_request(body.messages)
     session = Session(new_session_name(), srv.store)
     options: dict[str, Any] = {"instructions": instructions} if instructions else {}
+    given = [text for text in (instructions, *(text for _, text in history)) if text]
+    if given:  # the input guardrails check all the caller wrote, not only the last user message
+        options["checked_input"] = "\n\n".join(given)
     if body.model != AGENT:
         options["agent"] = body.model
     schema = requested_schema(body.response_format)

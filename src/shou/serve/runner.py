@@ -236,6 +236,8 @@ class Runner:
             changes["output_type"] = JsonSchema(options["output_schema"])
         if options.get("instructions"):  # the system messages of an OpenAI-style request: the caller's own words
             changes["instructions"] = f"{config.instructions}\n\n{options['instructions']}"
+        if options.get("checked_input"):  # what else of the caller's the input guardrails check with the task
+            changes["checked_input"] = str(options["checked_input"])
         config = replace(config, **changes)
         if config.planning:  # each step a loop of its own: no step may take more than the run's limit
             config = narrow(config, plan_step_max_steps=config.max_steps)
