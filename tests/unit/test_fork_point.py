@@ -12,6 +12,7 @@ from shou.errors import UserError
 from shou.events import (
     ApprovalRequested,
     Event,
+    InputRequested,
     ModelRequest,
     ModelResponse,
     Notice,
@@ -79,10 +80,21 @@ def test_a_step_whose_calls_wait_for_approval_is_no_cut() -> None:
                            ModelResponse("run_a", 1, Message.assistant(None, (call,)), Usage(), 0.1),
                            ApprovalRequested("run_a", 1, call, "shell asks"), StepFinished("run_a", 1),
                            RunFinished("run_a", "waiting_approval", "", 1, Usage(), 0.1)]
-    with pytest.raises(UserError, match="waiting for approval"):
+    with pytest.raises(UserError, match="waiting for a person"):
         fork_point(list(enumerate(events, 1)), "1", "s")
     with pytest.raises(UserError, match="no clean point"):  # the same step, the run's end not logged yet
         fork_point(list(enumerate(events[:-1], 1)), "1", "s")
+
+
+def test_a_step_whose_question_waits_for_an_answer_is_no_cut() -> None:
+    # a fork there would hold an ask_user call that `shou answer` could go on with in the copy
+    call = ToolCall("c1", "ask_user", '{"question": "which file?"}')
+    events: list[Event] = [RunStarted("run_a", "s", "task", "m"), ModelRequest("run_a", 1, 1, 1),
+                           ModelResponse("run_a", 1, Message.assistant(None, (call,)), Usage(), 0.1),
+                           InputRequested("run_a", 1, "c1", "which file?"), StepFinished("run_a", 1),
+                           RunFinished("run_a", "waiting_input", "", 1, Usage(), 0.1)]
+    with pytest.raises(UserError, match="answer them first"):
+        fork_point(list(enumerate(events, 1)), "1", "s")
 
 
 def test_a_session_without_a_finished_step_cannot_be_forked() -> None:

@@ -15,7 +15,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import UserError
-from ..events import Event, Feedback, GuardrailTripped, Notice, PlanUpdated, Reviewed, RunFinished, StepFinished
+from ..events import (
+    WAITING,
+    Event,
+    Feedback,
+    GuardrailTripped,
+    Notice,
+    PlanUpdated,
+    Reviewed,
+    RunFinished,
+    StepFinished,
+)
 from .conversation import ConversationFold
 from .openrun import OpenRunFold
 
@@ -60,9 +70,9 @@ def fork_point(rows: Sequence[tuple[int, Event]], at: str | None, source: str) -
             break
         if not isinstance(event, _TRAILING):
             break  # the run went on (another step, a compaction, feedback): cut right after the step
-    if finished is not None and finished.status == "waiting_approval":
-        raise UserError(f"step {number} of session {source!r} has calls waiting for approval; decide them first "
-                        "(shou approvals), or fork at another step")
+    if finished is not None and finished.status in WAITING:
+        raise UserError(f"step {number} of session {source!r} has calls waiting for a person (approval or an "
+                        "answer); decide or answer them first (shou approvals, shou answer), or fork at another step")
     closing: tuple[Event, ...] = ()
     if finished is None:
         closing = (RunFinished(end.run_id, status="cancelled", answer="", steps=end.step, usage=end.usage,
