@@ -123,13 +123,13 @@ class RequestMaker:
         for warning in self.nested.update(history):  # the folders the calls so far touched
             self.emit(Notice(self.run_id, step, "trust", warning))
 
+        rendered: dict[int, str] = {}  # one text per step (and per count left out): it is asked for three times
+
         def render(omitted: int) -> str:  # workspace files and memories may hold a key: it is never sent
-            return self.agent.redactor.text(system_text(
-                self.agent.instructions, rules=self.rules, memory_md=self.memory_md,
-                working_memory=session.working_memory, summary=session.summary, recalled=self.recalled,
-                omitted=omitted, untrusted=self.untrusted, skills=self.catalog,
-                loaded_skills=getattr(session, "loaded_skills", None), project=self.project,
-                nested=self.nested.texts))
+            text = rendered.get(omitted)
+            if text is None:
+                text = rendered[omitted] = self._render(omitted)
+            return text
 
         # What every request costs besides the history: the trigger counts it, or a big task or system
         # prompt would leave the window full with compaction never starting.
@@ -140,6 +140,7 @@ class RequestMaker:
                                             self.pinned if history else None)
         if cut is not None:
             await self.compact(step, cut)
+            rendered.clear()  # the summary changed
         upto = session.summary_upto
         live = history[upto:]
         pinned = self.pinned - upto
@@ -150,6 +151,16 @@ class RequestMaker:
         built = self.builder.build(render, live, pinned=pinned, tool_tokens=tool_tokens, query=query,
                                    spill=self.spill, earlier=earlier)
         return built.messages, specs, built.tokens
+
+    def _render(self, omitted: int) -> str:
+        """The system text of a request of this step, redacted."""
+        session = self.session
+        return self.agent.redactor.text(system_text(
+            self.agent.instructions, rules=self.rules, memory_md=self.memory_md,
+            working_memory=session.working_memory, summary=session.summary, recalled=self.recalled,
+            omitted=omitted, untrusted=self.untrusted, skills=self.catalog,
+            loaded_skills=getattr(session, "loaded_skills", None), project=self.project,
+            nested=self.nested.texts))
 
     def spill(self, key: str, label: str, text: str) -> str | None:
         """Write `text` (a result or the task a request cannot hold whole) to a file of this session, once per

@@ -150,6 +150,15 @@ class TokenCounter:
             n = self._texts[text] = self._encode(text)
         return n
 
+    def _name(self, name: str) -> int:
+        # Tool names are few and come back in every run's calls: kept, where other short texts are not.
+        n = self._texts.get(name)
+        if n is None:
+            if len(self._texts) > 1024:
+                self._texts.clear()
+            n = self._texts[name] = self._encode(name) if name else 0
+        return n
+
     def message(self, m: Message) -> int:
         """Tokens one message costs in a request (content, tool calls, images, framing)."""
         seen = self._ids.get(id(m))  # by identity first: hashing a message walks all its fields
@@ -161,7 +170,7 @@ class TokenCounter:
             return cached
         n = PER_MESSAGE + self.text(m.text) + PER_IMAGE * len(m.images)
         for call in m.tool_calls:
-            n += 3 + self.text(call.name) + self.text(call.arguments)
+            n += 3 + self._name(call.name) + self.text(call.arguments)
         if len(self._cache) > 20_000:
             self._cache.clear()
         self._cache[m] = n
