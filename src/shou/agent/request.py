@@ -10,7 +10,6 @@ What a request leaves out is written to files under `.shou/outputs/` (readable b
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -111,7 +110,7 @@ class RequestMaker:
         cached = self._tool_tokens.get(key)
         if cached is None:
             specs = [t.spec() for t in chosen]
-            cached = self._tool_tokens[key] = (specs, self.counter.text(json.dumps(specs)))
+            cached = self._tool_tokens[key] = (specs, self.counter.specs(specs))
         return cached
 
     async def messages(self, step: int) -> tuple[list[Message], list[dict[str, Any]], int]:
