@@ -61,7 +61,6 @@ class RequestMaker:
                                 if session.messages[i].role == "user" and session.messages[i].text == task),
                                self.pinned)
         self._tool_tokens: dict[tuple[str, ...], tuple[list[dict[str, Any]], int]] = {}
-        self._system: tuple[tuple[Any, ...], str] | None = None  # what the last system text was made of, and it
 
     def _instructions(self, env: Any) -> None:
         """The workspace's instruction files a person trusted as they are (shou.instructions): the root
@@ -153,22 +152,14 @@ class RequestMaker:
         return built.messages, specs, built.tokens
 
     def _render(self, omitted: int) -> str:
-        """The system text of a request of this step, redacted: made again only when what it is made of
-        changed since the last step (the scratchpad, the summary, loaded skills, folders' instructions; the
-        workspace's files and the skills' catalog are read once per run)."""
+        """The system text of a request of this step, redacted."""
         session = self.session
-        loaded = getattr(session, "loaded_skills", None)
-        key = (omitted, session.working_memory, session.summary, tuple(loaded.items()) if loaded else (),
-               tuple(self.nested.texts.items()), self.agent.instructions, tuple(self.recalled))
-        if self._system is not None and self._system[0] == key:
-            return self._system[1]
-        text = self.agent.redactor.text(system_text(
+        return self.agent.redactor.text(system_text(
             self.agent.instructions, rules=self.rules, memory_md=self.memory_md,
             working_memory=session.working_memory, summary=session.summary, recalled=self.recalled,
             omitted=omitted, untrusted=self.untrusted, skills=self.catalog,
-            loaded_skills=loaded, project=self.project, nested=self.nested.texts))
-        self._system = (key, text)
-        return text
+            loaded_skills=getattr(session, "loaded_skills", None), project=self.project,
+            nested=self.nested.texts))
 
     def spill(self, key: str, label: str, text: str) -> str | None:
         """Write `text` (a result or the task a request cannot hold whole) to a file of this session, once per
