@@ -19,15 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import UserError
-from .events import (
-    EVENT_TYPES,
-    ApprovalDecided,
-    ApprovalRequested,
-    Event,
-    InputAnswered,
-    InputRequested,
-    ModelRequest,
-)
+from .events import ApprovalDecided, ApprovalRequested, Event, InputAnswered, InputRequested, ModelRequest
 from .folds import (
     ApprovalsFold,
     ConversationFold,
@@ -115,7 +107,7 @@ class MessageFold:
         """Update the state with one event."""
         table = self._sub if event.parent else self._own
         handlers = table.get(type(event))
-        if handlers is None:  # a type not in EVENT_TYPES (a subclass of one): gets its base's handlers
+        if handlers is None:  # a type no fold handles, or a subclass of one: gets its nearest base's handlers
             base = next(k for k in type(event).__mro__ if k in table)  # Event is always there
             handlers = table[type(event)] = table[base]
         for handle in handlers:
@@ -133,11 +125,14 @@ class MessageFold:
 
 
 def _table(folds: list[dict[type, Handler]], last: tuple[Handler, ...]) -> dict[type, tuple[Handler, ...]]:
-    """Event type -> the handlers that want it, in the folds' order, then `last` (which takes every type)."""
-    table: dict[type, tuple[Handler, ...]] = {kind: () for kind in (Event, *EVENT_TYPES.values())}
+    """Event type -> the handlers that want it, in the folds' order, then `last` (which takes every type).
+
+    Only the types some fold handles, and `Event`, are entered: every session has two of these tables, and
+    another type gets `Event`'s entry (`last` alone) the first time one comes (`MessageFold.apply`)."""
+    table: dict[type, tuple[Handler, ...]] = {Event: ()}
     for handlers in folds:
         for kind, handle in handlers.items():
-            table[kind] = (*table[kind], handle)
+            table[kind] = (*table.get(kind, ()), handle)
     return {kind: (*handlers, *last) for kind, handlers in table.items()}
 
 

@@ -108,3 +108,20 @@ def test_a_secret_is_found_as_json_spells_it() -> None:
     for text in (json.dumps({"e": f"1 # {quote} {utf8}"}), json.dumps({"e": f"{quote} {utf8}"}, ensure_ascii=False)):
         out = r.text(text)
         assert out.count("[redacted]") == 2 and "Split99xyz" not in out and "Geheim" not in out, out
+
+
+def test_the_substring_search_for_few_secrets_answers_as_the_expression_does() -> None:
+    # A few secrets are looked for one by one, many with one expression: both must find the same things.
+    few = Redactor([KEY, "p\u00e4ss-word-42"])
+    many = Redactor([KEY, "p\u00e4ss-word-42", *(f"other-secret-{i:04d}" for i in range(10))])
+    assert few._texts is not None and many._texts is None
+    texts = ["", "plain text", f"x{KEY}y", "p\u00e4ss-word-42", "p\\u00e4ss-word-42", KEY[:-1], "a \\u0041 b",
+             '{"k": "sk-live-0123456789abcde"}']
+    for r in (few, many):
+        for text in texts:
+            assert r._holds(text) is (r.pattern is not None and r.pattern.search(text) is not None) if text else True
+            data = text.encode()
+            assert r.may_hold(data) is (r._json is not None and r._json.search(data) is not None), text
+            assert r.text(text) == (r.pattern.sub(REDACTED, text) if r.pattern is not None else text)
+    assert few.may_hold(b'"\\u0073k"') and not few.may_hold(b'{"a": 1}')
+    assert few.text(f"key {KEY}") == f"key {REDACTED}"

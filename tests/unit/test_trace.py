@@ -296,3 +296,23 @@ def test_a_sub_run_its_process_died_in_is_interrupted_once_its_parent_went_on(st
     [parent, child] = tr.traces(store, "s")
     assert parent.status == "completed" and child.status == tr.INTERRUPTED
     assert child.model_calls[0].error and "process stopped" in child.model_calls[0].error
+
+
+def test_a_system_text_and_tool_specs_made_again_are_recorded_once_and_again_when_the_log_forgets_them() -> None:
+    # Each request gets a new system message and its own list of the same spec dicts: hashed once per run,
+    # with the same keys as hashing them afresh, and their contents offered again once the log lost them.
+    known: set[str] = set()
+    rec = RequestRecorder(known)
+    fresh = RequestRecorder(None)
+    first = rec.messages([Message.system("be brief"), TASK])
+    assert set(rec.take() or {}) == set(first)
+    again = rec.messages([Message.system("be brief"), TASK])
+    assert again == first == fresh.messages([Message.system("be brief"), TASK]) and rec.take() is None
+    other = rec.messages([Message.system("be briefer")])
+    assert other != first[:1] and set(rec.take() or {}) == set(other)
+    specs = rec.tools(list(SPECS))
+    assert specs == fresh.tools(list(SPECS)) and rec.take() == {specs: SPECS}
+    assert rec.tools(list(SPECS)) == specs and rec.take() is None
+    known.clear()  # the log no longer holds them (a cleared history): the contents come again
+    assert rec.messages([Message.system("be brief")]) == first[:1] and set(rec.take() or {}) == set(first[:1])
+    assert rec.tools(list(SPECS)) == specs and rec.take() == {specs: SPECS}

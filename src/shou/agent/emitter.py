@@ -55,7 +55,9 @@ class Emitter:
         """Redact, log, fold, observe and hand on `event` (durable at the next `commit()`)."""
         kind = type(event)
         if kind is TextDelta or kind is ToolCallDelta:
-            self._fragment(event)
+            # never stored nor folded: with no one to show them to (`arun`), there is nothing to redact them for
+            if self.observers or self.consumer is not None:
+                self._fragment(event)
             return
         if self._streams:
             self._end_streams(event.run_id)

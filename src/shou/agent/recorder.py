@@ -48,6 +48,7 @@ class RequestRecorder:
         self._new: dict[str, Any] = {}
         # id(object) -> (object, hash): the object is kept so its id cannot be reused by another one
         self._seen: dict[int, tuple[Any, str]] = {}
+        self._same: dict[Any, Any] = {}  # system text -> hash; ids of tool specs -> (the specs, hash)
 
     def _key(self, obj: Any, wire: Any) -> str:
         known = self._seen.get(id(obj))
@@ -71,11 +72,32 @@ class RequestRecorder:
 
     def messages(self, messages: list[Message]) -> tuple[str, ...]:
         """The hashes of `messages`; the contents of new ones wait in `take()`."""
-        return tuple(self._key(m, m.to_wire()) for m in messages)
+        return tuple(self._message(m) for m in messages)
+
+    def _message(self, m: Message) -> str:
+        known = self._seen.get(id(m))
+        if known is not None and known[0] is m:
+            return known[1]
+        if m.role != "system" or type(m.content) is not str or m.tool_calls or m.name is not None \
+                or m.tool_call_id is not None:
+            return self._key(m, m.to_wire())
+        # The system message is made again for every request, mostly with the same text: hashed once per text.
+        key = self._same.get(m.content)
+        if key is None or key not in self.known:
+            key = self._same[m.content] = self._key(m, m.to_wire())
+        return key
 
     def tools(self, specs: list[dict[str, Any]]) -> str:
         """The hash of the tool specs (empty when none are offered)."""
-        return self._key(specs, specs) if specs else ""
+        if not specs:
+            return ""
+        # Each request gets its own list of the same spec dicts (a tool builds its spec once): hashed once per
+        # set of specs, which the entry keeps alive so their ids name no others.
+        ids = tuple(map(id, specs))
+        seen = self._same.get(ids)
+        if seen is None or seen[1] not in self.known:
+            seen = self._same[ids] = (list(specs), self._key(specs, specs))
+        return seen[1]
 
     def take(self) -> dict[str, Any] | None:
         """The contents not logged before, for the request event about to be emitted."""

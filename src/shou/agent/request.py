@@ -10,7 +10,6 @@ What a request leaves out is written to files under `.shou/outputs/` (readable b
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -111,7 +110,7 @@ class RequestMaker:
         cached = self._tool_tokens.get(key)
         if cached is None:
             specs = [t.spec() for t in chosen]
-            cached = self._tool_tokens[key] = (specs, self.counter.text(json.dumps(specs)))
+            cached = self._tool_tokens[key] = (specs, self.counter.specs(specs))
         return cached
 
     async def messages(self, step: int) -> tuple[list[Message], list[dict[str, Any]], int]:
@@ -123,13 +122,13 @@ class RequestMaker:
         for warning in self.nested.update(history):  # the folders the calls so far touched
             self.emit(Notice(self.run_id, step, "trust", warning))
 
+        rendered: dict[int, str] = {}  # one text per step (and per count left out): it is asked for three times
+
         def render(omitted: int) -> str:  # workspace files and memories may hold a key: it is never sent
-            return self.agent.redactor.text(system_text(
-                self.agent.instructions, rules=self.rules, memory_md=self.memory_md,
-                working_memory=session.working_memory, summary=session.summary, recalled=self.recalled,
-                omitted=omitted, untrusted=self.untrusted, skills=self.catalog,
-                loaded_skills=getattr(session, "loaded_skills", None), project=self.project,
-                nested=self.nested.texts))
+            text = rendered.get(omitted)
+            if text is None:
+                text = rendered[omitted] = self._render(omitted)
+            return text
 
         # What every request costs besides the history: the trigger counts it, or a big task or system
         # prompt would leave the window full with compaction never starting.
@@ -140,6 +139,7 @@ class RequestMaker:
                                             self.pinned if history else None)
         if cut is not None:
             await self.compact(step, cut)
+            rendered.clear()  # the summary changed
         upto = session.summary_upto
         live = history[upto:]
         pinned = self.pinned - upto
@@ -150,6 +150,16 @@ class RequestMaker:
         built = self.builder.build(render, live, pinned=pinned, tool_tokens=tool_tokens, query=query,
                                    spill=self.spill, earlier=earlier)
         return built.messages, specs, built.tokens
+
+    def _render(self, omitted: int) -> str:
+        """The system text of a request of this step, redacted."""
+        session = self.session
+        return self.agent.redactor.text(system_text(
+            self.agent.instructions, rules=self.rules, memory_md=self.memory_md,
+            working_memory=session.working_memory, summary=session.summary, recalled=self.recalled,
+            omitted=omitted, untrusted=self.untrusted, skills=self.catalog,
+            loaded_skills=getattr(session, "loaded_skills", None), project=self.project,
+            nested=self.nested.texts))
 
     def spill(self, key: str, label: str, text: str) -> str | None:
         """Write `text` (a result or the task a request cannot hold whole) to a file of this session, once per

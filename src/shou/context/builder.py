@@ -259,11 +259,14 @@ class ContextBuilder:
         if note:  # no task in this history (a chat's compacted session): the note goes first
             out.insert(0, Message.user(note))
         sys_msg = Message.system(system(omitted)) if omitted else Message.system(system(0))
-        excess = self.counter.messages([sys_msg, *out]) + tool_tokens - self.budget
+        full = [sys_msg, *out]
+        tokens = self.counter.messages(full)
+        excess = tokens + tool_tokens - self.budget
         if excess > 0:  # one block alone is too big (a huge result and no file to put it in): shrink its tools
             out = self._shrink(out, excess)
-        full = [sys_msg, *out]
-        return Built(full, self.counter.messages(full) + tool_tokens, omitted)
+            full = [sys_msg, *out]
+            tokens = self.counter.messages(full)
+        return Built(full, tokens + tool_tokens, omitted)
 
     def _previews(self, msgs: list[Message], base: int, spill: Spill | None) -> list[Message]:
         """Large tool results as a preview and the path of a file holding the whole result."""

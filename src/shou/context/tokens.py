@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import itertools
+import json
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -130,7 +131,7 @@ def _estimate(text: str) -> int:
 class TokenCounter:
     """Counts tokens of messages for one model, caching each message's count."""
 
-    __slots__ = ("_cache", "_encode", "_ids", "_texts", "model")
+    __slots__ = ("_cache", "_encode", "_ids", "_specs", "_texts", "model")
 
     def __init__(self, model: str = "") -> None:
         self.model = model
@@ -138,6 +139,7 @@ class TokenCounter:
         self._cache: dict[Message, int] = {}
         self._ids: dict[int, tuple[Message, int]] = {}
         self._texts: dict[str, int] = {}  # long texts counted again and again (the system prompt, tool specs)
+        self._specs: dict[tuple[int, ...], tuple[list[dict[str, Any]], int]] = {}
 
     def text(self, text: str) -> int:
         """Tokens in a plain text."""
@@ -148,6 +150,28 @@ class TokenCounter:
             if len(self._texts) > 1024:
                 self._texts.clear()
             n = self._texts[text] = self._encode(text)
+        return n
+
+    def specs(self, specs: list[dict[str, Any]]) -> int:
+        """Tokens of the tool specs offered in a request (as their JSON). A tool builds its spec once, so the
+        same dicts come back in every run: counted by identity, without making their JSON again."""
+        key = tuple(map(id, specs))
+        seen = self._specs.get(key)
+        if seen is not None:
+            return seen[1]
+        if len(self._specs) > 256:
+            self._specs.clear()
+        n = self.text(json.dumps(specs))
+        self._specs[key] = (list(specs), n)  # the specs are kept, so their ids cannot name others
+        return n
+
+    def _name(self, name: str) -> int:
+        # Tool names are few and come back in every run's calls: kept, where other short texts are not.
+        n = self._texts.get(name)
+        if n is None:
+            if len(self._texts) > 1024:
+                self._texts.clear()
+            n = self._texts[name] = self._encode(name) if name else 0
         return n
 
     def message(self, m: Message) -> int:
@@ -161,7 +185,7 @@ class TokenCounter:
             return cached
         n = PER_MESSAGE + self.text(m.text) + PER_IMAGE * len(m.images)
         for call in m.tool_calls:
-            n += 3 + self.text(call.name) + self.text(call.arguments)
+            n += 3 + self._name(call.name) + self.text(call.arguments)
         if len(self._cache) > 20_000:
             self._cache.clear()
         self._cache[m] = n
