@@ -1,0 +1,287 @@
+"""A warm Docker sandbox: one long-lived container per sandbox, whose resident executor runs each call.
+
+`docker run` per call costs about 100 ms (create, start, wait, logs, remove); a call to a resident
+executor (`warm_executor.py`) over a unix socket costs a fork and an exec. The container is made as the
+per-call one is (same limits, binds, seccomp profile, uid, no network, read-only root) and started on the
+sandbox's first call. Each call still starts in a fresh session with its own rlimits and time limit; when
+its first process ends (or it is killed) every other process in the container is killed and /tmp,
+/dev/shm, /dev/mqueue and System V IPC are emptied, so nothing of one call is left to the next but what
+it wrote to the workspace, as before.
+
+The container is replaced when it dies, when the workspace's protected paths change (a new repository,
+a `shou.toml` that appeared: the binds are fixed when a container is made) and when the event loop
+changes; it is removed by `close()`, at interpreter exit, and by the engine when shou dies (the executor
+exits when its connection closes, and the container is made with auto-remove).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import socket
+import stat
+import struct
+import tempfile
+import threading
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..errors import UserError
+from .base import ExitReason, Limits, OutputCapture
+from .docker_binds import PinnedBinds
+from .docker_engine import create, discard, start
+from .quota import DiskWatch
+
+HEADER = struct.Struct(">cI")
+SOCKET_DIR = "/run/shou"
+CONNECT_TIMEOUT = 30.0  # the executor connects as soon as python3 starts in the container
+KILL_GRACE = 10.0
+_EXECUTOR = Path(__file__).with_name("warm_executor.py")
+_LIVE: set[Any] = set()  # containers to remove at interpreter exit
+_LIVE_LOCK = threading.Lock()
+
+
+class WarmFailed(Exception):
+    """The warm container could not be made or answered wrongly: use a container per call instead."""
+
+
+def executor_argv() -> list[str]:
+    """The container's command: the executor's source run by the image's python3, isolated (-I: the
+    workspace is the working folder and must not shadow a standard module)."""
+    return ["python3", "-I", "-c", _EXECUTOR.read_text(), f"{SOCKET_DIR}/s"]
+
+
+class WarmContainer:
+    """A started container with its executor connected; one call at a time (`busy`)."""
+
+    def __init__(self, container: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 code_dir: Path, sock_dir: Path, binds: PinnedBinds, key: tuple[Any, ...]) -> None:
+        self.container = container
+        self.reader = reader
+        self.writer = writer
+        self.code_dir = code_dir
+        self.sock_dir = sock_dir
+        self.binds = binds
+        self.key = key  # what it was made for: image, container-wide limits, protected paths, event loop
+        self.busy = False
+        self.dead = False
+        self.oom_file = _oom_file(container.id)
+
+    @classmethod
+    async def start(cls, client: Any, config: dict[str, Any], binds: PinnedBinds, key: tuple[Any, ...],
+                    uid: int) -> WarmContainer:
+        """Make and start the container of `config` (its command is replaced by the executor) and wait
+        for the executor to connect. Raises WarmFailed (having removed what it made) when that fails."""
+        sock_dir = Path(tempfile.mkdtemp(prefix="shou-warm-"))
+        code_dir = Path(tempfile.mkdtemp(prefix="shou-code-"))
+        os.chmod(code_dir, 0o755)
+        container = None
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            path = sock_dir / "s"
+            server.bind(str(path))
+            server.listen(1)
+            server.setblocking(False)
+            if os.geteuid() == 0:  # only root and the executor's uid may enter
+                os.chown(sock_dir, uid, uid)
+            path.chmod(0o666)
+            config = _warm_config(config, sock_dir, code_dir)
+            container = await create(client, config)
+            await start(container)
+            loop = asyncio.get_running_loop()
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                conn, _ = await loop.sock_accept(server)
+            server.close()
+            path.unlink()  # nothing else can connect now
+            _check_peer(conn, container.id)
+            reader, writer = await asyncio.open_unix_connection(sock=conn, limit=2**20)
+            kind, _ = await _read_frame(reader)
+            if kind != b"r":
+                raise WarmFailed(f"the executor said {kind!r} first")
+        except BaseException as exc:
+            server.close()
+            if container is not None:
+                await asyncio.shield(asyncio.to_thread(discard, container))
+            binds.close()
+            shutil.rmtree(sock_dir, ignore_errors=True)
+            shutil.rmtree(code_dir, ignore_errors=True)
+            if isinstance(exc, (TimeoutError, OSError, UserError, asyncio.IncompleteReadError)):
+                raise WarmFailed(str(exc) or type(exc).__name__) from exc
+            raise
+        with _LIVE_LOCK:
+            _LIVE.add(container)
+        return cls(container, reader, writer, code_dir, sock_dir, binds, key)
+
+    async def call(self, argv: list[str], stdin: bytes | None, files: dict[str, bytes], limits: Limits,
+                   disk: DiskWatch, out: OutputCapture, err: OutputCapture) -> tuple[int | None, ExitReason, bool]:
+        """Run one command: (exit code or None when killed by us, why it ended, whether memory ran out).
+        The container is marked dead (to be replaced) if the executor stops answering."""
+        stdin_name = _write_code(self.code_dir, files, stdin)
+        mb = 1024 * 1024
+        rlimits = {"cpu": [limits.cpu, limits.cpu + 1], "fsize": [limits.file_size_mb * mb] * 2, "core": [0, 0]}
+        ooms = self._ooms()
+        self._send(b"c", json.dumps({"argv": argv, "rlimits": rlimits, "stdin": stdin_name}).encode())
+        over = asyncio.Event()
+        guard = asyncio.ensure_future(disk.guard(over.set))
+        reading = asyncio.ensure_future(self._pump(out, err))
+        stopper = asyncio.ensure_future(over.wait())
+        try:
+            await asyncio.wait({reading, stopper}, timeout=limits.timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                self._send(b"k")
+                await asyncio.wait({reading}, timeout=KILL_GRACE)
+            if not reading.done() or reading.exception() is not None:
+                self.dead = True
+                return None, "disk" if over.is_set() else "timeout", False
+            end = reading.result()
+        except BaseException:
+            self.dead = True  # a cancelled call leaves the executor mid-call: replace it
+            raise
+        finally:
+            guard.cancel()
+            stopper.cancel()
+            if not reading.done():
+                reading.cancel()
+        oom = self._ooms() > ooms
+        if over.is_set() or disk.check():
+            return None if end.get("killed") else _exit_code(end["status"]), "disk", oom
+        if end.get("killed"):
+            return None, "timeout", oom
+        return _exit_code(end["status"]), "exit", oom
+
+    def _send(self, kind: bytes, payload: bytes = b"") -> None:
+        self.writer.write(HEADER.pack(kind, len(payload)) + payload)
+
+    async def _pump(self, out: OutputCapture, err: OutputCapture) -> dict[str, Any]:
+        while True:
+            kind, data = await _read_frame(self.reader)
+            if kind == b"o":
+                out.feed(data)
+            elif kind == b"e":
+                err.feed(data)
+            elif kind == b"x":
+                return dict(json.loads(data))
+            else:
+                raise WarmFailed(f"unexpected frame {kind!r}")
+
+    def _ooms(self) -> int:
+        """How many times the container's memory cgroup killed for memory (read on the host: the program
+        cannot forge it). -1 when the engine's cgroup is not where it is looked for."""
+        if self.oom_file is None:
+            return -1
+        with contextlib.suppress(OSError, ValueError):
+            for line in self.oom_file.read_text().splitlines():
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+        return -1
+
+    def close(self) -> None:
+        """Remove the container and what it was given (safe to call twice, from any thread)."""
+        self.dead = True
+        with contextlib.suppress(Exception):
+            self.writer.transport.abort()
+        with _LIVE_LOCK:
+            _LIVE.discard(self.container)
+        discard(self.container)
+        self.binds.close()
+        shutil.rmtree(self.sock_dir, ignore_errors=True)
+        shutil.rmtree(self.code_dir, ignore_errors=True)
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    kind, size = HEADER.unpack(await reader.readexactly(HEADER.size))
+    return kind, await reader.readexactly(size)
+
+
+def _exit_code(status: int) -> int:
+    """The wait status as the container's init reports it: the exit code, or 128 + the signal."""
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def _warm_config(config: dict[str, Any], sock_dir: Path, code_dir: Path) -> dict[str, Any]:
+    """The per-call container's settings, with the executor as its command, the socket's folder and the
+    code folder bound read-only, one more process for the executor, and removal by the engine on exit."""
+    argv = executor_argv()
+    volumes = {k: v for k, v in config["volumes"].items() if v["bind"] != "/code"}
+    return {**config, "entrypoint": argv[:1], "command": argv[1:], "auto_remove": True,
+            "labels": {**config["labels"], "shou.warm": f"{socket.gethostname()}:{os.getpid()}"},
+            "pids_limit": config["pids_limit"] + 1,
+            "volumes": {**volumes, str(sock_dir): {"bind": SOCKET_DIR, "mode": "ro"},
+                        str(code_dir): {"bind": "/code", "mode": "ro"}}}
+
+
+def _check_peer(conn: socket.socket, container_id: str) -> None:
+    """The connection must come from a process of that container (its cgroup names the container)."""
+    pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    try:
+        groups = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError as exc:
+        raise WarmFailed(f"cannot tell who connected: {exc}") from exc
+    if container_id not in groups:
+        conn.close()
+        raise WarmFailed("a process outside the container connected to the executor's socket")
+
+
+def _oom_file(container_id: str) -> Path | None:
+    for path in (f"/sys/fs/cgroup/memory/docker/{container_id}/memory.oom_control",
+                 f"/sys/fs/cgroup/docker/{container_id}/memory.events",
+                 f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.events"):
+        if os.path.exists(path):
+            return Path(path)
+    return None
+
+
+def _write_code(code_dir: Path, files: dict[str, bytes], stdin: bytes | None) -> str | None:
+    """Replace the code folder's content with `files` (and stdin); the name of the stdin file, if any."""
+    for entry in os.scandir(code_dir):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+    stdin_name = ".shou-stdin" if stdin is not None else None
+    for name, data in {**files, **({stdin_name: stdin} if stdin_name and stdin is not None else {})}.items():
+        rel = PurePosixPath(name)
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            raise UserError(f"file name {name!r} must be a relative path under /code, without '..'")
+        path = code_dir.joinpath(*rel.parts)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        path.write_bytes(data)
+        path.chmod(0o644)
+        for parent in path.relative_to(code_dir).parents:
+            (code_dir / parent).chmod(0o755)
+    return stdin_name
+
+
+def signature(workspace: Path, rels: tuple[str, ...]) -> tuple[tuple[str, int, int] | None, ...]:
+    """What of the protected paths exists now, and which file each is (a bind is fixed at creation)."""
+    marks: list[tuple[str, int, int] | None] = []
+    for rel in rels:
+        try:
+            st = os.lstat(workspace / rel)
+        except OSError:
+            marks.append(None)
+            continue
+        marks.append((rel, st.st_ino, stat.S_IFMT(st.st_mode)))
+    return tuple(marks)
+
+
+@atexit.register
+def _remove_all() -> None:
+    """Remove every warm container still alive when the interpreter exits."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+        _LIVE.clear()
+    for container in live:
+        discard(container)
+
+
+def now() -> float:
+    """A monotonic clock (the call's duration)."""
+    return time.monotonic()
