@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,17 +62,31 @@ def containers() -> list[str]:
 
 
 @pytest.fixture(params=["bubblewrap", "docker"])
-def sb(request: pytest.FixtureRequest, workspace: Path) -> Sandbox:
+def sb(request: pytest.FixtureRequest, workspace: Path) -> Iterator[Sandbox]:
     if request.param == "docker":
-        return docker_sandbox(workspace, Limits(timeout=20))
-    return request.getfixturevalue("bwrap")
+        box = docker_sandbox(workspace, Limits(timeout=20))
+        yield box
+        box.close()  # type: ignore[attr-defined]
+        assert containers() == [], "the warm container outlived its sandbox"
+        return
+    yield request.getfixturevalue("bwrap")
+
+
+def warm_processes(container_id: str) -> list[str]:
+    """The commands running in a container (`docker top`)."""
+    out = subprocess.run(["docker", "top", container_id, "-o", "pid,args"], capture_output=True, text=True)
+    return out.stdout.splitlines()[1:]
 
 
 async def nothing_left(sb: Sandbox) -> bool:
-    """No process of the sandbox's program (bubblewrap: its uid) and no container (Docker) remains."""
+    """No process of the sandbox's program (bubblewrap: its uid) remains, and no container (Docker) but
+    the warm one, in which nothing runs but its init and executor."""
     if isinstance(sb, BubblewrapSandbox):
         return await no_processes_of(sb.uid)
-    return containers() == []
+    warm = getattr(sb, "warm_id", None)
+    if warm is not None and len(warm_processes(warm)) != 2:
+        return False
+    return [c for c in containers() if not (warm or "").startswith(c)] == []
 
 
 async def no_processes_of(uid: int, within: float = 30.0) -> bool:

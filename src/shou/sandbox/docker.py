@@ -123,6 +123,11 @@ class DockerSandbox:
         self._warming = False
         self._cold_images: set[str] = set()  # images the executor cannot run in (no python3)
 
+    @property
+    def warm_id(self) -> str | None:
+        """The id of the warm container, while there is one."""
+        return self._warm.container.id if self._warm is not None else None
+
     def _source(self) -> Path:
         """The folder bound at /workspace: the idmapped view for the sandbox uid, else the workspace itself."""
         if not self.user.startswith(f"{SANDBOX_UID}:"):
