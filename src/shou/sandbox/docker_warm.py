@@ -110,7 +110,7 @@ class WarmContainer:
             binds.close()
             shutil.rmtree(sock_dir, ignore_errors=True)
             shutil.rmtree(code_dir, ignore_errors=True)
-            if isinstance(exc, (TimeoutError, OSError, UserError, asyncio.IncompleteReadError)):
+            if isinstance(exc, (TimeoutError, OSError, asyncio.IncompleteReadError)):
                 raise WarmFailed(str(exc) or type(exc).__name__) from exc
             raise
         with _LIVE_LOCK:
@@ -130,14 +130,19 @@ class WarmContainer:
         guard = asyncio.ensure_future(disk.guard(over.set))
         reading = asyncio.ensure_future(self._pump(out, err))
         stopper = asyncio.ensure_future(over.wait())
+        stopped = False
         try:
             await asyncio.wait({reading, stopper}, timeout=limits.timeout, return_when=asyncio.FIRST_COMPLETED)
             if not reading.done():
+                stopped = True
                 self._send(b"k")
                 await asyncio.wait({reading}, timeout=KILL_GRACE)
             if not reading.done() or reading.exception() is not None:
+                # The executor died (the memory limit's killer took it, or the program killed it) or hangs.
                 self.dead = True
-                return None, "disk" if over.is_set() else "timeout", False
+                if self._ooms() > ooms:
+                    return None, "memory", True
+                return None, "disk" if over.is_set() else "timeout" if stopped else "killed", False
             end = reading.result()
         except BaseException:
             self.dead = True  # a cancelled call leaves the executor mid-call: replace it
@@ -187,7 +192,7 @@ class WarmContainer:
             self.writer.transport.abort()
         with _LIVE_LOCK:
             _LIVE.discard(self.container)
-        discard(self.container)
+        _remove(self.container)
         self.binds.close()
         shutil.rmtree(self.sock_dir, ignore_errors=True)
         shutil.rmtree(self.code_dir, ignore_errors=True)
@@ -279,7 +284,14 @@ def _remove_all() -> None:
         live = list(_LIVE)
         _LIVE.clear()
     for container in live:
-        discard(container)
+        _remove(container)
+
+
+def _remove(container: Any) -> None:
+    """Remove the container and wait until the engine has (it auto-removes too: the two may race)."""
+    discard(container)
+    with contextlib.suppress(Exception):  # gone already: the engine answers 404
+        container.client.api.wait(container.id, timeout=KILL_GRACE, condition="removed")
 
 
 def now() -> float:
