@@ -11,7 +11,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,9 +39,11 @@ async def spawn_and_wait(
     timeout: float,  # noqa: ASYNC109 - the sandbox's wall-clock limit, enforced with the kill below
     user: int | None = None, pass_fds: tuple[int, ...] = (), spill: tuple[Path | None, Path | None] = (None, None),
     keep: int = 32_000, on_spawn: Callable[[int], None] | None = None, disk: DiskWatch | None = None,
+    started: Callable[[int], Awaitable[None]] | None = None,
 ) -> Finished:
     """Run `argv`, feed `stdin`, capture stdout/stderr, and kill the process group after `timeout` s
-    (or as soon as `disk` says the run wrote too much)."""
+    (or as soon as `disk` says the run wrote too much). `started` is awaited with the pid once it is
+    spawned, before its output is read (bubblewrap's move into the run's cgroup)."""
     start = time.perf_counter()
     ids = {"user": user, "group": user, "extra_groups": []} if user is not None else {}
     proc = await asyncio.create_subprocess_exec(
@@ -76,6 +78,8 @@ async def spawn_and_wait(
     watcher = asyncio.ensure_future(disk.guard(lambda: kill_group(proc.pid))) if disk is not None else None
     try:
         async with asyncio.timeout(timeout):
+            if started is not None:
+                await started(proc.pid)
             await asyncio.gather(pump(proc.stdout, out), pump(proc.stderr, err), feed())
             await proc.wait()
     except TimeoutError:
