@@ -351,11 +351,9 @@ class DockerSandbox:
         out = OutputCapture(spill_path=new_output_path(self.workspace, "docker"), budget=disk.room)
         err = OutputCapture(spill_path=new_output_path(self.workspace, "docker-stderr"), budget=disk.room)
         started = time.monotonic()
-        warm.busy = True
         try:
             exit_code, reason, oom = await warm.call(argv, stdin, files, limits, disk, out, err)
         finally:
-            warm.busy = False
             out.close()
             err.close()
             allowance.charge(disk)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import json
 import os
 import shutil
 import socket
@@ -36,11 +35,10 @@ from .base import ExitReason, Limits, OutputCapture
 from .docker_binds import PinnedBinds
 from .docker_engine import create, discard, start
 from .quota import DiskWatch
+from .warm_link import KILL_GRACE, ExecutorLink, LinkBroken, rlimits
 
-HEADER = struct.Struct(">cI")
 SOCKET_DIR = "/run/shou"
 CONNECT_TIMEOUT = 30.0  # the executor connects as soon as python3 starts in the container
-KILL_GRACE = 10.0
 _EXECUTOR = Path(__file__).with_name("warm_executor.py")
 _LIVE: set[Any] = set()  # containers to remove at interpreter exit
 _LIVE_LOCK = threading.Lock()
@@ -59,18 +57,26 @@ def executor_argv() -> list[str]:
 class WarmContainer:
     """A started container with its executor connected; one call at a time (`busy`)."""
 
-    def __init__(self, container: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 code_dir: Path, sock_dir: Path, binds: PinnedBinds, key: tuple[Any, ...]) -> None:
+    def __init__(self, container: Any, link: ExecutorLink, code_dir: Path, sock_dir: Path, binds: PinnedBinds,
+                 key: tuple[Any, ...]) -> None:
         self.container = container
-        self.reader = reader
-        self.writer = writer
         self.code_dir = code_dir
         self.sock_dir = sock_dir
         self.binds = binds
         self.key = key  # what it was made for: image, container-wide limits, protected paths, event loop
-        self.busy = False
-        self.dead = False
         self.oom_file = _oom_file(container.id)
+        self.link = link
+        link.ooms = self._ooms
+
+    @property
+    def busy(self) -> bool:
+        """A call is running in it."""
+        return self.link.busy
+
+    @property
+    def dead(self) -> bool:
+        """It stopped answering: replace it."""
+        return self.link.dead
 
     @classmethod
     async def start(cls, client: Any, config: dict[str, Any], binds: PinnedBinds, key: tuple[Any, ...],
@@ -100,9 +106,8 @@ class WarmContainer:
             path.unlink()  # nothing else can connect now
             _check_peer(conn, container.id)
             reader, writer = await asyncio.open_unix_connection(sock=conn, limit=2**20)
-            kind, _ = await _read_frame(reader)
-            if kind != b"r":
-                raise WarmFailed(f"the executor said {kind!r} first")
+            link = ExecutorLink(reader, writer, lambda: -1)
+            await link.hello()
         except BaseException as exc:
             server.close()
             if container is not None:
@@ -110,69 +115,23 @@ class WarmContainer:
             binds.close()
             shutil.rmtree(sock_dir, ignore_errors=True)
             shutil.rmtree(code_dir, ignore_errors=True)
-            if isinstance(exc, (TimeoutError, OSError, asyncio.IncompleteReadError)):
+            if isinstance(exc, (TimeoutError, OSError, asyncio.IncompleteReadError, LinkBroken)):
                 raise WarmFailed(str(exc) or type(exc).__name__) from exc
             raise
         with _LIVE_LOCK:
             _LIVE.add(container)
-        return cls(container, reader, writer, code_dir, sock_dir, binds, key)
+        return cls(container, link, code_dir, sock_dir, binds, key)
 
     async def call(self, argv: list[str], stdin: bytes | None, files: dict[str, bytes], limits: Limits,
                    disk: DiskWatch, out: OutputCapture, err: OutputCapture) -> tuple[int | None, ExitReason, bool]:
-        """Run one command: (exit code or None when killed by us, why it ended, whether memory ran out).
-        The container is marked dead (to be replaced) if the executor stops answering."""
+        """Run one command (see `ExecutorLink.call`); its files go in through the code folder's bind."""
         stdin_name = _write_code(self.code_dir, files, stdin)
-        mb = 1024 * 1024
-        rlimits = {"cpu": [limits.cpu, limits.cpu + 1], "fsize": [limits.file_size_mb * mb] * 2, "core": [0, 0]}
-        ooms = self._ooms()
-        self._send(b"c", json.dumps({"argv": argv, "rlimits": rlimits, "stdin": stdin_name}).encode())
-        over = asyncio.Event()
-        guard = asyncio.ensure_future(disk.guard(over.set))
-        reading = asyncio.ensure_future(self._pump(out, err))
-        stopper = asyncio.ensure_future(over.wait())
-        stopped = False
+        request = {"argv": argv, "rlimits": rlimits(limits), "stdin": stdin_name}
+        self.link.busy = True
         try:
-            await asyncio.wait({reading, stopper}, timeout=limits.timeout, return_when=asyncio.FIRST_COMPLETED)
-            if not reading.done():
-                stopped = True
-                self._send(b"k")
-                await asyncio.wait({reading}, timeout=KILL_GRACE)
-            if not reading.done() or reading.exception() is not None:
-                # The executor died (the memory limit's killer took it, or the program killed it) or hangs.
-                self.dead = True
-                if self._ooms() > ooms:
-                    return None, "memory", True
-                return None, "disk" if over.is_set() else "timeout" if stopped else "killed", False
-            end = reading.result()
-        except BaseException:
-            self.dead = True  # a cancelled call leaves the executor mid-call: replace it
-            raise
+            return await self.link.call(request, limits, disk, out, err)
         finally:
-            guard.cancel()
-            stopper.cancel()
-            if not reading.done():
-                reading.cancel()
-        oom = self._ooms() > ooms
-        if over.is_set() or disk.check():
-            return None if end.get("killed") else _exit_code(end["status"]), "disk", oom
-        if end.get("killed"):
-            return None, "timeout", oom
-        return _exit_code(end["status"]), "exit", oom
-
-    def _send(self, kind: bytes, payload: bytes = b"") -> None:
-        self.writer.write(HEADER.pack(kind, len(payload)) + payload)
-
-    async def _pump(self, out: OutputCapture, err: OutputCapture) -> dict[str, Any]:
-        while True:
-            kind, data = await _read_frame(self.reader)
-            if kind == b"o":
-                out.feed(data)
-            elif kind == b"e":
-                err.feed(data)
-            elif kind == b"x":
-                return dict(json.loads(data))
-            else:
-                raise WarmFailed(f"unexpected frame {kind!r}")
+            self.link.busy = False
 
     def _ooms(self) -> int:
         """How many times the container's memory cgroup killed for memory (read on the host: the program
@@ -187,27 +146,14 @@ class WarmContainer:
 
     def close(self) -> None:
         """Remove the container and what it was given (safe to call twice, from any thread)."""
-        self.dead = True
         with contextlib.suppress(Exception):
-            self.writer.transport.abort()
+            self.link.abort()
         with _LIVE_LOCK:
             _LIVE.discard(self.container)
         _remove(self.container)
         self.binds.close()
         shutil.rmtree(self.sock_dir, ignore_errors=True)
         shutil.rmtree(self.code_dir, ignore_errors=True)
-
-
-async def _read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    kind, size = HEADER.unpack(await reader.readexactly(HEADER.size))
-    return kind, await reader.readexactly(size)
-
-
-def _exit_code(status: int) -> int:
-    """The wait status as the container's init reports it: the exit code, or 128 + the signal."""
-    if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status)
-    return os.WEXITSTATUS(status)
 
 
 def _warm_config(config: dict[str, Any], sock_dir: Path, code_dir: Path) -> dict[str, Any]:

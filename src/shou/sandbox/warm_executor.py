@@ -29,9 +29,11 @@ import struct
 import sys
 
 HEADER = struct.Struct(">cI")
-CLEAN = ("/tmp", "/dev/shm", "/dev/mqueue")
+CLEAN = ("/tmp", "/dev/shm", "/dev/mqueue", "/code")
 IPC_RMID = 0
 WAKE = os.pipe()
+REAPED = {}
+CODE = "/code"
 LIMITS = {"cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE, "core": resource.RLIMIT_CORE}
 
 
@@ -67,13 +69,15 @@ def kill_all():
 
 
 def reap():
+    """Reap every child that has ended (orphans too, as PID 1), keeping their wait statuses."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        REAPED[pid] = status
 
 
 def empty(folder):
@@ -112,12 +116,31 @@ def remove_ipc(libc):
                 call(ident, IPC_RMID, None)
 
 
+def write_files(call):
+    """Put the call's files (and stdin) in /code, when they come with the call (else shou put them there)."""
+    import base64
+
+    if "files" not in call:
+        return
+    empty(CODE)
+    for name, data in call["files"].items():
+        parts = [p for p in name.split("/") if p]
+        if not parts or ".." in parts:
+            continue
+        path = os.path.join(CODE, *parts)
+        os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+        with os.fdopen(fd, "wb") as f:
+            f.write(base64.b64decode(data))
+
+
 def start(call):
     def limit():
         for name, (soft, hard) in call["rlimits"].items():
             resource.setrlimit(LIMITS[name], (soft, hard))
 
-    stdin = os.open("/code/" + call["stdin"], os.O_RDONLY) if call.get("stdin") else os.open("/dev/null", os.O_RDONLY)
+    write_files(call)
+    stdin = os.open(CODE + "/" + call["stdin"], os.O_RDONLY) if call.get("stdin") else os.open("/dev/null", os.O_RDONLY)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     pid = os.fork()
@@ -183,17 +206,24 @@ def serve_call(conn, call, libc):
                 os.close(key.fd)
                 open_pipes -= 1
         if status is None:
-            done, st = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = st
+            reap()
+            if pid in REAPED:
+                status = REAPED.pop(pid)
                 # Once the first process is gone its leftovers go too: the writers still holding the
                 # pipes die, so the reads end.
                 kill_all()
-    if status is None:
-        _, status = os.waitpid(pid, 0)
+    while status is None:  # killed: it is gone, or going
+        reap()
+        status = REAPED.pop(pid, None)
+        if status is None:
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                status = REAPED.pop(pid, 9)
     sel.unregister(WAKE[0])
     sel.close()
     kill_all()
+    REAPED.clear()
     for folder in CLEAN:
         empty(folder)
     remove_ipc(libc)
@@ -208,8 +238,11 @@ def main():
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0
         sys.exit("prctl(PR_SET_DUMPABLE) failed")
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(sys.argv[1])
+    if sys.argv[1].startswith("fd:"):  # bubblewrap: one end of a socket pair, inherited
+        conn = socket.socket(fileno=int(sys.argv[1][3:]))
+    else:  # Docker: the socket shou listens on
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(sys.argv[1])
     os.chdir("/")
     send(conn, b"r", str(os.getpid()).encode())
     while True:
