@@ -36,6 +36,7 @@ from ..errors import UserError
 from ..git_protect import GIT_ENV, Protected, open_path_beneath, protect, remove_planted
 from ..workspace import config_parts, state_dir
 from .base import ExecResult, ExitReason, Limits, new_output_path
+from .bubblewrap_warm import WarmSlot, run_warm
 from .cgroup import CgroupHold, RunCgroup
 from .languages import program
 from .process import exec_result, kill_group, spawn_and_wait
@@ -63,13 +64,16 @@ class BubblewrapSandbox:
 
     name = "bubblewrap"
 
-    def __init__(self, workspace: str | Path, limits: Limits | None = None, *, use_cgroup: bool = True) -> None:
+    def __init__(self, workspace: str | Path, limits: Limits | None = None, *, use_cgroup: bool = True,
+                 warm: bool = True) -> None:
         self.workspace = Path(workspace).resolve()
         self.limits = limits or Limits()
         self.use_cgroup = use_cgroup
         self.as_root = os.geteuid() == 0
         self.uid = SANDBOX_UID if self.as_root else os.geteuid()
         self._mount: IdmappedWorkspace | None = None  # as root
+        self.warm = warm  # calls go to a resident executor in one long-lived sandbox (bubblewrap_warm.py)
+        self.warm_slot = WarmSlot()
         # Calls made outside any agent run share this one (see quota.py).
         self.allowance = DiskAllowance(self.limits.disk_mb * 2**20, self.limits.inodes)
 
@@ -102,7 +106,7 @@ class BubblewrapSandbox:
     def command(self, argv: list[str], limits: Limits, *, workspace_fd: int | None,
                 masks: tuple[tuple[int, str], ...] = (), files: dict[str, int] | None = None,
                 sync_fds: tuple[int, int] | None = None, seccomp_fd: int | None = None,
-                pinned: tuple[tuple[int, str], ...] = ()) -> list[str]:
+                pinned: tuple[tuple[int, str], ...] = (), executor: bool = False) -> list[str]:
         """The full command line: [setpriv] bwrap ... sh-init (rlimits) argv.
 
         `workspace_fd` is an open directory fd bound at /workspace (None binds nothing: used by the
@@ -110,7 +114,9 @@ class BubblewrapSandbox:
         may lie inside them); `masks` are (fd, name) files bound read-only over the workspace's own; `files` maps
         names under /code to open fds whose content is copied in; `seccomp_fd` holds the filter of
         `seccomp.py`; `sync_fds` (info, block) are the pipe ends bwrap reports its child's pid on and holds
-        that child on until the caller has moved it into the run's cgroup (`join_cgroup`).
+        that child on until the caller has moved it into the run's cgroup (`CgroupHold`). With `executor`,
+        `argv` is a warm sandbox's resident executor (`bubblewrap_warm.py`): the namespace's PID 1 itself,
+        setting each call's rlimits, with a /code and a POSIX message queue folder it empties between calls.
         """
         mb = 1024 * 1024
         nproc = limits.processes + _processes_of(self.uid)
@@ -131,17 +137,13 @@ class BubblewrapSandbox:
         cmd += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--size", size,
                 "--tmpfs", "/tmp"]
         if workspace_fd is not None:
-            cmd += ["--bind-fd", str(workspace_fd), "/workspace", "--chdir", "/workspace"]
-            # shou's own state (the session log, spilled outputs) is not the program's to read or rewrite.
-            cmd += ["--tmpfs", "/workspace/.shou", "--remount-ro", "/workspace/.shou"]
-            for fd, name in pinned:
-                cmd += ["--bind-fd", str(fd), f"/workspace/{name}"]
-            for fd, name in masks:
-                cmd += ["--ro-bind-fd", str(fd), f"/workspace/{name}"]
+            cmd += _workspace_args(workspace_fd, masks, pinned)
         if files:
             cmd += ["--dir", "/code"]
             for name, fd in files.items():
                 cmd += ["--perms", "0444", "--file", str(fd), f"/code/{name}"]
+        if executor:
+            cmd += ["--size", size, "--tmpfs", "/code", "--mqueue", "/dev/mqueue"]
         cmd += ["--remount-ro", "/"]  # the sandbox's own root too: only /workspace and /tmp take writes
         # --as-pid-1: without it bwrap's own init is orphaned at exit, and where PID 1 of the host is slow
         # to reap (containers, VMs with a minimal init) the zombies pile up against RLIMIT_NPROC.
@@ -157,6 +159,8 @@ class BubblewrapSandbox:
         # sh is the namespace's PID 1 and reaps orphans; the program runs as its child, because the kernel
         # shields PID 1 from signals it has no handler for (SIGXCPU would never arrive). A soft CPU limit
         # below the hard one: SIGXCPU says "CPU time" where a bare SIGKILL says nothing.
+        if executor:
+            return [*cmd, "--", *argv]
         init = _INIT.format(cpu=limits.cpu, cpu_hard=limits.cpu + 1, data_kb=limits.memory_mb * 1024,
                             fsize_blocks=limits.file_size_mb * mb // 512, nproc=nproc)
         return [*cmd, "--", "/bin/sh", "-c", init, "shou-init", *argv]
@@ -172,7 +176,8 @@ class BubblewrapSandbox:
         return self._mount.path
 
     def close(self) -> None:
-        """Release the idmapped mount (made again on the next run)."""
+        """Stop the warm sandbox and release the idmapped mount (both made again on the next run)."""
+        self.warm_slot.close()
         if self._mount is not None:
             mount, self._mount = self._mount, None
             mount.close()
@@ -199,7 +204,7 @@ class BubblewrapSandbox:
             masks.append((fd, parts[0]))
         return masks
 
-    def _prepare(self, argv: list[str], limits: Limits, files: dict[str, bytes] | None
+    def _prepare(self, argv: list[str], limits: Limits, files: dict[str, bytes] | None, *, executor: bool = False
                  ) -> tuple[list[str], tuple[int, ...], RunCgroup | None, Protected, CgroupHold | None]:
         """The command, the fds it inherits (the caller closes them after spawning), the cgroup, what of
         the repository is protected, and the hold that moves the sandbox into the cgroup once spawned."""
@@ -240,7 +245,7 @@ class BubblewrapSandbox:
         cgroup = RunCgroup.create(limits.memory_mb * 1024 * 1024, limits.processes) if self.use_cgroup else None
         hold = CgroupHold(cgroup) if cgroup is not None else None
         cmd = self.command(argv, limits, workspace_fd=ws_fd, masks=tuple(masks), files=code, seccomp_fd=seccomp_fd,
-                           pinned=tuple(pinned), sync_fds=hold.child_fds if hold else None)
+                           pinned=tuple(pinned), sync_fds=hold.child_fds if hold else None, executor=executor)
         return cmd, tuple(fds), cgroup, protected, hold
 
     async def run(self, argv: list[str], *, stdin: bytes | None = None, limits: Limits | None = None,
@@ -250,6 +255,8 @@ class BubblewrapSandbox:
         allowance = current_allowance(self.allowance)
         if spent := allowance.spent():
             return ExecResult("", "", None, 0.0, "disk", note=spent)
+        if self.warm and (warm := await self.warm_slot.get(self, limits)) is not None:
+            return await run_warm(self, warm, argv, stdin, limits, files, allowance)
         cmd, fds, cgroup, protected, hold = self._prepare(argv, limits, files)
         disk = allowance.watch(self.workspace, limits.disk_mb * 2**20, limits.inodes)
         try:
@@ -344,6 +351,19 @@ class Started:
             allowance, disk = self._charge
             self._charge = None
             allowance.charge(disk)
+
+
+def _workspace_args(workspace_fd: int, masks: tuple[tuple[int, str], ...], pinned: tuple[tuple[int, str], ...]
+                    ) -> list[str]:
+    """bwrap's arguments for the workspace at /workspace, its repository folders pinned and its masks."""
+    args = ["--bind-fd", str(workspace_fd), "/workspace", "--chdir", "/workspace"]
+    # shou's own state (the session log, spilled outputs) is not the program's to read or rewrite.
+    args += ["--tmpfs", "/workspace/.shou", "--remount-ro", "/workspace/.shou"]
+    for fd, name in pinned:
+        args += ["--bind-fd", str(fd), f"/workspace/{name}"]
+    for fd, name in masks:
+        args += ["--ro-bind-fd", str(fd), f"/workspace/{name}"]
+    return args
 
 
 def _close(fds: tuple[int, ...]) -> None:

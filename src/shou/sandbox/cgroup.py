@@ -94,18 +94,22 @@ class RunCgroup:
 
     def oom_killed(self) -> bool:
         """Whether the kernel killed something in here for lack of memory."""
+        return self.oom_kills() > 0
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed in here for lack of memory."""
         try:
             if self.version == 1:
                 text = (self.dirs["memory"] / "memory.oom_control").read_text()
             else:
                 text = (self.dirs["unified"] / "memory.events").read_text()
         except (OSError, KeyError):
-            return False
+            return 0
         for line in text.splitlines():
             key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip() not in ("", "0"):
-                return True
-        return False
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        return 0
 
     def pids(self) -> list[int]:
         """The processes still in the cgroup."""

@@ -37,9 +37,10 @@ from .bubblewrap import SANDBOX_UID
 from .docker_binds import PinnedBinds
 from .docker_engine import create, discard, read_logs, start, wait
 from .docker_seccomp import profile_json
-from .docker_warm import WarmContainer, WarmFailed, signature
+from .docker_warm import WarmContainer, WarmFailed
 from .languages import looks_out_of_memory, program
 from .quota import DiskAllowance, DiskWatch, current_allowance
+from .warm_link import signature
 
 if TYPE_CHECKING:
     from .idmap import IdmappedWorkspace

@@ -22,7 +22,6 @@ import contextlib
 import os
 import shutil
 import socket
-import stat
 import struct
 import tempfile
 import threading
@@ -35,23 +34,16 @@ from .base import ExitReason, Limits, OutputCapture
 from .docker_binds import PinnedBinds
 from .docker_engine import create, discard, start
 from .quota import DiskWatch
-from .warm_link import KILL_GRACE, ExecutorLink, LinkBroken, rlimits
+from .warm_link import KILL_GRACE, ExecutorLink, LinkBroken, executor_argv, rlimits
 
 SOCKET_DIR = "/run/shou"
 CONNECT_TIMEOUT = 30.0  # the executor connects as soon as python3 starts in the container
-_EXECUTOR = Path(__file__).with_name("warm_executor.py")
 _LIVE: set[Any] = set()  # containers to remove at interpreter exit
 _LIVE_LOCK = threading.Lock()
 
 
 class WarmFailed(Exception):
     """The warm container could not be made or answered wrongly: use a container per call instead."""
-
-
-def executor_argv() -> list[str]:
-    """The container's command: the executor's source run by the image's python3, isolated (-I: the
-    workspace is the working folder and must not shadow a standard module)."""
-    return ["python3", "-I", "-c", _EXECUTOR.read_text(), f"{SOCKET_DIR}/s"]
 
 
 class WarmContainer:
@@ -159,7 +151,7 @@ class WarmContainer:
 def _warm_config(config: dict[str, Any], sock_dir: Path, code_dir: Path) -> dict[str, Any]:
     """The per-call container's settings, with the executor as its command, the socket's folder and the
     code folder bound read-only, one more process for the executor, and removal by the engine on exit."""
-    argv = executor_argv()
+    argv = executor_argv(f"{SOCKET_DIR}/s")
     volumes = {k: v for k, v in config["volumes"].items() if v["bind"] != "/code"}
     return {**config, "entrypoint": argv[:1], "command": argv[1:], "auto_remove": True,
             "labels": {**config["labels"], "shou.warm": f"{socket.gethostname()}:{os.getpid()}"},
@@ -208,19 +200,6 @@ def _write_code(code_dir: Path, files: dict[str, bytes], stdin: bytes | None) ->
         for parent in path.relative_to(code_dir).parents:
             (code_dir / parent).chmod(0o755)
     return stdin_name
-
-
-def signature(workspace: Path, rels: tuple[str, ...]) -> tuple[tuple[str, int, int] | None, ...]:
-    """What of the protected paths exists now, and which file each is (a bind is fixed at creation)."""
-    marks: list[tuple[str, int, int] | None] = []
-    for rel in rels:
-        try:
-            st = os.lstat(workspace / rel)
-        except OSError:
-            marks.append(None)
-            continue
-        marks.append((rel, st.st_ino, stat.S_IFMT(st.st_mode)))
-    return tuple(marks)
 
 
 @atexit.register

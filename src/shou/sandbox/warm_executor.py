@@ -34,7 +34,8 @@ IPC_RMID = 0
 WAKE = os.pipe()
 REAPED = {}
 CODE = "/code"
-LIMITS = {"cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE, "core": resource.RLIMIT_CORE}
+LIMITS = {"cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE, "core": resource.RLIMIT_CORE,
+          "data": resource.RLIMIT_DATA, "nproc": resource.RLIMIT_NPROC}
 
 
 def recv_exact(conn, n):

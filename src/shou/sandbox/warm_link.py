@@ -10,14 +10,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 import struct
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .base import ExitReason, Limits, OutputCapture
 from .quota import DiskWatch
 
 HEADER = struct.Struct(">cI")
+_EXECUTOR = Path(__file__).with_name("warm_executor.py")
 KILL_GRACE = 10.0  # seconds for the executor to report a killed call before it is given up as dead
 
 
@@ -121,3 +124,24 @@ def rlimits(limits: Limits) -> dict[str, list[int]]:
     time" where a bare SIGKILL says nothing), file size, no core files."""
     mb = 1024 * 1024
     return {"cpu": [limits.cpu, limits.cpu + 1], "fsize": [limits.file_size_mb * mb] * 2, "core": [0, 0]}
+
+
+def executor_argv(address: str) -> list[str]:
+    """The command that starts the executor, connecting to `address` (a socket path, or `fd:N`), run by
+    the sandbox's python3, isolated (-I: the workspace is the working folder and must not shadow a
+    standard module)."""
+    return ["python3", "-I", "-c", _EXECUTOR.read_text(), address]
+
+
+def signature(workspace: Path, rels: tuple[str, ...]) -> tuple[tuple[str, int, int] | None, ...]:
+    """Which of these workspace paths exist now, and which file each is: a warm sandbox's binds are fixed
+    when it is made, so it is replaced when this changes."""
+    marks: list[tuple[str, int, int] | None] = []
+    for rel in rels:
+        try:
+            st = os.lstat(workspace / rel)
+        except OSError:
+            marks.append(None)
+            continue
+        marks.append((rel, st.st_ino, stat.S_IFMT(st.st_mode)))
+    return tuple(marks)
