@@ -113,7 +113,9 @@ class WarmSlot:
         protected = protect(sb.workspace)
         tops = tuple(parts[0] for parts in config_parts(sb.workspace) if parts)
         rels = (*protected.git_dirs, "shou.toml", ".env", *protected.read_only, *tops)
-        key = (limits.memory_mb, limits.processes, limits.network, protected, signature(sb.workspace, rels),
+        # Made with the sandbox's own limits (each call's rlimits are set by the executor, never raised past
+        # these); a call with other container-wide limits gets a sandbox of its own.
+        key = (sb.limits.memory_mb, sb.limits.processes, sb.limits.network, protected, signature(sb.workspace, rels),
                asyncio.get_running_loop())
         warm = self.warm
         if warm is not None and warm.link.busy:
@@ -121,11 +123,13 @@ class WarmSlot:
         if warm is not None and (warm.link.dead or warm.key[3:] != key[3:]):
             self.close()
             warm = None
+        if (limits.memory_mb, limits.processes, limits.network) != key[:3]:
+            return None
         if warm is not None:
-            return warm if warm.key[:3] == key[:3] else None
+            return warm
         self._starting = True
         try:
-            self.warm = await WarmBubblewrap.start(sb, limits, key)
+            self.warm = await WarmBubblewrap.start(sb, sb.limits, key)
         except WarmFailed:
             self.failed = True
             return None

@@ -317,7 +317,8 @@ class DockerSandbox:
         if not self.warm or image in self._cold_images or self._warming:
             return None
         protected = protect(self.workspace)
-        key = (image, limits.memory_mb, limits.processes, limits.network, protected,
+        # Made with the sandbox's own limits (the executor sets each call's rlimits, never past these).
+        key = (image, self.limits.memory_mb, self.limits.processes, self.limits.network, protected,
                signature(self.workspace, (*protected.git_dirs, *READ_ONLY_FILES, *protected.read_only)),
                asyncio.get_running_loop())
         warm = self._warm
@@ -327,15 +328,17 @@ class DockerSandbox:
             self._warm = None
             await asyncio.shield(asyncio.to_thread(warm.close))
             warm = None
+        if (limits.memory_mb, limits.processes, limits.network) != key[1:4]:
+            return None  # other container-wide limits: a container of its own, as before
         if warm is not None:
-            if warm.key[:4] != key[:4]:
-                return None  # other container-wide limits or image: a container of its own, as before
+            if warm.key[0] != image:
+                return None  # another language's image: a container of its own
             self._protected = protected
             return warm
         self._warming = True
         try:
             binds = self.pinned_binds()
-            config = self.container_config(["true"], limits, "<code>", image=image, binds=binds)
+            config = self.container_config(["true"], self.limits, "<code>", image=image, binds=binds)
             self._protected = protected
             self._warm = await WarmContainer.start(client, config, binds, key, int(self.user.split(":")[0]))
         except WarmFailed:

@@ -161,9 +161,11 @@ def start(call):
             os.chdir("/workspace")
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             os.execvpe(call["argv"][0], call["argv"], call.get("env") or os.environ)
-        except OSError as e:
-            os.write(2, f"{call['argv'][0]}: {e.strerror}\n".encode())
-            os._exit(127 if isinstance(e, FileNotFoundError) else 126)
+        except BaseException as e:  # whatever happens, the child never returns into the executor's code
+            try:
+                os.write(2, f"{call['argv'][0]}: {getattr(e, 'strerror', None) or e}\n".encode())
+            finally:
+                os._exit(127 if isinstance(e, FileNotFoundError) else 126)
         os._exit(127)
     for fd in (stdin, out_w, err_w):
         os.close(fd)
