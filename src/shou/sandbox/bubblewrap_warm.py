@@ -154,7 +154,9 @@ async def run_warm(sb: BubblewrapSandbox, warm: WarmBubblewrap, argv: list[str],
     entries = {**(files or {}), **({STDIN_FILE: stdin} if stdin is not None else {})}
     limit = rlimits(limits)
     mb = 1024 * 1024
-    limit |= {"data": [limits.memory_mb * mb] * 2, "nproc": [limits.processes + _processes_of(sb.uid)] * 2}
+    limit["data"] = [limits.memory_mb * mb] * 2
+    if warm.cgroup is None:  # else the cgroup's pids.max holds the sandbox to its processes exactly
+        limit["nproc"] = [limits.processes + _processes_of(sb.uid)] * 2
     request = {"argv": argv, "rlimits": limit, "stdin": STDIN_FILE if stdin is not None else None,
                "files": {name: b64encode(data).decode() for name, data in entries.items()}}
     disk = allowance.watch(sb.workspace, limits.disk_mb * 2**20, limits.inodes)

@@ -16,7 +16,6 @@ Frames: one type byte, a 4-byte big-endian length, the payload. shou sends `c` (
 (kill now); the executor sends `o` (stdout), `e` (stderr) and `x` (the end: JSON with the wait status).
 """
 
-import contextlib
 import ctypes
 import json
 import os
@@ -61,8 +60,11 @@ def others():
 def kill_all():
     """Kill every other process this uid may signal, until none is left (a fork racing kill(-1) included)."""
     for _ in range(1000):
-        with contextlib.suppress(ProcessLookupError):
+        try:
             os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:  # nothing but init and this process: nothing to look for either
+            reap()
+            return
         reap()
         if not others():
             return
@@ -121,10 +123,7 @@ def write_files(call):
     """Put the call's files (and stdin) in /code, when they come with the call (else shou put them there)."""
     import base64
 
-    if "files" not in call:
-        return
-    empty(CODE)
-    for name, data in call["files"].items():
+    for name, data in call.get("files", {}).items():  # /code was emptied after the last call
         parts = [p for p in name.split("/") if p]
         if not parts or ".." in parts:
             continue
@@ -227,10 +226,11 @@ def serve_call(conn, call, libc):
     sel.close()
     kill_all()
     REAPED.clear()
+    # Nothing of the call runs any more: say so now, and tidy before reading the next call.
+    send(conn, b"x", json.dumps({"status": status, "killed": killed}).encode())
     for folder in CLEAN:
         empty(folder)
     remove_ipc(libc)
-    send(conn, b"x", json.dumps({"status": status, "killed": killed}).encode())
 
 
 def main():
