@@ -1,10 +1,12 @@
-"""The warm Docker sandbox: calls share one long-lived container, yet nothing of one call is left to the
-next but the workspace; the container is replaced when it dies or the protected paths change, a
-parallel call gets a container of its own, and no container outlives its sandbox or its process."""
+"""Warm sandboxes: calls share one long-lived sandbox (bubblewrap) or container (Docker), yet nothing of one
+call is left to the next but the workspace; it is replaced when it dies or the protected paths change, a
+parallel call gets a sandbox of its own, and no container outlives its sandbox or its process."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from shou.sandbox.base import Limits
+from shou.sandbox.bubblewrap import BubblewrapSandbox
 
-from .test_sandbox import containers, docker_sandbox, warm_processes
+from .test_sandbox import containers, docker_sandbox, warm_bwrap_pids, warm_processes
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Docker sandbox tests run on Linux")
 
@@ -28,10 +31,22 @@ def sb(workspace: Path) -> Iterator:
     assert containers() == []
 
 
+@pytest.fixture
+def bwrap(workspace: Path) -> Iterator[BubblewrapSandbox]:
+    box = BubblewrapSandbox(workspace, Limits(timeout=20))
+    yield box
+    box.close()
+
+
+def bwrap_id(box: BubblewrapSandbox) -> int | None:
+    """The warm bwrap's pid, while there is one."""
+    return box.warm_slot.warm.proc.pid if box.warm_slot.warm is not None else None
+
+
 LEAVE = ("echo secret > /tmp/left; mkdir -p /tmp/d/e; chmod 000 /tmp/d; echo shm > /dev/shm/left; "
          "python3 -c \"import ctypes; libc = ctypes.CDLL(None); print(libc.shmget(4242, 4096, 0o1666))\"; "
          "setsid sleep 1007 & echo launched")
-LOOK = ("ls -A /tmp /dev/shm; cat /proc/sysvipc/shm | wc -l; ps -eo args | grep -c '[s]leep 1007'; "
+LOOK = ("ls -A /tmp /dev/shm /code; cat /proc/sysvipc/shm | wc -l; ps -eo args | grep -c '[s]leep 1007'; "
         "ls /run/shou; echo done")
 
 
@@ -43,7 +58,7 @@ async def test_calls_share_a_container_but_no_state_but_the_workspace(sb, worksp
     r = await sb.run(["sh", "-c", LOOK])
     assert sb.warm_id == warm  # the same container
     # /tmp and /dev/shm empty, one header line of /proc/sysvipc/shm, no sleeper, no executor socket.
-    assert r.stdout.split() == ["/dev/shm:", "/tmp:", "1", "0", "done"], r.for_model()
+    assert r.stdout.split() == ["/code:", "/dev/shm:", "/tmp:", "1", "0", "done"], r.for_model()
     assert (workspace / "kept").read_text() == "kept\n"
     assert len(warm_processes(warm)) == 2  # init and the executor
 
@@ -120,3 +135,37 @@ def test_a_killed_process_leaves_no_container(workspace: Path) -> None:
     finally:
         client.close()
     assert containers() == []
+
+
+async def test_bubblewrap_calls_share_a_sandbox_but_no_state_but_the_workspace(bwrap, workspace: Path) -> None:
+    first = await bwrap.run(["sh", "-c", LEAVE + "; echo kept > /workspace/kept; touch /dev/mqueue/q"],
+                            files={"main.py": b"print(1)"})
+    assert first.ok and "launched" in first.stdout, first.for_model()
+    warm = bwrap_id(bwrap)
+    assert warm is not None
+    r = await bwrap.run(["sh", "-c", "ls -A /dev/mqueue; " + LOOK.replace("ls /run/shou; ", "")])
+    assert bwrap_id(bwrap) == warm  # the same sandbox
+    assert r.stdout.split() == ["/code:", "/dev/shm:", "/tmp:", "1", "0", "done"], r.for_model()
+    assert (workspace / "kept").read_text() == "kept\n"
+    assert len(warm_bwrap_pids(bwrap)) == 2  # bwrap and the executor, nothing else of the sandbox uid
+
+
+async def test_the_program_cannot_kill_the_bubblewrap_executor_and_a_dead_one_is_replaced(bwrap) -> None:
+    r = await bwrap.run(["sh", "-c", "kill -9 1; kill -9 -1; echo alive"])
+    assert r.ok and r.stdout == "alive\n", r.for_model()  # PID 1 ignores them; kill -1 spares the caller
+    first = bwrap_id(bwrap)
+    executor = max(warm_bwrap_pids(bwrap))  # bwrap's child, the executor
+    os.kill(executor, signal.SIGKILL)
+    await bwrap.warm_slot.warm.proc.wait()  # bwrap ends with its PID 1
+    again = await bwrap.run(["sh", "-c", "echo back"])
+    assert again.ok and again.stdout == "back\n", again.for_model()
+    assert bwrap_id(bwrap) not in (None, first)
+
+
+async def test_bubblewrap_calls_with_other_limits_get_a_sandbox_of_their_own(bwrap) -> None:
+    await bwrap.run(["true"])
+    warm = bwrap_id(bwrap)
+    r = await bwrap.run(["sh", "-c", "ulimit -v; cat /proc/self/status | grep -c NSpid"],
+                        limits=bwrap.limits.with_(memory_mb=128))
+    assert r.ok, r.for_model()
+    assert bwrap_id(bwrap) == warm  # the warm one stays for calls with the sandbox's own limits
