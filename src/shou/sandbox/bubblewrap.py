@@ -39,7 +39,7 @@ from .base import ExecResult, ExitReason, Limits, new_output_path
 from .bubblewrap_warm import WarmSlot, run_warm
 from .cgroup import CgroupHold, RunCgroup
 from .languages import program
-from .process import exec_result, kill_group, spawn_and_wait
+from .process import HOST_ENV, close_fds, exec_result, kill_group, processes_of, spawn_and_wait
 from .quota import DiskAllowance, DiskWatch, current_allowance
 from .seccomp import filter_fd
 
@@ -52,7 +52,7 @@ NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf")
 READ_ONLY_FILES = ("shou.toml", ".env")  # the workspace's settings: the program must not rewrite them
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
        "PYTHONDONTWRITEBYTECODE": "1", **GIT_ENV}
-_HOST_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # for finding prlimit and bwrap only
+_HOST_ENV = HOST_ENV  # for finding setpriv and bwrap only
 # The init shell: lowers the rlimits (soft CPU before hard: a hard limit under the soft one is refused), then
 # runs the program as its child. Exit status 125: a limit could not be set, so nothing ran.
 _INIT = 'ulimit -S -t {cpu} && ulimit -H -t {cpu_hard} && ulimit -d {data_kb} && ulimit -f {fsize_blocks} && ' \
@@ -119,7 +119,7 @@ class BubblewrapSandbox:
         setting each call's rlimits, with a /code and a POSIX message queue folder it empties between calls.
         """
         mb = 1024 * 1024
-        nproc = limits.processes + _processes_of(self.uid)
+        nproc = limits.processes + processes_of(self.uid)
         cmd: list[str] = []
         if self.as_root:
             cmd += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
@@ -269,7 +269,7 @@ class BubblewrapSandbox:
             oom = cgroup.oom_killed() if cgroup else False
         finally:
             allowance.charge(disk)
-            _close(fds)
+            close_fds(fds)
             if hold:
                 hold.close()
             if cgroup:
@@ -296,7 +296,7 @@ class BubblewrapSandbox:
                 cgroup.remove()
             raise
         finally:
-            _close(fds)
+            close_fds(fds)
             if hold:
                 hold.close()
         # A long-lived process can write long after its call returned: the allowance covers its whole life,
@@ -364,23 +364,6 @@ def _workspace_args(workspace_fd: int, masks: tuple[tuple[int, str], ...], pinne
     for fd, name in masks:
         args += ["--ro-bind-fd", str(fd), f"/workspace/{name}"]
     return args
-
-
-def _close(fds: tuple[int, ...]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
-def _processes_of(uid: int) -> int:
-    """How many processes `uid` runs now (RLIMIT_NPROC counts them all, not just the sandbox's)."""
-    count = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if entry.stat().st_uid == uid:
-                    count += 1
-    return count
 
 
 @functools.cache

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..git_protect import protect, remove_planted
 from ..workspace import config_parts, state_dir
 from .base import ExecResult, Limits, OutputCapture, new_output_path
-from .process import Finished, exec_result, kill_group
+from .process import HOST_ENV, Finished, close_fds, exec_result, kill_group, processes_of
 from .quota import DiskAllowance
 from .warm_link import ExecutorLink, LinkBroken, executor_argv, rlimits, signature
 
@@ -57,15 +57,13 @@ class WarmBubblewrap:
     @classmethod
     async def start(cls, sb: BubblewrapSandbox, limits: Limits, key: tuple[Any, ...]) -> WarmBubblewrap:
         """Start bwrap with the executor as its PID 1 and wait until it answers (WarmFailed if it does not)."""
-        from .bubblewrap import _HOST_ENV, _close
-
         ours, theirs = socket.socketpair()
         cmd, fds, cgroup, _, hold = sb._prepare(executor_argv(f"fd:{theirs.fileno()}"), limits, None, executor=True)
         proc = None
         try:
             proc = await asyncio.create_subprocess_exec(
                 *cmd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL, env=_HOST_ENV, start_new_session=True, cwd="/",
+                stderr=asyncio.subprocess.DEVNULL, env=HOST_ENV, start_new_session=True, cwd="/",
                 pass_fds=(*fds, *(hold.child_fds if hold else ()), theirs.fileno()),
             )
             if hold:
@@ -84,7 +82,7 @@ class WarmBubblewrap:
             raise WarmFailed(str(exc) or type(exc).__name__) from exc
         finally:
             theirs.close()
-            _close(fds)
+            close_fds(fds)
             if hold:
                 hold.close()
         return cls(proc, link, cgroup, key)
@@ -148,8 +146,6 @@ class WarmSlot:
 async def run_warm(sb: BubblewrapSandbox, warm: WarmBubblewrap, argv: list[str], stdin: bytes | None,
                    limits: Limits, files: dict[str, bytes] | None, allowance: DiskAllowance) -> ExecResult:
     """Run one call in the warm sandbox: the same result, notes and bookkeeping as a per-call sandbox's."""
-    from .bubblewrap import _processes_of
-
     protected = warm.key[3]
     state_dir(sb.workspace)
     entries = {**(files or {}), **({STDIN_FILE: stdin} if stdin is not None else {})}
@@ -157,7 +153,7 @@ async def run_warm(sb: BubblewrapSandbox, warm: WarmBubblewrap, argv: list[str],
     mb = 1024 * 1024
     limit["data"] = [limits.memory_mb * mb] * 2
     if warm.cgroup is None:  # else the cgroup's pids.max holds the sandbox to its processes exactly
-        limit["nproc"] = [limits.processes + _processes_of(sb.uid)] * 2
+        limit["nproc"] = [limits.processes + processes_of(sb.uid)] * 2
     request = {"argv": argv, "rlimits": limit, "stdin": STDIN_FILE if stdin is not None else None,
                "files": {name: b64encode(data).decode() for name, data in entries.items()}}
     disk = allowance.watch(sb.workspace, limits.disk_mb * 2**20, limits.inodes)

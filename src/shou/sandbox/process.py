@@ -20,6 +20,7 @@ from .languages import looks_out_of_memory
 from .quota import DiskWatch
 
 CHUNK = 65536
+HOST_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # for finding setpriv and bwrap only
 
 
 @dataclass(slots=True)
@@ -136,3 +137,21 @@ def exec_result(done: Finished, workspace: Path, limits: Limits, oom: bool = Fal
         note = "; ".join(x for x in (note, f"the full output could not be saved ({unsaved})") if x)
     return ExecResult(done.stdout.text(), stderr, code, done.duration, reason, done.stdout.omitted,
                       done.stderr.omitted, output_path, note)
+
+
+def close_fds(fds: tuple[int, ...]) -> None:
+    """Close these fds (quietly, if one is closed already)."""
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def processes_of(uid: int) -> int:
+    """How many processes `uid` runs now (RLIMIT_NPROC counts them all, not just the sandbox's)."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    count += 1
+    return count
