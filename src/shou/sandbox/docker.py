@@ -32,14 +32,15 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UserError
 from ..git_protect import GIT_ENV, Protected, protect, remove_planted
 from ..workspace import STATE_DIR, state_dir
-from .base import ExecResult, ExitReason, Limits, OutputCapture, new_output_path
+from .base import ExecResult, Limits, OutputCapture, new_output_path
 from .bubblewrap import SANDBOX_UID
 from .docker_binds import PinnedBinds
 from .docker_engine import create, discard, read_logs, start, wait
+from .docker_result import docker_result
 from .docker_seccomp import profile_json
 from .docker_warm import WarmContainer, WarmFailed
-from .languages import looks_out_of_memory, program
-from .quota import DiskAllowance, DiskWatch, current_allowance
+from .languages import program
+from .quota import DiskAllowance, current_allowance
 from .warm_link import signature
 
 if TYPE_CHECKING:
@@ -58,8 +59,6 @@ STDIN_FILE = ".shou-stdin"
 INSTALL_HINT = "pip install 'shou[docker]'"
 # `program()` names the runtime first; that picks the image.
 RUNTIME_LANGUAGE = {"python3": "python", "bash": "bash", "node": "node", "java": "java"}
-# Exit status of a process killed by SIGXCPU (24 on Linux, which is what containers run, whatever the host).
-CPU_LIMIT_STATUS = 128 + 24
 MiB = 1024 * 1024
 
 
@@ -286,7 +285,13 @@ class DockerSandbox:
         state_dir(self.workspace)  # a real folder for the tmpfs to cover, made before any container runs
         warm = await self._warm_for(client, image, limits)
         if warm is not None:
-            return await self._run_warm(warm, argv, stdin, limits, files, allowance)
+            try:
+                return await warm.run(self.workspace, self._protected, argv, stdin, limits, files, allowance)
+            finally:
+                if warm.dead:
+                    if self._warm is warm:
+                        self._warm = None
+                    await asyncio.shield(asyncio.to_thread(warm.close))
         if stdin is not None:
             # Attaching to a container's stdin is fragile across engines; a file and a redirect are not.
             argv = ["/bin/sh", "-c", f'exec "$@" < {CODE_DIR}/{STDIN_FILE}', "sh", *argv]
@@ -348,27 +353,6 @@ class DockerSandbox:
             self._warming = False
         return self._warm
 
-    async def _run_warm(self, warm: WarmContainer, argv: list[str], stdin: bytes | None, limits: Limits,
-                        files: dict[str, bytes], allowance: DiskAllowance) -> ExecResult:
-        protected = self._protected
-        disk = allowance.watch(self.workspace, limits.disk_mb * MiB, limits.inodes)
-        out = OutputCapture(spill_path=new_output_path(self.workspace, "docker"), budget=disk.room)
-        err = OutputCapture(spill_path=new_output_path(self.workspace, "docker-stderr"), budget=disk.room)
-        started = time.monotonic()
-        try:
-            exit_code, reason, oom = await warm.call(argv, stdin, files, limits, disk, out, err)
-        finally:
-            out.close()
-            err.close()
-            allowance.charge(disk)
-            if warm.dead:
-                if self._warm is warm:
-                    self._warm = None
-                await asyncio.shield(asyncio.to_thread(warm.close))
-        result = _result(out, err, exit_code, reason, oom, time.monotonic() - started, limits, disk, self.workspace)
-        planted = remove_planted(self.workspace, protected)
-        return replace(result, note="; ".join(x for x in (result.note, planted) if x)) if planted else result
-
     async def _docker_client(self) -> Any:
         if self._client is None:
             docker = _sdk()
@@ -394,42 +378,13 @@ class DockerSandbox:
             out.close()
             err.close()
             allowance.charge(disk)  # after the logs are spilled: they take the run's disk as much as its files
-        return _result(out, err, exit_code, reason, oom_killed, duration, limits, disk, self.workspace)
-
-
-def _result(out: OutputCapture, err: OutputCapture, exit_code: int | None, reason: ExitReason, oom_killed: bool,
-            duration: float, limits: Limits, disk: DiskWatch, workspace: Path) -> ExecResult:
-    """The result of a run whose output is in `out` and `err`, with notes naming the limit it hit."""
-    stderr = err.text()
-    if reason == "exit":
-        reason = _exit_reason(exit_code, oom_killed, stderr)
-    spilled = [str(c.spill_path.relative_to(workspace)) for c in (out, err) if c.spill_path and c.spilled]
-    notes = [f"it ran out of memory: the limit is {limits.memory_mb} MB"] if reason == "memory" else []
-    if reason == "disk":
-        notes.append(disk.exceeded)
-    if len(spilled) > 1:
-        notes.append(f"[the full stderr is in {spilled[1]}]")
-    if unsaved := out.spill_error or err.spill_error:
-        notes.append(f"the full output could not be saved ({unsaved})")
-    return ExecResult(
-        stdout=out.text(), stderr=stderr, exit_code=exit_code, duration=duration, reason=reason,
-        stdout_omitted=out.omitted, stderr_omitted=err.omitted, output_path=spilled[0] if spilled else None,
-        note="; ".join(notes),
-    )
+        return docker_result(out, err, exit_code, reason, oom_killed, duration, limits, disk, self.workspace)
 
 
 def _is_dir(path: Path) -> bool:
     with contextlib.suppress(OSError):
         return stat.S_ISDIR(os.lstat(path).st_mode)
     return False
-
-
-def _exit_reason(exit_code: int | None, oom_killed: bool, stderr: str) -> ExitReason:
-    """Why a container that exited by itself ended: memory, CPU time, or its own exit."""
-    # A process of the tree killed for memory is reported even when the first one exits 0 (as bubblewrap does).
-    if oom_killed or (exit_code != 0 and looks_out_of_memory(stderr)):
-        return "memory"
-    return "cpu" if exit_code == CPU_LIMIT_STATUS else "exit"
 
 
 def _write_code_dir(files: dict[str, bytes], stdin: bytes | None) -> Path:

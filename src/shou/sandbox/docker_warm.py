@@ -26,14 +26,17 @@ import struct
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import UserError
-from .base import ExitReason, Limits, OutputCapture
+from ..git_protect import Protected, remove_planted
+from .base import ExecResult, ExitReason, Limits, OutputCapture, new_output_path
 from .docker_binds import PinnedBinds
 from .docker_engine import create, discard, start
-from .quota import DiskWatch
+from .docker_result import docker_result
+from .quota import DiskAllowance, DiskWatch
 from .warm_link import KILL_GRACE, ExecutorLink, LinkBroken, executor_argv, rlimits
 
 SOCKET_DIR = "/run/shou"
@@ -113,6 +116,23 @@ class WarmContainer:
         with _LIVE_LOCK:
             _LIVE.add(container)
         return cls(container, link, code_dir, sock_dir, binds, key)
+
+    async def run(self, workspace: Path, protected: Protected, argv: list[str], stdin: bytes | None, limits: Limits,
+                  files: dict[str, bytes], allowance: DiskAllowance) -> ExecResult:
+        """Run one call as a per-call container would: the same capture, spill files, allowance and notes."""
+        disk = allowance.watch(workspace, limits.disk_mb * 2**20, limits.inodes)
+        out = OutputCapture(spill_path=new_output_path(workspace, "docker"), budget=disk.room)
+        err = OutputCapture(spill_path=new_output_path(workspace, "docker-stderr"), budget=disk.room)
+        started = time.monotonic()
+        try:
+            exit_code, reason, oom = await self.call(argv, stdin, files, limits, disk, out, err)
+        finally:
+            out.close()
+            err.close()
+            allowance.charge(disk)
+        result = docker_result(out, err, exit_code, reason, oom, time.monotonic() - started, limits, disk, workspace)
+        planted = remove_planted(workspace, protected)
+        return replace(result, note="; ".join(x for x in (result.note, planted) if x)) if planted else result
 
     async def call(self, argv: list[str], stdin: bytes | None, files: dict[str, bytes], limits: Limits,
                    disk: DiskWatch, out: OutputCapture, err: OutputCapture) -> tuple[int | None, ExitReason, bool]:
@@ -217,8 +237,3 @@ def _remove(container: Any) -> None:
     discard(container)
     with contextlib.suppress(Exception):  # gone already: the engine answers 404
         container.client.api.wait(container.id, timeout=KILL_GRACE, condition="removed")
-
-
-def now() -> float:
-    """A monotonic clock (the call's duration)."""
-    return time.monotonic()
