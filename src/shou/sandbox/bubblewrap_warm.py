@@ -118,8 +118,7 @@ class WarmSlot:
         warm = self.warm
         if warm is not None and warm.link.busy:
             return None
-        if warm is not None and (warm.link.dead or warm.proc.returncode is not None or warm.link.reader.at_eof()
-                                 or warm.key[3:] != key[3:]):
+        if warm is not None and (warm.link.stale() or warm.proc.returncode is not None or warm.key[3:] != key[3:]):
             self.close()
             warm = None
         if (limits.memory_mb, limits.processes, limits.network) != key[:3]:

@@ -329,7 +329,7 @@ class DockerSandbox:
         warm = self._warm
         if warm is not None and warm.busy:
             return None
-        if warm is not None and (warm.dead or warm.link.reader.at_eof() or warm.key[4:] != key[4:]):
+        if warm is not None and (warm.link.stale() or warm.key[4:] != key[4:]):
             self._warm = None
             await asyncio.shield(asyncio.to_thread(warm.close))
             warm = None

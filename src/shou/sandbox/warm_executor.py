@@ -32,6 +32,7 @@ CLEAN = ("/tmp", "/dev/shm", "/dev/mqueue", "/code")
 IPC_RMID = 0
 WAKE = os.pipe()
 REAPED = {}
+IDLE = 900.0  # seconds without a call before the executor, and so its sandbox, ends
 CODE = "/code"
 LIMITS = {"cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE, "core": resource.RLIMIT_CORE,
           "data": resource.RLIMIT_DATA, "nproc": resource.RLIMIT_NPROC}
@@ -233,6 +234,13 @@ def serve_call(conn, call, libc):
     remove_ipc(libc)
 
 
+def select_idle(conn):
+    """Wait for the next call; False when none came within IDLE seconds."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(conn, selectors.EVENT_READ)
+        return bool(sel.select(timeout=IDLE))
+
+
 def main():
     for fd in WAKE:
         os.set_blocking(fd, False)
@@ -249,6 +257,10 @@ def main():
     os.chdir("/")
     send(conn, b"r", str(os.getpid()).encode())
     while True:
+        # Idle for long (a server's workspace nobody uses): exit; shou makes a new sandbox on the next call.
+        if not select_idle(conn):
+            kill_all()
+            return
         try:
             kind, size = HEADER.unpack(recv_exact(conn, HEADER.size))
             payload = recv_exact(conn, size)

@@ -12,6 +12,7 @@ import json
 import os
 import stat
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,9 @@ from .quota import DiskWatch
 HEADER = struct.Struct(">cI")
 _EXECUTOR = Path(__file__).with_name("warm_executor.py")
 KILL_GRACE = 10.0  # seconds for the executor to report a killed call before it is given up as dead
+# The executor ends itself after 900 s without a call; shou replaces it a minute before that, so that a
+# call never races its exit.
+IDLE_REPLACE = 840.0
 
 
 class LinkBroken(Exception):
@@ -38,6 +42,11 @@ class ExecutorLink:
         self.ooms = ooms
         self.busy = False
         self.dead = False
+        self.last_used = time.monotonic()
+
+    def stale(self) -> bool:
+        """Whether to replace it before the next call: dead, its connection closed, or about to idle out."""
+        return self.dead or self.reader.at_eof() or time.monotonic() - self.last_used > IDLE_REPLACE
 
     async def hello(self) -> None:
         """Wait for the executor's first frame (it is up)."""
@@ -50,6 +59,7 @@ class ExecutorLink:
         """Run one command (`request`: argv, rlimits, files, stdin): (exit code, or None when stopped by
         us; why it ended; whether memory ran out)."""
         ooms = self.ooms()
+        self.last_used = time.monotonic()
         self.send(b"c", json.dumps(request).encode())
         over = asyncio.Event()
         guard = asyncio.ensure_future(disk.guard(over.set))
