@@ -41,7 +41,7 @@ from .warm_link import KILL_GRACE, ExecutorLink, LinkBroken, executor_argv, rlim
 
 SOCKET_DIR = "/run/shou"
 CONNECT_TIMEOUT = 30.0  # the executor connects as soon as python3 starts in the container
-_LIVE: set[Any] = set()  # containers to remove at interpreter exit
+_LIVE: set[WarmContainer] = set()  # warm containers to remove at interpreter exit
 _LIVE_LOCK = threading.Lock()
 
 
@@ -78,8 +78,9 @@ class WarmContainer:
                     uid: int) -> WarmContainer:
         """Make and start the container of `config` (its command is replaced by the executor) and wait
         for the executor to connect. Raises WarmFailed (having removed what it made) when that fails."""
-        sock_dir = Path(tempfile.mkdtemp(prefix="shou-warm-"))
-        code_dir = Path(tempfile.mkdtemp(prefix="shou-code-"))
+        _sweep_stale()
+        sock_dir = Path(tempfile.mkdtemp(prefix=f"shou-warm-{os.getpid()}-"))
+        code_dir = Path(tempfile.mkdtemp(prefix=f"shou-warm-code-{os.getpid()}-"))
         os.chmod(code_dir, 0o755)
         container = None
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -113,9 +114,10 @@ class WarmContainer:
             if isinstance(exc, (TimeoutError, OSError, asyncio.IncompleteReadError, LinkBroken)):
                 raise WarmFailed(str(exc) or type(exc).__name__) from exc
             raise
+        warm = cls(container, link, code_dir, sock_dir, binds, key)
         with _LIVE_LOCK:
-            _LIVE.add(container)
-        return cls(container, link, code_dir, sock_dir, binds, key)
+            _LIVE.add(warm)
+        return warm
 
     async def run(self, workspace: Path, protected: Protected, argv: list[str], stdin: bytes | None, limits: Limits,
                   files: dict[str, bytes], allowance: DiskAllowance) -> ExecResult:
@@ -161,7 +163,7 @@ class WarmContainer:
         with contextlib.suppress(Exception):
             self.link.abort()
         with _LIVE_LOCK:
-            _LIVE.discard(self.container)
+            _LIVE.discard(self)
         _remove(self.container)
         self.binds.close()
         shutil.rmtree(self.sock_dir, ignore_errors=True)
@@ -228,8 +230,19 @@ def _remove_all() -> None:
     with _LIVE_LOCK:
         live = list(_LIVE)
         _LIVE.clear()
-    for container in live:
-        _remove(container)
+    for warm in live:
+        warm.close()
+
+
+def _sweep_stale() -> None:
+    """Remove the socket and code folders of warm containers whose shou process died (kill -9)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(tempfile.gettempdir()):
+            bits = entry.name.split("-")
+            if entry.name.startswith("shou-warm-") and len(bits) >= 4:
+                pid = bits[-2]
+                if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+                    shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _remove(container: Any) -> None:
