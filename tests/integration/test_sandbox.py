@@ -38,15 +38,16 @@ def bwrap(workspace: Path) -> Iterator[BubblewrapSandbox]:
     box.close()
 
 
-def docker_sandbox(workspace: Path, limits: Limits) -> Sandbox:
-    """A DockerSandbox in the locally built image (skipped, or failed under CI, without an engine)."""
+def docker_sandbox(workspace: Path, limits: Limits, *, warm: bool = True) -> Sandbox:
+    """A DockerSandbox in the locally built image (skipped, or failed under CI, without an engine);
+    `warm=False`: a container per call."""
     from shou.sandbox.docker import DEFAULT_IMAGES, DockerSandbox
 
     ok, why = DockerSandbox.available()
     need(ok, f"a Docker engine (.ci/install starts one): {why}")
     found = subprocess.run(["docker", "image", "inspect", DOCKER_IMAGE], capture_output=True)
     need(found.returncode == 0, f"the image {DOCKER_IMAGE} (.ci/docker-image builds it)")
-    return DockerSandbox(workspace, limits, images=dict.fromkeys(DEFAULT_IMAGES, DOCKER_IMAGE))
+    return DockerSandbox(workspace, limits, images=dict.fromkeys(DEFAULT_IMAGES, DOCKER_IMAGE), warm=warm)
 
 
 def _shou_containers() -> list[str]:
@@ -63,15 +64,21 @@ def containers() -> list[str]:
     return [c for c in _shou_containers() if c not in _BEFORE]
 
 
-@pytest.fixture(params=["bubblewrap", "docker"])
+# Each backend's warm sandbox (the default) and a sandbox per call.
+@pytest.fixture(params=["bubblewrap", "docker", "bubblewrap-per-call", "docker-per-call"])
 def sb(request: pytest.FixtureRequest, workspace: Path) -> Iterator[Sandbox]:
-    if request.param == "docker":
-        box = docker_sandbox(workspace, Limits(timeout=20))
+    if request.param.startswith("docker"):
+        box = docker_sandbox(workspace, Limits(timeout=20), warm=request.param == "docker")
         yield box
         box.close()  # type: ignore[attr-defined]
         assert containers() == [], "the warm container outlived its sandbox"
         return
-    yield request.getfixturevalue("bwrap")
+    if request.param == "bubblewrap":
+        yield request.getfixturevalue("bwrap")
+        return
+    box = BubblewrapSandbox(workspace, Limits(timeout=20), warm=False)
+    yield box
+    box.close()
 
 
 def warm_processes(container_id: str) -> list[str]:
