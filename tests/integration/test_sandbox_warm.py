@@ -169,3 +169,19 @@ async def test_bubblewrap_calls_with_other_limits_get_a_sandbox_of_their_own(bwr
                         limits=bwrap.limits.with_(memory_mb=128))
     assert r.ok, r.for_model()
     assert bwrap_id(bwrap) == warm  # the warm one stays for calls with the sandbox's own limits
+
+
+KEYS = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+if {add}:
+    print(libc.syscall(248, b"user", b"left", b"secret", 6, ctypes.c_int(-4)) > 0)  # add_key to @u
+print(libc.syscall(250, 11, ctypes.c_int(-4), None, 0))  # KEYCTL_READ @u: bytes of key ids it holds
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="system call numbers of x86_64")
+async def test_a_key_left_in_the_user_keyring_is_gone_for_the_next_call(bwrap) -> None:
+    first = await bwrap.run_code("python", KEYS.format(add=True))
+    assert first.stdout.split() == ["True", "4"], first.for_model()  # one key id, 4 bytes
+    second = await bwrap.run_code("python", KEYS.format(add=False))
+    assert second.stdout.split() == ["0"], second.for_model()

@@ -10,7 +10,8 @@ a fresh session with those rlimits; its stdout and stderr come back as frames as
 command's first process ends, or shou asks for a kill (the time limit, the disk allowance), or shou goes
 away, every other process of the container but the init and this one is killed (`kill(-1)`, the same
 end the kernel gives a pid namespace when its first process dies), and what a command could leave
-behind for the next one is removed: the files in /tmp, /dev/shm and /dev/mqueue, and System V IPC objects.
+behind for the next one is removed: the files in /tmp, /dev/shm, /dev/mqueue and /code, System V IPC
+objects and the keyrings of its uid.
 
 Frames: one type byte, a 4-byte big-endian length, the payload. shou sends `c` (a call, JSON) and `k`
 (kill now); the executor sends `o` (stdout), `e` (stderr) and `x` (the end: JSON with the wait status).
@@ -30,6 +31,9 @@ import sys
 HEADER = struct.Struct(">cI")
 CLEAN = ("/tmp", "/dev/shm", "/dev/mqueue", "/code")
 IPC_RMID = 0
+KEYCTL = {"x86_64": 250, "aarch64": 219}  # the keyctl system call's number
+KEYCTL_CLEAR = 7
+KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -3, -4, -5
 WAKE = os.pipe()
 REAPED = {}
 IDLE = 900.0  # seconds without a call before the executor, and so its sandbox, ends
@@ -135,6 +139,16 @@ def write_files(call):
             f.write(base64.b64decode(data))
 
 
+def clear_keyrings(libc):
+    """Empty the user, user-session and session keyrings: a long-lived user namespace keeps its uid's
+    keyrings from one call to the next (Docker's seccomp profile refuses the key calls anyway)."""
+    keyctl = KEYCTL.get(os.uname().machine)
+    if keyctl is None:
+        return
+    for ring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING, KEY_SPEC_SESSION_KEYRING):
+        libc.syscall(keyctl, KEYCTL_CLEAR, ctypes.c_int(ring))
+
+
 def start(call):
     def limit():
         for name, (soft, hard) in call["rlimits"].items():
@@ -232,6 +246,7 @@ def serve_call(conn, call, libc):
     for folder in CLEAN:
         empty(folder)
     remove_ipc(libc)
+    clear_keyrings(libc)
 
 
 def select_idle(conn):
