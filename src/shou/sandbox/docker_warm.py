@@ -165,7 +165,8 @@ class WarmContainer:
         with _LIVE_LOCK:
             _LIVE.discard(self)
         _remove(self.container)
-        self.binds.close()
+        with contextlib.suppress(OSError):  # at exit the idmapped workspace's staging may be gone already
+            self.binds.close()
         shutil.rmtree(self.sock_dir, ignore_errors=True)
         shutil.rmtree(self.code_dir, ignore_errors=True)
 
