@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,21 +30,24 @@ DOCKER_IMAGE = os.environ.get("SHOU_DOCKER_IMAGE", "shou-sandbox:local")
 
 
 @pytest.fixture
-def bwrap(workspace: Path) -> BubblewrapSandbox:
+def bwrap(workspace: Path) -> Iterator[BubblewrapSandbox]:
     ok, why = BubblewrapSandbox.available()
     assert ok, f"bubblewrap must work here (.ci/install installs it): {why}"
-    return BubblewrapSandbox(workspace, Limits(timeout=20))
+    box = BubblewrapSandbox(workspace, Limits(timeout=20))
+    yield box
+    box.close()
 
 
-def docker_sandbox(workspace: Path, limits: Limits) -> Sandbox:
-    """A DockerSandbox in the locally built image (skipped, or failed under CI, without an engine)."""
+def docker_sandbox(workspace: Path, limits: Limits, *, warm: bool = True) -> Sandbox:
+    """A DockerSandbox in the locally built image (skipped, or failed under CI, without an engine);
+    `warm=False`: a container per call."""
     from shou.sandbox.docker import DEFAULT_IMAGES, DockerSandbox
 
     ok, why = DockerSandbox.available()
     need(ok, f"a Docker engine (.ci/install starts one): {why}")
     found = subprocess.run(["docker", "image", "inspect", DOCKER_IMAGE], capture_output=True)
     need(found.returncode == 0, f"the image {DOCKER_IMAGE} (.ci/docker-image builds it)")
-    return DockerSandbox(workspace, limits, images=dict.fromkeys(DEFAULT_IMAGES, DOCKER_IMAGE))
+    return DockerSandbox(workspace, limits, images=dict.fromkeys(DEFAULT_IMAGES, DOCKER_IMAGE), warm=warm)
 
 
 def _shou_containers() -> list[str]:
@@ -60,26 +64,58 @@ def containers() -> list[str]:
     return [c for c in _shou_containers() if c not in _BEFORE]
 
 
-@pytest.fixture(params=["bubblewrap", "docker"])
-def sb(request: pytest.FixtureRequest, workspace: Path) -> Sandbox:
-    if request.param == "docker":
-        return docker_sandbox(workspace, Limits(timeout=20))
-    return request.getfixturevalue("bwrap")
+# Each backend's warm sandbox (the default) and a sandbox per call.
+@pytest.fixture(params=["bubblewrap", "docker", "bubblewrap-per-call", "docker-per-call"])
+def sb(request: pytest.FixtureRequest, workspace: Path) -> Iterator[Sandbox]:
+    if request.param.startswith("docker"):
+        box = docker_sandbox(workspace, Limits(timeout=20), warm=request.param == "docker")
+        yield box
+        box.close()  # type: ignore[attr-defined]
+        assert containers() == [], "the warm container outlived its sandbox"
+        return
+    if request.param == "bubblewrap":
+        yield request.getfixturevalue("bwrap")
+        return
+    box = BubblewrapSandbox(workspace, Limits(timeout=20), warm=False)
+    yield box
+    box.close()
+
+
+def warm_processes(container_id: str) -> list[str]:
+    """The commands running in a container (`docker top`)."""
+    out = subprocess.run(["docker", "top", container_id, "-o", "pid,args"], capture_output=True, text=True)
+    return out.stdout.splitlines()[1:]
 
 
 async def nothing_left(sb: Sandbox) -> bool:
-    """No process of the sandbox's program (bubblewrap: its uid) and no container (Docker) remains."""
+    """No process of the sandbox's program (bubblewrap: its uid) remains, and no container (Docker) but
+    the warm one, in which nothing runs but its init and executor."""
     if isinstance(sb, BubblewrapSandbox):
-        return await no_processes_of(sb.uid)
-    return containers() == []
+        return await no_processes_of(sb.uid, but=warm_bwrap_pids(sb))
+    warm = getattr(sb, "warm_id", None)
+    if warm is not None and len(warm_processes(warm)) != 2:
+        return False
+    return [c for c in containers() if not (warm or "").startswith(c)] == []
 
 
-async def no_processes_of(uid: int, within: float = 30.0) -> bool:
-    """Poll until `uid` runs no live process (zombies awaiting their reaper do not count)."""
+def warm_bwrap_pids(sb: BubblewrapSandbox) -> set[int]:
+    """The warm sandbox's own processes: bwrap and its child, the executor (nothing else may be left)."""
+    warm = sb.warm_slot.warm
+    if warm is None:
+        return set()
+    pid = warm.proc.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    assert len(children) == 1, children
+    return {pid, int(children[0])}
+
+
+async def no_processes_of(uid: int, within: float = 30.0, but: set[int] = frozenset()) -> bool:  # type: ignore[assignment]
+    """Poll until `uid` runs no live process but those in `but` (zombies awaiting their reaper do not count)."""
     deadline = time.monotonic() + within
     while True:
-        ps = subprocess.run(["ps", "-u", str(uid), "-o", "stat="], capture_output=True, text=True).stdout.split()
-        if not [s for s in ps if not s.startswith("Z")]:
+        ps = subprocess.run(["ps", "-u", str(uid), "-o", "pid=,stat="], capture_output=True, text=True).stdout.split()
+        rows = zip(ps[::2], ps[1::2], strict=True)
+        if not [s for pid, s in rows if not s.startswith("Z") and int(pid) not in but]:
             return True
         if time.monotonic() > deadline:
             return False
@@ -212,6 +248,7 @@ async def test_java_that_needs_more_heap_fails_clearly(sb: Sandbox) -> None:
 async def test_network_can_be_allowed_per_call(bwrap: BubblewrapSandbox) -> None:
     allowed = BubblewrapSandbox(bwrap.workspace, Limits(timeout=20, network=True))
     r = await allowed.run(["cat", "/proc/net/dev"])
+    allowed.close()
     assert r.stdout.count(":") > 1  # the host's interfaces are visible, not just lo
     r = await bwrap.run(["cat", "/proc/net/dev"], limits=Limits(network=True))
     assert r.stdout.count(":") == 1  # a call cannot widen what the sandbox allows

@@ -4,6 +4,7 @@ tool in Docker from the command line, an image that cannot be pulled."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,12 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
-def sb(workspace: Path) -> DockerSandbox:
+def sb(workspace: Path) -> Iterator[DockerSandbox]:
     from shou.sandbox.base import Limits
 
-    return docker_sandbox(workspace, Limits(timeout=30))  # type: ignore[return-value]
+    box = docker_sandbox(workspace, Limits(timeout=30))
+    yield box  # type: ignore[misc]
+    box.close()  # type: ignore[attr-defined]
 
 
 async def test_settings_files_are_read_only(sb: DockerSandbox, workspace: Path) -> None:

@@ -35,15 +35,19 @@ ROOT = os.geteuid() == 0
 
 
 BACKENDS = ["bubblewrap", "docker"]
+# The containment tests run on each backend's warm sandbox (the default) and on a sandbox per call.
+CONTAINMENT = [*BACKENDS, "bubblewrap-per-call", "docker-per-call"]
 
 
 def make(backend: str, workspace: Path, limits: Limits) -> Sandbox:
-    """A sandbox of `backend` on `workspace` (Docker: skipped, or failed under CI, without an engine)."""
-    if backend == "docker":
-        return docker_sandbox(workspace, limits)
+    """A sandbox of `backend` on `workspace` (Docker: skipped, or failed under CI, without an engine);
+    `-per-call`: with no warm sandbox."""
+    name, _, per_call = backend.partition("-")
+    if name == "docker":
+        return docker_sandbox(workspace, limits, warm=not per_call)
     ok, why = BubblewrapSandbox.available()
     assert ok, f"bubblewrap must work here (.ci/install installs it): {why}"
-    return BubblewrapSandbox(workspace, limits)
+    return BubblewrapSandbox(workspace, limits, warm=not per_call)
 
 
 @contextlib.contextmanager
@@ -67,7 +71,7 @@ def release(box: Sandbox) -> None:
         close()
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=CONTAINMENT)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

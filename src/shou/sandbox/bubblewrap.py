@@ -8,9 +8,11 @@ Who the code runs as: a normal user's sandbox runs as that user (it sees nothing
 workspace). As root it runs as `SANDBOX_UID`, a dedicated unprivileged uid, and sees the workspace through
 an idmapped mount (`idmap.py`) in which the owner's files are its own; no mode or ACL is ever changed.
 
-Before the program's first instruction the process tree is in the run's cgroup (a small `sh` joins it and
-then execs the rest), so memory (including /tmp and /dev/shm, which are memory) and process limits hold for
-every child. A watcher stops the run when the workspace's file system grows past the disk or inode
+Before the program's first instruction the process tree is in the run's cgroup (bwrap reports its child's
+pid on `--info-fd` and holds it on `--block-fd` until shou has moved both into the cgroup), so memory
+(including /tmp and /dev/shm, which are memory) and process limits hold for every child. The rlimits are
+set by the sandbox's init shell (`ulimit`, a builtin) before it starts the program: no exec is spent on
+wrappers but `setpriv` (as root). A watcher stops the run when the workspace's file system grows past the disk or inode
 allowance. When the sandbox's first process ends, the kernel kills everything left in its pid namespace,
 so `setsid`, `nohup ... &` and double forks cannot outlive it.
 """
@@ -34,9 +36,10 @@ from ..errors import UserError
 from ..git_protect import GIT_ENV, Protected, open_path_beneath, protect, remove_planted
 from ..workspace import config_parts, state_dir
 from .base import ExecResult, ExitReason, Limits, new_output_path
-from .cgroup import RunCgroup
+from .bubblewrap_warm import WarmSlot, run_warm
+from .cgroup import CgroupHold, RunCgroup
 from .languages import program
-from .process import exec_result, kill_group, spawn_and_wait
+from .process import HOST_ENV, close_fds, exec_result, kill_group, processes_of, spawn_and_wait
 from .quota import DiskAllowance, DiskWatch, current_allowance
 from .seccomp import filter_fd
 
@@ -49,9 +52,11 @@ NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf")
 READ_ONLY_FILES = ("shou.toml", ".env")  # the workspace's settings: the program must not rewrite them
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
        "PYTHONDONTWRITEBYTECODE": "1", **GIT_ENV}
-_HOST_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # for finding prlimit and bwrap only
-# Joins the cgroups named before "--", then becomes the rest of the command line.
-_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+_HOST_ENV = HOST_ENV  # for finding setpriv and bwrap only
+# The init shell: lowers the rlimits (soft CPU before hard: a hard limit under the soft one is refused), then
+# runs the program as its child. Exit status 125: a limit could not be set, so nothing ran.
+_INIT = 'ulimit -S -t {cpu} && ulimit -H -t {cpu_hard} && ulimit -d {data_kb} && ulimit -f {fsize_blocks} && ' \
+        'ulimit -c 0 && ulimit -p {nproc} || exit 125; "$@"; exit $?'
 
 
 class BubblewrapSandbox:
@@ -59,13 +64,16 @@ class BubblewrapSandbox:
 
     name = "bubblewrap"
 
-    def __init__(self, workspace: str | Path, limits: Limits | None = None, *, use_cgroup: bool = True) -> None:
+    def __init__(self, workspace: str | Path, limits: Limits | None = None, *, use_cgroup: bool = True,
+                 warm: bool = True) -> None:
         self.workspace = Path(workspace).resolve()
         self.limits = limits or Limits()
         self.use_cgroup = use_cgroup
         self.as_root = os.geteuid() == 0
         self.uid = SANDBOX_UID if self.as_root else os.geteuid()
         self._mount: IdmappedWorkspace | None = None  # as root
+        self.warm = warm  # calls go to a resident executor in one long-lived sandbox (bubblewrap_warm.py)
+        self.warm_slot = WarmSlot()
         # Calls made outside any agent run share this one (see quota.py).
         self.allowance = DiskAllowance(self.limits.disk_mb * 2**20, self.limits.inodes)
 
@@ -73,7 +81,7 @@ class BubblewrapSandbox:
     @functools.cache
     def available() -> tuple[bool, str]:
         """Whether bubblewrap works here, and if not, why."""
-        for tool in ("bwrap", "prlimit", "setpriv"):
+        for tool in ("bwrap", "setpriv"):
             if shutil.which(tool) is None:
                 pkg = "bubblewrap" if tool == "bwrap" else "util-linux"
                 return False, f"{tool} is not installed (Debian/Ubuntu: apt-get install {pkg})"
@@ -97,23 +105,22 @@ class BubblewrapSandbox:
 
     def command(self, argv: list[str], limits: Limits, *, workspace_fd: int | None,
                 masks: tuple[tuple[int, str], ...] = (), files: dict[str, int] | None = None,
-                cgroup: RunCgroup | None = None, seccomp_fd: int | None = None,
-                pinned: tuple[tuple[int, str], ...] = ()) -> list[str]:
-        """The full command line: [join the cgroup] prlimit [setpriv] bwrap ... sh-init argv.
+                sync_fds: tuple[int, int] | None = None, seccomp_fd: int | None = None,
+                pinned: tuple[tuple[int, str], ...] = (), executor: bool = False) -> list[str]:
+        """The full command line: [setpriv] bwrap ... sh-init (rlimits) argv.
 
         `workspace_fd` is an open directory fd bound at /workspace (None binds nothing: used by the
         probe); `pinned` are (fd, name) folders bound read-write over themselves (before the masks, which
         may lie inside them); `masks` are (fd, name) files bound read-only over the workspace's own; `files` maps
         names under /code to open fds whose content is copied in; `seccomp_fd` holds the filter of
-        `seccomp.py`.
+        `seccomp.py`; `sync_fds` (info, block) are the pipe ends bwrap reports its child's pid on and holds
+        that child on until the caller has moved it into the run's cgroup (`CgroupHold`). With `executor`,
+        `argv` is a warm sandbox's resident executor (`bubblewrap_warm.py`): the namespace's PID 1 itself,
+        setting each call's rlimits, with a /code and a POSIX message queue folder it empties between calls.
         """
         mb = 1024 * 1024
-        nproc = limits.processes + _processes_of(self.uid)
-        # A soft CPU limit below the hard one: SIGXCPU says "CPU time" where a bare SIGKILL says nothing.
-        cmd = ["prlimit", f"--data={limits.memory_mb * mb}", f"--cpu={limits.cpu}:{limits.cpu + 1}", f"--nproc={nproc}",
-               f"--fsize={limits.file_size_mb * mb}", "--core=0", "--"]
-        if cgroup is not None:
-            cmd = ["/bin/sh", "-c", _JOIN, "shou-join-cgroup", *cgroup.procs_files(), "--", *cmd]
+        nproc = limits.processes + processes_of(self.uid)
+        cmd: list[str] = []
         if self.as_root:
             cmd += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
         cmd.append("bwrap")
@@ -130,17 +137,13 @@ class BubblewrapSandbox:
         cmd += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--size", size,
                 "--tmpfs", "/tmp"]
         if workspace_fd is not None:
-            cmd += ["--bind-fd", str(workspace_fd), "/workspace", "--chdir", "/workspace"]
-            # shou's own state (the session log, spilled outputs) is not the program's to read or rewrite.
-            cmd += ["--tmpfs", "/workspace/.shou", "--remount-ro", "/workspace/.shou"]
-            for fd, name in pinned:
-                cmd += ["--bind-fd", str(fd), f"/workspace/{name}"]
-            for fd, name in masks:
-                cmd += ["--ro-bind-fd", str(fd), f"/workspace/{name}"]
+            cmd += _workspace_args(workspace_fd, masks, pinned)
         if files:
             cmd += ["--dir", "/code"]
             for name, fd in files.items():
                 cmd += ["--perms", "0444", "--file", str(fd), f"/code/{name}"]
+        if executor:
+            cmd += ["--size", size, "--tmpfs", "/code", "--mqueue", "/dev/mqueue"]
         cmd += ["--remount-ro", "/"]  # the sandbox's own root too: only /workspace and /tmp take writes
         # --as-pid-1: without it bwrap's own init is orphaned at exit, and where PID 1 of the host is slow
         # to reap (containers, VMs with a minimal init) the zombies pile up against RLIMIT_NPROC.
@@ -149,11 +152,18 @@ class BubblewrapSandbox:
                 "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL", "--clearenv"]
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
+        if sync_fds is not None:
+            cmd += ["--info-fd", str(sync_fds[0]), "--block-fd", str(sync_fds[1])]
         for key, value in ENV.items():
             cmd += ["--setenv", key, value]
         # sh is the namespace's PID 1 and reaps orphans; the program runs as its child, because the kernel
-        # shields PID 1 from signals it has no handler for (SIGXCPU would never arrive).
-        return [*cmd, "--", "/bin/sh", "-c", '"$@"; exit $?', "shou-init", *argv]
+        # shields PID 1 from signals it has no handler for (SIGXCPU would never arrive). A soft CPU limit
+        # below the hard one: SIGXCPU says "CPU time" where a bare SIGKILL says nothing.
+        if executor:
+            return [*cmd, "--", *argv]
+        init = _INIT.format(cpu=limits.cpu, cpu_hard=limits.cpu + 1, data_kb=limits.memory_mb * 1024,
+                            fsize_blocks=limits.file_size_mb * mb // 512, nproc=nproc)
+        return [*cmd, "--", "/bin/sh", "-c", init, "shou-init", *argv]
 
     def _source(self) -> Path:
         """The folder the sandbox binds at /workspace: the idmapped view as root, else the workspace."""
@@ -166,7 +176,8 @@ class BubblewrapSandbox:
         return self._mount.path
 
     def close(self) -> None:
-        """Release the idmapped mount (made again on the next run)."""
+        """Stop the warm sandbox and release the idmapped mount (both made again on the next run)."""
+        self.warm_slot.close()
         if self._mount is not None:
             mount, self._mount = self._mount, None
             mount.close()
@@ -193,10 +204,10 @@ class BubblewrapSandbox:
             masks.append((fd, parts[0]))
         return masks
 
-    def _prepare(self, argv: list[str], limits: Limits, files: dict[str, bytes] | None
-                 ) -> tuple[list[str], tuple[int, ...], RunCgroup | None, Protected]:
-        """The command, the fds it inherits (the caller closes them after spawning), the cgroup and what
-        of the repository is protected."""
+    def _prepare(self, argv: list[str], limits: Limits, files: dict[str, bytes] | None, *, executor: bool = False
+                 ) -> tuple[list[str], tuple[int, ...], RunCgroup | None, Protected, CgroupHold | None]:
+        """The command, the fds it inherits (the caller closes them after spawning), the cgroup, what of
+        the repository is protected, and the hold that moves the sandbox into the cgroup once spawned."""
         state_dir(self.workspace)  # a real folder, made by shou, before the program could make a link there
         protected = protect(self.workspace)
         source = self._source()
@@ -232,9 +243,10 @@ class BubblewrapSandbox:
         seccomp_fd = filter_fd()
         fds.append(seccomp_fd)
         cgroup = RunCgroup.create(limits.memory_mb * 1024 * 1024, limits.processes) if self.use_cgroup else None
-        cmd = self.command(argv, limits, workspace_fd=ws_fd, masks=tuple(masks), files=code, cgroup=cgroup,
-                           seccomp_fd=seccomp_fd, pinned=tuple(pinned))
-        return cmd, tuple(fds), cgroup, protected
+        hold = CgroupHold(cgroup) if cgroup is not None else None
+        cmd = self.command(argv, limits, workspace_fd=ws_fd, masks=tuple(masks), files=code, seccomp_fd=seccomp_fd,
+                           pinned=tuple(pinned), sync_fds=hold.child_fds if hold else None, executor=executor)
+        return cmd, tuple(fds), cgroup, protected, hold
 
     async def run(self, argv: list[str], *, stdin: bytes | None = None, limits: Limits | None = None,
                   files: dict[str, bytes] | None = None) -> ExecResult:
@@ -243,18 +255,23 @@ class BubblewrapSandbox:
         allowance = current_allowance(self.allowance)
         if spent := allowance.spent():
             return ExecResult("", "", None, 0.0, "disk", note=spent)
-        cmd, fds, cgroup, protected = self._prepare(argv, limits, files)
+        if self.warm and (warm := await self.warm_slot.get(self, limits)) is not None:
+            return await run_warm(self, warm, argv, stdin, limits, files, allowance)
+        cmd, fds, cgroup, protected, hold = self._prepare(argv, limits, files)
         disk = allowance.watch(self.workspace, limits.disk_mb * 2**20, limits.inodes)
         try:
             done = await spawn_and_wait(
-                cmd, cwd="/", env=_HOST_ENV, stdin=stdin, timeout=limits.timeout, pass_fds=fds,
+                cmd, cwd="/", env=_HOST_ENV, stdin=stdin, timeout=limits.timeout,
+                pass_fds=fds + (hold.child_fds if hold else ()),
                 spill=(new_output_path(self.workspace, "stdout"), new_output_path(self.workspace, "stderr")),
-                disk=disk,
+                disk=disk, started=hold.release if hold else None,
             )
             oom = cgroup.oom_killed() if cgroup else False
         finally:
             allowance.charge(disk)
-            _close(fds)
+            close_fds(fds)
+            if hold:
+                hold.close()
             if cgroup:
                 cgroup.remove()
             planted = remove_planted(self.workspace, protected)
@@ -265,19 +282,23 @@ class BubblewrapSandbox:
                     files: dict[str, bytes] | None = None) -> Started:
         """Start a long-lived process in the sandbox with stdin/stdout pipes (the stateful interpreter)."""
         limits = (limits or self.limits).within(self.limits)
-        cmd, fds, cgroup, protected = self._prepare(argv, limits, files)
+        cmd, fds, cgroup, protected, hold = self._prepare(argv, limits, files)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL, env=_HOST_ENV, start_new_session=True, pass_fds=fds,
-                limit=2**24, cwd="/",
+                stderr=asyncio.subprocess.DEVNULL, env=_HOST_ENV, start_new_session=True,
+                pass_fds=fds + (hold.child_fds if hold else ()), limit=2**24, cwd="/",
             )
+            if hold:
+                await hold.release(proc.pid)
         except BaseException:
             if cgroup:
                 cgroup.remove()
             raise
         finally:
-            _close(fds)
+            close_fds(fds)
+            if hold:
+                hold.close()
         # A long-lived process can write long after its call returned: the allowance covers its whole life,
         # charged to the run that started it.
         allowance = current_allowance(self.allowance)
@@ -332,21 +353,17 @@ class Started:
             allowance.charge(disk)
 
 
-def _close(fds: tuple[int, ...]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
-def _processes_of(uid: int) -> int:
-    """How many processes `uid` runs now (RLIMIT_NPROC counts them all, not just the sandbox's)."""
-    count = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if entry.stat().st_uid == uid:
-                    count += 1
-    return count
+def _workspace_args(workspace_fd: int, masks: tuple[tuple[int, str], ...], pinned: tuple[tuple[int, str], ...]
+                    ) -> list[str]:
+    """bwrap's arguments for the workspace at /workspace, its repository folders pinned and its masks."""
+    args = ["--bind-fd", str(workspace_fd), "/workspace", "--chdir", "/workspace"]
+    # shou's own state (the session log, spilled outputs) is not the program's to read or rewrite.
+    args += ["--tmpfs", "/workspace/.shou", "--remount-ro", "/workspace/.shou"]
+    for fd, name in pinned:
+        args += ["--bind-fd", str(fd), f"/workspace/{name}"]
+    for fd, name in masks:
+        args += ["--ro-bind-fd", str(fd), f"/workspace/{name}"]
+    return args
 
 
 @functools.cache

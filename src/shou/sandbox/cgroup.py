@@ -9,7 +9,9 @@ controllers) and v2 work.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import secrets
 import threading
@@ -83,20 +85,31 @@ class RunCgroup:
         """The `cgroup.procs` files a process writes its pid to, to join (its children follow it)."""
         return [str(d / "cgroup.procs") for d in self.dirs.values()]
 
+    def join(self, pids: list[int]) -> None:
+        """Move these processes (each with all its threads) into the cgroup; OSError if the kernel refuses."""
+        for procs in self.procs_files():
+            for pid in pids:
+                with open(procs, "w") as f:  # one pid per write: the kernel takes one per write(2)
+                    f.write(str(pid))
+
     def oom_killed(self) -> bool:
         """Whether the kernel killed something in here for lack of memory."""
+        return self.oom_kills() > 0
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed in here for lack of memory."""
         try:
             if self.version == 1:
                 text = (self.dirs["memory"] / "memory.oom_control").read_text()
             else:
                 text = (self.dirs["unified"] / "memory.events").read_text()
         except (OSError, KeyError):
-            return False
+            return 0
         for line in text.splitlines():
             key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip() not in ("", "0"):
-                return True
-        return False
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        return 0
 
     def pids(self) -> list[int]:
         """The processes still in the cgroup."""
@@ -160,3 +173,73 @@ def _cleanup(made: dict[str, Path]) -> None:
         with contextlib.suppress(OSError):
             d.rmdir()
     return None
+
+
+class CgroupHold:
+    """Moves a bubblewrap sandbox into its run's cgroup before its program starts, without an exec for it.
+
+    bwrap writes its child's pid to `--info-fd` and holds that child on `--block-fd` until a byte arrives;
+    `release` moves bwrap and its child into the cgroup, then lets the child go. `child_fds` are the ends
+    the spawned process inherits; `close()` closes every end still open.
+    """
+
+    def __init__(self, cgroup: RunCgroup) -> None:
+        self.cgroup = cgroup
+        self._info_r, info_w = os.pipe()
+        block_r, self._block_w = os.pipe()
+        self.child_fds = (info_w, block_r)
+        self._open = [self._info_r, info_w, block_r, self._block_w]
+
+    def _close_fd(self, fd: int) -> None:
+        if fd in self._open:
+            self._open.remove(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    async def release(self, pid: int) -> None:
+        """Move `pid` (bwrap) and its child into the cgroup and unblock the child. If that cannot be done,
+        bwrap is killed (its child dies with it: --die-with-parent) before the child is let go."""
+        for fd in self.child_fds:  # ours closed: bwrap's exit ends the read below
+            self._close_fd(fd)
+        info = await _read_info(self._info_r)
+        try:
+            child = int(json.loads(info)["child-pid"])
+            self.cgroup.join([pid, child])
+        except (OSError, ValueError, KeyError, TypeError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, 9)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, 9)
+            return
+        finally:
+            self._close_fd(self._info_r)
+        with contextlib.suppress(OSError):
+            os.write(self._block_w, b"x")
+        self._close_fd(self._block_w)
+
+    def close(self) -> None:
+        """Close the pipe ends still open."""
+        for fd in list(self._open):
+            self._close_fd(fd)
+
+
+async def _read_info(fd: int, limit: int = 65536) -> bytes:
+    """What bwrap wrote on its info fd: one JSON object (read until it closes or the object is complete)."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    data = bytearray()
+    while b"}" not in data and len(data) < limit:
+        ready: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(fd, lambda f=ready: f.done() or f.set_result(None))
+        try:
+            await ready
+        finally:
+            loop.remove_reader(fd)
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)

@@ -11,7 +11,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from .languages import looks_out_of_memory
 from .quota import DiskWatch
 
 CHUNK = 65536
+HOST_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # for finding setpriv and bwrap only
 
 
 @dataclass(slots=True)
@@ -39,9 +40,11 @@ async def spawn_and_wait(
     timeout: float,  # noqa: ASYNC109 - the sandbox's wall-clock limit, enforced with the kill below
     user: int | None = None, pass_fds: tuple[int, ...] = (), spill: tuple[Path | None, Path | None] = (None, None),
     keep: int = 32_000, on_spawn: Callable[[int], None] | None = None, disk: DiskWatch | None = None,
+    started: Callable[[int], Awaitable[None]] | None = None,
 ) -> Finished:
     """Run `argv`, feed `stdin`, capture stdout/stderr, and kill the process group after `timeout` s
-    (or as soon as `disk` says the run wrote too much)."""
+    (or as soon as `disk` says the run wrote too much). `started` is awaited with the pid once it is
+    spawned, before its output is read (bubblewrap's move into the run's cgroup)."""
     start = time.perf_counter()
     ids = {"user": user, "group": user, "extra_groups": []} if user is not None else {}
     proc = await asyncio.create_subprocess_exec(
@@ -76,6 +79,8 @@ async def spawn_and_wait(
     watcher = asyncio.ensure_future(disk.guard(lambda: kill_group(proc.pid))) if disk is not None else None
     try:
         async with asyncio.timeout(timeout):
+            if started is not None:
+                await started(proc.pid)
             await asyncio.gather(pump(proc.stdout, out), pump(proc.stderr, err), feed())
             await proc.wait()
     except TimeoutError:
@@ -132,3 +137,21 @@ def exec_result(done: Finished, workspace: Path, limits: Limits, oom: bool = Fal
         note = "; ".join(x for x in (note, f"the full output could not be saved ({unsaved})") if x)
     return ExecResult(done.stdout.text(), stderr, code, done.duration, reason, done.stdout.omitted,
                       done.stderr.omitted, output_path, note)
+
+
+def close_fds(fds: tuple[int, ...]) -> None:
+    """Close these fds (quietly, if one is closed already)."""
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def processes_of(uid: int) -> int:
+    """How many processes `uid` runs now (RLIMIT_NPROC counts them all, not just the sandbox's)."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    count += 1
+    return count
