@@ -115,11 +115,49 @@ async def no_processes_of(uid: int, within: float = 30.0, but: set[int] = frozen
     while True:
         ps = subprocess.run(["ps", "-u", str(uid), "-o", "pid=,stat="], capture_output=True, text=True).stdout.split()
         rows = zip(ps[::2], ps[1::2], strict=True)
-        if not [s for pid, s in rows if not s.startswith("Z") and int(pid) not in but]:
+        live = [int(pid) for pid, s in rows if not s.startswith("Z") and int(pid) not in but]
+        spaces, bwraps = _foreign_warm(live)
+        if not [pid for pid in live if pid not in bwraps and _pid_space(pid) not in spaces]:
             return True
         if time.monotonic() > deadline:
             return False
         await asyncio.sleep(0.1)
+
+
+def _pid_space(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:  # gone meanwhile
+        return None
+
+
+def _argv(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def _foreign_warm(pids: list[int]) -> tuple[set[str], set[int]]:
+    """Other warm sandboxes' resident executors (run as the same uid) by pid namespace, and the bwrap of each:
+    an earlier test's agent keeps its warm sandbox until it closes or idles out, and it is not this sandbox's
+    leftover. A process left in this sandbox, or escaped from one, is in neither."""
+    spaces: set[str] = set()
+    bwraps: set[int] = set()
+    for pid in pids:
+        argv = _argv(pid)
+        if argv[:1] != [b"python3"] or not any(b"resident executor of a warm" in a for a in argv):
+            continue
+        space = _pid_space(pid)
+        if space is not None:
+            spaces.add(space)
+        try:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if _argv(parent)[:1] and _argv(parent)[0].endswith(b"bwrap"):
+            bwraps.add(parent)
+    return spaces, bwraps
 
 
 async def py(sb: Sandbox, code: str, **limits: object):
