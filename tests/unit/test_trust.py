@@ -173,7 +173,9 @@ def test_every_new_setting_is_sensitive_unless_declared(dirs: tuple[Path, Path])
                          # places to send data, with credentials
                          "mcp_servers", "a2a_agents",
                          # guardrails name code to import: an untrusted file may only add rules (test_guardrails)
-                         "guardrails"}
+                         "guardrails",
+                         # ask_user lets a served or batch run stop to wait for a person: the operator's choice
+                         "ask_user"}
 
 
 def test_an_untrusted_env_cannot_copy_a_secret_into_a_harmless_setting(dirs: tuple[Path, Path],
