@@ -4,6 +4,7 @@ answer is checked, which mechanism a model gets, bad types refused, and a resume
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -162,3 +163,22 @@ async def test_a_resumed_run_takes_the_answer_call_its_killed_process_left_unans
     assert isinstance(done, RunFinished) and done.status == "completed" and model.requests == []
     assert agent.config.output is not None and agent.config.output.value(done.answer) == City(name="P", population=3)
     assert Session("s", store).messages[-1].role == "tool"  # the call has its result: the conversation is valid
+
+
+@pytest.mark.parametrize("kind", ["model", "list", "raw"])
+def test_an_answer_nested_too_deep_is_feedback_for_the_model_not_a_crash(kind: str) -> None:
+    # the model's text: 100,000 nested arrays raised RecursionError out of the answer check, ending the run
+    # `error` ("internal error") instead of going back to the model like any other invalid answer
+    from pydantic import BaseModel
+
+    from shou.agent.output import JsonSchema, output_spec
+
+    class City(BaseModel):
+        name: str
+
+    kinds: dict[str, Any] = {"model": City, "list": list[City], "raw": JsonSchema({"type": "object"})}
+    spec = output_spec(kinds[kind])
+    deep = "[" * 100_000 + "]" * 100_000
+    for text in (deep, '{"answer": ' + deep + "}"):
+        value, why = spec.check(text)
+        assert value is None and why is not None and "too deeply" in why

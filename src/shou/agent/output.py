@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["ANSWER_TOOL", "JsonSchema", "OutputCheck", "OutputSpec", "attach_output", "output_spec"]
 
 ANSWER_TOOL = "final_answer"
+TOO_DEEP = "the answer nests too deeply to check against the schema; give a flatter JSON value"
 WRAP_KEY = "answer"
 ERROR_CHARS = 2000  # of the validation errors sent back to the model
 INVALID = ("[shou] Your final answer does not match the required JSON schema:\n{errors}\n\nAnswer again with "
@@ -104,11 +105,16 @@ class OutputSpec:
             data = json.loads(match.group(1) if match else text)
         except ValueError as e:
             return None, f"the answer is not JSON ({e}); it began: {text[:200]!r}"
+        except RecursionError:  # the model's text, nested deeper than the parser goes: feedback, not a crash
+            return None, TOO_DEEP
         if wire and self.wrapped:
             if not isinstance(data, dict) or WRAP_KEY not in data:
                 return None, f"the answer must be a JSON object with the key {WRAP_KEY!r} holding the value"
             data = data[WRAP_KEY]
-        errors = self._errors(data)
+        try:
+            errors = self._errors(data)
+        except RecursionError:  # parsed, but too deep for the validator
+            return None, TOO_DEEP
         return (data, None) if errors is None else (None, errors)
 
     def _errors(self, data: Any) -> str | None:
