@@ -8,8 +8,10 @@ Screenshots of the page at 1280 and 375 px, light and dark (and of each view at 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ need_module("playwright")
 Image = need_module("PIL.Image")
 ImageStat = need_module("PIL.ImageStat")
 
-from playwright.async_api import Browser, Page, async_playwright, expect  # noqa: E402
+from playwright.async_api import Browser, Page, Route, async_playwright, expect  # noqa: E402
 
 from shou.errors import ToolError  # noqa: E402
 from shou.tools.builtin._browser_session import find_chromium  # noqa: E402
@@ -53,6 +55,7 @@ document.addEventListener('securitypolicyviolation', e => {
 FIXTURE_PAGE = ("<html><head><title>Fixture page</title></head><body style='margin:0'>"
                 "<div style='height:400px;background:#c03'>red block</div>"
                 "<div style='height:400px;background:#03c'>blue block</div></body></html>")
+CHANGED = re.compile(r"\bchanged\b")  # a tree entry's class when the followed run changed it
 REPORT = "# Report\n\n| city | people |\n|------|--------|\n| Oslo | 700 |\n| Lima | 9000 |\n"
 ANSWER = ("I wrote **report.md**.\n\n| tool | what |\n|---|---|\n| write_file | the report |\n"
           "| browser | a screenshot |\n| shell | `ls` |\n\n```python\nprint('done')\n```\n")
@@ -140,6 +143,7 @@ async def pane_text(page: Page) -> dict[str, str]:
     for name in ("files", "browser", "terminal", "plan"):
         await tab(page, name)
         if name == "files":  # the run's marks and the tree (the preview is whatever was picked)
+            await expect(page.locator("#tree")).to_have_attribute("aria-busy", "false")  # the listing it asked for
             await expect(page.locator("#tree li").first).to_be_visible()
             out[name] = await page.locator("#changed").inner_text() + await page.locator("#tree").inner_text()
         else:
@@ -182,7 +186,7 @@ async def test_a_run_fills_the_computer_pane_and_reopens_the_same(serve, tmp_pat
         await tab(page, "files")
         changed = page.locator('#tree li.file.changed[data-path="report.md"]')
         await expect(changed).to_have_count(1)
-        await expect(page.locator('#tree li.file[data-path="fixture.html"]')).not_to_have_class("changed")
+        await expect(page.locator('#tree li.file[data-path="fixture.html"]')).not_to_have_class(CHANGED)
         await expect(page.locator("#changed")).to_contain_text("report.md")
         await changed.locator("button.entry").click()
         await expect(page.locator("#preview .preview-md table td")).to_have_text(["Oslo", "700", "Lima", "9000"])
@@ -252,6 +256,89 @@ async def test_a_run_fills_the_computer_pane_and_reopens_the_same(serve, tmp_pat
         await tab(page, "files")
         await expect(page.locator('#tree li.file.changed[data-path="report.md"]')).to_have_count(1)
     assert len(srv.requests) == 7
+
+
+class HeldListings:
+    """A route for the Files tab's listings (GET /v1/files): while `holding`, each request is answered by the
+    server at once (the workspace as it is then) but the answer reaches the page only on `release()`; once not
+    holding, requests pass straight through. Lets a test put a listing's arrival after later events."""
+
+    def __init__(self) -> None:
+        self.holding = True
+        self.asked = asyncio.Event()  # a listing has been held
+        self.go = asyncio.Event()
+
+    @staticmethod
+    def matches(url: str) -> bool:
+        return "/v1/files?" in url
+
+    async def handle(self, route: Route) -> None:
+        if not self.holding:
+            await route.continue_()
+            return
+        self.asked.set()
+        response = await route.fetch()
+        await self.go.wait()
+        await route.fulfill(response=response)
+
+    async def wait_asked(self) -> None:
+        await asyncio.wait_for(self.asked.wait(), 20)  # a bound on a broken page, not a wait for anything
+
+    def release(self) -> None:
+        self.holding = False
+        self.go.set()
+
+
+async def test_the_files_tab_marks_the_shown_run_s_files_before_its_listing_arrives(serve, tmp_path: Path,
+                                                                                     workspace: Path,
+                                                                                     new_page) -> None:
+    """The tree's "changed" marks are the followed run's the moment the Files tab shows it, not the previous
+    run's left in the tree until the listing the tab asks for arrives (held here until the marks are checked)."""
+    srv = serve([call("write_file", path="report.md", content=REPORT), {"text": "Wrote it."},
+                 {"text": "Nothing to change."}])
+    with serving(workspace, shou_env(tmp_path, srv)) as served:
+        page = await open_page(new_page, served)
+        await send(page, "Write the report")
+        await finished(page)
+        await tab(page, "files")
+        await expect(page.locator('#tree li.file.changed[data-path="report.md"]')).to_have_count(1)
+        await tab(page, "terminal")  # the Files tab hidden while the next run goes by
+
+        held = HeldListings()
+        await page.route(HeldListings.matches, held.handle)
+        await send(page, "Change nothing")
+        await finished(page, 2)
+        await tab(page, "files")
+        await held.wait_asked()
+        await expect(page.locator("#changed")).to_have_text("This run changed no files.")
+        await expect(page.locator('#tree li.file[data-path="report.md"]')).to_have_count(1)  # the listing it had
+        await expect(page.locator("#tree li.changed, #tree .badge")).to_have_count(0)  # but this run's marks
+        await expect(page.locator("#tree")).to_have_attribute("aria-busy", "true")  # still asking
+        held.release()
+        await expect(page.locator("#tree")).to_have_attribute("aria-busy", "false")
+        await expect(page.locator('#tree li.file[data-path="report.md"]')).not_to_have_class(CHANGED)
+        await expect(page.locator("#tree li.changed, #tree .badge")).to_have_count(0)
+
+
+async def test_an_older_listing_answered_late_never_replaces_a_newer_one(serve, tmp_path: Path, workspace: Path,
+                                                                        new_page) -> None:
+    """Two listings of the workspace in flight, the older one answered last: the tree keeps the newer."""
+    (workspace / "old.txt").write_text("old\n")
+    with serving(workspace, shou_env(tmp_path, serve([]))) as served:
+        page = await new_page()
+        held = HeldListings()
+        await page.route(HeldListings.matches, held.handle)
+        await page.goto(served.link)  # the Files tab, shown first, asks for the listing: held (old.txt only)
+        await expect(page.locator("html")).to_have_attribute("data-ready", "1")
+        await held.wait_asked()
+        held.holding = False
+        (workspace / "new.txt").write_text("new\n")
+        await page.locator("#files-refresh").click()  # a newer listing, answered at once
+        await expect(page.locator('#tree li.file[data-path="new.txt"]')).to_have_count(1)
+        held.release()  # the older listing arrives now
+        await expect(page.locator("#tree")).to_have_attribute("aria-busy", "false")
+        await expect(page.locator("#tree li.file")).to_have_count(2)
+        await expect(page.locator('#tree li.file[data-path="new.txt"]')).to_have_count(1)
 
 
 async def screenshots(page: Page) -> None:

@@ -1,6 +1,11 @@
 // The Files tab: the workspace as the file tools see it (GET /v1/files; never .shou/), the files the
 // followed run changed marked (and listed on top), a preview of the file picked, its download, and an upload
 // into the workspace (PUT /v1/files/content, refused wherever write_file would refuse: ../x, .shou/, ...).
+//
+// The marks are the followed run's alone (from its events, so the same live and reopened) and are drawn the
+// moment the tab is drawn, over whatever listing it has; the listing is fetched apart and may arrive late, so
+// the tree never waits for it to show the run's marks, and a listing answered after a newer one of the same
+// folder is dropped. #tree's aria-busy is "true" while a listing it asked for has not been drawn.
 
 import { $, el, button, bytes } from '../util.js';
 import { getJSON, putFile, AuthError } from '../api.js';
@@ -13,25 +18,48 @@ let changed = new Map();    // path -> the tool that changed it, for the followe
 let picked = '';            // the file in the preview
 let stale = true;
 let timer = null;
+const asked = new Map();    // folder path -> the number of its latest request: only that one's answer is kept
+let requests = 0;           // numbers the requests
+let loading = 0;            // reloads (and folder openings) not yet drawn
 
 const panel = () => $('#tab-files');
 const report = (text, bad) => { const m = $('#upload-msg'); m.textContent = text; m.classList.toggle('bad', !!bad); };
 
 async function loadFolder(path) {
+  const mine = ++requests;
+  asked.set(path, mine);
+  // Answers can arrive out of order (a busy server, two reloads in flight): one older than the folder's latest
+  // request would put back a listing from before the files the newer one saw.
+  const latest = () => asked.get(path) === mine;
   try {
     const data = await getJSON('v1/files?path=' + encodeURIComponent(path));
-    folders.set(path, { entries: data.entries || [], truncated: !!data.truncated });
+    if (latest()) folders.set(path, { entries: data.entries || [], truncated: !!data.truncated });
   } catch (e) {
     if (e instanceof AuthError) return;
-    folders.set(path, { error: e.message });
+    if (latest()) folders.set(path, { error: e.message });
   }
 }
+
+/** Load `paths` (folders), then redraw the tree; #tree is aria-busy until every load begun is drawn. */
+async function load(paths) {
+  loading += 1;
+  busy();
+  try {
+    await Promise.all(paths.map(loadFolder));
+  } finally {
+    loading -= 1;
+    drawTree();
+  }
+}
+
+const busy = () => $('#tree').setAttribute('aria-busy', String(loading > 0));
 
 /** Read every open folder again and redraw the tree. */
 export async function reload() {
   stale = false;
-  await Promise.all([...open].map(loadFolder));
-  drawTree();
+  clearTimeout(timer);  // this reload asks after whatever the pending one was for
+  timer = null;
+  await load([...open]);
 }
 
 /** The followed run changed (`what`): remember its changed files; reload the tree when it may have written. */
@@ -46,7 +74,8 @@ export function runChanged(run, what) {
 
 export function render() {
   drawChanged();
-  if (stale) reload(); else drawTree();
+  drawTree();  // the followed run's marks now, on the listing at hand: not the last run's until a reload answers
+  if (stale) reload();
 }
 
 function drawChanged() {
@@ -66,6 +95,7 @@ function drawChanged() {
 function drawTree() {
   const tree = $('#tree');
   tree.replaceChildren(folderList(''));
+  busy();
 }
 
 function folderList(path) {
@@ -103,8 +133,7 @@ async function toggle(path) {
   if (open.has(path)) { open.delete(path); drawTree(); return; }
   open.add(path);
   drawTree();
-  await loadFolder(path);
-  drawTree();
+  await load([path]);
 }
 
 function pick(path) {
