@@ -97,3 +97,29 @@ def test_a_command_s_changes_are_found_by_scanning(tmp_path: Path) -> None:
     out = undo(book, chosen)
     assert sorted(out.restored) == ["gone.txt", "kept.txt"] and out.removed == ["made.txt"]
     assert (tmp_path / "kept.txt").read_text() == "before" and (tmp_path / "gone.txt").read_text() == "bye"
+
+
+def test_a_run_whose_tools_cannot_change_files_never_opens_the_checkpoint_book(tmp_path: Path) -> None:
+    # A plain function gets no context, so it cannot reach a recorder: its calls cost no journal lookups (the
+    # book, the deleted sessions' sweep, the killed commands' recovery) and leave no `.shou/checkpoints/`.
+    from shou import Agent, ScriptedModel, SQLiteStore, tool
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @tool
+    def write_file(path: str, content: str) -> str:  # a user's tool named like the built-in: no context either
+        """Pretend to write."""
+        return "ok"
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    store = SQLiteStore(tmp_path / "s.db")
+    model = ScriptedModel([{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]},
+                           {"tool_calls": [{"name": "write_file", "arguments": {"path": "x", "content": "y"}}]},
+                           {"text": "3"}])
+    result = Agent(model, [add, write_file], workspace=ws, store=store).run("add")
+    assert result.answer == "3" and result.steps == 3
+    assert not (ws / ".shou" / "checkpoints").exists()

@@ -32,6 +32,7 @@ from ..events import Notice
 
 if TYPE_CHECKING:
     from ..tools.base import ToolResult
+    from ..tools.registry import ToolSet
     from ..tools.pipeline import Invocation, Next
     from .scope import RunScope
 
@@ -48,10 +49,11 @@ _OUTER: contextvars.ContextVar[tuple[Book, str, int] | None] = contextvars.Conte
 class Checkpoint:
     """Records what each call changes in the workspace (checkpoints/), for `shou undo` and `shou diff`."""
 
-    __slots__ = ("_book", "_told", "scope")
+    __slots__ = ("_book", "_told", "scope", "tools")
 
-    def __init__(self, scope: RunScope) -> None:
+    def __init__(self, scope: RunScope, tools: ToolSet) -> None:
         self.scope = scope
+        self.tools = tools
         self._book: Book | bool | None = False  # False: not looked up yet
         self._told = False  # the workspace was too big to scan whole: said once per run
 
@@ -74,6 +76,8 @@ class Checkpoint:
 
     async def __call__(self, inv: Invocation, next: Next[ToolResult]) -> ToolResult:
         """The tool's result, its changes recorded."""
+        if not self._may_change_files(inv.call.name):  # e.g. a plain function: nothing to record, nothing to look up
+            return await next(inv)
         scope = self.scope
         outer = _OUTER.get()
         if outer is not None:  # a sub-run's call (a sub-agent, a plan step): recorded as its top run's, at its step
@@ -101,6 +105,15 @@ class Checkpoint:
         for note in rec.notes:
             scope.emit(Notice(scope.run_id, scope.step, "checkpoint", note))
         return result
+
+    def _may_change_files(self, name: str) -> bool:
+        """Whether a call of tool `name` can have its changes recorded: a command (scanned around), or a tool
+        handed the call's context (a file tool records through `ctx.checkpoint`). Any other tool cannot reach
+        the recorder, so it gets none, and a run of such calls never opens the workspace's checkpoint book."""
+        if name in SANDBOXED:
+            return True
+        tool = self.tools.get(name)
+        return tool is not None and bool(tool.context_param)
 
     async def _command(self, book: Book, rec: CallRecorder, inv: Invocation, next: Next[ToolResult]) -> ToolResult:
         """Run a sandboxed command between two scans of the workspace, and record what changed."""

@@ -66,7 +66,7 @@ class ToolPipeline:
         if not agent.vision:
             shaping.append(VisionFallback())
         shaping.append(RepeatNote(scope, self.notes, agent.repeat_limit))
-        shaping.append(Checkpoint(scope))  # what the call changes in the workspace, for `shou undo`
+        shaping.append(Checkpoint(scope, executor.tools))  # what the call changes in the workspace, for `shou undo`
         self.judge: Next[Verdict] = compose(judging, admit)
         self.screen: Next[Verdict] = compose(screening, admit)
         self.run: Next[ToolResult] = compose(shaping, executor.head)
