@@ -32,8 +32,8 @@ from ..events import Notice
 
 if TYPE_CHECKING:
     from ..tools.base import ToolResult
-    from ..tools.registry import ToolSet
     from ..tools.pipeline import Invocation, Next
+    from ..tools.registry import ToolSet
     from .scope import RunScope
 
 __all__ = ["SANDBOXED", "Checkpoint"]
