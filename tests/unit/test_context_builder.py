@@ -135,3 +135,25 @@ def test_embeddings_fuse_with_bm25() -> None:
     scores = rank("cat", docs, lambda texts: [vectors[t] for t in texts])
     assert scores[1] > scores[2]  # no shared word, but close in meaning: lifted by the embedding
     assert rank("cat", docs)[1] == 0  # BM25 alone cannot see it
+
+
+def test_a_short_system_prompt_is_counted_once_not_at_every_step(monkeypatch) -> None:
+    # The system text comes back in every request: encoding it again at each step was most of tiktoken's
+    # work in a short task (issue 35). What is counted stays the same.
+    from shou import Agent, ScriptedModel, tool
+    from shou.context import tokens
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    seen: list[str] = []
+    real = get_encoder("cl100k_base")
+    monkeypatch.setitem(tokens._encoders, "cl100k_base", lambda text: seen.append(text) or real(text))
+    prompt = "You are a calculator. Use the tools."
+    calls = [{"tool_calls": [{"name": "add", "arguments": {"a": i, "b": 1}}]} for i in range(3)]
+    agent = Agent(ScriptedModel([*calls, {"text": "4"}]), [add], prompt)
+    assert agent.run("add things").steps == 4
+    system = [t for t in seen if prompt in t]
+    assert len(system) == 1, f"the system text was encoded {len(system)} times"

@@ -152,6 +152,16 @@ class TokenCounter:
             n = self._texts[text] = self._encode(text)
         return n
 
+    def recurring(self, text: str) -> int:
+        """Tokens in a text that comes back in every request of a run, whatever its length (the system
+        prompt): counted once, where `text` counts a short text again each time (most are seen once)."""
+        n = self._texts.get(text)
+        if n is None:
+            if len(self._texts) > 1024:
+                self._texts.clear()
+            n = self._texts[text] = self._encode(text) if text else 0
+        return n
+
     def specs(self, specs: list[dict[str, Any]]) -> int:
         """Tokens of the tool specs offered in a request (as their JSON). A tool builds its spec once, so the
         same dicts come back in every run: counted by identity, without making their JSON again."""
@@ -165,15 +175,6 @@ class TokenCounter:
         self._specs[key] = (list(specs), n)  # the specs are kept, so their ids cannot name others
         return n
 
-    def _name(self, name: str) -> int:
-        # Tool names are few and come back in every run's calls: kept, where other short texts are not.
-        n = self._texts.get(name)
-        if n is None:
-            if len(self._texts) > 1024:
-                self._texts.clear()
-            n = self._texts[name] = self._encode(name) if name else 0
-        return n
-
     def message(self, m: Message) -> int:
         """Tokens one message costs in a request (content, tool calls, images, framing)."""
         seen = self._ids.get(id(m))  # by identity first: hashing a message walks all its fields
@@ -183,9 +184,10 @@ class TokenCounter:
         if cached is not None:
             self._remember(m, cached)
             return cached
-        n = PER_MESSAGE + self.text(m.text) + PER_IMAGE * len(m.images)
+        text = self.recurring(m.text) if m.role == "system" else self.text(m.text)  # the request's own count of it
+        n = PER_MESSAGE + text + PER_IMAGE * len(m.images)
         for call in m.tool_calls:
-            n += 3 + self._name(call.name) + self.text(call.arguments)
+            n += 3 + self.recurring(call.name) + self.text(call.arguments)  # names come back
         if len(self._cache) > 20_000:
             self._cache.clear()
         self._cache[m] = n
