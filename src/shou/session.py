@@ -240,6 +240,17 @@ class Session:
         if self.store is not None:
             self.store.commit()
 
+    async def commit_together(self) -> None:
+        """`commit()`, in one transaction with the other runs in flight on the store that commit in the same
+        turn of the event loop (store/together.py); at once when there are none."""
+        store = self.store
+        if store is not None:
+            together = getattr(store, "together", None)
+            if together is None:
+                store.commit()
+            else:
+                await together.commit()
+
     flush = commit
 
     # ------------------------------------------------------------------ one process at a time

@@ -160,7 +160,7 @@ def test_budget_makes_no_further_attempt_once_a_billed_failure_leaves_no_room() 
 
 
 class FakeRun:
-    """What the trace control uses of a run: emit, commit, its session's trace keys, the agent's counter."""
+    """What the trace control uses of a run: emit, commit (ahead), its session's trace keys, the agent's counter."""
 
     def __init__(self) -> None:
         self.events: list[Any] = []
@@ -176,6 +176,9 @@ class FakeRun:
 
     def commit(self) -> None:
         self.commits += 1
+
+    async def commit_ahead(self) -> None:
+        self.commit()
 
 
 def test_trace_logs_the_request_before_next_and_the_response_before_the_completion_goes_on() -> None:

@@ -73,6 +73,11 @@ async def test_every_start_is_emitted_and_committed_before_any_call_runs(tmp_pat
 
     run = run_for(tmp_path, [probe], events)
     run.commit = lambda: commits.append(len(events))  # type: ignore[method-assign]
+
+    async def ahead() -> None:  # the commit before the calls run (shared with other runs in flight, if any)
+        commits.append(len(events))
+
+    run.commit_ahead = ahead  # type: ignore[method-assign]
     assert await run.tool_pipeline()(calls(("probe", {"tag": "a"}), ("probe", {"tag": "b"})), turn=True) is None
     assert seen == [2, 2]  # both starts were in what had been committed when either ran
     assert sorted(e.call_id for e in events if isinstance(e, ToolCallFinished)) == ["c0", "c1"]

@@ -144,11 +144,21 @@ class Run:
         """Make everything emitted so far durable: called before every side effect."""
         self.session.commit()
 
+    async def commit_ahead(self) -> None:
+        """`commit()` before a side effect (a model request, tools, the run's end); with other runs in flight on
+        the store, in the transaction that ends the event loop's current turn (store/together.py)."""
+        await self.session.commit_together()
+
     async def execute(self) -> RunFinished:
         """Run to the end; always emits and returns exactly one `RunFinished`."""
+        together = getattr(self.session.store, "together", None)  # counted in flight: its commits may be grouped
+        if together is not None:
+            together.enter()
         try:
             return await self._execute()
         finally:
+            if together is not None:
+                together.leave()
             self.close()
 
     def close(self) -> None:
@@ -205,7 +215,7 @@ class Run:
         self.finish_unfinished(f"the run ended ({status})")
         done = self._finished(status, answer, error, started)
         self.emit(done)
-        self.commit()
+        await self.commit_ahead()
         return done
 
     def _finished(self, status: RunStatus, answer: str, error: str | None, started: float) -> RunFinished:

@@ -82,6 +82,7 @@ class Trace:
         """The call's events, logged; the `Completion` comes last, once the `ModelResponse` is emitted and
         the call's `turn` set."""
         self._request(call)
+        await self.run.commit_ahead()  # every tool result and the request itself are durable before the model sees them
         watch = _Watch()
         try:
             events = next(call)  # inside: a backend that fails before its first event failed this call too
@@ -128,7 +129,6 @@ class Trace:
         run.emit(ModelRequest(call.run_id, call.step, len(call.messages), len(call.tools), call.tokens,
                               call.request_id, model_id(model), provider_of(model), keys, tools_ref,
                               request_params(call.settings), recorder.take(), call.purpose, parent=call.parent))
-        run.commit()  # every tool result and the request itself are durable before the model sees them
 
     def _text(self, call: RunCall, piece: str) -> None:
         # The run's emitter redacts fragments, holding back what could start a secret split across them.

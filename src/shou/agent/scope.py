@@ -31,6 +31,10 @@ class RunScope(Protocol):
         """Make everything emitted so far durable."""
         ...
 
+    async def commit_ahead(self) -> None:
+        """`commit()` before a side effect, in one transaction with the other runs that commit meanwhile."""
+        ...
+
     def finish_unfinished(self, why: str) -> None:
         """Answer every call that is not answered yet, saying `why` it never finished."""
         ...

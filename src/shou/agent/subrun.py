@@ -42,6 +42,10 @@ class SubSession(Session):
         """Make what the sub-run (and its parent) recorded durable, in the parent's log."""
         self._parent.commit()
 
+    async def commit_together(self) -> None:
+        """`commit()`, shared with the other runs in flight on the parent's store."""
+        await self._parent.commit_together()
+
     flush = commit
 
 

@@ -97,6 +97,7 @@ class ToolPipeline:
             self.scope.commit()
             return ending
         self._announce(admitted)
+        await self.scope.commit_ahead()  # the message and its calls are in the log before any can have an effect
         await self._run(admitted)
         return ending
 
@@ -138,7 +139,6 @@ class ToolPipeline:
         for inv in admitted:
             unfinished[inv.call.id] = inv.call
             scope.emit(ToolCallStarted(run_id, step, inv.call))
-        scope.commit()  # the message and its calls are in the log before any of them can have an effect
 
     async def _run(self, admitted: list[Invocation]) -> None:
         scope = self.scope

@@ -13,6 +13,7 @@ from ..errors import UserError
 from ..event_codec import event_from_dict
 from ..events import Event
 from .locks import SessionBusy
+from .together import Together
 
 __all__ = ["DEFAULT_RETENTION_DAYS", "FORK_WRITER", "NOT_STORED", "SessionExists", "SessionInfo", "StoreBasics",
            "decoded"]
@@ -42,6 +43,8 @@ class SessionInfo:
 
 class StoreBasics:
     """What every session store does the same way on top of `rows()` and `lock()`."""
+
+    together: Together | None = None  # the store's group commit (store/together.py), if it has one
 
     def events(self, session: str) -> Iterator[Event]:
         """Every stored event of `session`, oldest first."""

@@ -45,6 +45,7 @@ from .locks import LockFile, SessionBusy, SessionLock, held
 from .retention import PRUNABLE_TYPES, pruned, referenced
 from .sqlite_errors import StoreDamaged, StoreError, StoreUnusable, explain, read_only, unwritable
 from .sqlite_open import MIGRATIONS, behind, open_to_read, open_to_write
+from .together import Together
 
 _log = logging.getLogger(__name__)
 __all__ = ["MIGRATIONS", "LockFile", "SQLiteStore", "SessionBusy", "SessionInfo", "SessionLock", "StoreDamaged",
@@ -115,6 +116,7 @@ class SQLiteStore(StoreBasics):
         self._lost: set[str] = set()  # sessions abandoned by their runs: nothing more of them is written
         self.retention_days = retention_days
         self._lock = threading.Lock()
+        self.together = Together(self)  # runs in flight on it share their commits' transactions
         self.notice = ""  # something the person should be told about the file (it was replaced, ...)
         # Before any session is read from it: a session folds in which request contents its log holds.
         if not readonly:

@@ -1,0 +1,121 @@
+"""Group commit (store/together.py): runs in flight on one store share transactions, and none goes on before
+its own events are committed."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from shou import Agent, ScriptedModel, SQLiteStore, tool
+from shou.store.together import Together
+
+
+def _logged(db: Path, session: str, kind: str) -> int:
+    """Rows of `kind` of `session` another connection sees now: what a kill -9 would leave."""
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT count(*) FROM events WHERE session = ? AND type = ?", (session, kind)).fetchone()[0]
+
+
+def test_concurrent_runs_share_transactions_and_each_call_is_logged_before_it_runs(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = SQLiteStore(db)
+    transactions = 0
+    write = store._write
+
+    def counted(rows: list) -> None:
+        nonlocal transactions
+        transactions += 1
+        write(rows)
+
+    store._write = counted  # type: ignore[method-assign]
+    unlogged: list[str] = []
+
+    @tool
+    def mark(session: str) -> str:
+        """Note that the call ran."""
+        if _logged(db, session, "tool_call_started") != 1:  # its start is durable before it has any effect
+            unlogged.append(session)
+        return "ok"
+
+    async def one(i: int) -> str:
+        model = ScriptedModel([{"tool_calls": [{"name": "mark", "arguments": {"session": f"s{i}"}}]}, {"text": "done"}])
+        agent = Agent(model, [mark], workspace=tmp_path, store=store)
+        return (await agent.arun("go", session=f"s{i}")).answer
+
+    async def main() -> list[str]:
+        return await asyncio.gather(*(one(i) for i in range(20)))
+
+    assert asyncio.run(main()) == ["done"] * 20
+    assert unlogged == []
+    for i in range(20):  # the whole log of every run, as alone
+        assert _logged(db, f"s{i}", "run_finished") == 1 and _logged(db, f"s{i}", "model_request") == 2
+    # Alone, each run commits at its 2 requests, before its tools and at its end: 4 transactions each.
+    assert transactions < 20 * 4 / 2, f"{transactions} transactions for 20 runs in flight"
+    assert store.together is not None and store.together.running == 0
+
+
+class _Log:
+    """A committer that records its transactions and can fail."""
+
+    def __init__(self) -> None:
+        self.commits = 0
+        self.fail: Exception | None = None
+
+    def commit(self) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.commits += 1
+
+
+def test_a_lone_run_commits_at_once_and_a_group_commits_once() -> None:
+    log = _Log()
+    together = Together(log)
+
+    async def main() -> None:
+        together.enter()
+        await together.commit()  # alone: before the next line, with no turn of the loop in between
+        assert log.commits == 1
+        together.enter()
+        await asyncio.gather(*(together.commit() for _ in range(5)))
+        assert log.commits == 2
+
+    asyncio.run(main())
+
+
+def test_a_failed_group_fails_every_run_in_it_and_the_next_commit_tries_again() -> None:
+    log = _Log()
+    together = Together(log)
+    together.enter()
+    together.enter()
+
+    async def main() -> None:
+        log.fail = OSError(28, "No space left on device")
+        results = await asyncio.gather(*(together.commit() for _ in range(3)), return_exceptions=True)
+        assert [type(r) for r in results] == [OSError] * 3
+        log.fail = None
+        await together.commit()
+        assert log.commits == 1
+
+    asyncio.run(main())
+
+
+def test_a_run_cancelled_while_it_waits_does_not_cancel_the_others_commit() -> None:
+    log = _Log()
+    together = Together(log)
+    together.enter()
+    together.enter()
+
+    async def main() -> None:
+        first = asyncio.ensure_future(together.commit())
+        second = asyncio.ensure_future(together.commit())
+        await asyncio.sleep(0)  # both wait on the group now
+        first.cancel()
+        await second
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert log.commits == 1
+
+    asyncio.run(main())
