@@ -52,3 +52,17 @@ def test_a_secret_set_in_the_environment_is_redacted_by_the_next_agent(tmp_path:
     after = Agent(model, [ping], workspace=tmp_path)
     assert after.config is not before.config
     assert "sk-shared-test" not in after.redactor.text("key sk-shared-test-0123456789abcdef")
+
+
+def test_a_secret_changed_in_place_is_redacted_and_an_unchanged_environment_shares(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = ScriptedModel([{"text": "x"}])
+    monkeypatch.setenv("SHARED_TEST_API_KEY", "sk-first-value-0123456789abcdef")
+    first = Agent(model, [ping], workspace=tmp_path)
+    assert Agent(model, [ping], workspace=tmp_path).config is first.config  # nothing changed: shared
+    monkeypatch.setenv("SHARED_TEST_API_KEY", "sk-other-value-0123456789abcdef")  # same name, same count
+    second = Agent(model, [ping], workspace=tmp_path)
+    assert second.config is not first.config
+    assert "sk-other-value" not in second.redactor.text("key sk-other-value-0123456789abcdef")
+    monkeypatch.setenv("SHARED_TEST_API_KEY", "sk-other-value-0123456789abcdef")  # set again, equal: shared
+    assert Agent(model, [ping], workspace=tmp_path).config is second.config

@@ -355,6 +355,7 @@ FIELDS = frozenset(f.name for f in fields(AgentConfig) if f.init)
 _MADE: dict[tuple[Any, ...], tuple[AgentConfig, tuple[Any, ...]]] = {}
 _MADE_MOST = 64
 _PLAIN = (str, int, float, bool, type(None), Path)
+_MUTABLE = (list, dict, set, bytearray)
 
 
 def made_config(model: Any, tools: Any, instructions: str | None, fields: Mapping[str, Any]) -> AgentConfig:
@@ -366,12 +367,15 @@ def made_config(model: Any, tools: Any, instructions: str | None, fields: Mappin
     another object while the entry lives. Anything unusual (an unhashable value) is simply made anew."""
     from ..known_secrets import environment_version
 
-    if any(isinstance(v, list | dict | set | bytearray) for v in fields.values()):
-        return AgentConfig(model, tools, instructions, **fields)  # may change after: never taken by identity
+    values = []
+    for k, v in fields.items():
+        if isinstance(v, _MUTABLE):
+            return AgentConfig(model, tools, instructions, **fields)  # may change after: never taken by identity
+        values.append((k, v if isinstance(v, _PLAIN) else id(v)))
+    values.sort()  # the same keywords in another order are the same config
     try:
-        tool_ids = tuple(id(t) for t in tools) if not isinstance(tools, ToolSet) else (id(tools),)
-        values = tuple(sorted((k, v if isinstance(v, _PLAIN) else id(v)) for k, v in fields.items()))
-        key = (id(model), tool_ids, instructions, values, environment_version())
+        tool_ids = tuple(map(id, tools)) if not isinstance(tools, ToolSet) else (id(tools),)
+        key = (id(model), tool_ids, instructions, tuple(values), environment_version())
         hash(key)
     except TypeError:
         return AgentConfig(model, tools, instructions, **fields)
