@@ -229,3 +229,42 @@ def test_a_broken_lock_connection_fences_its_sessions(postgres_url: str) -> None
     finally:
         a.close()
         b.close()
+
+
+def test_runs_in_flight_share_commits_and_every_log_is_whole(open_store, tmp_path: Path) -> None:
+    # Group commit (store/together.py): ten runs at once on one store need far fewer transactions than ten alone,
+    # and each run's log is as complete as if it ran alone.
+    import asyncio
+
+    from shou import Agent, ScriptedModel, tool
+
+    store = open_store()
+    commits = 0
+    real = store.commit
+
+    def counted() -> None:
+        nonlocal commits
+        commits += store.pending
+        real()
+
+    store.commit = counted
+
+    @tool
+    def double(n: int) -> int:
+        """Double a number."""
+        return 2 * n
+
+    async def one(i: int) -> str:
+        model = ScriptedModel([{"tool_calls": [{"name": "double", "arguments": {"n": i}}]}, {"text": f"{2 * i}"}])
+        return (await Agent(model, [double], workspace=tmp_path, store=store).arun("double", f"g{i}")).answer
+
+    async def all_at_once() -> list[str]:
+        return await asyncio.gather(*(one(i) for i in range(10)))
+
+    assert asyncio.run(all_at_once()) == [str(2 * i) for i in range(10)]
+    reader = open_store()
+    for i in range(10):
+        kinds = [e.type for e in reader.events(f"g{i}")]
+        assert kinds.count("model_request") == 2 and kinds.count("tool_call_finished") == 1, kinds
+        assert kinds[-1] == "run_finished"
+    assert commits < 10 * 4 / 2, f"{commits} transactions for 10 runs in flight (alone: 4 each)"

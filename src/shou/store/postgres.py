@@ -43,6 +43,7 @@ from .basics import (
 from .locks import SessionBusy
 from .pg_link import Link, connect, is_connection_error, migrate_pg, safe_url
 from .retention import PRUNABLE_TYPES, pruned, referenced
+from .together import Together
 
 __all__ = ["PostgresStore", "connect", "migrate_pg"]
 
@@ -133,6 +134,7 @@ class PostgresStore(StoreBasics):
         self._locker = self._writer
         self.committed: dict[str, int] = {}  # session -> the id of its last row this object wrote
         self._lock = threading.Lock()
+        self.together = Together(self)  # runs in flight share their commits' round trips (store/together.py)
         self._frozen = False
         self.retention_days = retention_days
         self.notice = ""
