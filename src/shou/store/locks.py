@@ -38,16 +38,14 @@ class LockFile:
     def take(self, session: str) -> SessionLock:
         """Lock `session`'s byte; `SessionBusy` when someone holds it."""
         offset = self._offset(session)
-        busy = SessionBusy(f"session {session!r} is being run by another shou process or run; wait for it to "
-                           "finish, or use another session (--session NAME)")
         if offset in self.held:
-            raise busy
+            raise _busy(session)
         try:
             self._fcntl(fcntl.F_OFD_SETLK, fcntl.F_WRLCK, offset)
         except OSError as e:
             if e.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-            raise busy from None
+            raise _busy(session) from None
         self.held.add(offset)
         return SessionLock(self, offset, session)
 
@@ -56,6 +54,11 @@ class LockFile:
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)
+
+
+def _busy(session: str) -> SessionBusy:
+    return SessionBusy(f"session {session!r} is being run by another shou process or run; wait for it to finish, "
+                       "or use another session (--session NAME)")
 
 
 class SessionLock:
