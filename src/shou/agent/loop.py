@@ -254,29 +254,25 @@ class Run:
 
     async def _steps(self) -> tuple[RunStatus, str, str | None]:
         agent = self.agent
-        tools = self.tool_pipeline()
-        ctx = tools.ctx
         context = RequestMaker(self)
         check = self.answer_checker(self, context.pinned) if self.answer_checker is not None else None
         if self.resume is None:
             context.recall(self.task)
         else:
-            ended = await self._pick_up(tools, check)
+            ended = await self._pick_up(self.tool_pipeline(), check)
             if ended is not None:
                 return ended
         run_id = self.run_id
         while True:
             if self.handed_to is not None:  # the last turn handed over: another agent answers from here
                 self.take_over(self.handed_to)
-                tools, context = self.tool_pipeline(), self._request_maker(context)
-                agent, ctx = self.agent, tools.ctx
+                context, agent = self._request_maker(context), self.agent
             if self.step >= agent.max_steps:
                 # self.step, not the limit: an agent handed the run may have a lower one than the steps already done
                 return "max_steps", "", f"stopped after {self.step} steps without a final answer"
             self.step += 1
             step = self.step
             messages, specs, tokens = await context.messages(step)
-            ctx.state["working_memory"] = self.session.working_memory
             if self.step_tools:
                 specs = [*specs, *self.step_tools]
             tokens += self.step_tokens
@@ -302,6 +298,10 @@ class Run:
                 if not isinstance(verdict, tuple):
                     continue  # turned down: the errors are the call's result, and the loop goes on
                 return verdict
+            # Composed at the run's first tool call, not before its first request: a run waiting for the model holds
+            # no pipeline, and a run that only answers never makes one (issue 35: ~5 KiB of a parked session).
+            tools = self.tool_pipeline()
+            tools.ctx.state["working_memory"] = self.session.working_memory
             ended = await tools(message.tool_calls, turn=True, oversized=turn.oversized)
             self.emit(StepFinished(run_id, step, self.usage))
             if ended is not None:
