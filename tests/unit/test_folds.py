@@ -37,7 +37,7 @@ from shou.events import (
     ToolCallStarted,
 )
 from shou.messages import ImagePart, Message, ToolCall
-from shou.session import Session
+from shou.session import MessageFold, Session
 from shou.store.sqlite import SQLiteStore
 from shou.usage import Usage
 
@@ -371,8 +371,18 @@ def test_the_checks_catch_a_fold_that_adds_results_as_they_come(monkeypatch: pyt
         check_conversation(good)
     monkeypatch.setattr(ConversationFold, "on_call_finished",
                         lambda self, event: self.messages.extend(tool_messages(event)))
+    monkeypatch.setattr(MessageFold, "_tables", None)  # built once per process: again, with the broken handler
     broken = Session()
     with pytest.raises(AssertionError, match="answered by"):
         for event in log:
             broken._fold.apply(event)
             check_conversation(broken)
+
+
+def test_sessions_share_one_dispatch_table_and_hold_only_their_folds() -> None:
+    """Every in-flight session has a fold: its dispatch is the process's (issue 35), its state its own."""
+    one, two = Session(), Session()
+    one._fold.apply(RunStarted("run_d", "s", "one", "m"))
+    assert one._fold._tables is two._fold._tables
+    assert one.messages == [Message.user("one")] and two.messages == [] and two.open_run is None
+    assert all(not callable(getattr(one._fold, name)) for name in MessageFold.__slots__)
