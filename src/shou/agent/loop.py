@@ -145,9 +145,50 @@ class Run:
         self.session.commit()
 
     async def execute(self) -> RunFinished:
-        """Run to the end; always emits and returns exactly one `RunFinished`."""
+        """Run to the end; always emits and returns exactly one `RunFinished`, then lets go of the run (`close()`).
+        One coroutine, not one around another: a run waiting for the model holds every frame of its stack."""
         try:
-            return await self._execute()
+            started = time.perf_counter()
+            # the servers' tools join the run's agent before the run announces its tools
+            self.agent, problems = await with_servers(self.agent)
+            self.main = self.agent
+            if self.resume is not None and self.resume.agent != MAIN_AGENT:
+                problems = [*problems, *self._handed_back(self.resume.agent)]
+            agent = self.agent
+            if self.resume is None:
+                self.emit(RunStarted(self.run_id, self.session.name, self.task, agent.model.name,
+                                     tuple(agent.tools.names), time.time()))
+            else:
+                self.emit(RunResumed(self.run_id, self.session.name, self.step, time.time()))
+            for kind, problem in problems:
+                self.emit(Notice(self.run_id, self.step, kind, problem))
+            # No commit here: the first model request commits the task with itself, and the consumer commits
+            # anything it is shown before that.
+            status: RunStatus = "error"
+            answer = ""
+            error: str | None = None
+            try:
+                async with asyncio.timeout(agent.run_timeout):
+                    status, answer, error = await (self._steps() if self.drive is None else self.drive(self))
+            except TimeoutError:
+                status, error = "timeout", f"the run passed its deadline of {agent.run_timeout:g} s"
+            except ModelError as e:
+                status, error = "error", str(e)
+            except Exception as e:  # a bug in a model backend or in shou: end the run cleanly, state saved
+                if _store_failed(e):  # the log cannot be written (a full disk, the database away): stop as a kill
+                    raise  # would, so the run is resumed from its log once that is fixed, not recorded as failed
+                status, error = "error", f"internal error: {type(e).__name__}: {e}"
+            except asyncio.CancelledError:
+                self.finish_unfinished("the run was cancelled")
+                done = self._finished("cancelled", "", "the run was cancelled", started)
+                self.emit(done)
+                self.commit()
+                raise
+            self.finish_unfinished(f"the run ended ({status})")
+            done = self._finished(status, answer, error, started)
+            self.emit(done)
+            self.commit()
+            return done
         finally:
             self.close()
 
@@ -164,49 +205,6 @@ class Run:
             tools.ctx.state.pop("shou.run", None)
             tools.ctx.events = None
         self.caller.close()
-
-    async def _execute(self) -> RunFinished:
-        started = time.perf_counter()
-        # the servers' tools join the run's agent before the run announces its tools
-        self.agent, problems = await with_servers(self.agent)
-        self.main = self.agent
-        if self.resume is not None and self.resume.agent != MAIN_AGENT:
-            problems = [*problems, *self._handed_back(self.resume.agent)]
-        agent = self.agent
-        if self.resume is None:
-            self.emit(RunStarted(self.run_id, self.session.name, self.task, agent.model.name,
-                                 tuple(agent.tools.names), time.time()))
-        else:
-            self.emit(RunResumed(self.run_id, self.session.name, self.step, time.time()))
-        for kind, problem in problems:
-            self.emit(Notice(self.run_id, self.step, kind, problem))
-        # No commit here: the first model request commits the task with itself, and the consumer commits
-        # anything it is shown before that.
-        status: RunStatus = "error"
-        answer = ""
-        error: str | None = None
-        try:
-            async with asyncio.timeout(agent.run_timeout):
-                status, answer, error = await (self._steps() if self.drive is None else self.drive(self))
-        except TimeoutError:
-            status, error = "timeout", f"the run passed its deadline of {agent.run_timeout:g} s"
-        except ModelError as e:
-            status, error = "error", str(e)
-        except Exception as e:  # a bug in a model backend or in shou: end the run cleanly, state saved
-            if _store_failed(e):  # the log cannot be written (a full disk, the database away): stop as a kill
-                raise  # would, so the run is resumed from its log once that is fixed, not recorded as failed
-            status, error = "error", f"internal error: {type(e).__name__}: {e}"
-        except asyncio.CancelledError:
-            self.finish_unfinished("the run was cancelled")
-            done = self._finished("cancelled", "", "the run was cancelled", started)
-            self.emit(done)
-            self.commit()
-            raise
-        self.finish_unfinished(f"the run ended ({status})")
-        done = self._finished(status, answer, error, started)
-        self.emit(done)
-        self.commit()
-        return done
 
     def _finished(self, status: RunStatus, answer: str, error: str | None, started: float) -> RunFinished:
         return RunFinished(self.run_id, status, answer, self.step, self.usage, time.perf_counter() - started, error)
