@@ -386,3 +386,20 @@ def test_sessions_share_one_dispatch_table_and_hold_only_their_folds() -> None:
     assert one._fold._tables is two._fold._tables
     assert one.messages == [Message.user("one")] and two.messages == [] and two.open_run is None
     assert all(not callable(getattr(one._fold, name)) for name in MessageFold.__slots__)
+
+
+def test_an_unanswered_request_is_kept_whole_but_for_its_contents() -> None:
+    """The requests fold keeps each waiting request without the contents it logged (issue 35), and nothing else
+    of it lost: every other field, a field added to `ModelRequest` later included, is the request's."""
+    import dataclasses
+
+    values: dict[str, object] = {}
+    for f in dataclasses.fields(ModelRequest):
+        values[f.name] = {"str": f"v-{f.name}", "int": len(f.name)}.get(str(f.type), (f"v-{f.name}",))
+    values.update(params={"temperature": 0.5}, contents={"h1": {"role": "user", "content": "x"}}, run_id="run_e")
+    request = ModelRequest(**values)  # type: ignore[arg-type]
+    session = Session()
+    session._fold.apply(request)
+    kept = session._fold.requests.asked["run_e"]
+    assert kept == dataclasses.replace(request, contents=None) and kept.contents is None
+    assert session.trace_keys == {"h1"}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..context.builder import ContextPolicy, blocks_of
 from ..context.tokens import TokenCounter
 from ..errors import UserError
-from ..events import Compacted, Event, Notice, RunStatus
+from ..events import Compacted, Event, Notice, RunFinished, RunStatus
 from ..models.base import Model, ModelSettings
 from ..pricing import PriceTable
 from ..redact import Redactor
@@ -251,11 +251,7 @@ class Agent:
     async def _stream(self, task: str, session: Session | str | None, *, resume: bool,
                       run_id: str | None = None) -> AsyncIterator[Event]:
         """The run's events as they happen (`_run_to_end()` is the same run with no consumer)."""
-        if not isinstance(session, Session):
-            session = self.session(session)
-        owned = not session.locked
-        if owned:
-            session.acquire()  # one process at a time: SessionBusy if another has it
+        session, owned = self._hold(session)
         try:
             queue: asyncio.Queue[Event | None] = asyncio.Queue()
             run = self._new_run(task, session, resume, queue.put_nowait, run_id)
@@ -286,12 +282,8 @@ class Agent:
         """`_stream()` drained: the same run (the same emitter, log and observers), to its end. Only its end is
         wanted, so no consumer is handed the events, and the run needs no task of its own, no queue and no
         generator between it and the caller (a run waiting for the model holds none: issue 35). Its own
-        `RunFinished` says how it went."""
-        if not isinstance(session, Session):
-            session = self.session(session)
-        owned = not session.locked
-        if owned:
-            session.acquire()  # one process at a time: SessionBusy if another has it
+        `RunFinished` says how it went. `arun()` is this with `resume` false, written out: one frame less."""
+        session, owned = self._hold(session)
         try:
             run = self._new_run(task, session, resume, None, run_id)
             try:
@@ -301,6 +293,18 @@ class Agent:
         finally:
             if owned:
                 session.release()
+        return self._result(done, session)
+
+    def _hold(self, session: Session | str | None) -> tuple[Session, bool]:
+        """The session to run on, held by this process, and whether it was taken here (to give back after)."""
+        if not isinstance(session, Session):
+            session = self.session(session)
+        owned = not session.locked
+        if owned:
+            session.acquire()  # one process at a time: SessionBusy if another has it
+        return session, owned
+
+    def _result(self, done: RunFinished, session: Session) -> RunResult:
         spec = self.config.output
         output = spec.output(done.status, done.answer) if spec is not None else None
         return RunResult(done.status, done.answer, done.steps, done.usage, done.wall_time, done.error,
@@ -309,7 +313,18 @@ class Agent:
     async def arun(self, task: str, session: Session | str | None = None) -> RunResult:
         """Run `task` to the end and return how it went."""
         _check_task(task)
-        return await self._run_to_end(task, session, resume=False)
+        # `_run_to_end(task, session, resume=False)` written out: a run waiting for the model holds one frame less
+        session, owned = self._hold(session)
+        try:
+            run = self._new_run(task, session, False, None)
+            try:
+                done = await run.execute()
+            finally:
+                session.commit()
+        finally:
+            if owned:
+                session.release()
+        return self._result(done, session)
 
     async def aresume(self, session: Session | str) -> RunResult:
         """`stream_resume()` to the end: continue a killed run and return how it went."""

@@ -22,6 +22,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,7 @@ from ..store.pg_link import is_connection_error
 from ..store.sqlite_errors import StoreError
 from ..tools.base import ToolContext
 from ..tools.executor import DEFAULT_TIMEOUT, ToolExecutor
-from ..usage import Usage
+from ..usage import NO_USAGE
 from .budget import Accounts, Budget
 from .emitter import Emitter
 from .request import RequestMaker
@@ -65,6 +66,7 @@ CUT_CALL = ("Error: not run: your reply was cut off at the output limit before t
 CUT_TEXT = ("[shou] Your last reply was cut off at the output limit (finish_reason: length) and is incomplete. "
             "Continue with less per step: a shorter answer, or the next part only.")
 Ending = tuple[RunStatus, str, str | None]  # how a run ended: its status, answer and error
+_NO_CALLS: frozenset[str] = frozenset()
 
 
 def new_run_id() -> str:
@@ -90,9 +92,11 @@ class Run:
         self.run_id = resume.run_id if resume is not None else run_id or new_run_id()
         self.emitter = Emitter(session, agent.redactor, agent.observers, emit)
         self.step = resume.step if resume is not None else 0
-        self.usage = resume.usage if resume is not None else Usage()
+        self.usage = resume.usage if resume is not None else NO_USAGE
         self.unfinished: dict[str, ToolCall] = {}
-        self.entered: set[str] = set()  # ids of the calls whose tool began to run (the executor adds them)
+        # ids of the calls whose tool began to run (the executor adds them): a set of its own from the first tool
+        # call's pipeline (`tools_and_context`), the shared empty one while the run waits for the model
+        self.entered: AbstractSet[str] = _NO_CALLS
         self.truncated = 0
         self._tools: ToolPipeline | None = None  # composed at the run's first tool call
         self.accounts = Accounts(agent.prices, self._budgets() if budgets is None else budgets,
@@ -224,9 +228,11 @@ class Run:
     def tools_and_context(self) -> tuple[ToolExecutor, ToolContext]:
         """The executor and the context the run's tool calls get."""
         agent = self.agent
+        entered = self.entered if isinstance(self.entered, set) else set(self.entered)  # one set for every pipeline
+        self.entered = entered
         executor = ToolExecutor(agent.tools, timeout=agent.tool_timeout or DEFAULT_TIMEOUT, cap=agent.tool_timeout,
                                 concurrency=agent.max_parallel_tools, spill_chars=agent.context.spill_chars,
-                                started=self.entered)
+                                started=entered)
         ctx = ToolContext(agent.workspace, self.session.name, self.run_id, agent.settings,
                           session_key=self.session.key, read_outside=partial(open_user_skill_file, agent.settings),
                           events=self)  # what a tool reports while it works (a remote agent's progress)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..events import (
@@ -30,7 +30,7 @@ from ..events import (
 )
 from ..messages import Message, ToolCall
 from ..setting_tables import MAIN_AGENT
-from ..usage import Usage
+from ..usage import NO_USAGE, Usage
 from .spending import spent_by
 
 __all__ = ["OpenRun", "OpenRunFold"]
@@ -49,7 +49,7 @@ class OpenRun:
     run_id: str
     task: str
     step: int = 0
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = NO_USAGE
     calls: tuple[ToolCall, ...] = ()
     started: AbstractSet[str] = _NONE
     finished: AbstractSet[str] = _NONE
