@@ -403,3 +403,20 @@ def test_an_unanswered_request_is_kept_whole_but_for_its_contents() -> None:
     kept = session._fold.requests.asked["run_e"]
     assert kept == dataclasses.replace(request, contents=None) and kept.contents is None
     assert session.trace_keys == {"h1"}
+
+
+def test_empty_fold_tables_are_shared_and_never_filled() -> None:
+    """The folds' empty tables are one shared dict (issue 35) that refuses to be filled: a session that adds to
+    one gets a dict of its own, and every other session's stays empty."""
+    import copy
+
+    from shou.events import InputRequested
+    from shou.folds.vacant import VACANT, owned
+
+    with pytest.raises(TypeError):
+        VACANT["x"] = 1
+    assert owned(VACANT) is not VACANT and copy.deepcopy(VACANT) is VACANT
+    one, two = Session(), Session()
+    assert one.pending_questions is two.pending_questions is VACANT
+    one._fold.apply(InputRequested("run_f", 1, "c1", "which one?"))
+    assert list(one.pending_questions) == ["c1"] and two.pending_questions == {} and VACANT == {}
