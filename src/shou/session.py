@@ -16,7 +16,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .errors import UserError
 from .events import ApprovalDecided, ApprovalRequested, Event, InputAnswered, InputRequested, ModelRequest
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from .store.sqlite import SessionLock, SQLiteStore
 
 Handler = Callable[[Any], None]
+Entry = tuple[int, Callable[[Any, Any], None]]  # the fold's place in `MessageFold._folds`, its class's handler
+Table = dict[type, tuple[Entry, ...]]
 
 __all__ = ["INTERRUPTED", "MessageFold", "OpenRun", "Session", "fork_session", "new_session_name", "tool_messages"]
 
@@ -82,12 +84,15 @@ class MessageFold:
     """Folds events into the session's state, kept by small folds of one concern each (`shou.folds`): the
     conversation, the open run, spending, approvals, the scratchpad and the requests the log holds.
 
-    Each event goes to the handlers of its type only, looked up in a table built once per fold: this runs on
-    every event of every run and on every session load. A sub-run's events (`parent` set) have their own
-    context: only spending, the requests and the open run's `subs` and `usage` read them.
+    Each event goes to the handlers of its type only, looked up in a table built once per process (a fold's
+    handlers are its class's methods, the same for every instance): this runs on every event of every run and
+    on every session load, and every in-flight session would otherwise hold two tables of bound methods (issue
+    35: ~4 KiB of a parked one). A sub-run's events (`parent` set) have their own context: only spending, the
+    requests and the open run's `subs` and `usage` read them.
     """
 
-    __slots__ = ("_own", "_sub", "approvals", "conversation", "questions", "requests", "run", "scratch", "spending")
+    __slots__ = ("_folds", "approvals", "conversation", "questions", "requests", "run", "scratch", "spending")
+    _tables: ClassVar[tuple[Table, Table] | None] = None  # (a run's own events, a sub-run's)
 
     def __init__(self) -> None:
         self.requests = RequestsFold()
@@ -98,20 +103,22 @@ class MessageFold:
         self.run = OpenRunFold()
         self.conversation = ConversationFold(self.run)
         # Order matters: the conversation reads the open run before it records the run's end.
-        own = [fold.handlers() for fold in (self.requests, self.spending, self.scratch, self.approvals,
-                                            self.questions, self.conversation, self.run)]
-        self._own = _table(own, ())
-        self._sub = _table(own[:2], (self.run.on_sub,))
+        self._folds = (self.requests, self.spending, self.scratch, self.approvals, self.questions, self.conversation,
+                       self.run)
+        if MessageFold._tables is None:
+            MessageFold._tables = _tables(self._folds, self.run.on_sub)
 
     def apply(self, event: Event) -> None:
         """Update the state with one event."""
-        table = self._sub if event.parent else self._own
+        own, sub = self._tables  # type: ignore[misc]  # set by the first __init__
+        table = sub if event.parent else own
         handlers = table.get(type(event))
         if handlers is None:  # a type no fold handles, or a subclass of one: gets its nearest base's handlers
             base = next(k for k in type(event).__mro__ if k in table)  # Event is always there
             handlers = table[type(event)] = table[base]
-        for handle in handlers:
-            handle(event)
+        folds = self._folds
+        for i, handle in handlers:
+            handle(folds[i], event)
 
     @property
     def messages(self) -> list[Message]:
@@ -124,12 +131,24 @@ class MessageFold:
         return self.run.run
 
 
-def _table(folds: list[dict[type, Handler]], last: tuple[Handler, ...]) -> dict[type, tuple[Handler, ...]]:
+def _tables(folds: tuple[Any, ...], on_sub: Handler) -> tuple[Table, Table]:
+    """The tables of `MessageFold.apply`, from one instance's `folds` (in their order) and the open run's `on_sub`
+    (which takes every sub-run event, after spending's and the requests')."""
+    where = {id(fold): i for i, fold in enumerate(folds)}
+
+    def unbound(handle: Handler) -> tuple[int, Callable[[Any, Any], None]]:
+        return where[id(handle.__self__)], handle.__func__  # type: ignore[attr-defined]
+
+    own = [{kind: unbound(handle) for kind, handle in fold.handlers().items()} for fold in folds]
+    return _table(own, ()), _table(own[:2], (unbound(on_sub),))
+
+
+def _table(folds: list[dict[type, Entry]], last: tuple[Entry, ...]) -> Table:
     """Event type -> the handlers that want it, in the folds' order, then `last` (which takes every type).
 
-    Only the types some fold handles, and `Event`, are entered: every session has two of these tables, and
-    another type gets `Event`'s entry (`last` alone) the first time one comes (`MessageFold.apply`)."""
-    table: dict[type, tuple[Handler, ...]] = {Event: ()}
+    Only the types some fold handles, and `Event`, are entered: another type gets `Event`'s entry (`last` alone)
+    the first time one comes (`MessageFold.apply`)."""
+    table: Table = {Event: ()}
     for handlers in folds:
         for kind, handle in handlers.items():
             table[kind] = (*table.get(kind, ()), handle)

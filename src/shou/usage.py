@@ -63,6 +63,7 @@ class Usage:
                    data.get("estimated") is True, _count(data.get("cached_tokens")), cost)
 
 
+NO_USAGE = Usage()  # one for every run and session that has spent nothing yet (a Usage is never changed)
 MOST_TOKENS = 2**53  # more tokens than any reply has; beyond it a count would not even survive JSON
 
 

@@ -37,7 +37,7 @@ from shou.events import (
     ToolCallStarted,
 )
 from shou.messages import ImagePart, Message, ToolCall
-from shou.session import Session
+from shou.session import MessageFold, Session
 from shou.store.sqlite import SQLiteStore
 from shou.usage import Usage
 
@@ -371,8 +371,52 @@ def test_the_checks_catch_a_fold_that_adds_results_as_they_come(monkeypatch: pyt
         check_conversation(good)
     monkeypatch.setattr(ConversationFold, "on_call_finished",
                         lambda self, event: self.messages.extend(tool_messages(event)))
+    monkeypatch.setattr(MessageFold, "_tables", None)  # built once per process: again, with the broken handler
     broken = Session()
     with pytest.raises(AssertionError, match="answered by"):
         for event in log:
             broken._fold.apply(event)
             check_conversation(broken)
+
+
+def test_sessions_share_one_dispatch_table_and_hold_only_their_folds() -> None:
+    """Every in-flight session has a fold: its dispatch is the process's (issue 35), its state its own."""
+    one, two = Session(), Session()
+    one._fold.apply(RunStarted("run_d", "s", "one", "m"))
+    assert one._fold._tables is two._fold._tables
+    assert one.messages == [Message.user("one")] and two.messages == [] and two.open_run is None
+    assert all(not callable(getattr(one._fold, name)) for name in MessageFold.__slots__)
+
+
+def test_an_unanswered_request_is_kept_whole_but_for_its_contents() -> None:
+    """The requests fold keeps each waiting request without the contents it logged (issue 35), and nothing else
+    of it lost: every other field, a field added to `ModelRequest` later included, is the request's."""
+    import dataclasses
+
+    values: dict[str, object] = {}
+    for f in dataclasses.fields(ModelRequest):
+        values[f.name] = {"str": f"v-{f.name}", "int": len(f.name)}.get(str(f.type), (f"v-{f.name}",))
+    values.update(params={"temperature": 0.5}, contents={"h1": {"role": "user", "content": "x"}}, run_id="run_e")
+    request = ModelRequest(**values)  # type: ignore[arg-type]
+    session = Session()
+    session._fold.apply(request)
+    kept = session._fold.requests.asked["run_e"]
+    assert kept == dataclasses.replace(request, contents=None) and kept.contents is None
+    assert session.trace_keys == {"h1"}
+
+
+def test_empty_fold_tables_are_shared_and_never_filled() -> None:
+    """The folds' empty tables are one shared dict (issue 35) that refuses to be filled: a session that adds to
+    one gets a dict of its own, and every other session's stays empty."""
+    import copy
+
+    from shou.events import InputRequested
+    from shou.folds.vacant import VACANT, owned
+
+    with pytest.raises(TypeError):
+        VACANT["x"] = 1
+    assert owned(VACANT) is not VACANT and copy.deepcopy(VACANT) is VACANT
+    one, two = Session(), Session()
+    assert one.pending_questions is two.pending_questions is VACANT
+    one._fold.apply(InputRequested("run_f", 1, "c1", "which one?"))
+    assert list(one.pending_questions) == ["c1"] and two.pending_questions == {} and VACANT == {}

@@ -141,3 +141,22 @@ async def test_no_connection_at_all_is_retried_briefly_while_failures_mid_reply_
     await model.aclose()
     assert [type(e) for e in events] == [Retrying, Retrying]
     assert RetryPolicy().max_retries == 8 and RetryPolicy().max_unreachable_retries == 2
+
+
+def test_prepared_body_holds_its_length_not_the_encoders_buffer() -> None:
+    """A call holds its encoded body until the reply comes: it must cost its length, not orjson's buffer (4 KiB
+    at least, ~10x a long text), which is what thousands of parked calls otherwise hold (issue 35)."""
+    import tracemalloc
+
+    from shou.models.openai_compat import _dumps
+
+    for body in ({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, {"content": "x" * 50_000}):
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            data = _dumps(body)
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert data.startswith(b"{") and data.endswith(b"}")
+        assert held < len(data) + 200, (held, len(data))

@@ -18,6 +18,7 @@ from shou.messages import ToolCall
 from shou.models.scripted import ScriptedModel
 from shou.permissions import Policy
 from shou.session import Session
+from shou.tools.base import ToolContext
 
 WORDS = {"Repeats": "repeat guard", "SizeLimit": "size limit", "PolicyCheck": "policy", "Approval": "approval",
          "InputGate": "question", "InputAnswer": "answer",
@@ -188,3 +189,44 @@ def test_the_loop_names_no_control() -> None:
     imported = {a.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom) for a in n.names}
     controls_ = {*tool_controls.__all__, *controls.__all__, "RepeatGuard", "Gate", "without_image"}
     assert not (names | imported) & controls_
+
+
+async def test_the_pipeline_is_composed_at_the_first_tool_call_and_tools_see_the_working_memory(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A run waiting for the model holds no tool pipeline (issue 35: thousands of parked runs), and one that only
+    answers never makes one; a run that calls tools makes it once, and its tools see the session's scratchpad
+    (written by an earlier run: the new run's context gets it from the session, not from the tool)."""
+    from shou.agent import loop
+    from shou.tools.builtin.working_memory import working_memory
+
+    made: list[object] = []
+
+    class Counted(toolpipe.ToolPipeline):
+        __slots__ = ()
+
+        def __init__(self, *args: Any) -> None:
+            made.append(self)
+            super().__init__(*args)
+
+    monkeypatch.setattr(loop, "ToolPipeline", Counted)
+    seen: list[object] = []
+
+    @tool
+    def peek(ctx: ToolContext) -> str:
+        """Say what the working memory holds."""
+        seen.append(ctx.state.get("working_memory"))
+        return "ok"
+
+    answers = Agent(ScriptedModel([{"text": "done"}]), [peek], workspace=tmp_path, policy=Policy())
+    assert (await answers.arun("t")).answer == "done"
+    assert made == []
+    session = Session(None, None)
+    note = Agent(ScriptedModel([{"tool_calls": [{"name": "working_memory", "arguments": {"content": "milk"}}]},
+                                {"text": "noted"}]), [working_memory], workspace=tmp_path, policy=Policy())
+    assert (await note.arun("t", session)).answer == "noted"
+    calling = Agent(ScriptedModel([{"tool_calls": [{"name": "peek", "arguments": {}}]},
+                                   {"tool_calls": [{"name": "peek", "arguments": {}}]}, {"text": "done"}]),
+                    [peek], workspace=tmp_path, policy=Policy())
+    made.clear()
+    assert (await calling.arun("t", session)).answer == "done"
+    assert len(made) == 1 and seen == ["milk", "milk"]

@@ -249,25 +249,10 @@ class Agent:
                 parent=request.parent))
 
     async def _stream(self, task: str, session: Session | str | None, *, resume: bool,
-                      run_id: str | None = None, drained: bool = False) -> AsyncIterator[Event]:
-        """The run's events as they happen. `drained`: only its end is wanted (`arun`), so no consumer is handed
-        the events and only the run's `RunFinished` is yielded, at the end; the run then needs no task of its
-        own and no queue between it and the caller (the same run, the same emitter, the same log, the same
-        observers: only whether a consumer is handed each event differs)."""
-        if not isinstance(session, Session):
-            session = self.session(session)
-        owned = not session.locked
-        if owned:
-            session.acquire()  # one process at a time: SessionBusy if another has it
+                      run_id: str | None = None) -> AsyncIterator[Event]:
+        """The run's events as they happen (`_run_to_end()` is the same run with no consumer)."""
+        session, owned = self._hold(session)
         try:
-            if drained:
-                run = self._new_run(task, session, resume, None, run_id)
-                try:
-                    done = await run.execute()
-                finally:
-                    session.commit()
-                yield done
-                return
             queue: asyncio.Queue[Event | None] = asyncio.Queue()
             run = self._new_run(task, session, resume, queue.put_nowait, run_id)
             task_ = asyncio.ensure_future(_execute(run, queue))
@@ -294,16 +279,32 @@ class Agent:
 
     async def _run_to_end(self, task: str, session: Session | str | None, *, resume: bool,
                           run_id: str | None = None) -> RunResult:
-        """`_stream()` drained: the run every consumer sees, to its end. Its own `RunFinished` (the last event
-        that is not a sub-run's) says how it went."""
+        """`_stream()` drained: the same run (the same emitter, log and observers), to its end. Only its end is
+        wanted, so no consumer is handed the events, and the run needs no task of its own, no queue and no
+        generator between it and the caller (a run waiting for the model holds none: issue 35). Its own
+        `RunFinished` says how it went. `arun()` is this with `resume` false, written out: one frame less."""
+        session, owned = self._hold(session)
+        try:
+            run = self._new_run(task, session, resume, None, run_id)
+            try:
+                done = await run.execute()
+            finally:
+                session.commit()
+        finally:
+            if owned:
+                session.release()
+        return self._result(done, session)
+
+    def _hold(self, session: Session | str | None) -> tuple[Session, bool]:
+        """The session to run on, held by this process, and whether it was taken here (to give back after)."""
         if not isinstance(session, Session):
             session = self.session(session)
-        done: RunFinished | None = None
-        async for event in self._stream(task, session, resume=resume, run_id=run_id, drained=True):
-            if type(event) is RunFinished and not event.parent:
-                done = event
-        if done is None:  # pragma: no cover - execute() always ends with one
-            raise RuntimeError("the run ended without a RunFinished event")
+        owned = not session.locked
+        if owned:
+            session.acquire()  # one process at a time: SessionBusy if another has it
+        return session, owned
+
+    def _result(self, done: RunFinished, session: Session) -> RunResult:
         spec = self.config.output
         output = spec.output(done.status, done.answer) if spec is not None else None
         return RunResult(done.status, done.answer, done.steps, done.usage, done.wall_time, done.error,
@@ -312,7 +313,18 @@ class Agent:
     async def arun(self, task: str, session: Session | str | None = None) -> RunResult:
         """Run `task` to the end and return how it went."""
         _check_task(task)
-        return await self._run_to_end(task, session, resume=False)
+        # `_run_to_end(task, session, resume=False)` written out: a run waiting for the model holds one frame less
+        session, owned = self._hold(session)
+        try:
+            run = self._new_run(task, session, False, None)
+            try:
+                done = await run.execute()
+            finally:
+                session.commit()
+        finally:
+            if owned:
+                session.release()
+        return self._result(done, session)
 
     async def aresume(self, session: Session | str) -> RunResult:
         """`stream_resume()` to the end: continue a killed run and return how it went."""

@@ -139,6 +139,8 @@ class Accounts:
     """A run's money side: prices its calls, and holds each call's worst case against every budget that
     applies (the run's, the session's, a parent's)."""
 
+    __slots__ = ("_dearest", "budgets", "model", "prices", "ratios")
+
     def __init__(self, prices: PriceTable, budgets: list[Budget], model: str,
                  ratios: dict[str, float] | None = None) -> None:
         self.prices = prices
@@ -147,7 +149,7 @@ class Accounts:
         # How far shou's prompt estimate fell short of each model's own count: learned from every reply, shared
         # with the run's sub-runs (`ratios` is the parent's), so parallel sub-agents start from what was learned.
         self.ratios: dict[str, float] = {} if ratios is None else ratios
-        self._dearest: dict[tuple[str, ...], tuple[Price | None, str]] = {}
+        self._dearest: dict[tuple[str, ...], tuple[Price | None, str]] | None = None  # made when a budget applies
 
     def reserve(self, prompt_tokens: int, settings: ModelSettings | None,
                 model: str | tuple[str, ...] | None = None) -> tuple[ModelSettings | None, list[Reservation] | str]:
@@ -180,7 +182,10 @@ class Accounts:
     def dearest(self, models: tuple[str, ...]) -> tuple[Price | None, str]:
         """The price to hold a call to any of `models` at (the highest input and output prices of them), and
         the name to give in messages; None and the first model without a price when any has none."""
-        found = self._dearest.get(models)
+        known_prices = self._dearest
+        if known_prices is None:
+            known_prices = self._dearest = {}
+        found = known_prices.get(models)
         if found is None:
             prices = [(self.prices.lookup(m), m) for m in models]
             unknown = [m for p, m in prices if p is None]
@@ -191,7 +196,7 @@ class Accounts:
             else:
                 known = [p for p, _ in prices if p is not None]
                 found = Price(max(p.input for p in known), max(p.output for p in known)), " or ".join(models)
-            self._dearest[models] = found
+            known_prices[models] = found
         return found
 
     def calibrate(self, estimated: int, reported: int, model: str | None = None) -> None:

@@ -22,6 +22,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,7 @@ from ..store.pg_link import is_connection_error
 from ..store.sqlite_errors import StoreError
 from ..tools.base import ToolContext
 from ..tools.executor import DEFAULT_TIMEOUT, ToolExecutor
-from ..usage import Usage
+from ..usage import NO_USAGE
 from .budget import Accounts, Budget
 from .emitter import Emitter
 from .request import RequestMaker
@@ -65,6 +66,7 @@ CUT_CALL = ("Error: not run: your reply was cut off at the output limit before t
 CUT_TEXT = ("[shou] Your last reply was cut off at the output limit (finish_reason: length) and is incomplete. "
             "Continue with less per step: a shorter answer, or the next part only.")
 Ending = tuple[RunStatus, str, str | None]  # how a run ended: its status, answer and error
+_NO_CALLS: frozenset[str] = frozenset()
 
 
 def new_run_id() -> str:
@@ -90,9 +92,11 @@ class Run:
         self.run_id = resume.run_id if resume is not None else run_id or new_run_id()
         self.emitter = Emitter(session, agent.redactor, agent.observers, emit)
         self.step = resume.step if resume is not None else 0
-        self.usage = resume.usage if resume is not None else Usage()
+        self.usage = resume.usage if resume is not None else NO_USAGE
         self.unfinished: dict[str, ToolCall] = {}
-        self.entered: set[str] = set()  # ids of the calls whose tool began to run (the executor adds them)
+        # ids of the calls whose tool began to run (the executor adds them): a set of its own from the first tool
+        # call's pipeline (`tools_and_context`), the shared empty one while the run waits for the model
+        self.entered: AbstractSet[str] = _NO_CALLS
         self.truncated = 0
         self._tools: ToolPipeline | None = None  # composed at the run's first tool call
         self.accounts = Accounts(agent.prices, self._budgets() if budgets is None else budgets,
@@ -150,12 +154,53 @@ class Run:
         await self.session.commit_together()
 
     async def execute(self) -> RunFinished:
-        """Run to the end; always emits and returns exactly one `RunFinished`."""
+        """Run to the end; always emits and returns exactly one `RunFinished`, then lets go of the run (`close()`).
+        One coroutine, not one around another: a run waiting for the model holds every frame of its stack."""
         together = getattr(self.session.store, "together", None)  # counted in flight: its commits may be grouped
         if together is not None:
             together.enter()
         try:
-            return await self._execute()
+            started = time.perf_counter()
+            # the servers' tools join the run's agent before the run announces its tools
+            self.agent, problems = await with_servers(self.agent)
+            self.main = self.agent
+            if self.resume is not None and self.resume.agent != MAIN_AGENT:
+                problems = [*problems, *self._handed_back(self.resume.agent)]
+            agent = self.agent
+            if self.resume is None:
+                self.emit(RunStarted(self.run_id, self.session.name, self.task, agent.model.name,
+                                     tuple(agent.tools.names), time.time()))
+            else:
+                self.emit(RunResumed(self.run_id, self.session.name, self.step, time.time()))
+            for kind, problem in problems:
+                self.emit(Notice(self.run_id, self.step, kind, problem))
+            # No commit here: the first model request commits the task with itself, and the consumer commits
+            # anything it is shown before that.
+            status: RunStatus = "error"
+            answer = ""
+            error: str | None = None
+            try:
+                async with asyncio.timeout(agent.run_timeout):
+                    status, answer, error = await (self._steps() if self.drive is None else self.drive(self))
+            except TimeoutError:
+                status, error = "timeout", f"the run passed its deadline of {agent.run_timeout:g} s"
+            except ModelError as e:
+                status, error = "error", str(e)
+            except Exception as e:  # a bug in a model backend or in shou: end the run cleanly, state saved
+                if _store_failed(e):  # the log cannot be written (a full disk, the database away): stop as a kill
+                    raise  # would, so the run is resumed from its log once that is fixed, not recorded as failed
+                status, error = "error", f"internal error: {type(e).__name__}: {e}"
+            except asyncio.CancelledError:
+                self.finish_unfinished("the run was cancelled")
+                done = self._finished("cancelled", "", "the run was cancelled", started)
+                self.emit(done)
+                self.commit()
+                raise
+            self.finish_unfinished(f"the run ended ({status})")
+            done = self._finished(status, answer, error, started)
+            self.emit(done)
+            await self.commit_ahead()
+            return done
         finally:
             if together is not None:
                 together.leave()
@@ -175,49 +220,6 @@ class Run:
             tools.ctx.events = None
         self.caller.close()
 
-    async def _execute(self) -> RunFinished:
-        started = time.perf_counter()
-        # the servers' tools join the run's agent before the run announces its tools
-        self.agent, problems = await with_servers(self.agent)
-        self.main = self.agent
-        if self.resume is not None and self.resume.agent != MAIN_AGENT:
-            problems = [*problems, *self._handed_back(self.resume.agent)]
-        agent = self.agent
-        if self.resume is None:
-            self.emit(RunStarted(self.run_id, self.session.name, self.task, agent.model.name,
-                                 tuple(agent.tools.names), time.time()))
-        else:
-            self.emit(RunResumed(self.run_id, self.session.name, self.step, time.time()))
-        for kind, problem in problems:
-            self.emit(Notice(self.run_id, self.step, kind, problem))
-        # No commit here: the first model request commits the task with itself, and the consumer commits
-        # anything it is shown before that.
-        status: RunStatus = "error"
-        answer = ""
-        error: str | None = None
-        try:
-            async with asyncio.timeout(agent.run_timeout):
-                status, answer, error = await (self._steps() if self.drive is None else self.drive(self))
-        except TimeoutError:
-            status, error = "timeout", f"the run passed its deadline of {agent.run_timeout:g} s"
-        except ModelError as e:
-            status, error = "error", str(e)
-        except Exception as e:  # a bug in a model backend or in shou: end the run cleanly, state saved
-            if _store_failed(e):  # the log cannot be written (a full disk, the database away): stop as a kill
-                raise  # would, so the run is resumed from its log once that is fixed, not recorded as failed
-            status, error = "error", f"internal error: {type(e).__name__}: {e}"
-        except asyncio.CancelledError:
-            self.finish_unfinished("the run was cancelled")
-            done = self._finished("cancelled", "", "the run was cancelled", started)
-            self.emit(done)
-            self.commit()
-            raise
-        self.finish_unfinished(f"the run ended ({status})")
-        done = self._finished(status, answer, error, started)
-        self.emit(done)
-        await self.commit_ahead()
-        return done
-
     def _finished(self, status: RunStatus, answer: str, error: str | None, started: float) -> RunFinished:
         return RunFinished(self.run_id, status, answer, self.step, self.usage, time.perf_counter() - started, error)
 
@@ -236,9 +238,11 @@ class Run:
     def tools_and_context(self) -> tuple[ToolExecutor, ToolContext]:
         """The executor and the context the run's tool calls get."""
         agent = self.agent
+        entered = self.entered if isinstance(self.entered, set) else set(self.entered)  # one set for every pipeline
+        self.entered = entered
         executor = ToolExecutor(agent.tools, timeout=agent.tool_timeout or DEFAULT_TIMEOUT, cap=agent.tool_timeout,
                                 concurrency=agent.max_parallel_tools, spill_chars=agent.context.spill_chars,
-                                started=self.entered)
+                                started=entered)
         ctx = ToolContext(agent.workspace, self.session.name, self.run_id, agent.settings,
                           session_key=self.session.key, read_outside=partial(open_user_skill_file, agent.settings),
                           events=self)  # what a tool reports while it works (a remote agent's progress)
@@ -264,29 +268,25 @@ class Run:
 
     async def _steps(self) -> tuple[RunStatus, str, str | None]:
         agent = self.agent
-        tools = self.tool_pipeline()
-        ctx = tools.ctx
         context = RequestMaker(self)
         check = self.answer_checker(self, context.pinned) if self.answer_checker is not None else None
         if self.resume is None:
             context.recall(self.task)
         else:
-            ended = await self._pick_up(tools, check)
+            ended = await self._pick_up(self.tool_pipeline(), check)
             if ended is not None:
                 return ended
         run_id = self.run_id
         while True:
             if self.handed_to is not None:  # the last turn handed over: another agent answers from here
                 self.take_over(self.handed_to)
-                tools, context = self.tool_pipeline(), self._request_maker(context)
-                agent, ctx = self.agent, tools.ctx
+                context, agent = self._request_maker(context), self.agent
             if self.step >= agent.max_steps:
                 # self.step, not the limit: an agent handed the run may have a lower one than the steps already done
                 return "max_steps", "", f"stopped after {self.step} steps without a final answer"
             self.step += 1
             step = self.step
             messages, specs, tokens = await context.messages(step)
-            ctx.state["working_memory"] = self.session.working_memory
             if self.step_tools:
                 specs = [*specs, *self.step_tools]
             tokens += self.step_tokens
@@ -312,6 +312,10 @@ class Run:
                 if not isinstance(verdict, tuple):
                     continue  # turned down: the errors are the call's result, and the loop goes on
                 return verdict
+            # Composed at the run's first tool call, not before its first request: a run waiting for the model holds
+            # no pipeline, and a run that only answers never makes one (issue 35: ~5 KiB of a parked session).
+            tools = self.tool_pipeline()
+            tools.ctx.state["working_memory"] = self.session.working_memory
             ended = await tools(message.tool_calls, turn=True, oversized=turn.oversized)
             self.emit(StepFinished(run_id, step, self.usage))
             if ended is not None:

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..chain import compose
 from ..messages import Message
 from ..models.backend import pipeline
 from ..models.base import Model, ModelSettings
@@ -39,16 +38,25 @@ __all__ = ["MAX_ARGUMENT_CHARS", "Caller", "Turn", "bounded", "must_call", "tool
 class Caller:
     """Makes a run's model calls: one per step of its ReAct loop, and the calls around it (plans, reviews)."""
 
+    __slots__ = ("budgets", "head", "models", "run", "trace")
+
     def __init__(self, run: Run) -> None:
         self.run = run
-        trace = Trace(run)
-        # Composed once per run: the run's controls hold the run; the models layer's head is the process's.
-        self.head: Next = compose([Budgets(run.accounts), trace], pipeline())
+        # The run's controls hold the run; the models layer's head is the process's. Linked by two methods of
+        # this caller, not composed into closures: every in-flight run has a caller (issue 35).
+        self.budgets, self.trace, self.models = Budgets(run.accounts), Trace(run), pipeline()
+        self.head: Next = self._budgeted  # the head a guarded run's controls go around (agent/guarded.py)
+
+    def _budgeted(self, call: RunCall) -> Any:
+        return self.budgets(call, self._traced)
+
+    def _traced(self, call: RunCall) -> Any:
+        return self.trace(call, self.models)
 
     def close(self) -> None:
         """The run has ended: drop it and its controls (they hold the run, which holds this caller). A call
         after this is a bug in shou and fails with an AttributeError naming `run`."""
-        del self.run, self.head
+        del self.run, self.head, self.budgets, self.trace
 
     async def call(self, messages: list[Message], specs: Sequence[dict[str, Any]], step: int,
                    tokens: int | None = None, *,

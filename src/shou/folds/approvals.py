@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..events import ApprovalDecided, ApprovalRequested, ToolCallFinished
+from .vacant import VACANT, owned
 
 __all__ = ["ApprovalsFold"]
 
@@ -18,16 +19,18 @@ class ApprovalsFold:
     __slots__ = ("decisions", "granted", "requested")
 
     def __init__(self) -> None:
-        self.requested: dict[str, ApprovalRequested] = {}
-        self.decisions: dict[str, ApprovalDecided] = {}
+        self.requested: dict[str, ApprovalRequested] = VACANT
+        self.decisions: dict[str, ApprovalDecided] = VACANT
         self.granted: list[ApprovalDecided] = []
 
     def on_requested(self, event: ApprovalRequested) -> None:
         """A call waits for a person."""
+        self.requested = owned(self.requested)
         self.requested[event.call.id] = event
 
     def on_decided(self, event: ApprovalDecided) -> None:
         """A call was decided; an allow for the session (or for good) grants its rule."""
+        self.decisions = owned(self.decisions)
         self.decisions[event.call_id] = event
         self.requested.pop(event.call_id, None)
         if event.allow and event.scope in ("session", "rule") and event.rule:

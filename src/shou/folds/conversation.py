@@ -25,6 +25,7 @@ from ..events import (
 )
 from ..messages import Message, TextPart
 from .openrun import OpenRunFold
+from .vacant import VACANT, owned
 
 __all__ = ["ConversationFold", "tool_messages"]
 
@@ -41,8 +42,8 @@ class ConversationFold:
         self.summary = ""
         self.summary_upto = 0
         self.runs = runs
-        self._pending: list[str] = []  # the call ids of the last model turn whose results are not added yet
-        self._results: dict[str, list[Message]] = {}
+        self._pending: tuple[str, ...] = ()  # the call ids of the last model turn whose results are not added yet
+        self._results: dict[str, list[Message]] = VACANT
         self._task_at = 0  # where the last run's task is in `messages`
 
     @property
@@ -54,10 +55,11 @@ class ConversationFold:
         """The model's turn: the calls it makes wait for their results."""
         self._flush()
         self.messages.append(event.message)
-        self._pending = [c.id for c in event.message.tool_calls]
+        self._pending = tuple([c.id for c in event.message.tool_calls])
 
     def on_call_finished(self, event: ToolCallFinished) -> None:
         """A call's result: added with its turn's others once they are all in."""
+        self._results = owned(self._results)
         self._results[event.call_id] = tool_messages(event)
         if len(self._results) >= len(self._pending):
             self._flush()
@@ -86,7 +88,7 @@ class ConversationFold:
         if event.kind != "input" or self.summary_upto > self._task_at:  # a summary holds it already: leave it
             return
         del self.messages[self._task_at:]
-        self._pending, self._results = [], {}  # the held reply's calls: their "not run" results go with it
+        self._pending, self._results = (), VACANT  # the held reply's calls: their "not run" results go with it
 
     def on_finished(self, event: RunFinished) -> None:
         """A run ended; one stopped for approvals keeps its calls' places."""
@@ -101,7 +103,7 @@ class ConversationFold:
         """`/clear`: the context starts empty (the log keeps everything)."""
         self.messages.clear()
         self.summary, self.summary_upto, self._task_at = "", 0, 0
-        self._pending, self._results = [], {}
+        self._pending, self._results = (), VACANT
 
     def _flush(self) -> None:
         # All tool results first, in call order; the user messages carrying their images after them,
@@ -115,7 +117,7 @@ class ConversationFold:
                 self.messages.append(tool_msg)
             later.extend(extra)
         self.messages.extend(later)
-        self._pending, self._results = [], {}
+        self._pending, self._results = (), VACANT
 
     def handlers(self) -> dict[type, Callable[[Any], None]]:
         """Event type -> handler, for a run's own events (before the open run's: `on_finished` reads it)."""

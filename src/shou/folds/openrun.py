@@ -8,7 +8,8 @@ anything else on the session first closes it (`Emitter.close_interrupted()`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from typing import Any
 
 from ..events import (
@@ -29,23 +30,29 @@ from ..events import (
 )
 from ..messages import Message, ToolCall
 from ..setting_tables import MAIN_AGENT
-from ..usage import Usage
+from ..usage import NO_USAGE, Usage
 from .spending import spent_by
 
 __all__ = ["OpenRun", "OpenRunFold"]
 
 
-@dataclass
+_NONE: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
 class OpenRun:
-    """A run the log shows started and not finished: where it got to, and its unanswered calls."""
+    """A run the log shows started and not finished: where it got to, and its unanswered calls.
+
+    `started` and `finished` are sets once a call of the last turn started or finished; until then one shared
+    empty set, so a run waiting for the model holds none of its own (issue 35: every in-flight session has one)."""
 
     run_id: str
     task: str
     step: int = 0
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = NO_USAGE
     calls: tuple[ToolCall, ...] = ()
-    started: set[str] = field(default_factory=set)
-    finished: set[str] = field(default_factory=set)
+    started: AbstractSet[str] = _NONE
+    finished: AbstractSet[str] = _NONE
     answer: Message | None = None  # the last model turn, when it had no calls (a final answer not yet closed)
     awaiting_response: bool = False  # a request was made and its answer never recorded
     cut: bool = False  # the last model turn was cut at the output limit: its calls must never run
@@ -97,7 +104,7 @@ class OpenRunFold:
         run = self.run
         if run is not None:
             run.step, run.calls, run.awaiting_response = event.step, event.message.tool_calls, False
-            run.started, run.finished = set(), set()
+            run.started = run.finished = _NONE
             run.cut = event.finish_reason == "length"
             run.answer = None if event.message.tool_calls or run.cut else event.message
             run.usage = run.usage + event.usage
@@ -105,12 +112,12 @@ class OpenRunFold:
     def on_call_started(self, event: ToolCallStarted) -> None:
         """A call is about to run: from now on it may have had its effect."""
         if self.run is not None:
-            self.run.started.add(event.call.id)
+            self.run.started = _with(self.run.started, event.call.id)
 
     def on_call_finished(self, event: ToolCallFinished) -> None:
         """A call has its result."""
         if self.run is not None:
-            self.run.finished.add(event.call_id)
+            self.run.finished = _with(self.run.finished, event.call_id)
 
     def on_step(self, event: StepFinished) -> None:
         """A step ended: its usage is the run's running total, compaction included."""
@@ -159,3 +166,10 @@ class OpenRunFold:
                 ToolCallStarted: self.on_call_started, ToolCallFinished: self.on_call_finished,
                 StepFinished: self.on_step, Notice: self.on_notice, PlanUpdated: self.on_plan,
                 Handoff: self.on_handoff, GuardrailTripped: self.on_tripped}
+
+
+def _with(ids: AbstractSet[str], new: str) -> set[str]:
+    """`ids` with `new` added: the same set when it is one of its own, a new one instead of the shared empty one."""
+    own = ids if isinstance(ids, set) else set(ids)
+    own.add(new)
+    return own

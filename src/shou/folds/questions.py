@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..events import WAITING, HistoryCleared, InputAnswered, InputRequested, RunFinished, ToolCallFinished
+from .vacant import VACANT, owned
 
 __all__ = ["QuestionsFold"]
 
@@ -17,16 +18,18 @@ class QuestionsFold:
     __slots__ = ("answers", "asked")
 
     def __init__(self) -> None:
-        self.asked: dict[str, InputRequested] = {}
-        self.answers: dict[str, InputAnswered] = {}
+        self.asked: dict[str, InputRequested] = VACANT
+        self.answers: dict[str, InputAnswered] = VACANT
 
     def on_asked(self, event: InputRequested) -> None:
         """A question waits for the person."""
+        self.asked = owned(self.asked)
         self.asked[event.call_id] = event
 
     def on_answered(self, event: InputAnswered) -> None:
         """The person answered: the question is no longer open; the call takes the answer when it runs."""
         if self.asked.pop(event.call_id, None) is not None:
+            self.answers = owned(self.answers)
             self.answers[event.call_id] = event
 
     def on_finished(self, event: ToolCallFinished) -> None:

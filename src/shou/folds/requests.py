@@ -22,10 +22,16 @@ class RequestsFold:
         self.asked: dict[str, ModelRequest] = {}
 
     def on_request(self, event: ModelRequest) -> None:
-        """A model call was made: it waits for its answer."""
+        """A model call was made: it waits for its answer (kept without the contents it logged: what a killed
+        process's unanswered call may have cost needs none of them, and a run waiting for the model would hold
+        its request's new messages and tool specs again; issue 35)."""
+        contents = event.contents
+        if contents:
+            self.trace_keys.update(contents)
+            event = ModelRequest(event.run_id, event.step, event.message_count, event.tool_count, event.tokens,
+                                 event.request_id, event.model, event.provider, event.messages, event.tools_ref,
+                                 event.params, None, event.purpose, parent=event.parent)
         self.asked[event.run_id] = event
-        if event.contents:
-            self.trace_keys.update(event.contents)
 
     def on_answer(self, event: ModelResponse | RunFinished) -> None:
         """The run's call was answered, or the run ended: nothing of it is under way any more."""

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..events import HistoryCleared, ToolCallFinished
+from .vacant import VACANT, owned
 
 __all__ = ["ScratchFold"]
 
@@ -18,7 +19,7 @@ class ScratchFold:
 
     def __init__(self) -> None:
         self.working_memory = ""
-        self.loaded_skills: dict[str, str] = {}
+        self.loaded_skills: dict[str, str] = VACANT
 
     def on_finished(self, event: ToolCallFinished) -> None:
         """A call ended: a successful one may have set the scratchpad or loaded a skill."""
@@ -29,12 +30,13 @@ class ScratchFold:
             self.working_memory = str(details["working_memory"])
         skill = details.get("skill")
         if isinstance(skill, dict) and isinstance(skill.get("name"), str):
+            self.loaded_skills = owned(self.loaded_skills)
             self.loaded_skills[skill["name"]] = str(skill.get("body", ""))
 
     def on_cleared(self, event: HistoryCleared) -> None:
         """`/clear`: the scratchpad and the skills go with the conversation."""
         self.working_memory = ""
-        self.loaded_skills = {}
+        self.loaded_skills = VACANT
 
     def handlers(self) -> dict[type, Callable[[Any], None]]:
         """Event type -> handler, for a run's own events."""

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..events import Compacted, ModelResponse, Notice
-from ..usage import Usage
+from ..usage import NO_USAGE, Usage
 
 __all__ = ["SpendingFold", "spent_by"]
 
@@ -29,7 +29,7 @@ class SpendingFold:
     __slots__ = ("spent",)
 
     def __init__(self) -> None:
-        self.spent = Usage()
+        self.spent = NO_USAGE
 
     def on_response(self, event: ModelResponse) -> None:
         """A model call answered: its usage counts."""

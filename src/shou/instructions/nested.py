@@ -66,14 +66,17 @@ def folder_parts(workspace: Path, path: str) -> list[tuple[str, ...]]:
 
 class NestedInstructions:
     """The nested instruction files one run has shown the model (`texts`: workspace-relative path -> text),
-    grown by `update` as the session touches folders."""
+    grown by `update` as the session touches folders. Every run has one, most never see a folder: it holds
+    no set of its own until one (issue 35: what each in-flight session holds)."""
+
+    __slots__ = ("_checked", "_entries", "_full", "_scanned", "env", "texts", "workspace")
 
     def __init__(self, workspace: Path, env: Any = None) -> None:
-        self.workspace = Path(workspace)
+        self.workspace = workspace if isinstance(workspace, Path) else Path(workspace)
         self.env = env
         self.texts: dict[str, str] = {}
         self._scanned = 0  # messages read
-        self._checked: set[tuple[str, ...]] = set()
+        self._checked: set[tuple[str, ...]] | None = None  # folders looked in, from the first one
         self._entries: dict[str, str] | None = None  # trusted.json, read when a first file is found
         self._full = False
 
@@ -87,8 +90,11 @@ class NestedInstructions:
             for call in message.tool_calls:
                 for path in touched_paths(call.name, call.arguments):
                     for folder in folder_parts(self.workspace, path):
-                        if folder not in self._checked and len(self._checked) < MAX_CHECKED:
-                            self._checked.add(folder)
+                        checked = self._checked
+                        if checked is None:
+                            checked = self._checked = set()
+                        if folder not in checked and len(checked) < MAX_CHECKED:
+                            checked.add(folder)
                             warnings += self._look(folder)
         self._scanned = len(messages)
         return warnings

@@ -64,6 +64,8 @@ def _busy(session: str) -> SessionBusy:
 class SessionLock:
     """A session taken by this process; `release()` gives it back."""
 
+    __slots__ = ("file", "offset", "session")  # one per in-flight session (issue 35)
+
     def __init__(self, file: LockFile, offset: int, session: str) -> None:
         self.file = file
         self.offset = offset
