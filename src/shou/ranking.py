@@ -49,7 +49,12 @@ DENSE_FLOOR = 0.2
 # A word (letters and digits, an inner apostrophe allowed: "don't", "Alice's") or one CJK character,
 # since CJK text has no spaces to split on and a character is a reasonable unit for BM25.
 _CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_WORD_RE = re.compile(rf"[{_CJK}]|(?:(?![{_CJK}])[^\W_])+(?:'(?:(?![{_CJK}])[^\W_])+)?", re.UNICODE)
+
+
+@functools.cache
+def _word_re() -> re.Pattern[str]:
+    # Compiled on first use: ~5 ms, which a run that never ranks anything (no memories, few tools) would pay.
+    return re.compile(rf"[{_CJK}]|(?:(?![{_CJK}])[^\W_])+(?:'(?:(?![{_CJK}])[^\W_])+)?", re.UNICODE)
 
 
 @functools.cache
@@ -74,7 +79,7 @@ def terms(text: str) -> list[str]:
     "I'll", "we've" keep the part before the apostrophe.
     """
     out: list[str] = []
-    for word in _WORD_RE.findall(text.lower().replace("\u2019", "'")):
+    for word in _word_re().findall(text.lower().replace("\u2019", "'")):
         if "'" in word:
             if word.endswith("n't"):
                 continue

@@ -606,3 +606,11 @@ def test_cli_fault_flags(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "shou.models.scripted", "--script", str(script), "--fault-rate",
                           "0.5", "--fault-kinds", "boom"], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "unknown fault kind 'boom'" in bad.stderr
+
+
+def test_the_in_process_model_leaves_the_server_unimported() -> None:
+    code = ("import sys, shou.models.scripted as s; assert 'http.server' not in sys.modules; "
+            "assert s.ScriptedServer.__module__ == 'shou.models.scripted_server'; assert 'http.server' in sys.modules; "
+            "from shou.models.scripted import FaultPlan, main; print(FaultPlan.__name__, main.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["FaultPlan", "main"]

@@ -242,6 +242,8 @@ def main() -> None:
     """Console-script entry point."""
     import sys
 
-    from .build import join_option_pairs
+    from .build import join_option_pairs, startup_gc
 
-    app(args=join_option_pairs(sys.argv[1:]), prog_name="shou")
+    args = join_option_pairs(sys.argv[1:])
+    with startup_gc(bool(args) and args[0] in ("run", "resume", "chat")):
+        app(args=args, prog_name="shou")

@@ -16,7 +16,7 @@ import asyncio
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     ModelAuthError,
@@ -34,11 +34,24 @@ from .pipeline import ModelCall
 from .ratelimit import RateLimiter
 from .runtime import RetryPolicy
 from .script import Answer, Playback, Script, error_message, fragments, load_script, render
-from .scripted_server import FaultPlan, ScriptedServer, main
+
+if TYPE_CHECKING:
+    from .scripted_server import FaultPlan, ScriptedServer, main
 
 # `Script`, `load_script`, `FaultPlan`, `ScriptedServer` and `main` are re-exported: they have always been
 # imported from here (and `python -m shou.models.scripted` runs `main`).
 __all__ = ["FaultPlan", "Script", "ScriptedModel", "ScriptedServer", "load_script", "main"]
+_SERVER_NAMES = ("FaultPlan", "ScriptedServer", "main")
+
+
+def __getattr__(name: str) -> Any:
+    # The server's names are imported when first asked for: a run with `--model scripted:FILE` plays its
+    # script in-process and needs none of http.server, socketserver and argparse (~5 ms of its start).
+    if name in _SERVER_NAMES:
+        from . import scripted_server
+
+        return getattr(scripted_server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _CHANGES_REPLY = ("cut_after", "reset_after", "raw_body")  # wire-only keys ScriptedModel cannot honour
 _ERROR_CLASSES = {401: ModelAuthError, 403: ModelAuthError, 404: ModelNotFoundError, 429: ModelRateLimitError}
@@ -134,4 +147,6 @@ def _within(answer: Answer, settings: ModelSettings | None) -> Answer:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from .scripted_server import main as serve
+
+    serve(sys.argv[1:])
