@@ -132,7 +132,7 @@ class RequestMaker:
 
         # What every request costs besides the history: the trigger counts it, or a big task or system
         # prompt would leave the window full with compaction never starting.
-        fixed = self.counter.recurring(render(0)) + tool_tokens
+        fixed = self.counter.text(render(0)) + tool_tokens
         if self.pinned < session.summary_upto:
             fixed += self.counter.message(history[self.pinned])
         cut = self.builder.compaction_point(history, session.summary_upto, fixed,

@@ -138,28 +138,20 @@ class TokenCounter:
         self._encode = get_encoder(encoding_name(model))
         self._cache: dict[Message, int] = {}
         self._ids: dict[int, tuple[Message, int]] = {}
-        self._texts: dict[str, int] = {}  # long texts counted again and again (the system prompt, tool specs)
+        self._texts: dict[str, int] = {}  # texts counted before (the system prompt, tool specs, names, short results)
         self._specs: dict[tuple[int, ...], tuple[list[dict[str, Any]], int]] = {}
 
     def text(self, text: str) -> int:
-        """Tokens in a plain text."""
-        if len(text) < 256:
-            return self._encode(text) if text else 0
+        """Tokens in a plain text, remembered (at most 1,024 texts, then forgotten together): what a run counts
+        comes back, in the next steps (the system text), and across runs (tool names, short arguments and
+        results, answers); a miss costs a dict entry, an encode is tens of thousands of instructions."""
         n = self._texts.get(text)
         if n is None:
+            if not text:
+                return 0
             if len(self._texts) > 1024:
                 self._texts.clear()
             n = self._texts[text] = self._encode(text)
-        return n
-
-    def recurring(self, text: str) -> int:
-        """Tokens in a text that comes back in every request of a run, whatever its length (the system
-        prompt): counted once, where `text` counts a short text again each time (most are seen once)."""
-        n = self._texts.get(text)
-        if n is None:
-            if len(self._texts) > 1024:
-                self._texts.clear()
-            n = self._texts[text] = self._encode(text) if text else 0
         return n
 
     def specs(self, specs: list[dict[str, Any]]) -> int:
@@ -184,10 +176,9 @@ class TokenCounter:
         if cached is not None:
             self._remember(m, cached)
             return cached
-        text = self.recurring(m.text) if m.role == "system" else self.text(m.text)  # the request's own count of it
-        n = PER_MESSAGE + text + PER_IMAGE * len(m.images)
+        n = PER_MESSAGE + self.text(m.text) + PER_IMAGE * len(m.images)
         for call in m.tool_calls:
-            n += 3 + self.recurring(call.name) + self.text(call.arguments)  # names come back
+            n += 3 + self.text(call.name) + self.text(call.arguments)
         if len(self._cache) > 20_000:
             self._cache.clear()
         self._cache[m] = n
