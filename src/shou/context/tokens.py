@@ -8,6 +8,7 @@ encodings from them, writing nothing anywhere. Without tiktoken, a length estima
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -20,20 +21,18 @@ from typing import Any
 from ..messages import Message
 
 # Prefix -> window in tokens. The first matching prefix wins, so longer prefixes come first.
-CONTEXT_WINDOWS: list[tuple[str, int]] = [
+CONTEXT_WINDOWS: tuple[tuple[str, int], ...] = (
     ("gpt-4.1", 1_047_576), ("gpt-4o", 128_000), ("gpt-4-turbo", 128_000), ("gpt-4", 8_192),
     ("gpt-3.5", 16_385), ("gpt-5", 400_000), ("o1", 200_000), ("o3", 200_000), ("o4", 200_000),
     ("deepseek-chat", 128_000), ("deepseek-reasoner", 128_000), ("deepseek", 64_000),
     ("qwen-turbo", 1_000_000), ("qwen-plus", 131_072), ("qwen-max", 32_768), ("qwen2.5", 32_768),
     ("qwen3", 40_960), ("qwen", 32_768), ("llama3.1", 131_072), ("llama3.2", 131_072), ("llama3", 8_192),
     ("mistral", 32_768), ("gemma", 8_192), ("smollm", 8_192),
-]
+)
 DEFAULT_WINDOW = 32_768
 # What the chat format adds around each message (role, separators), per OpenAI's published recipe.
 PER_MESSAGE = 4
 PER_IMAGE = 765  # a 1024x1024 image at high detail; low detail costs 85
-
-
 
 
 def context_window(model: str, override: int | None = None,
@@ -47,6 +46,12 @@ def context_window(model: str, override: int | None = None,
     for key, entry in (models or {}).items():
         if str(key).lower() in (model.lower(), name) and isinstance(entry, Mapping) and entry.get("context_window"):
             return int(entry["context_window"])
+    return _known_window(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _known_window(name: str) -> int:
+    """The known windows' table's entry for `name` (every run asks; a model has a handful of names)."""
     for prefix, window in CONTEXT_WINDOWS:
         if name.startswith(prefix):
             return window
