@@ -27,8 +27,10 @@ from ..checkpoints import (
     recover,
     scan,
 )
+from ..checkpoints.journal import FOLDER
 from ..errors import ShouError
 from ..events import Notice
+from ..workspace import state_dir
 
 if TYPE_CHECKING:
     from ..tools.base import ToolResult
@@ -77,6 +79,10 @@ class Checkpoint:
     async def __call__(self, inv: Invocation, next: Next[ToolResult]) -> ToolResult:
         """The tool's result, its changes recorded."""
         if not self._may_change_files(inv.call.name):  # e.g. a plain function: nothing to record, nothing to look up
+            if self._book is False and _OUTER.get() is None and self._has_journals():
+                # ...but what a killed process's commands changed is recovered first, as before any other call of
+                # the run: a plain tool's writes made before it would be taken for the command's (and undone).
+                self.book()
             return await next(inv)
         scope = self.scope
         outer = _OUTER.get()
@@ -105,6 +111,10 @@ class Checkpoint:
         for note in rec.notes:
             scope.emit(Notice(scope.run_id, scope.step, "checkpoint", note))
         return result
+
+    def _has_journals(self) -> bool:
+        """Whether the workspace has a checkpoint folder (one `stat`): without one there is nothing to recover."""
+        return state_dir(self.scope.agent.workspace).joinpath(FOLDER).is_dir()
 
     def _may_change_files(self, name: str) -> bool:
         """Whether a call of tool `name` can have its changes recorded: a command (scanned around), or a tool
