@@ -119,3 +119,39 @@ def test_a_run_cancelled_while_it_waits_does_not_cancel_the_others_commit() -> N
         assert log.commits == 1
 
     asyncio.run(main())
+
+
+def test_a_cancel_that_comes_while_a_finished_run_s_end_waits_for_its_group_is_too_late(tmp_path: Path) -> None:
+    # The run's RunFinished says `completed` the moment it is emitted; its commit then waits for the end of the
+    # loop's turn (another run is in flight). A cancel from another task that lands in that wait must not make
+    # the caller report `cancelled` (`shou serve` records the end it is told) while the log says `completed`.
+    from shou.events import RunFinished
+
+    db = tmp_path / "s.db"
+    store = SQLiteStore(db)
+    cancel_at_end: list[asyncio.Task[object]] = []
+
+    def observer(event: object) -> None:
+        if isinstance(event, RunFinished) and cancel_at_end:
+            # as a cancel from another task would land: at the run's next suspension, its end's commit
+            asyncio.get_running_loop().call_soon(cancel_at_end[0].cancel)
+
+    async def main() -> str:
+        slow = ScriptedModel([{"text": "later", "delay": 0.3}])
+        other = asyncio.ensure_future(Agent(slow, [], workspace=tmp_path, store=store).arun("wait", session="b"))
+        await asyncio.sleep(0.05)  # the other run is in flight: commits are grouped
+        agent = Agent(ScriptedModel([{"text": "done"}]), [], workspace=tmp_path, store=store, observers=(observer,))
+        run = asyncio.ensure_future(agent.arun("go", session="a"))
+        cancel_at_end.append(run)
+        try:
+            result = (await run).status
+        except asyncio.CancelledError:
+            result = "cancelled"
+        await other
+        return result
+
+    reported = asyncio.run(main())
+    with sqlite3.connect(db) as conn:
+        logged = conn.execute("SELECT data FROM events WHERE session = 'a' AND type = 'run_finished'").fetchall()
+    assert len(logged) == 1
+    assert reported in logged[0][0], f"reported {reported!r}, logged {logged[0][0]}"

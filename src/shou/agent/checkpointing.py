@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import os
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..checkpoints import (
@@ -27,8 +29,10 @@ from ..checkpoints import (
     recover,
     scan,
 )
+from ..checkpoints.journal import FOLDER
 from ..errors import ShouError
 from ..events import Notice
+from ..workspace import STATE_DIR
 
 if TYPE_CHECKING:
     from ..tools.base import ToolResult
@@ -49,13 +53,14 @@ _OUTER: contextvars.ContextVar[tuple[Book, str, int] | None] = contextvars.Conte
 class Checkpoint:
     """Records what each call changes in the workspace (checkpoints/), for `shou undo` and `shou diff`."""
 
-    __slots__ = ("_book", "_told", "scope", "tools")
+    __slots__ = ("_book", "_looked", "_told", "scope", "tools")
 
     def __init__(self, scope: RunScope, tools: ToolSet) -> None:
         self.scope = scope
         self.tools = tools
         self._book: Book | bool | None = False  # False: not looked up yet
         self._told = False  # the workspace was too big to scan whole: said once per run
+        self._looked = False  # a call without a recorder looked for a killed process's journals
 
     def book(self) -> Book | None:
         """The workspace's checkpoint book, or None when this run records none."""
@@ -77,6 +82,8 @@ class Checkpoint:
     async def __call__(self, inv: Invocation, next: Next[ToolResult]) -> ToolResult:
         """The tool's result, its changes recorded."""
         if not self._may_change_files(inv.call.name):  # e.g. a plain function: nothing to record, nothing to look up
+            if self._book is False and not self._looked and _OUTER.get() is None:
+                self._recover_first()
             return await next(inv)
         scope = self.scope
         outer = _OUTER.get()
@@ -105,6 +112,15 @@ class Checkpoint:
         for note in rec.notes:
             scope.emit(Notice(scope.run_id, scope.step, "checkpoint", note))
         return result
+
+    def _recover_first(self) -> None:
+        """Before the run's first call that gets no recorder: what a killed process's commands changed is
+        recovered first, as before any other call of the run (a plain tool's writes made before it would be
+        taken for the command's, and undone with them). One stat a run when the workspace has no checkpoints:
+        no journal appears meanwhile but by this run's own calls, which look the book up themselves."""
+        self._looked = True
+        if os.path.isdir(Path(self.scope.agent.workspace, STATE_DIR, FOLDER)):
+            self.book()
 
     def _may_change_files(self, name: str) -> bool:
         """Whether a call of tool `name` can have its changes recorded: a command (scanned around), or a tool

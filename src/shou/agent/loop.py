@@ -199,12 +199,24 @@ class Run:
             self.finish_unfinished(f"the run ended ({status})")
             done = self._finished(status, answer, error, started)
             self.emit(done)
-            await self.commit_ahead()
+            await self._commit_end()
             return done
         finally:
             if together is not None:
                 together.leave()
             self.close()
+
+    async def _commit_end(self) -> None:
+        """Commit the run's end (grouped). A cancel that lands while it waits for its group is too late: the run
+        ended as its logged `RunFinished` says, so that end is committed now and reported, not `cancelled`."""
+        try:
+            await self.commit_ahead()
+        except asyncio.CancelledError:
+            self.commit()
+            task = asyncio.current_task()
+            if task is None or task.cancelling() > 1:  # asked twice (a shutdown insisting): stop here after all
+                raise
+            task.uncancel()
 
     def close(self) -> None:
         """Let go of what points back at the run once it has ended (`execute()` does; code that uses a run

@@ -7,6 +7,7 @@ import fcntl
 import hashlib
 import os
 import struct
+import threading
 from pathlib import Path
 
 from ..errors import UserError
@@ -27,6 +28,9 @@ class LockFile:
     def __init__(self, path: Path) -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self.held: set[int] = set()  # one description: holders in this process are told apart here
+        # `held` is checked, the byte locked and `held` filled as one step: the kernel lets every thread of the
+        # process lock the byte (one description), so two threads must not both pass the check first.
+        self.guard = threading.Lock()
 
     @staticmethod
     def _offset(session: str) -> int:
@@ -38,15 +42,16 @@ class LockFile:
     def take(self, session: str) -> SessionLock:
         """Lock `session`'s byte; `SessionBusy` when someone holds it."""
         offset = self._offset(session)
-        if offset in self.held:
-            raise _busy(session)
-        try:
-            self._fcntl(fcntl.F_OFD_SETLK, fcntl.F_WRLCK, offset)
-        except OSError as e:
-            if e.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            raise _busy(session) from None
-        self.held.add(offset)
+        with self.guard:
+            if offset in self.held:
+                raise _busy(session)
+            try:
+                self._fcntl(fcntl.F_OFD_SETLK, fcntl.F_WRLCK, offset)
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                raise _busy(session) from None
+            self.held.add(offset)
         return SessionLock(self, offset, session)
 
     def close(self) -> None:
@@ -74,8 +79,9 @@ class SessionLock:
     def release(self) -> None:
         """Let other processes have the session."""
         if self.offset >= 0 and self.file.fd >= 0:
-            self.file._fcntl(fcntl.F_OFD_SETLK, fcntl.F_UNLCK, self.offset)
-            self.file.held.discard(self.offset)
+            with self.file.guard:
+                self.file._fcntl(fcntl.F_OFD_SETLK, fcntl.F_UNLCK, self.offset)
+                self.file.held.discard(self.offset)
         self.offset = -1
 
 
