@@ -155,3 +155,42 @@ def test_a_cancel_that_comes_while_a_finished_run_s_end_waits_for_its_group_is_t
         logged = conn.execute("SELECT data FROM events WHERE session = 'a' AND type = 'run_finished'").fetchall()
     assert len(logged) == 1
     assert reported in logged[0][0], f"reported {reported!r}, logged {logged[0][0]}"
+
+
+def test_concurrent_streams_show_only_logged_events_and_share_transactions(tmp_path: Path) -> None:
+    # What a stream's consumer (the CLI, `shou serve`) is handed is in the log already; the streams' commits
+    # of one turn of the loop are one transaction.
+    db = tmp_path / "s.db"
+    store = SQLiteStore(db)
+    transactions = 0
+    write = store._write
+
+    def counted(rows: list) -> None:
+        nonlocal transactions
+        transactions += 1
+        write(rows)
+
+    store._write = counted  # type: ignore[method-assign]
+    shown_unlogged: list[str] = []
+
+    @tool
+    def mark(n: int) -> int:
+        """Return n."""
+        return n
+
+    async def one(i: int) -> None:
+        model = ScriptedModel([{"tool_calls": [{"name": "mark", "arguments": {"n": i}}]}, {"text": "done"}])
+        agent = Agent(model, [mark], workspace=tmp_path, store=store)
+        async for event in agent.stream("go", f"t{i}"):
+            if event.type not in ("text_delta", "tool_call_delta") and _logged(db, f"t{i}", event.type) == 0:
+                shown_unlogged.append(f"t{i}:{event.type}")
+
+    async def main() -> None:
+        await asyncio.gather(*(one(i) for i in range(10)))
+
+    asyncio.run(main())
+    assert shown_unlogged == []
+    for i in range(10):
+        assert _logged(db, f"t{i}", "run_finished") == 1
+    # Alone, a stream commits what it shows at each of its points: at least 4 transactions a run.
+    assert transactions < 10 * 4 / 2, f"{transactions} transactions for 10 streams in flight"
