@@ -19,18 +19,23 @@ def _logged(db: Path, session: str, kind: str) -> int:
         return conn.execute("SELECT count(*) FROM events WHERE session = ? AND type = ?", (session, kind)).fetchone()[0]
 
 
-def test_concurrent_runs_share_transactions_and_each_call_is_logged_before_it_runs(tmp_path: Path) -> None:
-    db = tmp_path / "s.db"
+def _counted_store(db: Path) -> tuple[SQLiteStore, list[int]]:
+    """A store on `db` that counts its transactions (in the list's one item)."""
     store = SQLiteStore(db)
-    transactions = 0
+    transactions = [0]
     write = store._write
 
     def counted(rows: list) -> None:
-        nonlocal transactions
-        transactions += 1
+        transactions[0] += 1
         write(rows)
 
     store._write = counted  # type: ignore[method-assign]
+    return store, transactions
+
+
+def test_concurrent_runs_share_transactions_and_each_call_is_logged_before_it_runs(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store, transactions = _counted_store(db)
     unlogged: list[str] = []
 
     @tool
@@ -53,7 +58,7 @@ def test_concurrent_runs_share_transactions_and_each_call_is_logged_before_it_ru
     for i in range(20):  # the whole log of every run, as alone
         assert _logged(db, f"s{i}", "run_finished") == 1 and _logged(db, f"s{i}", "model_request") == 2
     # Alone, each run commits at its 2 requests, before its tools and at its end: 4 transactions each.
-    assert transactions < 20 * 4 / 2, f"{transactions} transactions for 20 runs in flight"
+    assert transactions[0] < 20 * 4 / 2, f"{transactions[0]} transactions for 20 runs in flight"
     assert store.together is not None and store.together.running == 0
 
 
@@ -161,16 +166,7 @@ def test_concurrent_streams_show_only_logged_events_and_share_transactions(tmp_p
     # What a stream's consumer (the CLI, `shou serve`) is handed is in the log already; the streams' commits
     # of one turn of the loop are one transaction.
     db = tmp_path / "s.db"
-    store = SQLiteStore(db)
-    transactions = 0
-    write = store._write
-
-    def counted(rows: list) -> None:
-        nonlocal transactions
-        transactions += 1
-        write(rows)
-
-    store._write = counted  # type: ignore[method-assign]
+    store, transactions = _counted_store(db)
     shown_unlogged: list[str] = []
 
     @tool
@@ -193,4 +189,4 @@ def test_concurrent_streams_show_only_logged_events_and_share_transactions(tmp_p
     for i in range(10):
         assert _logged(db, f"t{i}", "run_finished") == 1
     # Alone, a stream commits what it shows at each of its points: at least 4 transactions a run.
-    assert transactions < 10 * 4 / 2, f"{transactions} transactions for 10 streams in flight"
+    assert transactions[0] < 10 * 4 / 2, f"{transactions[0]} transactions for 10 streams in flight"
