@@ -177,3 +177,25 @@ def test_a_usage_read_from_a_log_cannot_be_negative_or_a_made_up_cost() -> None:
     assert Usage.from_log({"input_tokens": 5, "output_tokens": 3, "requests": 1}).cost is None  # before costs
     assert Usage.from_log({"input_tokens": 5, "output_tokens": 3, "requests": 1, "cost": 0.25, "estimated": True}) \
         == Usage(5, 3, 1, True, 0, 0.25)
+
+
+@pytest.mark.parametrize("budget", [None, 1_000_000])
+def test_a_run_learns_the_prompt_calibration_with_or_without_a_budget(tmp_path: Path, budget: int | None,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # A run with no budget of its own still learns the shortfall: its sub-agents' budgets share what it learned.
+    from shou import Agent
+    from shou.models.scripted import ScriptedModel
+
+    learned: list[tuple[int, int, str | None]] = []
+    real = Accounts.calibrate
+
+    def spy(self: Accounts, estimated: int, reported: int, model: str | None = None) -> None:
+        learned.append((estimated, reported, model))
+        real(self, estimated, reported, model)
+
+    monkeypatch.setattr(Accounts, "calibrate", spy)
+    agent = Agent(ScriptedModel([{"text": "hi"}]), [], workspace=tmp_path, token_budget=budget)
+    assert agent.run("hello").answer == "hi"
+    assert len(learned) == 1
+    estimated, reported, model = learned[0]
+    assert estimated > 0 and reported > 0 and model == "scripted"

@@ -242,3 +242,19 @@ def test_a_planted_row_of_the_wrong_shape_is_left_out_not_a_crash_later(tmp_path
         s = Session("p", store)
         agent = Agent(ScriptedModel([{"text": "ok"}]), [], workspace=tmp_path, store=store)
         assert agent._new_run("", s, True, lambda e: None).run_id == "run_p"
+
+
+def test_the_writing_connection_keeps_a_small_page_cache(tmp_path: Path) -> None:
+    # An append-only log needs few pages cached; SQLite's default 2 MB a connection was memory held per process
+    # for pages written once (issue 35). The log still reads back whole past what the cache holds.
+    from shou.store.sqlite_open import CACHE_KIB
+
+    store = SQLiteStore(tmp_path / "shou.db")
+    assert store._db.execute("PRAGMA cache_size").fetchone()[0] == -CACHE_KIB
+    assert 0 < CACHE_KIB < 2000
+    session = Session("big", store)
+    for i in range(300):  # well past 256 KiB of pages
+        Emitter(session).emit(StepFinished(f"r{i}", 1))
+        Emitter(session).emit(ModelResponse(f"r{i}", 1, Message.assistant("x" * 2000), Usage(1, 1, 1), 0.1))
+    session.commit()
+    assert len(store.rows("big")) == 600

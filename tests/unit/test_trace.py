@@ -316,3 +316,22 @@ def test_a_system_text_and_tool_specs_made_again_are_recorded_once_and_again_whe
     known.clear()  # the log no longer holds them (a cleared history): the contents come again
     assert rec.messages([Message.system("be brief")]) == first[:1] and set(rec.take() or {}) == set(first[:1])
     assert rec.tools(list(SPECS)) == specs and rec.take() == {specs: SPECS}
+
+
+def test_what_every_run_sends_alike_is_hashed_once_for_all_but_logged_in_each_session() -> None:
+    # System texts and tool specs are known process-wide by their hash; each session's log still gets their
+    # contents once, and a run that holds a redactor never reuses a hash made without one.
+    from shou.redact import Redactor
+
+    one, two = RequestRecorder(set()), RequestRecorder(set())
+    system = one.messages([Message.system("shared rules")])
+    specs = one.tools(list(SPECS))
+    assert set(one.take() or {}) == {*system, specs}
+    assert two.messages([Message.system("shared rules")]) == system
+    assert two.tools(list(SPECS)) == specs
+    assert set(two.take() or {}) == {*system, specs}  # the second session's log holds them too
+    secret = "sk-" + "s3cr3t" * 4
+    plain = RequestRecorder(set()).messages([Message.system(f"key {secret}")])
+    redacted = RequestRecorder(set(), Redactor([secret]))
+    [key] = redacted.messages([Message.system(f"key {secret}")])
+    assert (key,) != plain and secret not in str(redacted.take())

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ..models.base import Completion, ModelSettings, Retrying, model_id, model_ids
+from ..models.base import ModelSettings, Retrying, model_ids
 from ..pricing import Price, PriceTable
 from ..usage import Usage, format_cost
 
@@ -229,9 +229,16 @@ class Budgets:
     def __init__(self, accounts: Accounts) -> None:
         self.accounts = accounts
 
-    async def __call__(self, call: RunCall, next: Next) -> AsyncIterator[StreamEvent]:
-        """The call's events, if its worst case fits the budgets."""
+    def __call__(self, call: RunCall, next: Next) -> AsyncIterator[StreamEvent]:
+        """The call's events, if its worst case fits the budgets. A run with no budget passes its calls on, with no
+        generator of its own: a run waiting for the model holds every layer of its stack (issue 35)."""
         accounts = self.accounts
+        if not accounts.budgets:
+            return next(call)
+        return self._held(call, next, accounts)
+
+    @staticmethod
+    async def _held(call: RunCall, next: Next, accounts: Accounts) -> AsyncIterator[StreamEvent]:
         settings, held = accounts.reserve(call.tokens, call.settings, model_ids(call.model))
         if isinstance(held, str):  # before the call that could break a budget, not after it
             call.refused = held
@@ -248,9 +255,6 @@ class Budgets:
                                 r.release()
                             call.refused = refused
                             return
-                    elif type(event) is Completion and not event.cached and event.usage.input_tokens:
-                        accounts.calibrate(call.tokens, event.usage.input_tokens,
-                                           event.sent_model or model_id(call.model))
                     yield event
             finally:
                 close = getattr(events, "aclose", None)

@@ -183,6 +183,8 @@ class Trace:
             # A count the provider did not send (or sent garbled) is estimated, each side on its own: no
             # prompt is free, and a reply with any text, call or reasoning has output tokens.
             inputs, outputs, estimated = usage.input_tokens, usage.output_tokens, usage.estimated
+            if inputs:  # how far the prompt's estimate falls short of the provider's count, for the budgets
+                run.accounts.calibrate(call.tokens, inputs, completion.sent_model or name)
             if not inputs:
                 inputs, estimated = call.tokens, True
             if not outputs and (completion.message.text or completion.message.tool_calls or watch.reasoning):

@@ -10,6 +10,7 @@ object in a later request costs a dictionary lookup.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -35,6 +36,14 @@ def _dumps(value: Any) -> bytes:
         return orjson.dumps(value, default=str)
 
 
+# What every run of a process sends alike (its agents' system texts and tool specs) is hashed once for all of them:
+# (system text or the specs' ids, the redactor's id) -> (the redactor, the specs or None, the hash). Each entry keeps
+# the objects whose ids it is keyed on alive, so no other can take their ids. Per run it was most of what a
+# recorder held while its run waited for the model (issue 35).
+_SHARED: dict[tuple[Any, int], tuple[Any, Any, str]] = {}
+_MOST_SHARED = 512
+
+
 class RequestRecorder:
     """Hashes a run's request messages and tool specs; collects the contents its session has not logged.
 
@@ -48,9 +57,8 @@ class RequestRecorder:
         self._new: dict[str, Any] = {}
         # id(object) -> (object, hash): the object is kept so its id cannot be reused by another one
         self._seen: dict[int, tuple[Any, str]] = {}
-        self._same: dict[Any, Any] = {}  # system text -> hash; ids of tool specs -> (the specs, hash)
 
-    def _key(self, obj: Any, wire: Any) -> str:
+    def _key(self, obj: Any, wire: Any, remember: bool = True) -> str:
         known = self._seen.get(id(obj))
         if known is not None and known[0] is obj:
             return known[1]
@@ -65,9 +73,10 @@ class RequestRecorder:
                 wire = {"_cut": f"{len(data)} bytes, over the trace's limit of {MAX_CONTENT_BYTES}",
                         "head": data[:MAX_CONTENT_BYTES // 2].decode("utf-8", "replace")}
             self._new[key] = wire
-        if len(self._seen) > 50_000:
-            self._seen.clear()
-        self._seen[id(obj)] = (obj, key)
+        if remember:
+            if len(self._seen) > 50_000:
+                self._seen.clear()
+            self._seen[id(obj)] = (obj, key)
         return key
 
     def messages(self, messages: list[Message]) -> tuple[str, ...]:
@@ -82,10 +91,7 @@ class RequestRecorder:
                 or m.tool_call_id is not None:
             return self._key(m, m.to_wire())
         # The system message is made again for every request, mostly with the same text: hashed once per text.
-        key = self._same.get(m.content)
-        if key is None or key not in self.known:
-            key = self._same[m.content] = self._key(m, m.to_wire())
-        return key
+        return self._shared(m.content, None, m, m.to_wire)
 
     def tools(self, specs: list[dict[str, Any]]) -> str:
         """The hash of the tool specs (empty when none are offered)."""
@@ -93,11 +99,21 @@ class RequestRecorder:
             return ""
         # Each request gets its own list of the same spec dicts (a tool builds its spec once): hashed once per
         # set of specs, which the entry keeps alive so their ids name no others.
-        ids = tuple(map(id, specs))
-        seen = self._same.get(ids)
-        if seen is None or seen[1] not in self.known:
-            seen = self._same[ids] = (list(specs), self._key(specs, specs))
-        return seen[1]
+        kept = list(specs)
+        return self._shared(tuple(map(id, specs)), kept, kept, lambda: kept)
+
+    def _shared(self, what: Any, kept: Any, obj: Any, wire: Callable[[], Any]) -> str:
+        """The hash of `obj` (sent as `wire()`), known process-wide by `what`; contents handed out again to a
+        session whose log does not hold them."""
+        redactor = self.redactor
+        entry = _SHARED.get((what, id(redactor)))
+        if entry is not None and entry[0] is redactor and entry[2] in self.known:
+            return entry[2]
+        key = self._key(obj, wire(), remember=False)  # made again for each request: known by `what`, not by id
+        if len(_SHARED) >= _MOST_SHARED:
+            _SHARED.clear()
+        _SHARED[(what, id(redactor))] = (redactor, kept, key)
+        return key
 
     def take(self) -> dict[str, Any] | None:
         """The contents not logged before, for the request event about to be emitted."""

@@ -46,8 +46,7 @@ class RequestMaker:
         tools = agent.tools
         self.builder = ContextBuilder(
             self.counter, context_window(agent.model.name, self.policy.window, getattr(agent.settings, "models", None)),
-            self.policy, idempotent=lambda name: bool(getattr(tools.get(name), "idempotent", False)),
-            untrusted=lambda name: bool(getattr(tools.get(name), "untrusted_output", True)))
+            self.policy, idempotent=tools.idempotent, untrusted=tools.untrusted_output)
         self._spilled: dict[str, str] = {}
         self._instructions(getattr(agent.settings, "env", None))
         self.recalled: list[str] = []
@@ -60,7 +59,6 @@ class RequestMaker:
             self.pinned = next((i for i in range(len(session.messages) - 1, -1, -1)
                                 if session.messages[i].role == "user" and session.messages[i].text == task),
                                self.pinned)
-        self._tool_tokens: dict[tuple[str, ...], tuple[list[dict[str, Any]], int]] = {}
 
     def _instructions(self, env: Any) -> None:
         """The workspace's instruction files a person trusted as they are (shou.instructions): the root
@@ -106,12 +104,9 @@ class RequestMaker:
         # use_skill is always offered when there are skills: the catalog in the system prompt names it.
         chosen = select_tools(list(self.agent.tools), query, max_tools=self.policy.max_tools,
                               core=(*self.policy.core_tools, "use_skill") if self.catalog else self.policy.core_tools)
-        key = tuple(t.name for t in chosen)
-        cached = self._tool_tokens.get(key)
-        if cached is None:
-            specs = [t.spec() for t in chosen]
-            cached = self._tool_tokens[key] = (specs, self.counter.specs(specs))
-        return cached
+        # A tool builds its spec once, and the counter knows a set of specs by identity: nothing is kept per run.
+        specs = [t.spec() for t in chosen]
+        return specs, self.counter.specs(specs)
 
     async def messages(self, step: int) -> tuple[list[Message], list[dict[str, Any]], int]:
         """The request for `step`: messages, tool specs, and the request's estimated tokens."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from .migrate import Migration, migrate
 from .sqlite_errors import READ_BLOCKED, StoreDamaged, code_of, quick_check, read_only_uri
 
+CACHE_KIB = 256  # the page cache of a connection that writes the log (SQLite's default: 2,000 KiB)
 MIGRATIONS: list[Migration] = [
     (
         "001_sessions_and_events",
@@ -82,6 +83,10 @@ def open_to_write(path: Path, check: bool = False) -> sqlite3.Connection:
                     raise
                 time.sleep(0.02)
         db.execute("PRAGMA synchronous=NORMAL")
+        # The log is appended to and read mostly at its end: the pages a write touches are the last of the table
+        # and of its index. SQLite's default cache (2 MB a connection) filled with pages written once and not
+        # read again, the memory a process running many sessions holds (issue 35); the OS caches the file anyway.
+        db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         db.execute("PRAGMA busy_timeout=10000")
         db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # reads the header: a damaged file fails here
         if check and (problem := quick_check(db)) is not None:

@@ -46,6 +46,16 @@ class ToolSet:
         """The tool called `name`, or None."""
         return self._tools.get(name)
 
+    def idempotent(self, name: str) -> bool:
+        """Whether tool `name` is marked idempotent (an unknown name is not)."""
+        t = self._tools.get(name)
+        return t is not None and bool(t.idempotent)
+
+    def untrusted_output(self, name: str) -> bool:
+        """Whether tool `name` may return outside content (an unknown name may)."""
+        t = self._tools.get(name)
+        return t is None or bool(t.untrusted_output)
+
     @property
     def names(self) -> list[str]:
         """Tool names in the order they were added."""
