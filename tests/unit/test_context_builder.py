@@ -110,7 +110,11 @@ def test_token_counts_are_real_encodings_and_cached() -> None:
     enc = get_encoder("cl100k_base")
     assert enc("hello world") == 2  # tiktoken's cl100k, loaded offline
     m = Message.user("hello world")
-    assert COUNTER.message(m) == 4 + enc("hello world") and COUNTER.message(m) == COUNTER._cache[m]
+    assert COUNTER.message(m) == 4 + enc("hello world") and COUNTER.message(m) == COUNTER._ids[id(m)][1]
+    # an equal message made again costs what its text costs, remembered by text; a system message is not kept
+    system = Message.system("be brief " * 50)
+    assert COUNTER.message(system) == COUNTER.message(Message.system("be brief " * 50)) == 4 + enc("be brief " * 50)
+    assert id(system) not in COUNTER._ids and COUNTER._texts["be brief " * 50] == enc("be brief " * 50)
     assert context_window("deepseek:deepseek-chat") == 128_000 and context_window("unknown-model") == 32_768
     assert context_window("gpt-4o", override=9000) == 9000
 

@@ -136,12 +136,11 @@ def _estimate(text: str) -> int:
 class TokenCounter:
     """Counts tokens of messages for one model, caching each message's count."""
 
-    __slots__ = ("_cache", "_encode", "_ids", "_specs", "_texts", "model")
+    __slots__ = ("_encode", "_ids", "_specs", "_texts", "model")
 
     def __init__(self, model: str = "") -> None:
         self.model = model
         self._encode = get_encoder(encoding_name(model))
-        self._cache: dict[Message, int] = {}
         self._ids: dict[int, tuple[Message, int]] = {}
         self._texts: dict[str, int] = {}  # texts counted before (the system prompt, tool specs, names, short results)
         self._specs: dict[tuple[int, ...], tuple[list[dict[str, Any]], int]] = {}
@@ -174,20 +173,16 @@ class TokenCounter:
 
     def message(self, m: Message) -> int:
         """Tokens one message costs in a request (content, tool calls, images, framing)."""
-        seen = self._ids.get(id(m))  # by identity first: hashing a message walks all its fields
+        seen = self._ids.get(id(m))  # by identity: a history's messages are the same objects at every step
         if seen is not None and seen[0] is m:
             return seen[1]
-        cached = self._cache.get(m)
-        if cached is not None:
-            self._remember(m, cached)
-            return cached
+        # An equal message made again (the system message, each request) costs what its texts cost, and those are
+        # remembered by `text()`: no second table by value, whose lookups hashed every field of the message.
         n = PER_MESSAGE + self.text(m.text) + PER_IMAGE * len(m.images)
         for call in m.tool_calls:
             n += 3 + self.text(call.name) + self.text(call.arguments)
-        if len(self._cache) > 20_000:
-            self._cache.clear()
-        self._cache[m] = n
-        self._remember(m, n)
+        if m.role != "system":  # made again for every request: remembered by its text, not by its identity
+            self._remember(m, n)
         return n
 
     def _remember(self, m: Message, n: int) -> None:
