@@ -8,19 +8,30 @@ session's messages are a fold of its events (`shou.session.MessageFold`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, ClassVar, Literal
 
 from .messages import ImagePart, Message, ToolCall
 from .usage import Usage
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_READERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
 _PLAIN = frozenset({str, int, float, bool})
 RunStatus = Literal["completed", "max_steps", "loop", "timeout", "budget", "truncated", "error", "cancelled",
                     "interrupted", "waiting_approval", "waiting_input", "blocked", "invalid_output"]
 # How a run stops to wait for a person (an approval, or an answer to `ask_user`): it is not over, its calls'
 # results are still to come, and `shou resume` (or the server, once decided) goes on.
 WAITING: tuple[str, ...] = ("waiting_approval", "waiting_input")
+
+
+def _reader(kind: type) -> Callable[[Any], tuple[Any, ...]]:
+    """A function that reads every field of an event of class `kind`, as a tuple in field order."""
+    # every event has `run_id` and `parent` at least: the getter of two names or more gives a tuple
+    read: Callable[[Any], tuple[Any, ...]] = attrgetter(*field_names(kind))
+    _READERS[kind] = read
+    return read
 
 
 def field_names(kind: type) -> tuple[str, ...]:
@@ -46,10 +57,13 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready dict of this event, with its `type` tag first."""
-        names = field_names(type(self))
+        kind = type(self)
+        read = _READERS.get(kind)
+        if read is None:
+            read = _reader(kind)
         out: dict[str, Any] = {"type": self.type}
-        for name in names:
-            value = getattr(self, name)
+        # every field read in one call (every event is serialised once it is emitted)
+        for name, value in zip(_FIELDS[kind], read(self), strict=True):
             out[name] = value if value is None or type(value) in _PLAIN else _encode(value)
         if not self.parent:  # most events have none: keep the log as it was
             del out["parent"]

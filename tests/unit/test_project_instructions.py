@@ -24,6 +24,10 @@ def test_the_paths_a_call_names() -> None:
     assert touched_paths("list_files", json.dumps({"pattern": "pkg/sub/**/*.py"})) == ["pkg/sub"]
     assert touched_paths("mcp_fs", json.dumps({"paths": ["a/b.txt", "c/d.txt", 3]})) == ["a/b.txt", "c/d.txt"]
     assert touched_paths("read_file", "not json") == [] and touched_paths("read_file", "[1]") == []
+    # the arguments are parsed only when a path's key may be in them, spelled plainly or with JSON escapes
+    assert touched_paths("add", json.dumps({"a": 1, "b": 2})) == []
+    assert touched_paths("mcp_fs", '{"\\u0070ath": "docs/guide.md"}') == ["docs/guide.md"]
+    assert touched_paths("shell", json.dumps({"command": "cat docs/x.md"})) == ["docs/x.md"]
     assert shell_paths("cd lib && pytest tests/unit -k x --rootdir=conf/dir; echo $HOME/x https://a.b/c") == \
         ["lib", "tests/unit", "conf/dir"]
     assert shell_paths("cat 'un closed/x") == ["closed/x"]  # split on spaces when shlex fails

@@ -19,10 +19,13 @@ MAX_PATHS = 50  # per call: a call naming more is not worth more opens
 MAX_SHELL = 10_000  # characters of a shell line read for paths
 MAX_PATH = 4096  # characters of a path worth looking at (PATH_MAX)
 _WILDCARDS = "*?[{"
+_READ_WHOLE = ("list_files", "shell")  # tools whose other arguments name paths
 
 
 def touched_paths(name: str, arguments: str) -> list[str]:
     """The paths the call `name(arguments)` (its JSON arguments as the model sent them) names."""
+    if name not in _READ_WHOLE and "\\u" not in arguments and not any(key in arguments for key in PATH_KEYS):
+        return []  # no path's key in the text, nor an escape that could spell one: nothing to parse for
     try:
         args = json.loads(arguments) if arguments else {}
     except ValueError:
