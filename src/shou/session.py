@@ -255,9 +255,11 @@ class Session:
         self._fold.apply(event)
 
     def commit(self) -> None:
-        """Make every recorded event durable."""
+        """Make every recorded event durable. Raises (`SessionLost`) when this process no longer holds the session:
+        its events are no longer written, so what the caller was about to do must not happen."""
         if self.store is not None:
             self.store.commit()
+            self._check_held()
 
     async def commit_together(self) -> None:
         """`commit()`, in one transaction with the other runs in flight on the store that commit in the same
@@ -269,8 +271,17 @@ class Session:
                 store.commit()
             else:
                 await together.commit()
+            self._check_held()
 
     flush = commit
+
+    def _check_held(self) -> None:
+        """`SessionLost` when the session's lock went with a broken connection (PostgreSQL) while it was held:
+        the store then leaves its rows out of every commit, one that succeeds too, so its run must not act as
+        if they were written."""
+        lock = self._lock
+        if lock is not None and lock.lost:
+            lock.check()
 
     # ------------------------------------------------------------------ one process at a time
 
@@ -289,9 +300,15 @@ class Session:
             self._fresh = False
 
     def release(self) -> None:
-        """Let other processes run the session."""
+        """Let other processes run the session. What of it could not be committed while it was held (the store
+        failed, and its run stopped) is given up, as a kill gives it up: written by a later commit of the store,
+        it would land behind the back of whoever runs the session next."""
         if self._lock is not None:
             lock, self._lock = self._lock, None
+            store = self.store
+            if store is not None and store.pending:
+                store.abandon(self.name)
+                store.restore(self.name)
             lock.release()
 
     def unanswered_requests(self) -> list[ModelRequest]:

@@ -190,3 +190,35 @@ def test_concurrent_streams_show_only_logged_events_and_share_transactions(tmp_p
         assert _logged(db, f"t{i}", "run_finished") == 1
     # Alone, a stream commits what it shows at each of its points: at least 4 transactions a run.
     assert transactions[0] < 10 * 4 / 2, f"{transactions[0]} transactions for 10 streams in flight"
+
+
+def test_a_session_let_go_of_gives_up_what_its_failed_commit_kept(tmp_path: Path) -> None:
+    # A failed commit keeps its rows for the next try while their session is held; once its run stopped on the
+    # failure and let go of the session, they are given up as a kill gives them up: a later commit of the store
+    # (another run's) must not write them behind the back of whoever runs the session next.
+    from shou import Session
+    from shou.events import RunStarted
+
+    store = SQLiteStore(tmp_path / "s.db")
+    write = store._write
+    full = [True]
+
+    def disk(rows: list) -> None:
+        if full[0]:
+            store._buffer[:0] = rows  # what _write does when a write fails: kept for the next try
+            raise sqlite3.OperationalError("database or disk is full")
+        write(rows)
+
+    store._write = disk  # type: ignore[method-assign]
+    session = Session("stopped", store)
+    session.acquire()
+    store.append("stopped", RunStarted("run_1", "stopped", "task", "m"))
+    with pytest.raises(Exception, match="full"):
+        session.commit()
+    assert store.pending  # kept while the session is held
+    session.release()
+    full[0] = False
+    store.append("other", RunStarted("run_2", "other", "task", "m"))
+    store.commit()
+    assert list(store.events("stopped")) == [] and [e.type for e in store.events("other")] == ["run_started"]
+    store.close()

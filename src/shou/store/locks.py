@@ -70,11 +70,15 @@ class SessionLock:
     """A session taken by this process; `release()` gives it back."""
 
     __slots__ = ("file", "offset", "session")  # one per in-flight session (issue 35)
+    lost = False  # a lock file's lock goes only with its process (PostgreSQL's can go with a connection)
 
     def __init__(self, file: LockFile, offset: int, session: str) -> None:
         self.file = file
         self.offset = offset
         self.session = session
+
+    def check(self) -> None:
+        """Nothing to check: the lock is held until `release()` or the process's end."""
 
     def release(self) -> None:
         """Let other processes have the session."""

@@ -24,6 +24,11 @@ class StoreUnavailable(UserError):
     """The database cannot be reached now (down, restarting, refusing connections)."""
 
 
+class SessionLost(StoreUnavailable):
+    """The connection that held a session's lock broke: another process may run the session now, so this one
+    writes nothing more of it and its run stops before its next side effect (as a kill would stop it)."""
+
+
 def connect(url: str, **kwargs: Any) -> Any:
     """An autocommit psycopg connection to `url`; a clear `UserError` when psycopg or the server is missing."""
     try:
@@ -89,8 +94,20 @@ class Link:
                     raise
                 self.discard()
                 if not retry:
-                    raise
+                    raise self._failed(e) from None
+            try:
                 return work(self._get())
+            except Exception as e:  # the database went away during the retry (or was never back)
+                if not is_connection_error(e):
+                    raise
+                raise self._failed(e) from None
+
+    def _failed(self, error: Exception) -> StoreUnavailable:
+        """`error`, a connection's failure, as shou's own: what faces show is one line, not psycopg's traceback."""
+        if isinstance(error, StoreUnavailable):
+            return error
+        return StoreUnavailable(f"the connection to PostgreSQL at {safe_url(self.url)} failed: "
+                                f"{' '.join(str(error).split())}")
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement and fetch its rows (none for a statement that returns nothing)."""

@@ -11,8 +11,10 @@ reopened (`Link`). Session locks are session-level advisory locks held on one co
 server drops them when that connection closes, so a replica killed with SIGKILL frees its sessions as a
 killed process frees a lock file. Rows are written on that same connection: when it breaks under a live
 process, its locks are gone and the rows of those sessions are dropped, never written on a new connection
-(`lost()` names them, so their runs stop): a fence against a replica that outlived its lease. Migrations
-take a transaction-level advisory lock, so replicas starting together apply each one once.
+(`lost()` names them, and a `Session` holding one raises `SessionLost` at its next commit, so its run stops
+before its next side effect): a fence against a replica that outlived its lease. For the same reason a
+`Session` let go of gives up its rows that could not be committed while it was held. Migrations take a
+transaction-level advisory lock, so replicas starting together apply each one once.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from .basics import (
     decoded,
 )
 from .locks import SessionBusy
-from .pg_link import Link, connect, is_connection_error, migrate_pg, safe_url
+from .pg_link import Link, SessionLost, connect, is_connection_error, migrate_pg, safe_url
 from .retention import PRUNABLE_TYPES, pruned, referenced
 from .together import Together
 
@@ -370,9 +372,10 @@ class PostgresStore(StoreBasics):
         self._buffer = [r for r in self._buffer if r[0] not in self._lost]
 
     def abandon(self, session: str) -> None:
-        """Write nothing more of `session` (its run lost its lease or lock) until `restore()`."""
-        self._lost.add(session)
-        self._buffer = [r for r in self._buffer if r[0] != session]
+        """Write nothing more of `session` (its run lost its lease or lock, or let go of it) until `restore()`."""
+        with self._lock:  # after a commit under way on another thread: one that fails puts its rows back
+            self._lost.add(session)
+            self._buffer = [r for r in self._buffer if r[0] != session]
 
     def restore(self, session: str) -> None:
         """Let `session` be written again (its abandoned run has stopped and let go of it)."""
@@ -416,6 +419,19 @@ class PgSessionLock:
     def __init__(self, store: PostgresStore, session: str) -> None:
         self.store = store
         self.session = session
+
+    @property
+    def lost(self) -> bool:
+        """Whether the lock went with a broken connection while held (nothing more of the session is written)."""
+        return self.session in self.store._gone
+
+    def check(self) -> None:
+        """`SessionLost` when the lock went with a broken connection: the run must stop before its next effect."""
+        if self.lost:
+            raise SessionLost(f"the PostgreSQL connection that held session {self.session!r} broke (the server "
+                              "restarted or dropped it), so another process may run the session now: this run "
+                              f"stops without writing more of it; `shou resume {self.session}` continues it from "
+                              "its log")
 
     def release(self) -> None:
         """Let other processes have the session."""

@@ -13,7 +13,10 @@ What is kept: no run goes on before its own events are committed, so a kill -9 l
 before (a run waiting for the group has done nothing its log does not hold). What it costs: a run in a
 group goes on one turn of the loop later (the others' callbacks of that turn, microseconds). A failed
 transaction fails every run of the group, as it would have failed each alone; the rows stay buffered for
-the next attempt.
+the next attempt, as long as their session is held: a session let go of (its run stopped on the failure)
+gives up what it could not commit, as a kill would, and on PostgreSQL the rows of a session whose lock went
+with a broken connection are written on no other, its run stopping at its next commit (`SessionLost`)
+even when the group's transaction succeeds (tests/integration/test_pg_group_outage.py).
 """
 
 from __future__ import annotations
