@@ -306,10 +306,22 @@ class Session:
         if self._lock is not None:
             lock, self._lock = self._lock, None
             store = self.store
+            dropped = lock.lost  # its rows were left out of the commits since the lock went
             if store is not None and store.pending:
-                store.abandon(self.name)
+                dropped = bool(store.abandon(self.name)) or dropped
                 store.restore(self.name)
             lock.release()
+            if dropped:
+                self._reload()
+
+    def _reload(self) -> None:
+        """Fold the session again from its log alone: events it recorded were given up (`release()`), and a
+        run that uses this object again must not build on them (its requests would name messages, and contents
+        by hash, that the log does not hold)."""
+        self._fold = MessageFold()
+        self._seen = 0
+        self._token = secrets.token_hex(8)  # every stored row is now one to fold in: none is this object's own
+        self.refresh()
 
     def unanswered_requests(self) -> list[ModelRequest]:
         """The model requests of the open run (and of its sub-runs) that a killed process made and never logged

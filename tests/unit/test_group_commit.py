@@ -222,3 +222,37 @@ def test_a_session_let_go_of_gives_up_what_its_failed_commit_kept(tmp_path: Path
     store.commit()
     assert list(store.events("stopped")) == [] and [e.type for e in store.events("other")] == ["run_started"]
     store.close()
+
+
+def test_a_session_object_used_again_after_its_rows_were_given_up_matches_its_log(tmp_path: Path) -> None:
+    # release() gives up the rows a failed commit kept (above); the Session object that folded them in must not
+    # go on as if they were logged. Used again (the Python API's retry of arun() with the same object), its next
+    # run was built on the given-up events: requests naming contents its log never got (`shou trace` showed them
+    # pruned), messages no reload of the log has.
+    from shou import Session
+    from shou.trace.read import resolve, traces
+
+    store = SQLiteStore(tmp_path / "s.db")
+    write = store._write
+    full = [True]
+
+    def disk(rows: list) -> None:
+        if full[0] and any(r[0] == "retried" for r in rows):
+            store._buffer[:0] = rows
+            raise sqlite3.OperationalError("database or disk is full")
+        write(rows)
+
+    store._write = disk  # type: ignore[method-assign]
+    session = Session("retried", store)
+    model = ScriptedModel([{"text": "first"}, {"text": "second"}, {"text": "third"}])
+    agent = Agent(model, [], workspace=tmp_path, store=store, instructions="be brief")
+    with pytest.raises(Exception, match="full"):
+        agent.run("one", session=session)
+    full[0] = False
+    assert agent.run("two", session=session).answer in {"first", "second"}
+    fresh = Session("retried", store)
+    assert [m.to_wire() for m in session.messages] == [m.to_wire() for m in fresh.messages]
+    calls = [c for run in traces(store, "retried") for step in run.steps for c in step.model_calls]
+    resolve(store, calls)
+    assert calls and all(c.pruned == 0 for c in calls), "a request names contents the log does not hold"
+    store.close()
