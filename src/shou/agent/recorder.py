@@ -42,6 +42,11 @@ def _dumps(value: Any) -> bytes:
 # recorder held while its run waited for the model (issue 35).
 _SHARED: dict[tuple[Any, int], tuple[Any, Any, str]] = {}
 _MOST_SHARED = 512
+# What the entries keep alive outlives the runs, and a system text can be a caller's own words (`shou serve`'s
+# OpenAI-style system messages, up to its 2 MB body): the table holds at most this much of them, as JSON bytes,
+# and none bigger than an eighth of it (such a text is hashed again for each request, as any message is once).
+_MOST_SHARED_BYTES = 8 << 20
+_shared_bytes = 0
 
 
 class RequestRecorder:
@@ -57,12 +62,14 @@ class RequestRecorder:
         self._new: dict[str, Any] = {}
         # id(object) -> (object, hash): the object is kept so its id cannot be reused by another one
         self._seen: dict[int, tuple[Any, str]] = {}
+        self._size = 0  # the JSON bytes of what `_key` hashed last
 
     def _key(self, obj: Any, wire: Any, remember: bool = True) -> str:
         known = self._seen.get(id(obj))
         if known is not None and known[0] is obj:
             return known[1]
         data = _dumps(wire)
+        self._size = len(data)
         if self.redactor is not None and self.redactor.may_hold(data):  # looked for in the JSON, walked if so
             wire = self.redactor.value(wire)
             data = _dumps(wire)
@@ -109,10 +116,16 @@ class RequestRecorder:
         entry = _SHARED.get((what, id(redactor)))
         if entry is not None and entry[0] is redactor and entry[2] in self.known:
             return entry[2]
+        global _shared_bytes
         key = self._key(obj, wire(), remember=False)  # made again for each request: known by `what`, not by id
-        if len(_SHARED) >= _MOST_SHARED:
+        size = self._size
+        if size > _MOST_SHARED_BYTES // 8:
+            return key
+        if len(_SHARED) >= _MOST_SHARED or _shared_bytes + size > _MOST_SHARED_BYTES:
             _SHARED.clear()
+            _shared_bytes = 0
         _SHARED[(what, id(redactor))] = (redactor, kept, key)
+        _shared_bytes += size
         return key
 
     def take(self) -> dict[str, Any] | None:

@@ -372,7 +372,8 @@ class PostgresStore(StoreBasics):
         self._buffer = [r for r in self._buffer if r[0] not in self._lost]
 
     def abandon(self, session: str) -> bool:
-        """Write nothing more of `session` (its run lost its lease or lock, or let go of it) until `restore()`; whether rows of it were given up."""
+        """Write nothing more of `session` (its run lost its lease or lock, or let go of it) until `restore()`;
+        whether rows of it were given up."""
         with self._lock:  # after a commit under way on another thread: one that fails puts its rows back
             self._lost.add(session)
             kept = [r for r in self._buffer if r[0] != session]

@@ -176,7 +176,8 @@ class SQLiteStore(StoreBasics):
         return set()
 
     def abandon(self, session: str) -> bool:
-        """Write nothing more of `session` (its run lost its lease) until `restore()`; whether rows of it were given up."""
+        """Write nothing more of `session` (its run lost its lease) until `restore()`; whether rows of it were
+        given up."""
         with self._lock:
             self._lost.add(session)
             kept = [r for r in self._buffer if r[0] != session]
