@@ -13,12 +13,13 @@ the session can contain a call without its answer.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .errors import UserError
+from .errors import ShouError, UserError
 from .events import ApprovalDecided, ApprovalRequested, Event, InputAnswered, InputRequested, ModelRequest
 from .folds import (
     ApprovalsFold,
@@ -321,7 +322,10 @@ class Session:
         self._fold = MessageFold()
         self._seen = 0
         self._token = secrets.token_hex(8)  # every stored row is now one to fold in: none is this object's own
-        self.refresh()
+        self._fresh = False
+        # the store may be away (why the rows were given up): the next acquire() reads on from where this stopped
+        with contextlib.suppress(ShouError):
+            self.refresh()
 
     def unanswered_requests(self) -> list[ModelRequest]:
         """The model requests of the open run (and of its sub-runs) that a killed process made and never logged

@@ -256,3 +256,30 @@ def test_a_session_object_used_again_after_its_rows_were_given_up_matches_its_lo
     resolve(store, calls)
     assert calls and all(c.pruned == 0 for c in calls), "a request names contents the log does not hold"
     store.close()
+
+
+def test_a_session_let_go_of_while_its_store_cannot_be_read_reads_its_log_at_its_next_acquire(tmp_path: Path) -> None:
+    # Folding the session again on release() needs the store, which may be away (why its rows were given up):
+    # release() still lets go without an error of its own, and the next acquire() reads the log.
+    from shou import Session
+    from shou.events import RunStarted
+    from shou.store.pg_link import StoreUnavailable
+
+    store = SQLiteStore(tmp_path / "s.db")
+    session = Session("down", store)
+    session.acquire()
+    session._write(RunStarted("run_0", "down", "kept", "m"))  # what the emitter does
+    store.commit()
+    session._write(RunStarted("run_1", "down", "given up", "m"))
+    rows = store.rows
+
+    def away(*args: object, **kwargs: object) -> None:
+        raise StoreUnavailable("the store is away")
+
+    store.rows = away  # type: ignore[method-assign]
+    session.release()  # no error: the rows are given up, the log is read later
+    store.rows = rows  # type: ignore[method-assign]
+    session.acquire()
+    assert session.open_run is not None and session.open_run.run_id == "run_0"
+    session.release()
+    store.close()
