@@ -161,3 +161,25 @@ def test_a_short_system_prompt_is_counted_once_not_at_every_step(monkeypatch) ->
     assert agent.run("add things").steps == 4
     system = [t for t in seen if prompt in t]
     assert len(system) == 1, f"the system text was encoded {len(system)} times"
+
+
+def test_long_texts_are_remembered_apart_from_the_churn_of_short_ones_and_within_a_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Many sessions at once count many short texts: a session's long system text must not be encoded again at
+    # every step once 1,024 short ones were counted, and long texts are kept up to a bound in characters.
+    from shou.context import tokens
+    from shou.context.tokens import TokenCounter
+
+    counter = TokenCounter("gpt-4o-mini")
+    encoded: list[int] = []
+    real = counter._encode
+    counter._encode = lambda text: encoded.append(len(text)) or real(text)  # type: ignore[method-assign]
+    system = "Follow the house rules. " * 200
+    first = counter.text(system)
+    for i in range(3000):
+        counter.text(f"short result {i}")
+    assert counter.text(system) == first and encoded.count(len(system)) == 1
+    monkeypatch.setattr(tokens, "MOST_LONG_CHARS", 30_000)
+    for c in "abcd":
+        counter.text(c * 10_001)
+    assert counter._big_chars <= 30_000 and sum(map(len, counter._big)) == counter._big_chars

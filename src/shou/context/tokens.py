@@ -133,29 +133,52 @@ def _estimate(text: str) -> int:
     return (len(text) - wide) // 4 + wide + 1
 
 
+LONG_TEXT = 2048  # characters from which a text is remembered apart, by size
+MOST_LONG_CHARS = 8 << 20  # characters of long texts a counter remembers
+
+
 class TokenCounter:
     """Counts tokens of messages for one model, caching each message's count."""
 
-    __slots__ = ("_encode", "_ids", "_specs", "_texts", "model")
+    __slots__ = ("_big", "_big_chars", "_encode", "_ids", "_specs", "_texts", "model")
 
     def __init__(self, model: str = "") -> None:
         self.model = model
         self._encode = get_encoder(encoding_name(model))
         self._ids: dict[int, tuple[Message, int]] = {}
-        self._texts: dict[str, int] = {}  # texts counted before (the system prompt, tool specs, names, short results)
+        self._texts: dict[str, int] = {}  # short texts counted before (tool names, short arguments and results)
+        # Long texts apart (a session's system text, big results): the churn of many short ones must not make a
+        # long one be encoded again at every step, nor may 1,024 of them, each up to a request's size, be kept.
+        self._big: dict[str, int] = {}
+        self._big_chars = 0
         self._specs: dict[tuple[int, ...], tuple[list[dict[str, Any]], int]] = {}
 
     def text(self, text: str) -> int:
-        """Tokens in a plain text, remembered (at most 1,024 texts, then forgotten together): what a run counts
-        comes back, in the next steps (the system text), and across runs (tool names, short arguments and
-        results, answers); a miss costs a dict entry, an encode is tens of thousands of instructions."""
+        """Tokens in a plain text, remembered: what a run counts comes back, in the next steps (the system text),
+        and across runs (tool names, short arguments and results, answers); a miss costs a dict entry, an
+        encode is tens of thousands of instructions. At most 1,024 short texts and 8 M characters of long ones
+        are kept, each kind forgotten together when full."""
         n = self._texts.get(text)
         if n is None:
             if not text:
                 return 0
+            if len(text) >= LONG_TEXT:
+                return self._long(text)
             if len(self._texts) > 1024:
                 self._texts.clear()
             n = self._texts[text] = self._encode(text)
+        return n
+
+    def _long(self, text: str) -> int:
+        n = self._big.get(text)
+        if n is None:
+            n = self._encode(text)
+            if len(text) <= MOST_LONG_CHARS:  # one bigger is counted each time it is asked for
+                if self._big_chars + len(text) > MOST_LONG_CHARS:
+                    self._big.clear()
+                    self._big_chars = 0
+                self._big[text] = n
+                self._big_chars += len(text)
         return n
 
     def specs(self, specs: list[dict[str, Any]]) -> int:
