@@ -111,6 +111,13 @@ async def resume_all(agent: Agent, sessions: list[str]) -> list[Any]:
     return await asyncio.wait_for(asyncio.gather(*(agent.aresume(s) for s in sessions)), HANG)
 
 
+def resume_to_the_end(fresh: PostgresStore, url: str, srv: Any, job: Job, workspace: Path) -> None:
+    """Resume every session on `fresh`: each ends `completed`, its log whole, each effect done once."""
+    done = asyncio.run(resume_all(agent_on(fresh, srv, Job(effects=job.effects), workspace), SESSIONS))
+    assert [(r.status, r.answer) for r in done] == [("completed", "done")] * RUNS
+    assert_whole_and_once(PostgresStore(url), job.effects)
+
+
 def waiting_writer(watch: Any, other_than: int = 0) -> int:
     """The backend pid of a write of the event log waiting on a lock (other than `other_than`), once there is one.
     `watch` is an autocommit connection: inside a transaction, pg_stat_activity would be a snapshot."""
@@ -212,10 +219,8 @@ def test_a_database_stopped_while_runs_wait_for_their_group_stops_them_cleanly_a
     try:
         assert_every_effect_was_logged_first(fresh, job.effects)
         assert sorted(fresh.unfinished()) == SESSIONS  # logged as running: to be resumed
-        done = asyncio.run(resume_all(agent_on(fresh, srv, Job(effects=job.effects), workspace), SESSIONS))
-        assert [(r.status, r.answer) for r in done] == [("completed", "done")] * RUNS
-        store.close()  # the first store, still holding what its failed group could not write
-        assert_whole_and_once(PostgresStore(url), job.effects)
+        store.close()  # the first store, still holding what its failed group could not write: nothing of it lands
+        resume_to_the_end(fresh, url, srv, job, workspace)
     finally:
         fresh.close()
 
@@ -242,9 +247,7 @@ def test_a_database_back_before_the_runs_next_commit_stops_them_before_any_unlog
         assert_every_effect_was_logged_first(fresh, job.effects)
         assert_clean_failures(results)
         store.close()
-        done = asyncio.run(resume_all(agent_on(fresh, srv, Job(effects=job.effects), workspace), SESSIONS))
-        assert [(r.status, r.answer) for r in done] == [("completed", "done")] * RUNS
-        assert_whole_and_once(PostgresStore(url), job.effects)
+        resume_to_the_end(fresh, url, srv, job, workspace)
     finally:
         fresh.close()
 
@@ -332,9 +335,7 @@ def test_a_run_cancelled_while_its_group_waits_with_the_database_down_wedges_no_
     try:
         assert_every_effect_was_logged_first(fresh, job.effects)
         store.close()
-        done = asyncio.run(resume_all(agent_on(fresh, srv, Job(effects=job.effects), workspace), SESSIONS))
-        assert [(r.status, r.answer) for r in done] == [("completed", "done")] * RUNS
-        assert_whole_and_once(PostgresStore(url), job.effects)
+        resume_to_the_end(fresh, url, srv, job, workspace)
     finally:
         fresh.close()
 
