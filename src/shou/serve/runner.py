@@ -267,12 +267,9 @@ class Runner:
             from ..store.pg_link import is_connection_error
 
             if is_connection_error(e):  # the end could not be recorded: the lease runs out, the log says how
+                # What was not written is given up by `session.release()` below, as a kill leaves it.
                 log.warning("run %s: the store failed (%s); it is resumed from its log when its lease runs out",
                             job.run_id, e)
-                # As a kill leaves it: what was not written is given up (nothing it announces happened), so a
-                # later commit of another run cannot add it behind the back of whoever resumes this one.
-                self.store.abandon(job.session)
-                self.store.restore(job.session)
             else:
                 log.exception("run %s failed", job.run_id)
                 with contextlib.suppress(Exception):
