@@ -3,6 +3,7 @@ driver for deterministic counts of issue 35 (bench/README, "Issue 35: toward flo
 
     python ../shared/bench/peers/mock_server.py --port 18735 &
     PYTHONPATH=src python bench/task_profile.py --port 18735 --fw shou -n 200 --profile   # cProfile, calls/task
+    # PROF_OUT=FILE also keeps the whole profile (pstats) for a breakdown by module
     for n in 20 120; do PYTHONPATH=src valgrind --tool=callgrind --callgrind-out-file=cg.$n.out \\
         "$(python -c 'import sys; print(sys.executable)')" bench/task_profile.py --fw shou -n $n; done
     # instructions per task = (total of cg.120.out - total of cg.20.out) / 100 (start-up cancels out)
@@ -63,6 +64,8 @@ def main() -> None:
             prof.disable()
             stats = pstats.Stats(prof)
             stats.sort_stats("tottime").print_stats(15)
+            if os.environ.get("PROF_OUT"):
+                stats.dump_stats(os.environ["PROF_OUT"])
             print(f"Python calls per task: {stats.total_calls / a.n:.0f}")  # type: ignore[attr-defined]
         print(f"{a.fw}: {dt / a.n * 1000:.2f} ms per task (wall clock: noise on a shared machine)", file=sys.stderr)
 

@@ -19,7 +19,6 @@ transaction-level advisory lock, so replicas starting together apply each one on
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import secrets
@@ -31,9 +30,7 @@ from typing import Any
 import orjson
 
 from ..events import Event
-from . import sqlite
 from .basics import (
-    _SESSION_EVENTS,
     DEFAULT_RETENTION_DAYS,
     FORK_WRITER,
     NOT_STORED,
@@ -44,14 +41,15 @@ from .basics import (
 )
 from .locks import SessionBusy
 from .pg_link import Link, SessionLost, connect, is_connection_error, migrate_pg, safe_url
+from .pg_rows import COLUMNS as _COLUMNS
+from .pg_rows import NOTIFY_CHANNEL, PgRow, write_rows
+from .pg_rows import text as _text
 from .retention import PRUNABLE_TYPES, pruned, referenced
 from .together import Together
 
 __all__ = ["PostgresStore", "connect", "migrate_pg"]
 
 log = logging.getLogger("shou.store")
-NOTIFY_CHANNEL = "shou_events"
-PgRow = tuple[str, str, str, float, str, str, str]  # session, run_id, type, ts, data, writer, uid
 
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("001_sessions_and_events", [
@@ -70,23 +68,6 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "CREATE UNIQUE INDEX events_by_uid ON events(uid)",
     ]),
 ]
-_COLUMNS = "session, run_id, type, ts, data, writer, uid"
-_UPSERT_SESSION = sqlite._UPSERT_SESSION.replace("?", "%s")  # the same statement, psycopg's placeholders
-
-
-@functools.lru_cache(maxsize=64)
-def _insert_and_notify(n: int) -> str:
-    values = ",".join(["(%s, %s, %s, %s, %s, %s, %s)"] * n)
-    return (f"WITH added AS (INSERT INTO events({_COLUMNS}) VALUES {values} ON CONFLICT (uid) DO NOTHING "
-            f"RETURNING session, id) SELECT session, max(id), pg_notify('{NOTIFY_CHANNEL}', session) FROM added "
-            "GROUP BY session")
-
-
-def _text(value: str) -> str:
-    """PostgreSQL text holds no NUL character (JSON escapes it; names and titles are stored raw)."""
-    return value.replace("\x00", "\ufffd") if "\x00" in value else value
-
-
 _JSON_FIELD = re.compile(r"json_extract\(data, '\$\.(\w+)'\)")  # SQLite's JSON path -> PostgreSQL's
 
 
@@ -190,32 +171,7 @@ class PostgresStore(StoreBasics):
             self._buffer = []
 
     def _write(self, db: Any, rows: list[PgRow]) -> None:
-        if not rows:  # every row was of a session whose lock went with the connection (filtered on the retry)
-            return
-        if not any(r[2] in _SESSION_EVENTS for r in rows):
-            # The usual batch: one statement, so one round trip, that inserts and notifies atomically.
-            found = db.execute(_insert_and_notify(len(rows)), [v for row in rows for v in row]).fetchall()
-            self.committed.update((session, last) for session, last, _ in found)
-            return
-        with db.transaction():
-            with db.cursor() as cur:
-                cur.executemany(f"INSERT INTO events({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-                                "ON CONFLICT (uid) DO NOTHING RETURNING session, id", rows, returning=True)
-                while True:
-                    for session, last in cur.fetchall():
-                        self.committed[session] = max(last, self.committed.get(session, 0))
-                    if not cur.nextset():
-                        break
-            for session, _, kind, ts, data, _, _ in rows:
-                if kind not in _SESSION_EVENTS:
-                    continue
-                event = orjson.loads(data)
-                title = _text(str(event.get("task", ""))[:200]) if kind == "run_started" else ""
-                status = {"run_started": "running", "run_resumed": "running"}.get(kind) or (
-                    _text(str(event.get("status", ""))) if kind == "run_finished" else "")
-                db.execute(_UPSERT_SESSION, (session, ts, ts, title, status))
-            for session in {r[0] for r in rows}:
-                db.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, session[:7000]))
+        write_rows(db, rows, self.committed)
 
     def apply_retention(self, now: float | None = None, every: float = 86400.0) -> int:
         """Run `prune()` if no replica ran it in the last `every` seconds."""
