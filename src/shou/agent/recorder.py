@@ -62,14 +62,21 @@ class RequestRecorder:
         self._new: dict[str, Any] = {}
         # id(object) -> (object, hash): the object is kept so its id cannot be reused by another one
         self._seen: dict[int, tuple[Any, str]] = {}
-        self._size = 0  # the JSON bytes of what `_key` hashed last
 
-    def _key(self, obj: Any, wire: Any, remember: bool = True) -> str:
+    def _key(self, obj: Any, wire: Any) -> str:
         known = self._seen.get(id(obj))
         if known is not None and known[0] is obj:
             return known[1]
+        key, _ = self._record(wire)
+        if len(self._seen) > 50_000:
+            self._seen.clear()
+        self._seen[id(obj)] = (obj, key)
+        return key
+
+    def _record(self, wire: Any) -> tuple[str, int]:
+        """The hash of `wire` (redacted) and the size of its JSON; its contents wait in `take()` if new."""
         data = _dumps(wire)
-        self._size = len(data)
+        size = len(data)
         if self.redactor is not None and self.redactor.may_hold(data):  # looked for in the JSON, walked if so
             wire = self.redactor.value(wire)
             data = _dumps(wire)
@@ -80,11 +87,7 @@ class RequestRecorder:
                 wire = {"_cut": f"{len(data)} bytes, over the trace's limit of {MAX_CONTENT_BYTES}",
                         "head": data[:MAX_CONTENT_BYTES // 2].decode("utf-8", "replace")}
             self._new[key] = wire
-        if remember:
-            if len(self._seen) > 50_000:
-                self._seen.clear()
-            self._seen[id(obj)] = (obj, key)
-        return key
+        return key, size
 
     def messages(self, messages: list[Message]) -> tuple[str, ...]:
         """The hashes of `messages`; the contents of new ones wait in `take()`."""
@@ -98,7 +101,7 @@ class RequestRecorder:
                 or m.tool_call_id is not None:
             return self._key(m, m.to_wire())
         # The system message is made again for every request, mostly with the same text: hashed once per text.
-        return self._shared(m.content, None, m, m.to_wire)
+        return self._shared(m.content, None, m.to_wire)
 
     def tools(self, specs: list[dict[str, Any]]) -> str:
         """The hash of the tool specs (empty when none are offered)."""
@@ -107,18 +110,17 @@ class RequestRecorder:
         # Each request gets its own list of the same spec dicts (a tool builds its spec once): hashed once per
         # set of specs, which the entry keeps alive so their ids name no others.
         kept = list(specs)
-        return self._shared(tuple(map(id, specs)), kept, kept, lambda: kept)
+        return self._shared(tuple(map(id, specs)), kept, lambda: kept)
 
-    def _shared(self, what: Any, kept: Any, obj: Any, wire: Callable[[], Any]) -> str:
-        """The hash of `obj` (sent as `wire()`), known process-wide by `what`; contents handed out again to a
+    def _shared(self, what: Any, kept: Any, wire: Callable[[], Any]) -> str:
+        """The hash of what is sent as `wire()`, known process-wide by `what`; contents handed out again to a
         session whose log does not hold them."""
         redactor = self.redactor
         entry = _SHARED.get((what, id(redactor)))
         if entry is not None and entry[0] is redactor and entry[2] in self.known:
             return entry[2]
         global _shared_bytes
-        key = self._key(obj, wire(), remember=False)  # made again for each request: known by `what`, not by id
-        size = self._size
+        key, size = self._record(wire())  # made again for each request: known by `what`, not by id
         if size > _MOST_SHARED_BYTES // 8:
             return key
         if len(_SHARED) >= _MOST_SHARED or _shared_bytes + size > _MOST_SHARED_BYTES:
