@@ -139,3 +139,114 @@ def assert_every_effect_logged(url: str, effects: list[tuple[str, int]]) -> None
             assert n in logged_starts(store, session), f"{session} step {n} ran without its start in the log"
     finally:
         store.close()
+
+
+# ---------------------------------------------------------------------------------------------- review 45
+# An attacker's review of the change above: lost answers at other moments.
+
+def _last_id(url: str, session: str) -> int | None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("SELECT max(id) FROM events WHERE session = %s", (session,)).fetchone()[0]
+
+
+def test_a_lost_answer_whose_retry_also_failed_is_learned_by_the_next_commit(
+        pg: PostgresServer, proxy: CuttingProxy) -> None:  # noqa: F811
+    # The batch lands, its answer is lost, and the retry finds the database away: the rows stay buffered (the
+    # caller is told the commit failed). The next commit writes them again (skipping what landed) with new rows.
+    pg.database("twice")
+    direct = f"postgresql://postgres@/twice?host={pg.socket_dir}"
+    store = PostgresStore(proxy.url("twice"))
+    try:
+        store.append("a", RunStarted("run_a", "a", "task", "m"))
+        store.commit()
+        store.append("a", ToolCallFinished("run_a", 1, "c1", "step", "ok a1"))
+        proxy.cut_after(b"ok a1", refuse=True)
+        with pytest.raises(SessionLost.__mro__[1]):  # StoreUnavailable: the retry could not connect
+            store.commit()
+        assert proxy.cut.is_set() and store.pending
+        landed = _last_id(direct, "a")
+        proxy.refuse.clear()
+        store.append("a", ToolCallFinished("run_a", 2, "c2", "step", "ok a2"))
+        store.commit()
+        assert [t for t, _ in rows_of(direct, "a")] == ["run_started", "tool_call_finished", "tool_call_finished"]
+        assert store.committed["a"] == _last_id(direct, "a") > landed
+        # Two lost answers in a row (the retry's answer lost too), then the next commit.
+        store.append("a", ToolCallFinished("run_a", 3, "c3", "step", "ok a3"))
+        proxy.cut_after(b"ok a3", times=2)
+        with pytest.raises(SessionLost.__mro__[1]):
+            store.commit()
+        store.commit()
+        assert [t for t, _ in rows_of(direct, "a")].count("tool_call_finished") == 3
+        assert store.committed["a"] == _last_id(direct, "a")
+    finally:
+        store.close()
+
+
+def test_committed_never_names_a_row_that_a_rolled_back_transaction_did_not_write(
+        pg: PostgresServer, proxy: CuttingProxy) -> None:  # noqa: F811
+    # The run-start/end transaction: its INSERTs answer (RETURNING ids), then the connection breaks before
+    # COMMIT, so the server rolls it back; the retry finds the database away. `committed` is what serve's
+    # streams are told is stored: it must not name ids that no row has (nor ever will: a sequence goes on).
+    pg.database("phantom")
+    direct = f"postgresql://postgres@/phantom?host={pg.socket_dir}"
+    store = PostgresStore(proxy.url("phantom"))
+    try:
+        store.append("a", RunStarted("run_a", "a", "task", "m"))
+        store.commit()
+        before = store.committed["a"]
+        store.append("a", ToolCallFinished("run_a", 1, "c1", "step", "ok a1"))
+        store.append("a", RunStarted("run_a2", "a", "marker\nphantom", "m"))  # a session event: the transaction
+        # a raw newline: only in the title of its `sessions` row (the JSON of the row escapes it), so the answer
+        # lost is that of the upsert, after the INSERTs answered with their ids
+        proxy.cut_after(b"marker\nphantom", inside=True, refuse=True)
+        with pytest.raises(SessionLost.__mro__[1]):
+            store.commit()
+        assert proxy.cut.is_set()
+        assert _last_id(direct, "a") == before  # rolled back: nothing of the batch landed
+        assert store.committed["a"] == before, f"committed names row {store.committed['a']}, which does not exist"
+    finally:
+        proxy.refuse.clear()
+        store.close()
+
+
+def test_a_fork_whose_commit_landed_unanswered_is_not_reported_as_failed(
+        pg: PostgresServer, proxy: CuttingProxy) -> None:  # noqa: F811
+    # fork() does not retry (a commit whose answer was lost must not be taken for a clash); but when its commit
+    # did land, the caller is told it failed: serve's fork route (serve/fork_api.py) then forgets the new
+    # session's owner, leaving a session nobody owns (404 to its maker, 409 when they try again).
+    pg.database("fork")
+    store = PostgresStore(proxy.url("fork"))
+    try:
+        store.append("src", RunStarted("run_s", "src", "task", "m"))
+        store.append("src", ToolCallFinished("run_s", 1, "c1", "step", "ok"))
+        store.commit()
+        through = store.rows("src")[-1][0]
+        proxy.cut_after(b"forked-review45")
+        failure = None
+        try:
+            store.fork("src", "forked-review45", through)
+        except Exception as e:
+            failure = e
+        assert proxy.cut.is_set()
+        assert store.exists("forked-review45")  # the fork landed
+        assert failure is None, f"the fork landed, yet its caller was told: {failure!r}"
+    finally:
+        store.close()
+
+
+def test_a_commit_of_more_rows_than_one_statement_takes_is_written(pg: PostgresServer) -> None:  # noqa: F811
+    # One statement takes at most 65,535 parameters (7 a row: 9,362 rows). A batch can be larger: group commit
+    # of many runs, or rows kept buffered while the database was away (written again with the next commit).
+    pg.database("many")
+    direct = f"postgresql://postgres@/many?host={pg.socket_dir}"
+    store = PostgresStore(direct)
+    try:
+        other = store.lock("held")  # a session held meanwhile: its lock must not go with a "broken" connection
+        for i in range(9400):
+            store.append("big", ToolCallFinished("run_big", i, f"c{i}", "step", "ok"))
+        store.commit()
+        assert len(rows_of(direct, "big")) == 9400
+        assert not other.lost
+        other.release()
+    finally:
+        store.close()
