@@ -18,6 +18,7 @@ NOTIFY_CHANNEL = "shou_events"
 PgRow = tuple[str, str, str, float, str, str, str]  # session, run_id, type, ts, data, writer, uid
 COLUMNS = "session, run_id, type, ts, data, writer, uid"
 _UPSERT_SESSION = sqlite._UPSERT_SESSION.replace("?", "%s")  # the same statement, psycopg's placeholders
+MOST_ROWS = 5000  # in one statement, which takes at most 65,535 parameters (7 a row); a larger batch: one transaction
 
 
 @functools.lru_cache(maxsize=64)
@@ -37,20 +38,21 @@ def write_rows(db: Any, rows: list[PgRow], committed: dict[str, int]) -> None:
     """Write `rows` on connection `db`; `committed` learns each session's last row id."""
     if not rows:  # every row was of a session whose lock went with the connection (filtered on the retry)
         return
-    if not any(r[2] in _SESSION_EVENTS for r in rows):
+    if len(rows) <= MOST_ROWS and not any(r[2] in _SESSION_EVENTS for r in rows):
         found = db.execute(_insert_and_notify(len(rows)), [v for row in rows for v in row]).fetchall()
         committed.update((session, last) for session, last, _, _ in found)
         if sum(count for _, _, count, _ in found) < len(rows):
             _note_landed(db, rows, committed)
         return
     written = 0
+    seen: dict[str, int] = {}  # learned once the transaction committed: a rolled-back one wrote none of them
     with db.transaction():
         with db.cursor() as cur:
             cur.executemany(f"INSERT INTO events({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
                             "ON CONFLICT (uid) DO NOTHING RETURNING session, id", rows, returning=True)
             while True:
                 for session, last in cur.fetchall():
-                    committed[session] = max(last, committed.get(session, 0))
+                    seen[session] = max(last, seen.get(session, 0))
                     written += 1
                 if not cur.nextset():
                     break
@@ -64,6 +66,8 @@ def write_rows(db: Any, rows: list[PgRow], committed: dict[str, int]) -> None:
             db.execute(_UPSERT_SESSION, (session, ts, ts, title, status))
         for session in {r[0] for r in rows}:
             db.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, session[:7000]))
+    for session, last in seen.items():
+        committed[session] = max(last, committed.get(session, 0))
     if written < len(rows):
         _note_landed(db, rows, committed)
 

@@ -40,7 +40,7 @@ from .basics import (
     decoded,
 )
 from .locks import SessionBusy
-from .pg_link import Link, SessionLost, connect, is_connection_error, migrate_pg, safe_url
+from .pg_link import Link, SessionLost, StoreUnavailable, connect, is_connection_error, migrate_pg, safe_url
 from .pg_rows import COLUMNS as _COLUMNS
 from .pg_rows import NOTIFY_CHANNEL, PgRow, write_rows
 from .pg_rows import text as _text
@@ -288,7 +288,20 @@ class PostgresStore(StoreBasics):
                                   orjson.dumps(event.to_dict()).decode(), writer, secrets.token_hex(8)))
                 conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, target[:7000]))
 
-        self._writer.run(work, retry=False)  # a commit whose answer was lost must not be taken for a clash
+        try:
+            self._writer.run(work, retry=False)  # a commit whose answer was lost must not be taken for a clash
+        except StoreUnavailable:
+            if not self._forked(target, now):
+                raise
+
+    def _forked(self, target: str, made: float) -> bool:
+        """Whether a fork whose answer was lost landed all the same: `target`'s row is the one it made (created
+        at `made`, this call's own time), in the transaction that copied the log."""
+        try:
+            row = self._reader.execute("SELECT created FROM sessions WHERE name = %s", (_text(target),))
+        except Exception:  # the database is away: the caller is told the fork failed, as before
+            return False
+        return bool(row) and row[0][0] == made
 
     def delete(self, session: str) -> None:
         """Remove `session` and all its events."""
