@@ -149,10 +149,17 @@ def _last_id(url: str, session: str) -> int | None:
         return conn.execute("SELECT max(id) FROM events WHERE session = %s", (session,)).fetchone()[0]
 
 
+@pytest.mark.parametrize("kind", ["statement", "transaction"])
 def test_a_lost_answer_whose_retry_also_failed_is_learned_by_the_next_commit(
-        pg: PostgresServer, proxy: CuttingProxy) -> None:  # noqa: F811
+        pg: PostgresServer, proxy: CuttingProxy, kind: str) -> None:  # noqa: F811
     # The batch lands, its answer is lost, and the retry finds the database away: the rows stay buffered (the
     # caller is told the commit failed). The next commit writes them again (skipping what landed) with new rows.
+    # `transaction`: each batch also holds a run's start (of another session), so it is the run-start/end
+    # transaction whose COMMIT answer is lost.
+    def extra(n: int) -> None:
+        if kind == "transaction":
+            store.append(f"x{n}", RunStarted(f"run_x{n}", f"x{n}", "task", "m"))
+
     pg.database("twice")
     direct = f"postgresql://postgres@/twice?host={pg.socket_dir}"
     store = PostgresStore(proxy.url("twice"))
@@ -160,6 +167,7 @@ def test_a_lost_answer_whose_retry_also_failed_is_learned_by_the_next_commit(
         store.append("a", RunStarted("run_a", "a", "task", "m"))
         store.commit()
         store.append("a", ToolCallFinished("run_a", 1, "c1", "step", "ok a1"))
+        extra(1)
         proxy.cut_after(b"ok a1", refuse=True)
         with pytest.raises(SessionLost.__mro__[1]):  # StoreUnavailable: the retry could not connect
             store.commit()
@@ -167,17 +175,23 @@ def test_a_lost_answer_whose_retry_also_failed_is_learned_by_the_next_commit(
         landed = _last_id(direct, "a")
         proxy.refuse.clear()
         store.append("a", ToolCallFinished("run_a", 2, "c2", "step", "ok a2"))
+        extra(2)
         store.commit()
         assert [t for t, _ in rows_of(direct, "a")] == ["run_started", "tool_call_finished", "tool_call_finished"]
         assert store.committed["a"] == _last_id(direct, "a") > landed
         # Two lost answers in a row (the retry's answer lost too), then the next commit.
         store.append("a", ToolCallFinished("run_a", 3, "c3", "step", "ok a3"))
+        extra(3)
         proxy.cut_after(b"ok a3", times=2)
         with pytest.raises(SessionLost.__mro__[1]):
             store.commit()
         store.commit()
         assert [t for t, _ in rows_of(direct, "a")].count("tool_call_finished") == 3
         assert store.committed["a"] == _last_id(direct, "a")
+        if kind == "transaction":
+            for n in (1, 2, 3):
+                assert [t for t, _ in rows_of(direct, f"x{n}")] == ["run_started"]
+                assert store.committed[f"x{n}"] == _last_id(direct, f"x{n}")
     finally:
         store.close()
 
