@@ -264,3 +264,33 @@ def test_a_commit_of_more_rows_than_one_statement_takes_is_written(pg: PostgresS
         other.release()
     finally:
         store.close()
+
+
+def test_a_fork_through_serve_whose_commit_landed_unanswered_stays_its_callers(
+        pg: PostgresServer, proxy: CuttingProxy, serve, tmp_path: Path, workspace: Path) -> None:  # noqa: F811
+    # The same lost answer through `POST /v1/sessions/{name}/fork`: the route (serve/fork_api.py) takes the
+    # store's failure (a UserError) for the caller's, forgets the new session's owner, and answers 400; the
+    # fork is in the log all the same, owned by nobody.
+    from ..fixtures.serving import start_serve, stream_run
+    from .conftest import shou_env
+
+    token = "review45-token-0123456789"
+    pg.database("forkserve")
+    srv = serve([{"text": "done"}])
+    (tmp_path / "tokens").write_text(f"{token} dana\n")
+    (tmp_path / "tokens").chmod(0o600)
+    s = start_serve(workspace, shou_env(tmp_path, srv), "--store", proxy.url("forkserve"), "--tokens",
+                    str(tmp_path / "tokens"))
+    try:
+        with s.client(token) as c:
+            run = c.post("/v1/runs", json={"task": "one"}).json()
+            assert stream_run(c, run["run_id"])[-1]["data"]["answer"] == "done"
+            proxy.cut_after(b"DO NOTHING RETURNING name")  # the fork's own statement, no other's
+            r = c.post(f"/v1/sessions/{run['session']}/fork", json={"name": "forked-r45"})
+            assert proxy.cut.is_set()
+            direct = f"postgresql://postgres@/forkserve?host={pg.socket_dir}"
+            assert rows_of(direct, "forked-r45")  # the fork landed
+            names = [x["name"] for x in c.get("/v1/sessions").json()["sessions"]]
+            assert (r.status_code, "forked-r45" in names) == (201, True), (r.status_code, r.text, names)
+    finally:
+        s.stop()
