@@ -294,3 +294,35 @@ def test_a_fork_through_serve_whose_commit_landed_unanswered_stays_its_callers(
             assert (r.status_code, "forked-r45" in names) == (201, True), (r.status_code, r.text, names)
     finally:
         s.stop()
+
+
+def test_a_fork_through_serve_that_the_database_went_away_under_is_a_503_and_leaves_no_fork(
+        pg: PostgresServer, proxy: CuttingProxy, serve, tmp_path: Path, workspace: Path) -> None:  # noqa: F811
+    # The fork's transaction loses its connection before it commits, and the database takes no new connection:
+    # the caller is told to try again (503, as every route answers a database away), not that the request was
+    # bad (400), and the name is let go of, so the same fork can be made once the database is back.
+    from ..fixtures.serving import start_serve, stream_run
+    from .conftest import shou_env
+
+    token = "fork503-token-0123456789"
+    pg.database("forkaway")
+    srv = serve([{"text": "done"}])
+    (tmp_path / "tokens").write_text(f"{token} dana\n")
+    (tmp_path / "tokens").chmod(0o600)
+    s = start_serve(workspace, shou_env(tmp_path, srv), "--store", proxy.url("forkaway"), "--tokens",
+                    str(tmp_path / "tokens"))
+    try:
+        with s.client(token) as c:
+            run = c.post("/v1/runs", json={"task": "one"}).json()
+            assert stream_run(c, run["run_id"])[-1]["data"]["answer"] == "done"
+            proxy.cut_after(b"DO NOTHING RETURNING name", inside=True, refuse=True)
+            r = c.post(f"/v1/sessions/{run['session']}/fork", json={"name": "forked-away"})
+            assert proxy.cut.is_set()
+            assert (r.status_code, r.json()["error"]["type"]) == (503, "unavailable"), r.text
+            direct = f"postgresql://postgres@/forkaway?host={pg.socket_dir}"
+            assert rows_of(direct, "forked-away") == []  # nothing of it landed
+            proxy.refuse.clear()  # the database is back
+            again = c.post(f"/v1/sessions/{run['session']}/fork", json={"name": "forked-away"})
+            assert again.status_code == 201, again.text
+    finally:
+        s.stop()

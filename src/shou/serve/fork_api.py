@@ -15,6 +15,8 @@ from ..errors import UserError
 from ..session import fork_session, new_session_name
 from ..store.basics import SessionExists
 from ..store.locks import SessionBusy
+from ..store.pg_link import StoreUnavailable
+from ..store.sqlite_errors import StoreUnusable
 from .schema import ForkRequest
 from .server import Server, read_json
 
@@ -33,6 +35,8 @@ async def fork_session_route(request: Request) -> Response:
         made, point = fork_session(srv.store, source, None if body.at is None else str(body.at), name)
     except UserError as e:
         srv.queue.forget_session(name)
+        if isinstance(e, (StoreUnavailable, StoreUnusable)):
+            raise  # the database is away: 503 like every route (serve/app.py), not the caller's mistake
         raise HTTPException(409 if isinstance(e, (SessionBusy, SessionExists)) else 400, str(e)) from None
     except BaseException:
         srv.queue.forget_session(name)
