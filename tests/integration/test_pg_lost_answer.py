@@ -38,7 +38,7 @@ from .test_pg_group_outage import (
 psycopg = pytest.importorskip("psycopg")
 pytestmark = pytest.mark.skipif(pg_bindir() is None, reason="PostgreSQL is not installed")
 
-from shou.store.pg_link import SessionLost  # noqa: E402  (after the skip: psycopg may be missing)
+from shou.store.pg_link import SessionLost, StoreUnavailable  # noqa: E402  (after the skip: psycopg may be missing)
 from shou.store.postgres import PostgresStore  # noqa: E402
 
 
@@ -326,3 +326,34 @@ def test_a_fork_through_serve_that_the_database_went_away_under_is_a_503_and_lea
             assert again.status_code == 201, again.text
     finally:
         s.stop()
+
+
+def test_a_statement_that_fails_on_a_live_connection_keeps_the_session_locks(
+        pg: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    # A write that waits past the statement timeout (QueryCanceled) or is chosen as a deadlock's victim fails
+    # with psycopg's OperationalError, as a broken connection does; but the connection is alive and holds every
+    # session lock of the process. Taking it for broken dropped it, and with it every lock: every run of the
+    # replica stopped (SessionLost) for one slow statement.
+    from shou import Session
+    from shou.store import pg_link
+
+    url = pg.database("live")
+    monkeypatch.setattr(pg_link, "STATEMENT_TIMEOUT_MS", 300)  # the write waits on a lock nobody lets go of
+    store = PostgresStore(url)
+    held = Session("held", store)
+    held.acquire()
+    try:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("BEGIN")
+            admin.execute("LOCK TABLE events IN SHARE MODE")  # the write waits until it times out
+            store.append("held", RunStarted("run_held", "held", "task", "m"))
+            with pytest.raises(StoreUnavailable) as failed:
+                store.commit()
+            assert not isinstance(failed.value, psycopg.Error)
+            admin.execute("ROLLBACK")
+        assert store.lost() == set()  # the lock is still this process's
+        held.commit()  # kept, and written now
+        assert [e.type for e in PostgresStore(url).events("held")] == ["run_started"]
+    finally:
+        held.release()
+        store.close()

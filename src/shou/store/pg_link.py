@@ -87,11 +87,20 @@ class Link:
         """`work(connection)`; when the connection broke, once more on a fresh one if `retry` (only for work
         that is safe to repeat: reads, and writes that skip rows already written)."""
         with self.lock:
+            conn = None
             try:
-                return work(self._get())
+                conn = self._get()
+                return work(conn)
             except Exception as e:
                 if not is_connection_error(e):
                     raise
+                if conn is not None and not (conn.closed or conn.broken):
+                    # The statement failed, not the connection (the statement timeout, a deadlock's victim):
+                    # psycopg calls both OperationalError. The connection and what it holds (session locks) stay.
+                    if isinstance(e, StoreUnavailable):
+                        raise
+                    raise StoreUnavailable(f"PostgreSQL at {safe_url(self.url)} did not carry out a statement: "
+                                           f"{' '.join(str(e).split())}") from None
                 self.discard()
                 if not retry:
                     raise self._failed(e) from None
