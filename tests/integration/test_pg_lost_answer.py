@@ -11,9 +11,11 @@ holds a marker, after the server committed it. Every wait is on an event; `HANG`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -266,34 +268,41 @@ def test_a_commit_of_more_rows_than_one_statement_takes_is_written(pg: PostgresS
         store.close()
 
 
-def test_a_fork_through_serve_whose_commit_landed_unanswered_stays_its_callers(
-        pg: PostgresServer, proxy: CuttingProxy, serve, tmp_path: Path, workspace: Path) -> None:  # noqa: F811
-    # The same lost answer through `POST /v1/sessions/{name}/fork`: the route (serve/fork_api.py) takes the
-    # store's failure (a UserError) for the caller's, forgets the new session's owner, and answers 400; the
-    # fork is in the log all the same, owned by nobody.
+@contextlib.contextmanager
+def served_session(server: PostgresServer, proxy: CuttingProxy, serve: Any, tmp_path: Path, workspace: Path,
+                   database: str) -> Iterator[tuple[Any, str]]:
+    """`shou serve` on `database` through the proxy: a client of its, and a session of one finished run."""
     from ..fixtures.serving import start_serve, stream_run
     from .conftest import shou_env
 
-    token = "review45-token-0123456789"
-    pg.database("forkserve")
+    token = "lost-answer-token-0123456789"
+    server.database(database)
     srv = serve([{"text": "done"}])
     (tmp_path / "tokens").write_text(f"{token} dana\n")
     (tmp_path / "tokens").chmod(0o600)
-    s = start_serve(workspace, shou_env(tmp_path, srv), "--store", proxy.url("forkserve"), "--tokens",
+    s = start_serve(workspace, shou_env(tmp_path, srv), "--store", proxy.url(database), "--tokens",
                     str(tmp_path / "tokens"))
     try:
         with s.client(token) as c:
             run = c.post("/v1/runs", json={"task": "one"}).json()
             assert stream_run(c, run["run_id"])[-1]["data"]["answer"] == "done"
-            proxy.cut_after(b"DO NOTHING RETURNING name")  # the fork's own statement, no other's
-            r = c.post(f"/v1/sessions/{run['session']}/fork", json={"name": "forked-r45"})
-            assert proxy.cut.is_set()
-            direct = f"postgresql://postgres@/forkserve?host={pg.socket_dir}"
-            assert rows_of(direct, "forked-r45")  # the fork landed
-            names = [x["name"] for x in c.get("/v1/sessions").json()["sessions"]]
-            assert (r.status_code, "forked-r45" in names) == (201, True), (r.status_code, r.text, names)
+            yield c, run["session"]
     finally:
         s.stop()
+
+
+def test_a_fork_through_serve_whose_commit_landed_unanswered_stays_its_callers(
+        pg: PostgresServer, proxy: CuttingProxy, serve, tmp_path: Path, workspace: Path) -> None:  # noqa: F811
+    # The same lost answer through `POST /v1/sessions/{name}/fork`: the route (serve/fork_api.py) took the
+    # store's failure (a UserError) for the caller's, forgot the new session's owner, and answered 400; the
+    # fork was in the log all the same, owned by nobody.
+    with served_session(pg, proxy, serve, tmp_path, workspace, "forkserve") as (c, session):
+        proxy.cut_after(b"DO NOTHING RETURNING name")  # the fork's own statement, no other's
+        r = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-r45"})
+        assert proxy.cut.is_set()
+        assert rows_of(f"postgresql://postgres@/forkserve?host={pg.socket_dir}", "forked-r45")  # it landed
+        names = [x["name"] for x in c.get("/v1/sessions").json()["sessions"]]
+        assert (r.status_code, "forked-r45" in names) == (201, True), (r.status_code, r.text, names)
 
 
 def test_a_fork_through_serve_that_the_database_went_away_under_is_a_503_and_leaves_no_fork(
@@ -301,31 +310,15 @@ def test_a_fork_through_serve_that_the_database_went_away_under_is_a_503_and_lea
     # The fork's transaction loses its connection before it commits, and the database takes no new connection:
     # the caller is told to try again (503, as every route answers a database away), not that the request was
     # bad (400), and the name is let go of, so the same fork can be made once the database is back.
-    from ..fixtures.serving import start_serve, stream_run
-    from .conftest import shou_env
-
-    token = "fork503-token-0123456789"
-    pg.database("forkaway")
-    srv = serve([{"text": "done"}])
-    (tmp_path / "tokens").write_text(f"{token} dana\n")
-    (tmp_path / "tokens").chmod(0o600)
-    s = start_serve(workspace, shou_env(tmp_path, srv), "--store", proxy.url("forkaway"), "--tokens",
-                    str(tmp_path / "tokens"))
-    try:
-        with s.client(token) as c:
-            run = c.post("/v1/runs", json={"task": "one"}).json()
-            assert stream_run(c, run["run_id"])[-1]["data"]["answer"] == "done"
-            proxy.cut_after(b"DO NOTHING RETURNING name", inside=True, refuse=True)
-            r = c.post(f"/v1/sessions/{run['session']}/fork", json={"name": "forked-away"})
-            assert proxy.cut.is_set()
-            assert (r.status_code, r.json()["error"]["type"]) == (503, "unavailable"), r.text
-            direct = f"postgresql://postgres@/forkaway?host={pg.socket_dir}"
-            assert rows_of(direct, "forked-away") == []  # nothing of it landed
-            proxy.refuse.clear()  # the database is back
-            again = c.post(f"/v1/sessions/{run['session']}/fork", json={"name": "forked-away"})
-            assert again.status_code == 201, again.text
-    finally:
-        s.stop()
+    with served_session(pg, proxy, serve, tmp_path, workspace, "forkaway") as (c, session):
+        proxy.cut_after(b"DO NOTHING RETURNING name", inside=True, refuse=True)
+        r = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-away"})
+        assert proxy.cut.is_set()
+        assert (r.status_code, r.json()["error"]["type"]) == (503, "unavailable"), r.text
+        assert rows_of(f"postgresql://postgres@/forkaway?host={pg.socket_dir}", "forked-away") == []
+        proxy.refuse.clear()  # the database is back
+        again = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-away"})
+        assert again.status_code == 201, again.text
 
 
 def test_a_statement_that_fails_on_a_live_connection_keeps_the_session_locks(
