@@ -350,3 +350,43 @@ def test_a_statement_that_fails_on_a_live_connection_keeps_the_session_locks(
     finally:
         held.release()
         store.close()
+
+
+def test_a_cancel_that_could_not_be_logged_under_serve_is_carried_out_once_the_database_is_back(
+        pg: PostgresServer, proxy: CuttingProxy, serve, tmp_path: Path, workspace: Path) -> None:  # noqa: F811
+    # A run is cancelled through the API (the queue records it), then the commit of its cancellation loses its
+    # connection before it commits and the database takes no new one: the run stops as a kill would, unlogged.
+    # The queue still holds the cancel: once the database is back and the run's lease has run out, the replica
+    # takes the run again and closes it as cancelled. Its tool call, interrupted, is never run again.
+    from ..fixtures.serving import start_serve, stream_run
+    from .conftest import FIXTURES, shou_env
+    from .test_serve_outage import _status, _wait_for
+
+    token = "cancel-token-0123456789"
+    pg.database("cancelaway")
+    srv = serve([{"tool_calls": [{"name": "nap", "arguments": {"tag": "long", "seconds": 600}}]}, {"text": "no"}])
+    (tmp_path / "tokens").write_text(f"{token} dana\n")
+    (tmp_path / "tokens").chmod(0o600)
+    s = start_serve(workspace, shou_env(tmp_path, srv), "--store", proxy.url("cancelaway"), "--tokens",
+                    str(tmp_path / "tokens"), "--lease", "3", "--functions", str(FIXTURES / "extra_tools.py"))
+    naps = workspace / "naps.jsonl"
+    try:
+        with s.client(token) as c:
+            run = c.post("/v1/runs", json={"task": "nap"}).json()
+            _wait_for("the nap to start", lambda: naps.exists() and '"start"' in naps.read_text())
+            proxy.cut_after(b'"status":"cancelled"', inside=True, refuse=True)  # the cancellation's own rows
+            assert c.post(f"/v1/runs/{run['run_id']}/cancel").status_code < 300
+            assert proxy.cut.wait(120)
+            proxy.refuse.clear()  # the database is back
+            _wait_for("the run to end", lambda: _status(c, run["run_id"]) not in ("", "queued", "running"))
+            assert _status(c, run["run_id"]) == "cancelled", c.get(f"/v1/runs/{run['run_id']}").text
+            events = [m for m in stream_run(c, run["run_id"]) if m["id"] is not None]
+            kinds = [m["event"] for m in events]
+            assert kinds.count("run_finished") == 1 and events[-1]["data"]["status"] == "cancelled", kinds
+            finished = [m["data"] for m in events if m["event"] == "tool_call_finished"]
+            assert len(finished) == 1 and finished[0]["is_error"], finished
+        assert naps.read_text().count('"start"') == 1  # never run again
+        log = s.log()
+        assert "the store failed" in log and "Traceback" not in log, log  # its cancellation was not logged at first
+    finally:
+        s.stop()
