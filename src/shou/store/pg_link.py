@@ -24,6 +24,16 @@ class StoreUnavailable(UserError):
     """The database cannot be reached now (down, restarting, refusing connections)."""
 
 
+# SQLSTATE classes psycopg calls OperationalError that fail the same way however often the statement is sent
+# (54: program limit exceeded, such as a value too large for an index): the rows are refused, not delayed.
+REFUSED_CLASSES = ("54",)
+
+
+class StatementRefused(UserError):
+    """The server refused a statement on a live connection for good (not a connection error: not retried, and
+    a commit's rows are dropped rather than buffered for a next commit that would fail the same way)."""
+
+
 class SessionLost(StoreUnavailable):
     """The connection that held a session's lock broke: another process may run the session now, so this one
     writes nothing more of it and its run stops before its next side effect (as a kill would stop it)."""
@@ -99,6 +109,9 @@ class Link:
                     # psycopg calls both OperationalError. The connection and what it holds (session locks) stay.
                     if isinstance(e, StoreUnavailable):
                         raise
+                    if (getattr(e, "sqlstate", None) or "").startswith(REFUSED_CLASSES):
+                        raise StatementRefused(f"PostgreSQL at {safe_url(self.url)} refused a statement: "
+                                               f"{' '.join(str(e).split())}") from None
                     raise StoreUnavailable(f"PostgreSQL at {safe_url(self.url)} did not carry out a statement: "
                                            f"{' '.join(str(e).split())}") from None
                 self.discard()

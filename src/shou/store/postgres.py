@@ -298,10 +298,12 @@ class PostgresStore(StoreBasics):
         """Whether a fork whose answer was lost landed all the same: `target`'s row is the one it made (created
         at `made`, this call's own time), in the transaction that copied the log."""
         try:
-            row = self._reader.execute("SELECT created FROM sessions WHERE name = %s", (_text(target),))
+            # compared by the server: float8 as text is rounded where extra_float_digits < 1 (a role's setting)
+            row = self._reader.execute("SELECT created = %s::float8 FROM sessions WHERE name = %s",
+                                       (made, _text(target)))
         except Exception:  # the database is away: the caller is told the fork failed, as before
             return False
-        return bool(row) and row[0][0] == made
+        return bool(row) and row[0][0] is True
 
     def delete(self, session: str) -> None:
         """Remove `session` and all its events."""
