@@ -103,3 +103,110 @@ def test_a_fork_that_landed_is_recognised_when_the_server_prints_floats_rounded(
         assert store._forked("dst", made)
     finally:
         store.close()
+
+
+def test_a_lock_connection_terminated_mid_statement_is_noticed(pg: PostgresServer) -> None:  # noqa: F811
+    # The writer waits on a table lock; an admin terminates its backend mid-statement (FATAL 57P01): the
+    # connection must count as broken (not as a statement that failed on a live one), so the lock is lost.
+    import threading
+
+    from shou import Session
+    from shou.store.pg_link import SessionLost
+
+    url = pg.database("midstmt")
+    store = PostgresStore(url)
+    held = Session("held", store)
+    held.acquire()
+    try:
+        pid = _writer_pid(store)
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("BEGIN")
+            admin.execute("LOCK TABLE events IN SHARE MODE")
+            store.append("held", RunStarted("run_held", "held", "task", "m"))
+            errors: list[BaseException] = []
+
+            def commit() -> None:
+                try:
+                    held.commit()
+                except BaseException as e:
+                    errors.append(e)
+
+            t = threading.Thread(target=commit)
+            t.start()
+            time.sleep(1.0)
+            with psycopg.connect(url, autocommit=True) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            t.join(10)
+            admin.execute("ROLLBACK")
+        assert errors and isinstance(errors[0], SessionLost), errors
+        assert store.lost() == {"held"}
+        assert list(PostgresStore(url).events("held")) == []
+    finally:
+        held.release()
+        store.close()
+
+
+def test_a_crash_of_the_server_loses_the_locks_and_a_fresh_connection_works(pg: PostgresServer) -> None:  # noqa: F811
+    from shou import Session
+
+    url = pg.database("crash")
+    store = PostgresStore(url)
+    held = Session("held", store)
+    held.acquire()
+    try:
+        pg.halt("immediate")
+        pg.start()
+        assert store.lost() == {"held"}
+        store.append("other", RunStarted("run_o", "other", "task", "m"))
+        store.commit()
+        assert [e.type for e in PostgresStore(url).events("other")] == ["run_started"]
+    finally:
+        held.release()
+        store.close()
+
+
+def test_a_fork_cut_off_while_its_commit_is_under_way_is_not_reported_as_failed(
+        pg: PostgresServer) -> None:  # noqa: F811
+    # The connection is cut after COMMIT reached the server but before the commit is visible (a slow fsync,
+    # a synchronous standby's ack; here a deferred trigger): `_forked` looks at once, on another connection,
+    # sees no row, and the caller is told the fork failed; a moment later it lands (serve's fork route then
+    # forgets its owner: the session belongs to nobody, 409 to its maker's retry).
+    import os
+    import socket
+    import threading
+
+    url = pg.database("slowcommit")
+    store = PostgresStore(url)
+    try:
+        store.append("src", RunStarted("run_s", "src", "task", "m"))
+        store.commit()
+        through = store.rows("src")[-1][0]
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("CREATE FUNCTION slow() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(1.5); RETURN NULL; "
+                          "END $$ LANGUAGE plpgsql")
+            admin.execute("CREATE CONSTRAINT TRIGGER slow_fork AFTER INSERT ON sessions DEFERRABLE INITIALLY "
+                          "DEFERRED FOR EACH ROW WHEN (NEW.name = 'dst') EXECUTE FUNCTION slow()")
+            fd = store._writer._get().pgconn.socket
+
+            def cut() -> None:  # once the commit is under way: the network goes
+                for _ in range(200):
+                    if admin.execute("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'").fetchone():
+                        break
+                    time.sleep(0.02)
+                s = socket.socket(fileno=os.dup(fd))
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+            t = threading.Thread(target=cut)
+            t.start()
+            failure = None
+            try:
+                store.fork("src", "dst", through)
+            except Exception as e:
+                failure = e
+            t.join()
+        time.sleep(2.0)
+        assert store.exists("dst")  # it landed
+        assert failure is None, f"the fork landed, yet its caller was told: {failure!r}"
+    finally:
+        store.close()
