@@ -7,10 +7,13 @@ backend gone from `pg_stat_activity`); `HANG` only turns a hang into a failure."
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 import pytest
 
+from shou import Session
 from shou.events import RunStarted, ToolCallFinished
 
 from ..fixtures.postgres import PostgresServer, pg_bindir
@@ -31,6 +34,19 @@ def _writer_pid(store: PostgresStore) -> int:
     return store._writer._get().info.backend_pid
 
 
+@contextlib.contextmanager
+def held_session(url: str) -> Iterator[tuple[PostgresStore, Session]]:
+    """A store on `url` holding session "held" (its lock on the store's writer connection) for the block."""
+    store = PostgresStore(url)
+    held = Session("held", store)
+    held.acquire()
+    try:
+        yield store, held
+    finally:
+        held.release()
+        store.close()
+
+
 def _gone(url: str, pid: int) -> None:
     """Wait until the server process `pid` has ended (it was told to by a timeout of the server's own)."""
     deadline = time.monotonic() + HANG
@@ -41,37 +57,21 @@ def _gone(url: str, pid: int) -> None:
 
 
 def test_a_terminated_lock_connection_is_noticed(pg: PostgresServer) -> None:  # noqa: F811
-    from shou import Session
-
     url = pg.database("term")
-    store = PostgresStore(url)
-    held = Session("held", store)
-    held.acquire()
-    try:
+    with held_session(url) as (store, _):
         pid = _writer_pid(store)
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s, %s)", (pid, int(HANG * 1000)))  # waits for its end
         assert store.lost() == {"held"}
-    finally:
-        held.release()
-        store.close()
 
 
 def test_an_idle_session_timeout_on_the_lock_connection_is_noticed(pg: PostgresServer) -> None:  # noqa: F811
-    from shou import Session
-
     url = pg.database("idle")
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute("ALTER DATABASE idle SET idle_session_timeout = '500ms'")
-    store = PostgresStore(url)
-    held = Session("held", store)
-    held.acquire()
-    try:
+    with held_session(url) as (store, _):
         _gone(url, _writer_pid(store))  # the server ended the idle session
         assert store.lost() == {"held"}
-    finally:
-        held.release()
-        store.close()
 
 
 def test_a_row_the_server_refuses_with_an_operational_error_does_not_stop_every_later_commit(
@@ -124,14 +124,10 @@ def test_a_lock_connection_terminated_mid_statement_is_noticed(pg: PostgresServe
     # connection must count as broken (not as a statement that failed on a live one), so the lock is lost.
     import threading
 
-    from shou import Session
     from shou.store.pg_link import SessionLost
 
     url = pg.database("midstmt")
-    store = PostgresStore(url)
-    held = Session("held", store)
-    held.acquire()
-    try:
+    with held_session(url) as (store, held):
         pid = _writer_pid(store)
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute("BEGIN")
@@ -155,25 +151,14 @@ def test_a_lock_connection_terminated_mid_statement_is_noticed(pg: PostgresServe
         assert errors and isinstance(errors[0], SessionLost), errors
         assert store.lost() == {"held"}
         assert list(PostgresStore(url).events("held")) == []
-    finally:
-        held.release()
-        store.close()
 
 
 def test_a_crash_of_the_server_loses_the_locks_and_a_fresh_connection_works(pg: PostgresServer) -> None:  # noqa: F811
-    from shou import Session
-
     url = pg.database("crash")
-    store = PostgresStore(url)
-    held = Session("held", store)
-    held.acquire()
-    try:
+    with held_session(url) as (store, _):
         pg.halt("immediate")
         pg.start()
         assert store.lost() == {"held"}
         store.append("other", RunStarted("run_o", "other", "task", "m"))
         store.commit()
         assert [e.type for e in PostgresStore(url).events("other")] == ["run_started"]
-    finally:
-        held.release()
-        store.close()
