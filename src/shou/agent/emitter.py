@@ -18,10 +18,14 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
+from ..event_codec import event_from_dict
 from ..events import Event, RunFinished, TextDelta, ToolCallDelta, ToolCallFinished
 from ..redact import Redactor
 from ..redact_stream import StreamRedactor
 from ..session import INTERRUPTED
+from ..wellformed import well_formed, well_formed_text
 
 if TYPE_CHECKING:
     from ..session import OpenRun, Session
@@ -62,6 +66,8 @@ class Emitter:
         if self._streams:
             self._end_streams(event.run_id)
         event, data = self.redactor.checked(event)
+        if data is None:
+            event, data = _encoded(event)
         self.session._write(event, data)
         if self.observers:
             self._hand_on(event)
@@ -91,6 +97,7 @@ class Emitter:
                 self.emit(out)
 
     def _fragment(self, event: Any) -> None:
+        event = _well_formed_fragment(event)
         redactor = self.redactor
         if redactor.pattern is None:
             self._hand_on(event)
@@ -147,3 +154,29 @@ class Emitter:
         self.emit(RunFinished(run.run_id, "interrupted", "", run.step, run.usage, 0.0, why_end))
         self.commit()
         return run
+
+
+def _encoded(event: Event) -> tuple[Event, bytes]:
+    """The event and its JSON. Text no UTF-8 encodes (a lone surrogate: a file name's undecodable bytes, a
+    provider's `"\\ud800"`) is repaired here, the one place every event passes, with U+FFFD: such an event
+    could be neither logged nor sent to a model, and a tool's side effect would go unrecorded."""
+    try:
+        return event, orjson.dumps(event.to_dict())
+    except TypeError as e:
+        if "surrogates" not in str(e):
+            raise
+    data = well_formed(event.to_dict())
+    return event_from_dict(data), orjson.dumps(data)
+
+
+def _well_formed_fragment(event: Any) -> Any:
+    """A streamed fragment with its text repaired as `_encoded` repairs a logged event's (every face's stream
+    is JSON or a terminal, and neither takes a lone surrogate)."""
+    if type(event) is TextDelta:
+        text = well_formed_text(event.text)
+        return event if text is event.text else dataclasses.replace(event, text=text)
+    arguments = well_formed_text(event.arguments)
+    name = well_formed_text(event.name) if event.name else event.name
+    if arguments is event.arguments and name is event.name:
+        return event
+    return dataclasses.replace(event, name=name, arguments=arguments)

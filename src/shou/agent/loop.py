@@ -48,6 +48,7 @@ from ..store.sqlite_errors import StoreError
 from ..tools.base import ToolContext
 from ..tools.executor import DEFAULT_TIMEOUT, ToolExecutor
 from ..usage import NO_USAGE
+from ..wellformed import well_formed_text
 from .budget import Accounts, Budget
 from .emitter import Emitter
 from .request import RequestMaker
@@ -233,7 +234,9 @@ class Run:
         self.caller.close()
 
     def _finished(self, status: RunStatus, answer: str, error: str | None, started: float) -> RunFinished:
-        return RunFinished(self.run_id, status, answer, self.step, self.usage, time.perf_counter() - started, error)
+        # the one event whose text reaches the caller as made, not as logged: repaired as the log's is (emitter)
+        return RunFinished(self.run_id, status, well_formed_text(answer), self.step, self.usage,
+                           time.perf_counter() - started, None if error is None else well_formed_text(error))
 
     def finish_unfinished(self, why: str) -> None:
         """Give every call that never finished an error result, so the conversation stays valid. A call whose

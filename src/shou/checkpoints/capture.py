@@ -24,7 +24,7 @@ import orjson
 from ..errors import ToolError, UserError
 from ..workspace import NotFound, open_file, relative_parts
 from .history import Record, State, pending_scans
-from .journal import Book, sha256
+from .journal import Book, dumps, loads, sha256
 
 __all__ = ["CallRecorder", "Scan", "current_state", "precapture", "recover", "scan", "state_of"]
 
@@ -116,7 +116,7 @@ class CallRecorder:
         """Record the scan before a command (as a blob), durably, before the command runs: killed during it,
         the process leaves what `recover` needs to record its changes later."""
         files = {p: [*sig, (kept.get(p) or {}).get("sha")] for p, sig in before.files.items()}
-        manifest = self.book.put_blob(orjson.dumps({"files": files, "complete": before.complete}))
+        manifest = self.book.put_blob(dumps({"files": files, "complete": before.complete}))
         self._record({"k": "scan", **self.head, "manifest": manifest})
 
     def command(self, before: Scan, kept: dict[str, State], after: Scan) -> list[str]:
@@ -241,8 +241,10 @@ def recover(book: Book, session: str) -> int:
 def _manifest(book: Book, r: Record) -> tuple[Scan, dict[str, State]]:
     data = book.get_blob(str(r.get("manifest", "")))
     try:
-        m = orjson.loads(data) if data is not None else {}
+        m = loads(data) if data is not None else {}
     except orjson.JSONDecodeError:
+        m = {}
+    if not isinstance(m, dict):
         m = {}
     files: dict[str, Sig] = {}
     kept: dict[str, State] = {}

@@ -20,7 +20,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -29,11 +29,64 @@ from ..private import FILE_MODE
 from ..workspace import check_state_file
 from .history import Record
 
-__all__ = ["DEFAULT_MAX_BYTES", "Book", "book_for", "sha256"]
+__all__ = ["DEFAULT_MAX_BYTES", "Book", "book_for", "dumps", "loads", "sha256"]
 
 DEFAULT_MAX_BYTES = 50 * 2**20
 FOLDER = "checkpoints"
 
+
+
+def dumps(value: object) -> bytes:
+    """A record or a scan's manifest as JSON. A path no UTF-8 encodes (a file name's undecodable bytes, which
+    `os.scandir` gives as lone surrogates) is written as NUL and its UTF-8 (surrogates passed) in hex, and so
+    is any text that starts with NUL (no path does): `loads` gives back the very name, so undo puts back that
+    file, not one with a name like it."""
+    try:
+        data = orjson.dumps(value)
+    except TypeError as e:
+        if "surrogates" not in str(e):
+            raise
+    else:
+        if _NUL_FIRST not in data:
+            return data
+    return orjson.dumps(_names(value, _name_out))
+
+
+def loads(data: bytes) -> object:
+    """What `dumps` wrote (`orjson.JSONDecodeError` when it is not JSON)."""
+    value = orjson.loads(data)
+    return _names(value, _name_in) if _NUL_FIRST in data else value
+
+
+_NUL_FIRST = b'"\\u0000'  # a JSON string that starts with NUL
+
+
+def _name_out(text: str) -> str:
+    if text[:1] != "\0":
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            pass
+        else:
+            return text
+    return "\0" + text.encode("utf-8", "surrogatepass").hex()
+
+
+def _name_in(text: str) -> str:
+    if text[:1] == "\0":
+        with contextlib.suppress(ValueError):
+            return bytes.fromhex(text[1:]).decode("utf-8", "surrogatepass")
+    return text
+
+
+def _names(value: object, name: Callable[[str], str]) -> object:
+    if isinstance(value, str):
+        return name(value)
+    if isinstance(value, dict):
+        return {name(k) if isinstance(k, str) else k: _names(v, name) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_names(v, name) for v in value]
+    return value
 
 
 def sha256(data: bytes) -> str:
@@ -159,7 +212,7 @@ class Book:
     def append(self, session: str, key: str, record: Record) -> None:
         """Append `record` to the session's journal and fsync it (first making the journal, headed by the
         session's name and key; a journal left by an earlier session of that name is dropped first)."""
-        line = orjson.dumps({**record, "t": time.time()}) + b"\n"
+        line = dumps({**record, "t": time.time()}) + b"\n"
         folder = _folder(self.workspace, "sessions")
         name = _journal_name(session)
         with self.lock:
@@ -173,7 +226,7 @@ class Book:
                              FILE_MODE, dir_fd=dir_fd)
                 try:
                     if head is None:
-                        _write_all(fd, orjson.dumps({"k": "session", "session": session, "key": key}) + b"\n")
+                        _write_all(fd, dumps({"k": "session", "session": session, "key": key}) + b"\n")
                     _write_all(fd, line)
                     os.fsync(fd)
                 finally:
@@ -190,7 +243,7 @@ class Book:
         with os.fdopen(fd, "rb") as f:
             first = f.readline()
         with contextlib.suppress(orjson.JSONDecodeError):
-            head = orjson.loads(first)
+            head = loads(first)
             if isinstance(head, dict) and head.get("k") == "session":
                 return head
         return {}
@@ -213,7 +266,7 @@ class Book:
         with os.fdopen(fd, "rb") as f:
             for line in f:
                 try:
-                    record = orjson.loads(line)
+                    record = loads(line)
                 except orjson.JSONDecodeError:
                     continue
                 if isinstance(record, dict):

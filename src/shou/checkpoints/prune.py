@@ -8,7 +8,7 @@ from collections.abc import Callable
 import orjson
 
 from .history import Record, live_blobs, pending_scans
-from .journal import Book
+from .journal import Book, loads
 
 __all__ = ["drop_session", "forget_deleted", "prune_to_cap"]
 
@@ -33,7 +33,7 @@ def _pending(book: Book, records: list[Record]) -> set[str]:
         if data is None:
             continue
         try:
-            files = orjson.loads(data).get("files") or {}
+            files = loads(data).get("files") or {}  # type: ignore[attr-defined]
         except (orjson.JSONDecodeError, AttributeError):
             continue
         needed.update(v[4] for v in files.values() if isinstance(v, list) and len(v) == 5 and v[4])

@@ -244,6 +244,11 @@ def main() -> None:
 
     from .build import join_option_pairs, startup_gc
 
+    for stream in (sys.stdout, sys.stderr):
+        # Text no UTF-8 encodes (a file name's undecodable bytes) shown as `?`, as `ls` does, not a traceback:
+        # what shou prints comes from the workspace, tools and models, and a strict stream would end the command.
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     args = join_option_pairs(sys.argv[1:])
     with startup_gc(bool(args) and args[0] in ("run", "resume", "chat")):
         app(args=args, prog_name="shou")

@@ -37,7 +37,7 @@ from ..usage import format_cost
 # C0 controls but tab and newline, DEL, and C1 controls: what a terminal acts on (escape sequences can move
 # the cursor, rewrite what was printed, set the title or the clipboard). Model text, tool output and file
 # names are untrusted, so they are shown with these replaced.
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")  # and lone surrogates: no UTF-8 for them
 # Characters that make a terminal show text other than what it is: bidi overrides and isolates reorder it
 # (a right-to-left override shows `lss.txt` for `txt.ssl`), zero-width ones hide inside a word,
 # separators break the line.
@@ -46,7 +46,9 @@ _INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff\u2028\u2
 
 # What JSON leaves as it is with ensure_ascii=False that a terminal may still act on: DEL, the C1 controls
 # (0x9b is CSI to some terminals) and the line and paragraph separators. JSON escapes C0 controls itself.
-_JSON_RAW = re.compile("[\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff\u061c\u180e\u2060-\u2064]")
+# A lone surrogate is escaped too: still JSON, and no UTF-8 stream can write it raw.
+_JSON_RAW = re.compile("[\ud800-\udfff\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff\u061c"
+                       "\u180e\u2060-\u2064]")
 
 
 def json_text(value: Any) -> str:
@@ -56,7 +58,8 @@ def json_text(value: Any) -> str:
 
 
 def printable(text: str) -> str:
-    """`text` with every terminal control character (but tab and newline) shown as U+FFFD, and every bidi
+    """`text` with every terminal control character (but tab and newline) and lone surrogate (a file name's
+    undecodable bytes) shown as U+FFFD, and every bidi
     control, zero-width character and line or paragraph separator shown escaped (`\\u202e`)."""
     return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", _CONTROLS.sub("\ufffd", text))
 

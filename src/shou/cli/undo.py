@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .common import WorkspaceOpt, fail, open_log, utf8_text
+from .render import printable
 
 if TYPE_CHECKING:
     from ..checkpoints import Book, Change
@@ -80,15 +81,15 @@ def undo(
         typer.echo("changed outside shou since the run changed them (nothing was undone; --force overwrites "
                    "them):", err=True)
         for line in out.conflicts:
-            typer.echo(f"  {line}", err=True)
+            typer.echo(f"  {printable(line)}", err=True)
         raise typer.Exit(1)
     book.append(name, _key(book, name), {"k": "undone", "run": run_id, "after_step": to or 0})
     for path in out.restored:
-        typer.echo(f"restored {path}")
+        typer.echo(f"restored {printable(path)}")
     for path in out.removed:
-        typer.echo(f"removed {path}")
+        typer.echo(f"removed {printable(path)}")
     for line in out.lost:
-        typer.echo(f"not restored: {line}", err=True)
+        typer.echo(f"not restored: {printable(line)}", err=True)
     steps = f"after step {to} of run {run_id}" if to else f"of run {run_id}"
     typer.echo(f"undid {len(out.restored) + len(out.removed)} file change(s) {steps} (session {name})")
     if out.lost:
@@ -119,4 +120,4 @@ def diff(
     if not chosen:
         typer.echo(f"no file changes recorded in session {name}" + (f" at step {step}" if step else ""))
         return
-    typer.echo(diff_text(book, chosen), nl=False)
+    typer.echo(printable(diff_text(book, chosen)), nl=False)  # names and contents are the workspace's

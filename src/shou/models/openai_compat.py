@@ -33,6 +33,7 @@ from ..errors import (
 )
 from ..messages import Message
 from ..usage import Usage
+from ..wellformed import well_formed
 from .backend import Backend
 from .base import Completion, ModelEvent, ModelSettings, TextChunk
 from .capabilities import OutputMode, supports_response_format
@@ -377,11 +378,12 @@ def _dumps(body: dict[str, Any]) -> bytes:
 
 
 def _loads(data: str | bytes) -> Any:
-    """JSON by orjson, falling back to json for what only it takes (NaN, huge integers); `ValueError` if neither."""
+    """JSON by orjson, falling back to json for what only it takes (NaN, huge integers, a lone surrogate's
+    escape: made U+FFFD here, as no UTF-8 can carry it on); `ValueError` if neither."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        return json.loads(data)
+        return well_formed(json.loads(data))
 
 
 def _unframed(resp: Any) -> bool:

@@ -1,0 +1,38 @@
+"""Text that is valid Unicode: a lone surrogate becomes U+FFFD.
+
+Python strings may hold lone surrogates (U+D800-U+DFFF) that no UTF-8 encodes: a file name's undecodable
+bytes as `os.listdir` gives them (`surrogateescape`), a command's output decoded the same way, an argument
+on the command line, or a provider's JSON `"\\ud800"` (the `json` module takes it; `orjson` does not). Such
+text cannot be logged, sent to a model, streamed nor printed, so it is repaired where it enters: every event
+on its way to the log (`shou.agent.emitter`) and a provider's reply as it is parsed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["well_formed", "well_formed_text"]
+
+
+def well_formed_text(text: str) -> str:
+    """`text` with each lone surrogate replaced by one U+FFFD, and a surrogate pair written as two code points
+    joined into the character it spells (the same object when there is nothing to repair)."""
+    if text.isascii():  # the usual answer, and cheap: streamed fragments ask it one by one
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def well_formed(value: Any) -> Any:
+    """A JSON value (dicts, lists, strings, scalars) with every string, keys included, made well-formed."""
+    kind = type(value)
+    if kind is str:
+        return well_formed_text(value)
+    if kind is dict:
+        return {well_formed_text(k) if type(k) is str else k: well_formed(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return kind(well_formed(v) for v in value)
+    return value

@@ -1,0 +1,84 @@
+"""Text no UTF-8 encodes (a lone surrogate: a file name's undecodable bytes as `os.listdir` gives them, a
+command's output, a provider's JSON `"\\ud800"`) never ends a run: it is logged and sent on with U+FFFD, on
+both stores, and a checkpoint keeps a file name exactly, so undo puts back the very file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shou import Agent, tool
+from shou.events import TextDelta, ToolCallFinished
+from shou.models.openai_compat import OpenAICompatible
+from shou.store.sqlite import SQLiteStore
+
+from .conftest import tool_messages
+
+UNDECODABLE = b"caf\xe9 \xff".decode("utf-8", "surrogateescape")  # Latin-1 bytes, as `os.listdir` gives them
+SHOWN = "caf\ufffd \ufffd"
+FILE_NAME = os.fsdecode(b"r\xe9sum\xe9.txt")
+
+
+@tool
+def listing() -> str:
+    """List the folder."""
+    return "files: " + UNDECODABLE
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "sqlite":
+        s: Any = SQLiteStore(tmp_path / "shou.db")
+    else:
+        from shou.store.postgres import PostgresStore
+
+        s = PostgresStore(request.getfixturevalue("postgres_url"))
+    yield s
+    s.close()
+
+
+async def test_a_tool_result_not_utf8_is_logged_and_sent_on_repaired(serve, store, workspace: Path) -> None:
+    srv = serve([{"tool_calls": [{"name": "listing", "arguments": {}}]}, {"text": "done"}])
+    agent = Agent(OpenAICompatible("m", base_url=srv.base_url), [listing], workspace=workspace, store=store)
+    r = await agent.arun("list " + UNDECODABLE)
+    assert (r.status, r.error, r.answer) == ("completed", None, "done")
+    [finished] = [e for e in store.events(r.session) if isinstance(e, ToolCallFinished)]
+    assert finished.content == "files: " + SHOWN and not finished.is_error  # the result is in the log
+    assert tool_messages(srv.requests[1])[0]["content"] == "files: " + SHOWN  # and the model saw it
+    assert srv.requests[0]["messages"][-1]["content"] == "list " + SHOWN
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_provider_reply_with_a_lone_surrogate_escape(serve, store, workspace: Path, stream: bool) -> None:
+    # json.dumps writes "\ud800" as that escape: valid JSON text, which orjson refuses and json takes as is
+    srv = serve([{"text": "odd \ud800 \udcff end"}])
+    agent = Agent(OpenAICompatible("m", base_url=srv.base_url, stream=stream), [], workspace=workspace,
+                  store=store)
+    seen = [e async for e in agent.stream("hi")]
+    [done] = [e for e in seen if e.type == "run_finished"]
+    assert (done.status, done.answer) == ("completed", "odd \ufffd \ufffd end")
+    texts = "".join(e.text for e in seen if isinstance(e, TextDelta))
+    assert texts == "odd \ufffd \ufffd end"  # streamed in fragments, or at once
+    [session] = [e.session for e in seen if e.type == "run_started"]
+    assert [e.answer for e in store.events(session) if e.type == "run_finished"] == ["odd \ufffd \ufffd end"]
+
+
+def test_a_command_changing_a_file_whose_name_is_not_utf8_is_logged_and_undone(serve, shou,
+                                                                               workspace: Path) -> None:
+    name = os.fsencode(FILE_NAME)
+    (workspace / FILE_NAME).write_bytes(b"before\n")
+    # and one made with a name that would set the terminal's title, were it printed as it is
+    command = "ls; echo after > r*sum*.txt; echo x > \"$(printf 'e\\033]0;owned\\007.txt')\""
+    srv = serve([{"tool_calls": [{"name": "shell", "arguments": {"command": command}}]}, {"text": "changed"}])
+    r = shou("run", "change the file", "--session", "s1", server=srv, PYTHONIOENCODING="utf-8:strict")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert (workspace / FILE_NAME).read_bytes() == b"after\n"
+    assert "r\ufffdsum\ufffd.txt" in tool_messages(srv.requests[1])[0]["content"]
+    u = shou("undo", PYTHONIOENCODING="utf-8:strict")  # a terminal that takes UTF-8 only
+    assert u.returncode == 0 and "restored r\ufffdsum\ufffd.txt" in u.stdout, u.stdout + u.stderr
+    assert "removed e\ufffd]0;owned\ufffd.txt" in u.stdout and "\x1b" not in u.stdout
+    assert sorted(n for n in os.listdir(os.fsencode(workspace)) if not n.startswith(b".")) == [name]
+    assert (workspace / FILE_NAME).read_bytes() == b"before\n"  # the very file, by its very name

@@ -1,0 +1,68 @@
+"""Lone surrogates (U+D800-U+DFFF, text no UTF-8 encodes) repaired where they would end a run, and kept exactly
+where a file name must come back as it was (the checkpoint journal)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shou.agent.emitter import Emitter
+from shou.checkpoints.journal import dumps, loads
+from shou.events import TextDelta, ToolCallDelta, ToolCallFinished
+from shou.redact import Redactor
+from shou.session import Session
+from shou.store.sqlite import SQLiteStore
+from shou.wellformed import well_formed, well_formed_text
+
+ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()))  # surrogates and NUL included
+
+
+def encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@given(ANY_TEXT)
+def test_repaired_text_always_encodes_and_good_text_is_kept(text: str) -> None:
+    fixed = well_formed_text(text)
+    assert encodes(fixed)
+    if encodes(text):
+        assert fixed is text
+    else:
+        assert "\ufffd" in fixed or len(fixed) < len(text)  # a lone one replaced, or a pair joined
+
+
+def test_each_lone_surrogate_is_one_replacement_and_a_pair_is_its_character() -> None:
+    assert well_formed_text("a\ud800b\udcff") == "a\ufffdb\ufffd"
+    assert well_formed_text("\ud83d\ude00 x\ude00\ud83d") == "\U0001f600 x\ufffd\ufffd"
+    assert well_formed({"k\udcff": ["v\ud800", 1, None], "n": 2.5}) == {"k\ufffd": ["v\ufffd", 1, None], "n": 2.5}
+
+
+@given(st.dictionaries(ANY_TEXT, st.lists(ANY_TEXT, max_size=3), max_size=5), ANY_TEXT)
+def test_the_journal_gives_back_every_name_exactly(files: dict[str, list[str]], path: str) -> None:
+    record = {"k": "before", "path": path, "files": files}
+    assert loads(dumps(record)) == record
+
+
+def test_the_emitter_repairs_what_it_logs_and_what_it_streams(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    seen: list = []
+    secret = "sk-live-0123456789abcdef"
+    emitter = Emitter(Session("s", store), Redactor([secret]), consumer=seen.append)
+    emitter.emit(ToolCallFinished("r", 1, "c1", "ls", f"{secret} caf\udce9"))  # redacted and repaired both
+    emitter.emit(TextDelta("r", 2, "a\ud800b"))
+    emitter.emit(ToolCallDelta("r", 2, 0, "t\udcff", '{"p": "\udcff"}'))
+    emitter.emit(TextDelta("r", 3, "end"))  # the call's stream ends: what it held back is given out
+    emitter.commit()
+    [logged] = store.events("s")
+    assert isinstance(logged, ToolCallFinished) and logged.content == "[redacted] caf\ufffd"
+    assert seen[0] == logged
+    assert "".join(e.text for e in seen if isinstance(e, TextDelta)) == "a\ufffdbend"
+    calls = [e for e in seen if isinstance(e, ToolCallDelta)]
+    assert "".join(e.arguments for e in calls) == '{"p": "\ufffd"}' and calls[0].name == "t\ufffd"
+    assert all(encodes(str(e)) for e in seen)
