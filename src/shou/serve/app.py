@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -35,7 +34,7 @@ from .info_api import server_config, usage
 from .jobs import ACTIVE, Refused
 from .leftovers import close_leftovers
 from .schema import AnswerIn, Decision, RunRequest, openapi
-from .server import SSE_HEADERS, Server, error, read_json
+from .server import SSE_HEADERS, Server, error, read_json, store_errors
 from .stream import run_events, sse
 from .typed import check_output_schema
 
@@ -253,21 +252,6 @@ async def _unavailable(request: Request, exc: Exception) -> Response:
     return error(503, "the store is unavailable for the moment; try again", "unavailable")
 
 
-def _store_errors() -> list[type[Exception]]:
-    """The errors that mean the database is away (answered 503, the connection kept), not a bug (500)."""
-    from ..store.pg_link import StoreUnavailable
-    from ..store.sqlite_errors import StoreUnusable
-
-    kinds: list[type[Exception]] = [StoreUnavailable, StoreUnusable, sqlite3.OperationalError]
-    try:
-        import psycopg
-
-        kinds.append(psycopg.OperationalError)
-    except ImportError:
-        pass
-    return kinds
-
-
 async def _refused(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, Refused)
     return error(exc.status, str(exc))
@@ -343,7 +327,7 @@ def create_app(server: Server) -> Starlette:
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(SecurityHeaders)],
                     exception_handlers={HTTPException: _http_error, Refused: _refused,
-                                        **dict.fromkeys(_store_errors(), _unavailable)})
+                                        **dict.fromkeys(store_errors(), _unavailable)})
     app.state.server = server
     return app
 

@@ -15,10 +15,8 @@ from ..errors import UserError
 from ..session import fork_session, new_session_name
 from ..store.basics import SessionExists
 from ..store.locks import SessionBusy
-from ..store.pg_link import StoreUnavailable
-from ..store.sqlite_errors import StoreUnusable
 from .schema import ForkRequest
-from .server import Server, read_json
+from .server import Server, read_json, store_errors
 
 
 async def fork_session_route(request: Request) -> Response:
@@ -35,7 +33,7 @@ async def fork_session_route(request: Request) -> Response:
         made, point = fork_session(srv.store, source, None if body.at is None else str(body.at), name)
     except UserError as e:
         srv.queue.forget_session(name)
-        if isinstance(e, (StoreUnavailable, StoreUnusable)):
+        if isinstance(e, store_errors()):
             raise  # the database is away: 503 like every route (serve/app.py), not the caller's mistake
         raise HTTPException(409 if isinstance(e, (SessionBusy, SessionExists)) else 400, str(e)) from None
     except BaseException:

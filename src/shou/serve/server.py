@@ -4,6 +4,8 @@ body, the headers of an event stream. Here, below both, so neither imports the o
 
 from __future__ import annotations
 
+import functools
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +94,24 @@ def error(status: int, message: str, kind: str = "") -> JSONResponse:
     kinds = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "conflict",
              413: "too_large", 415: "unsupported_media_type", 429: "rate_limited", 503: "unavailable"}
     return JSONResponse({"error": {"message": message, "type": kind or kinds.get(status, "error")}}, status)
+
+
+@functools.cache
+def store_errors() -> tuple[type[Exception], ...]:
+    """The errors that mean the database is away (answered 503, the connection kept), not a bug (500) nor the
+    caller's mistake (400): every route answers them alike (app.py's handler; a route that catches errors of
+    its own, as the fork's, lets these through)."""
+    from ..store.pg_link import StoreUnavailable
+    from ..store.sqlite_errors import StoreUnusable
+
+    kinds: list[type[Exception]] = [StoreUnavailable, StoreUnusable, sqlite3.OperationalError]
+    try:
+        import psycopg
+
+        kinds.append(psycopg.OperationalError)
+    except ImportError:
+        pass
+    return tuple(kinds)
 
 
 async def read_json(request: Request, model: type[BaseModel]) -> Any:
