@@ -16,6 +16,7 @@ import pytest
 from shou import Session
 from shou.events import RunStarted, ToolCallFinished
 
+from ..fixtures.pg_proxy import CuttingProxy
 from ..fixtures.postgres import PostgresServer, pg_bindir
 from .test_pg_group_outage import (
     HANG,
@@ -162,3 +163,41 @@ def test_a_crash_of_the_server_loses_the_locks_and_a_fresh_connection_works(pg: 
         store.append("other", RunStarted("run_o", "other", "task", "m"))
         store.commit()
         assert [e.type for e in PostgresStore(url).events("other")] == ["run_started"]
+
+
+def _lock_holders(url: str) -> int:
+    """How many server sessions hold an advisory lock on this database."""
+    with psycopg.connect(url, autocommit=True) as watch:
+        return watch.execute("SELECT count(DISTINCT pid) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+                             "WHERE l.locktype = 'advisory' AND d.datname = current_database()").fetchone()[0]
+
+
+@pytest.mark.parametrize("failures", [1, 2, 3])
+def test_an_unlock_cancelled_on_a_live_connection_still_lets_the_session_go(pg: PostgresServer,  # noqa: F811
+                                                                             failures: int) -> None:
+    """An admin's `pg_cancel_backend` (or the statement timeout) hitting the unlock left the lock held by the
+    live connection, so no other replica could run the session until this process exited."""
+    direct = pg.database(f"unlock{failures}")
+    proxy = CuttingProxy(pg.socket_dir)
+    url = proxy.url(f"unlock{failures}")
+    store, other = PostgresStore(url), PostgresStore(direct)
+    try:
+        held = Session("held", store)
+        held.acquire()
+        proxy.fail_next(b"pg_advisory_unlock", times=failures)
+        held.release()  # tried twice at once; what is still owed, at the next check (serve's heartbeat)
+        if failures > 2:
+            assert store.lost() == set() and _lock_holders(direct) == 1  # the third unlock fails too
+        assert store.lost() == set()
+        assert _lock_holders(direct) == 0
+        taken = Session("held", other)  # another replica can run the session now
+        taken.acquire()
+        taken.release()
+        again = Session("held", store)  # and so can this one, its lock taken once, let go once
+        again.acquire()
+        again.release()
+        assert _lock_holders(direct) == 0
+    finally:
+        other.close()
+        store.close()
+        proxy.close()

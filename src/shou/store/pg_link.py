@@ -45,12 +45,36 @@ def connect(url: str, **kwargs: Any) -> Any:
         import psycopg
     except ImportError:
         raise UserError("a postgresql:// store needs psycopg: pip install 'shou[serve]'") from None
-    kwargs.setdefault("connect_timeout", 10)
-    kwargs.setdefault("options", f"-c statement_timeout={STATEMENT_TIMEOUT_MS}")
     try:
-        return psycopg.connect(url, autocommit=True, **kwargs)
+        return psycopg.connect(url, autocommit=True, **_settings(url, kwargs))
     except psycopg.Error as e:
         raise StoreUnavailable(f"cannot connect to PostgreSQL at {safe_url(url)}: {str(e).strip()}") from None
+
+
+# How long a connection over TCP may go unanswered before it counts as broken. A network path that drops
+# packets silently (a cable, a firewall's state table, a failover that moved the address) sends no reset: a
+# statement sent would be retried for ~15 minutes, and an answer lost would be waited for forever, on the
+# writer whose connection holds every session lock of the replica. Unix sockets ignore these.
+TCP_SETTINGS = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5", "keepalives_count": "3",
+                "tcp_user_timeout": "30000"}
+
+
+def _settings(url: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The connection's settings: shou's defaults, under what the URL and the caller set themselves (a URL's
+    `options` keeps its own and gains the statement timeout, unless it sets one)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        given = {**conninfo_to_dict(url), **kwargs}
+    except psycopg.Error as e:  # a malformed URL: the same clear error as a refused connection
+        raise StoreUnavailable(f"cannot connect to PostgreSQL at {safe_url(url)}: {str(e).strip()}") from None
+    out = {k: v for k, v in {**TCP_SETTINGS, "connect_timeout": "10"}.items() if k not in given}
+    out.update(kwargs)
+    options = str(given.get("options") or "")
+    if "statement_timeout" not in options:
+        out["options"] = f"{options} -c statement_timeout={STATEMENT_TIMEOUT_MS}".strip()
+    return out
 
 
 def safe_url(url: str) -> str:
@@ -83,6 +107,13 @@ class Link:
         self.on_reconnect = on_reconnect
         self._conn: Any = None
         self._opened = 0
+
+    @property
+    def alive(self) -> bool:
+        """Whether the connection is open and not broken (what it holds on the server, such as advisory locks,
+        is still held)."""
+        conn = self._conn
+        return conn is not None and not conn.closed and not conn.broken
 
     def _get(self) -> Any:
         conn = self._conn

@@ -39,8 +39,8 @@ from .basics import (
     StoreBasics,
     decoded,
 )
-from .locks import SessionBusy
-from .pg_link import Link, SessionLost, StoreUnavailable, connect, is_connection_error, migrate_pg, safe_url
+from .pg_link import Link, StoreUnavailable, connect, is_connection_error, migrate_pg, safe_url
+from .pg_locks import SessionLocks
 from .pg_rows import COLUMNS as _COLUMNS
 from .pg_rows import NOTIFY_CHANNEL, PgRow, write_rows
 from .pg_rows import text as _text
@@ -98,15 +98,13 @@ class _Rows:
         return list(self._rows)
 
 
-class PostgresStore(StoreBasics):
+class PostgresStore(SessionLocks, StoreBasics):
     """Append-only event log in a PostgreSQL database (the tables are created on first use)."""
 
     def __init__(self, url: str, retention_days: float | None = DEFAULT_RETENTION_DAYS) -> None:
         self.url = url
         self.path = safe_url(url)
-        self._held: set[str] = set()
-        self._lost: set[str] = set()  # sessions whose rows are dropped: abandoned, or their lock is gone
-        self._gone: set[str] = set()  # held sessions whose lock went with a broken connection
+        self._init_locks()
         self._buffer: list[PgRow] = []
         # Rows are written on the connection that holds the session locks: when it breaks, the locks are gone
         # with it, and the rows of those sessions are never written on another (a fence: by then another
@@ -316,67 +314,6 @@ class PostgresStore(StoreBasics):
 
         self._writer.run(work)
 
-    # ------------------------------------------------------------------ locks
-
-    def lock(self, session: str) -> PgSessionLock:
-        """Take the session for this process (an advisory lock); `SessionBusy` when another holds it."""
-        busy = SessionBusy(f"session {session!r} is being run by another shou process or run; wait for it to "
-                           "finish, or use another session")
-        with self._locker.lock:
-            if session in self._held:
-                raise busy
-            got = self._locker.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (_text(session),))
-            if not got or not got[0][0]:
-                raise busy
-            self._held.add(session)
-            self._lost.discard(session)
-            self._gone.discard(session)
-        return PgSessionLock(self, session)
-
-    def _locks_gone(self, conn: Any) -> None:
-        """The lock connection broke and a fresh one replaces it: every held session's lock went with the old
-        one (another process may hold it now), so each is lost until its run lets go of it."""
-        if self._held:
-            log.error("the connection holding %d session locks broke; their runs must stop", len(self._held))
-        self._gone |= self._held
-        self._lost |= self._held
-        self._buffer = [r for r in self._buffer if r[0] not in self._lost]
-
-    def abandon(self, session: str) -> bool:
-        """Write nothing more of `session` (its run lost its lease or lock, or let go of it) until `restore()`;
-        whether rows of it were given up."""
-        with self._lock:  # after a commit under way on another thread: one that fails puts its rows back
-            self._lost.add(session)
-            kept = [r for r in self._buffer if r[0] != session]
-            dropped, self._buffer = len(kept) != len(self._buffer), kept
-        return dropped
-
-    def restore(self, session: str) -> None:
-        """Let `session` be written again (its abandoned run has stopped and let go of it)."""
-        self._lost.discard(session)
-
-    def lost(self) -> set[str]:
-        """Check the lock connection (a broken one is replaced, losing its locks); the held sessions lost."""
-        if self._held:
-            try:
-                self._locker.execute("SELECT 1")
-            except Exception as e:
-                log.warning("the session-lock connection is down: %s", e)
-        return set(self._gone & self._held)
-
-    def _unlock(self, session: str) -> None:
-        with self._locker.lock:
-            if session not in self._held:
-                return
-            self._held.discard(session)
-            if session in self._gone:  # its lock went with an old connection: nothing to let go of
-                self._gone.discard(session)
-                return
-            try:
-                self._locker.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (_text(session),))
-            except Exception as e:  # the connection died: the server dropped the lock with it
-                log.warning("unlocking session %s: %s", session, e)
-
     def close(self) -> None:
         """Commit and close the connections (which drops this process's session locks)."""
         try:
@@ -384,29 +321,3 @@ class PostgresStore(StoreBasics):
         finally:
             for link in (self._writer, self._reader):
                 link.close()
-
-
-
-class PgSessionLock:
-    """A session taken by this process; `release()` gives it back."""
-
-    def __init__(self, store: PostgresStore, session: str) -> None:
-        self.store = store
-        self.session = session
-
-    @property
-    def lost(self) -> bool:
-        """Whether the lock went with a broken connection while held (nothing more of the session is written)."""
-        return self.session in self.store._gone
-
-    def check(self) -> None:
-        """`SessionLost` when the lock went with a broken connection: the run must stop before its next effect."""
-        if self.lost:
-            raise SessionLost(f"the PostgreSQL connection that held session {self.session!r} broke (the server "
-                              "restarted or dropped it), so another process may run the session now: this run "
-                              f"stops without writing more of it; `shou resume {self.session}` continues it from "
-                              "its log")
-
-    def release(self) -> None:
-        """Let other processes have the session."""
-        self.store._unlock(self.session)
