@@ -102,3 +102,16 @@ def test_a_catastrophic_schema_pattern_does_not_freeze_the_run(serve, shou) -> N
     # the model was offered the server's pattern: it is checked, in linear time, not dropped
     offered = {t["function"]["name"]: t["function"] for t in srv.requests[0]["tools"]}
     assert offered["regex__check"]["parameters"]["properties"]["word"]["pattern"] == "^(a+)+$"
+
+
+def test_a_reply_that_is_not_utf8_is_read_and_the_server_answers_on(serve, tmp_path: Path, workspace: Path) -> None:
+    """Strict decoding ended the SDK's reader: that call and every later one of the server waited for their
+    timeouts, and the server stayed silent for the rest of the process."""
+    servers = {"raw": {"command": sys.executable, "args": [str(FIXTURES / "mcp_raw_bytes.py")], "timeout": 60}}
+    srv = serve([{"tool_calls": [{"name": "raw__dump", "arguments": {}}]},
+                 {"tool_calls": [{"name": "raw__dump", "arguments": {}}]}, {"text": "done"}])
+    events, _, err = _run(tmp_path, workspace, srv, servers, "Dump it twice.")
+    assert events and events[-1]["status"] == "completed", err
+    first, second = [e for e in events if e["type"] == "tool_call_finished"]
+    assert "x\ufffd\ufffdy" in first["content"] and not first["is_error"]
+    assert "xy" in second["content"] and not second["is_error"]

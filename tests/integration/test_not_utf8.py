@@ -82,3 +82,58 @@ def test_a_command_changing_a_file_whose_name_is_not_utf8_is_logged_and_undone(s
     assert "removed e\ufffd]0;owned\ufffd.txt" in u.stdout and "\x1b" not in u.stdout
     assert sorted(n for n in os.listdir(os.fsencode(workspace)) if not n.startswith(b".")) == [name]
     assert (workspace / FILE_NAME).read_bytes() == b"before\n"  # the very file, by its very name
+
+
+@pytest.mark.parametrize("call", [{"name": "shell", "arguments": {"command": "echo \udcff > out.txt"}},
+                                  {"name": "write_file", "arguments": {"path": "out.txt", "content": "x\ud800"}},
+                                  {"name": "write_file", "arguments": {"path": "out\udcff.txt", "content": "x"}}])
+def test_arguments_with_a_lone_surrogate_escape_are_refused_not_run(serve, shou, workspace: Path,
+                                                                    call: dict[str, Any]) -> None:
+    """The escape is ASCII on the wire and inside the arguments' JSON text: it became a lone surrogate only
+    as the arguments were parsed, and crashed approvals (`internal error`) or the tool itself."""
+    srv = serve([{"tool_calls": [call]}, {"text": "done"}])
+    r = shou("run", "write it", "-y", server=srv)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    [result] = tool_messages(srv.requests[1])
+    assert "lone surrogate escape" in result["content"]
+    assert sorted(p.name for p in workspace.iterdir() if p.name != ".shou") == []  # nothing was run
+
+
+@tool
+def big_listing() -> str:
+    """List a big folder."""
+    return "\n".join(f"report-{UNDECODABLE}-{i:04d}.txt" for i in range(3000))
+
+
+async def test_a_big_result_not_utf8_is_capped_and_spilled(serve, workspace: Path, tmp_path: Path) -> None:
+    srv = serve([{"tool_calls": [{"name": "big_listing", "arguments": {}}]}, {"text": "done"}])
+    store = SQLiteStore(tmp_path / "shou.db")
+    agent = Agent(OpenAICompatible("m", base_url=srv.base_url), [big_listing], workspace=workspace, store=store)
+    r = await agent.arun("list")
+    assert (r.status, r.error) == ("completed", None)
+    [finished] = [e for e in store.events(r.session) if isinstance(e, ToolCallFinished)]
+    assert not finished.is_error and f"report-{SHOWN}-0000.txt" in finished.content and "omitted" in finished.content
+    [spill] = (workspace / ".shou" / "outputs").iterdir()
+    assert f"report-{SHOWN}-2999.txt" in spill.read_text(encoding="utf-8")
+
+
+def test_a_workspace_whose_path_is_not_utf8(serve, shou, tmp_path: Path) -> None:
+    ws = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"ws-\xff")))
+    ws.mkdir()
+    srv = serve([{"text": "done"}])
+    assert shou("run", "hi", "-w", str(ws), server=srv).returncode == 0
+    for command in (["sessions"], ["show"], ["trace"], ["usage"], ["undo"], ["diff"], ["approvals"]):
+        r = shou(*command, "-w", str(ws), PYTHONIOENCODING="utf-8:strict")  # they open the log read-only
+        assert r.returncode in (0, 2) and "Traceback" not in r.stderr, (command, r.stderr)
+        assert "no sessions yet" not in r.stderr + r.stdout, command
+
+
+def test_memory_commands_refuse_arguments_that_are_not_utf8(shou, workspace: Path) -> None:
+    bad = os.fsdecode(b"tea \xff")
+    for command in (["search", bad], ["list", "--session", bad], ["list", "--tag", bad], ["forget", bad],
+                    ["graph", bad]):
+        r = shou("memory", *command)
+        assert r.returncode == 2 and "not valid UTF-8" in r.stderr and "Traceback" not in r.stderr, command
+    (workspace / "q.jsonl").write_text('{"id": 1, "query": "tea \\ud800"}\n')
+    r = shou("memory", "search", "--queries", "q.jsonl", "--bm25-only")
+    assert r.returncode != 0 and "q.jsonl:1: holds a lone surrogate escape" in r.stderr and "Traceback" not in r.stderr

@@ -46,6 +46,19 @@ def _workspace(workspace: Path) -> None:
     (workspace / ".shou" / "secret.txt").write_text("s3cret-of-the-state")
 
 
+def test_a_file_name_that_is_not_utf8_does_not_break_the_listing(served, workspace: Path) -> None:
+    import os
+
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / os.fsdecode(b"caf\xe9.txt")).write_text("latin-1 name\n")
+    (workspace / "sub" / "ok.txt").write_text("fine\n")
+    with served[0].client(ALICE) as c:
+        listed = c.get("/v1/files", params={"path": "sub"})
+        assert listed.status_code == 200, listed.text
+        assert sorted(e["name"] for e in listed.json()["entries"]) == ["caf\ufffd.txt", "ok.txt"]
+        assert c.get("/v1/files", params={"path": ""}).status_code == 200
+
+
 def test_the_workspace_is_listed_and_read_as_the_file_tools_see_it(served, workspace: Path) -> None:
     s, _ = served
     _workspace(workspace)

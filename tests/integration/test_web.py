@@ -185,6 +185,13 @@ async def test_a_50mb_response_is_cut_at_the_limit(site: Site, tmp_path: Path) -
     assert peak < 40 * 1024 * 1024, f"peak Python memory {peak} bytes"
 
 
+async def test_a_charset_python_does_not_know_is_read_as_utf8(site: Site, tmp_path: Path) -> None:
+    site.routes["/odd"] = send(200, "otters \u00e9t\u00e9 \xff".encode("utf-8") + b" \xfe",
+                               ctype="text/plain; charset=x-nonsense")
+    result = await fetch(context(tmp_path, web_allow_hosts=("127.0.0.1",)), f"{site.url}/odd")
+    assert result.content.endswith("otters \u00e9t\u00e9 \u00ff \ufffd")
+
+
 async def test_binary_is_refused_and_plain_text_returned(site: Site, tmp_path: Path) -> None:
     site.routes["/logo.png"] = send(200, b"\x89PNG\r\n\x1a\n" + b"\0" * 100, ctype="image/png")
     site.routes["/data.json"] = send(200, '{"otters": 3}', ctype="application/json")

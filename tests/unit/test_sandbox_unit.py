@@ -87,6 +87,25 @@ def test_output_capture_keeps_head_and_tail_and_spills(tmp_path: Path) -> None:
     assert big.stat().st_size == 50
 
 
+def test_a_spill_is_utf8_text_whatever_the_program_printed(tmp_path: Path) -> None:
+    """The model is told to read the spill with read_file, which reads UTF-8 only: bytes that are not UTF-8
+    are written as U+FFFD, and a character cut between two chunks is written whole."""
+    from shou.tools.linewindow import read_window
+
+    spill = new_output_path(tmp_path, "stdout")
+    cap = OutputCapture(keep=10, spill_path=spill, spill_limit=10_000)
+    for chunk in [b"caf\xc3", b"\xa9 ", b"\xff" * 30, b" \xe2\x82", b"\xac end\n", b"\xe2\x82"]:
+        cap.feed(chunk)
+    cap.close()
+    text = spill.read_bytes().decode("utf-8")  # strict: it is all UTF-8
+    assert text == "caf\u00e9 " + "\ufffd" * 30 + " \u20ac end\n\ufffd"
+    fd = os.open(spill, os.O_RDONLY)
+    try:
+        assert read_window(fd, "spill", 1, None).startswith("caf\u00e9 \ufffd")
+    finally:
+        os.close(fd)
+
+
 def test_small_output_never_touches_the_disk(tmp_path: Path) -> None:
     never = new_output_path(tmp_path, "stdout")
     cap = OutputCapture(keep=100, spill_path=never)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -26,12 +26,16 @@ WorkspaceOpt = Annotated[Path | None, typer.Option(
     "--workspace", "-w", metavar="DIR", help="Folder the file tools work in.")]
 
 
-def utf8_text(value: str | None) -> str | None:
+T = TypeVar("T", str, list[str], None)
+
+
+def utf8_text(value: T) -> T:
     """A typer callback: argv bytes that are not UTF-8 arrive as lone surrogates, which no log, header or
-    database can hold; a name or id given so is refused up front, as a usage error."""
-    if value is not None:
+    database can hold; a name or id (or each of a list of them) given so is refused up front, as a usage
+    error."""
+    for text in [value] if isinstance(value, str) else value or ():
         try:
-            value.encode("utf-8")
+            text.encode("utf-8")
         except UnicodeEncodeError as e:
             raise typer.BadParameter(f"not valid UTF-8 (at character {e.start}); pass it as UTF-8 text") from None
     return value

@@ -20,7 +20,9 @@ from rich.table import Table
 from ..errors import ShouError
 from ..memory import Fact, Memory, MemoryStore, NewMemory
 from ..memory.records import validate
+from ..wellformed import well_formed
 from ..workspace import state_database
+from .common import utf8_text
 from .render import json_text
 
 memory_app = typer.Typer(
@@ -32,8 +34,9 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 StoreOpt = Annotated[Path | None, typer.Option("--store", help="The memory file (default .shou/memory.db).")]
 WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Folder whose .shou/memory.db to use.")]
 BM25Opt = Annotated[bool, typer.Option("--bm25-only", help="Do not load the embedding model (keyword search only).")]
-TagOpt = Annotated[list[str] | None, typer.Option("--tag", "-t", help="A tag (repeatable).")]
-SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Only memories of this session.")]
+TagOpt = Annotated[list[str] | None, typer.Option("--tag", "-t", help="A tag (repeatable).", callback=utf8_text)]
+SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Only memories of this session.",
+                                                callback=utf8_text)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")]
 
 
@@ -88,6 +91,8 @@ def _jsonl(file: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             raise _fail(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
         if not isinstance(obj, dict):
             raise _fail(f"{where}: expected a JSON object")
+        if (not line.isascii() or "\\u" in line) and well_formed(obj) != obj:
+            raise _fail(f"{where}: holds a lone surrogate escape (such as \\ud800), which is no character")
         yield where, obj
 
 
@@ -134,7 +139,7 @@ def add(
 
 @memory_app.command()
 def search(
-    query: Annotated[str | None, typer.Argument(help="What to look for.")] = None,
+    query: Annotated[str | None, typer.Argument(help="What to look for.", callback=utf8_text)] = None,
     queries: Annotated[Path | None, typer.Option(
         "--queries", help='A JSON-lines file of {"id": ..., "query": ...}, answered one JSON line each.')] = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many memories per query.")] = 10,
@@ -181,7 +186,7 @@ def list_memories(
 
 @memory_app.command()
 def forget(
-    ids: Annotated[list[str] | None, typer.Argument(help="Ids of the memories to delete.")] = None,
+    ids: Annotated[list[str] | None, typer.Argument(help="Ids of the memories to delete.", callback=utf8_text)] = None,
     before: Annotated[str | None, typer.Option("--before", help="Memories older than this ISO date.")] = None,
     unused_days: Annotated[float | None, typer.Option(
         "--unused-days", help="Memories not recalled (nor added) in this many days.")] = None,
@@ -271,7 +276,8 @@ def import_memories(
 
 @memory_app.command()
 def graph(
-    entity: Annotated[str, typer.Argument(help='A name memories mention, e.g. "Alice" or "Quillon Labs" (any case).')],
+    entity: Annotated[str, typer.Argument(help='A name memories mention, e.g. "Alice" or "Quillon Labs" (any case).',
+                                          callback=utf8_text)],
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many of each kind.")] = 20,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     store: StoreOpt = None, workspace: WorkspaceOpt = None,

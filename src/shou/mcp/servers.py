@@ -220,7 +220,10 @@ def _transport(spec: ServerSpec, errlog: TextIO | None) -> Any:
     command = sys.executable if spec.command in ("python", "python3") else spec.command
     # The SDK passes a server only a few harmless variables (PATH, HOME, ...) and the table's `env`: shou's
     # own environment holds the provider keys, which are never sent anywhere they were not meant for.
-    params = StdioServerParameters(command=command or "", args=list(spec.args), env=dict(spec.env))
+    # a reply that is not UTF-8 gets U+FFFD where its bad bytes were: strict decoding ended the SDK's reader,
+    # leaving that call and every later one of the server waiting until their timeouts
+    params = StdioServerParameters(command=command or "", args=list(spec.args), env=dict(spec.env),
+                                   encoding_error_handler="replace")
     return stdio_client(params, errlog=errlog or sys.stderr)
 
 

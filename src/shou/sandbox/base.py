@@ -10,6 +10,8 @@ Sandbox (protocol)
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import os
 import secrets
 from collections.abc import Callable
@@ -154,8 +156,8 @@ class OutputCapture:
     once the output outgrows memory) stops at `spill_limit` bytes.
     """
 
-    __slots__ = ("_spill", "budget", "head", "keep", "spill_error", "spill_limit", "spill_path", "spilled", "tail",
-                 "total")
+    __slots__ = ("_spill", "_utf8", "budget", "head", "keep", "spill_error", "spill_limit", "spill_path", "spilled",
+                 "tail", "total")
 
     def __init__(self, keep: int = 32_000, spill_path: Path | None = None, spill_limit: int = 50_000_000,
                  budget: Callable[[], int] | None = None) -> None:
@@ -169,6 +171,9 @@ class OutputCapture:
         self.spill_error = ""
         self.budget = budget  # bytes the run's disk allowance has left for spilling (None: no bound)
         self._spill: BinaryIO | None = None
+        # The spill is written as UTF-8, U+FFFD where the program printed bytes that are not: the model is told
+        # to read it with read_file, which reads UTF-8 text only.
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
 
     def feed(self, data: bytes) -> None:
         """Take the next chunk of output."""
@@ -185,11 +190,11 @@ class OutputCapture:
                 except (OSError, ShouError) as e:  # the output still comes back, head and tail, without a file
                     self.spill_error, self.spill_path = str(e), None
                 else:
-                    self._spill.write(self.head + self.tail)  # everything so far is still in memory
+                    self._spill.write(self._utf8.decode(self.head + self.tail).encode())  # all of it is in memory
                     self.spilled = len(self.head) + len(self.tail)
             if self._spill is not None:
                 part = data[: max(0, limit - self.spilled)]
-                self._spill.write(part)
+                self._spill.write(self._utf8.decode(part).encode())
                 self.spilled += len(part)
         self.total += len(data)
         room = self.keep - len(self.head)
@@ -204,6 +209,8 @@ class OutputCapture:
     def close(self) -> None:
         """Close the spill file, if any."""
         if self._spill is not None:
+            with contextlib.suppress(OSError):
+                self._spill.write(self._utf8.decode(b"", final=True).encode())  # a character the output cut
             self._spill.close()
             self._spill = None
 

@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..errors import ToolError
 from ..trust import read_closing
+from ..wellformed import well_formed_text
 from ..workspace import (
     NotFound,
     is_state_path,
@@ -87,13 +88,16 @@ def _entries(workspace: Path, parts: tuple[str, ...]) -> tuple[list[dict[str, An
 
 
 def _entry(entry: os.DirEntry[str], parts: tuple[str, ...]) -> dict[str, Any]:
+    # a name that is not UTF-8 is listed with U+FFFD for its bad bytes (JSON cannot carry them; such a file
+    # cannot be opened from the page, and no longer breaks the whole folder's listing)
+    name = well_formed_text(entry.name)
     try:
         st = entry.stat(follow_symlinks=False)
     except OSError:
-        return {"name": entry.name, "path": "/".join((*parts, entry.name)), "type": "other", "size": 0, "mtime": 0}
+        return {"name": name, "path": "/".join((*parts, name)), "type": "other", "size": 0, "mtime": 0}
     kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else \
         "symlink" if stat.S_ISLNK(st.st_mode) else "other"
-    return {"name": entry.name, "path": "/".join((*parts, entry.name)), "type": kind,
+    return {"name": name, "path": "/".join((*parts, name)), "type": kind,
             "size": st.st_size if kind == "file" else 0, "mtime": st.st_mtime}
 
 

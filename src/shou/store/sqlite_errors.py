@@ -131,4 +131,5 @@ def quick_check(db: sqlite3.Connection) -> str | None:
 def read_only_uri(path: Path, immutable: bool = False) -> str:
     """The URI that opens `path` for reading (`immutable`: without the shared-memory file, trusting that no one
     changes the file meanwhile)."""
-    return f"file:{quote(str(path))}?{'immutable=1' if immutable else 'mode=ro'}"
+    # the path's bytes, percent-encoded: a folder whose name is not UTF-8 is opened all the same
+    return f"file:{quote(os.fsencode(path))}?{'immutable=1' if immutable else 'mode=ro'}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import json
 import os
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UserError
 from ..messages import ImagePart
+from ..wellformed import well_formed_text
 from .describe import clean_schema, parse_docstring
 from .threads import run_in_daemon_thread
 
@@ -61,19 +63,22 @@ class ToolResult:
 
     @classmethod
     def coerce(cls, value: Any) -> ToolResult:
-        """Turn whatever a tool returned into a result: text as is, other values as JSON."""
+        """Turn whatever a tool returned into a result: text as is, other values as JSON. Text no UTF-8 encodes
+        (a file name's undecodable bytes, as `os.listdir` gives them) has U+FFFD for each lone surrogate, here,
+        before the controls cap, spill or mark it: none of them, nor the log, could take it."""
         if isinstance(value, ToolResult):
-            return value
+            content = well_formed_text(value.content)
+            return value if content is value.content else dataclasses.replace(value, content=content)
         if isinstance(value, str):
-            return cls(value)
+            return cls(well_formed_text(value))
         if value is None:
             return cls("(no output)")
         if isinstance(value, ImagePart):
             return cls("(image)", image=value)
         dump = getattr(value, "model_dump_json", None)
         if callable(dump):
-            return cls(dump())
-        return cls(json.dumps(value, ensure_ascii=False, default=str))
+            return cls(well_formed_text(dump()))
+        return cls(well_formed_text(json.dumps(value, ensure_ascii=False, default=str)))
 
 
 class RunEvents(Protocol):

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import ShouError, ToolError
+from ..wellformed import well_formed
 from ..workspace import save_output
 from . import spills
 from .base import ToolArgumentsError, ToolResult
@@ -45,10 +46,19 @@ def parse_arguments(raw: str | None) -> tuple[dict[str, Any] | None, str | None]
                 f"the arguments are not valid JSON ({first_error}) and could not be repaired. Send the "
                 f"arguments as one JSON object, e.g. {{\"name\": \"value\"}}. You sent: {text[:200]}"
             )
-        return value, None
+        return _text_only(value, text)
     if not isinstance(value, dict):
         return None, f"the arguments must be a JSON object, not {type(value).__name__}: {text[:200]}"
-    return value, None
+    return _text_only(value, text)
+
+
+def _text_only(value: dict[str, Any], text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """`value`, unless an escape in `text` made a lone surrogate of it (`"\\udcff"`): no UTF-8 holds that, so
+    neither a command, a file nor the log could, and the call is refused rather than run with other text."""
+    if (text.isascii() and "\\u" not in text) or well_formed(value) == value:
+        return value, None
+    return None, ("the arguments hold a lone surrogate escape (such as \\udcff), which is no character: send the "
+                  "arguments as UTF-8 text")
 
 
 def _repair(text: str) -> Any:

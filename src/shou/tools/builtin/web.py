@@ -247,7 +247,7 @@ async def _to_result(resp: httpx.Response, url: str, hops: list[str], limit: int
     if kind == "html":
         title, body = await asyncio.to_thread(_html_to_markdown, raw, url)
     else:
-        title, body = "", raw.decode(resp.charset_encoding or "utf-8", errors="replace")
+        title, body = "", _decoded(raw, resp.charset_encoding)
     note = f"\n\n[the response was cut at {limit} bytes]" if cut else ""
     shown = truncate(body, keep="head", hint="the page is long; fetch a more specific page")
     head = f"# {title}\n" if title else ""
@@ -397,3 +397,12 @@ async def web_search(query: str, ctx: ToolContext, max_results: int = 5) -> Tool
     if all(f.endswith("found nothing") for f in failures):
         return ToolResult(f"No results for {query!r} ({'; '.join(failures)}); try other words.")
     raise ToolError("every search backend failed: " + "; ".join(failures))
+
+
+def _decoded(raw: bytes, charset: str | None) -> str:
+    """A text body in the charset the server named, UTF-8 when it named none or one Python does not know
+    (`x-nonsense`: the page's text, not an error)."""
+    try:
+        return raw.decode(charset or "utf-8", errors="replace")
+    except LookupError:
+        return raw.decode("utf-8", errors="replace")
