@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -390,3 +391,32 @@ def test_a_cancel_that_could_not_be_logged_under_serve_is_carried_out_once_the_d
         assert "the store failed" in log and "Traceback" not in log, log  # its cancellation was not logged at first
     finally:
         s.stop()
+
+
+def test_a_fork_through_serve_cut_off_while_its_commit_is_under_way_stays_its_callers(
+        pg: PostgresServer, proxy: CuttingProxy, serve, tmp_path: Path, workspace: Path) -> None:  # noqa: F811
+    # The connection goes while the fork's COMMIT is under way (a slow fsync, a synchronous standby's ack; here
+    # a deferred trigger waiting on the test's lock): the route cannot tell whether it landed (503), and it
+    # lands a moment later. The route used to let go of the name: the fork was in the log, owned by nobody.
+    direct = f"postgresql://postgres@/forklate?host={pg.socket_dir}"
+    with served_session(pg, proxy, serve, tmp_path, workspace, "forklate") as (c, session), \
+            psycopg.connect(direct, autocommit=True) as admin:
+        admin.execute("CREATE FUNCTION held() RETURNS trigger AS $$ BEGIN PERFORM pg_advisory_xact_lock(4242); "
+                      "RETURN NULL; END $$ LANGUAGE plpgsql")
+        admin.execute("CREATE CONSTRAINT TRIGGER held_fork AFTER INSERT ON sessions DEFERRABLE INITIALLY DEFERRED "
+                      "FOR EACH ROW WHEN (NEW.name = 'forked-late') EXECUTE FUNCTION held()")
+        admin.execute("SELECT pg_advisory_lock(4242)")  # the fork's COMMIT waits for it
+        proxy.cut_after(b"DO NOTHING RETURNING name", at_commit=True)
+        r = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-late"})
+        assert proxy.cut.is_set()
+        assert (r.status_code, r.json()["error"]["type"]) == (503, "unavailable"), r.text
+        admin.execute("SELECT pg_advisory_unlock(4242)")  # the commit goes on, and lands
+        deadline = time.monotonic() + HANG
+        while not rows_of(direct, "forked-late"):
+            assert time.monotonic() < deadline, "the fork never landed"
+            time.sleep(0.01)  # a condition of the server, polled: no event can tell us
+        names = [x["name"] for x in c.get("/v1/sessions").json()["sessions"]]
+        assert "forked-late" in names, names  # the caller's, as a fork that answered 201 would be
+        assert c.get("/v1/sessions/forked-late").status_code == 200
+        again = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-late"})
+        assert again.status_code == 409  # it exists: asked again, the caller is told so, not given a second

@@ -2,7 +2,7 @@
 
 The source must be the caller's (another user's is a 404, as everywhere); the new name is taken for the
 caller before the log is copied, so two forks (or a run) cannot claim it at once, and let go again when the
-fork fails.
+fork fails. When the database went away under it, the name stays the caller's (the fork may have landed).
 """
 
 from __future__ import annotations
@@ -27,14 +27,17 @@ async def fork_session_route(request: Request) -> Response:
     srv.own_session(source, user)
     body: ForkRequest = await read_json(request, ForkRequest)
     name = body.name or new_session_name()
-    if srv.store.exists(name) or not srv.queue.adopt_session(name, user):
+    if srv.store.exists(name) or not (srv.queue.adopt_session(name, user) or srv.queue.session_owner(name) == user):
         raise HTTPException(409, f"session {name!r} exists already; give the fork another name")
     try:
         made, point = fork_session(srv.store, source, None if body.at is None else str(body.at), name)
+    except store_errors():
+        # The database went away under the fork: 503, like every route (serve/app.py). Whether it landed is not
+        # known (a commit under way when the connection broke lands a moment later), so the name stays the
+        # caller's: a fork that landed is theirs, and one that did not may be asked for again under that name.
+        raise
     except UserError as e:
         srv.queue.forget_session(name)
-        if isinstance(e, store_errors()):
-            raise  # the database is away: 503 like every route (serve/app.py), not the caller's mistake
         raise HTTPException(409 if isinstance(e, (SessionBusy, SessionExists)) else 400, str(e)) from None
     except BaseException:
         srv.queue.forget_session(name)

@@ -288,9 +288,10 @@ class PostgresStore(SessionLocks, StoreBasics):
 
         try:
             self._writer.run(work, retry=False)  # a commit whose answer was lost must not be taken for a clash
-        except StoreUnavailable:
+        except StoreUnavailable as e:
             if not self._forked(target, now):
-                raise
+                raise StoreUnavailable(f"{e} (the fork into {target!r} may still land, if its commit was under way: "
+                                       "look for that session before forking again)") from None
 
     def _forked(self, target: str, made: float) -> bool:
         """Whether a fork whose answer was lost landed all the same: `target`'s row is the one it made (created
