@@ -20,7 +20,7 @@ from rich.table import Table
 from ..errors import ShouError
 from ..memory import Fact, Memory, MemoryStore, NewMemory
 from ..memory.records import validate
-from ..wellformed import well_formed
+from ..wellformed import well_formed_text
 from ..workspace import state_database
 from .common import utf8_text
 from .render import json_text
@@ -91,8 +91,6 @@ def _jsonl(file: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             raise _fail(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
         if not isinstance(obj, dict):
             raise _fail(f"{where}: expected a JSON object")
-        if (not line.isascii() or "\\u" in line) and well_formed(obj) != obj:
-            raise _fail(f"{where}: holds a lone surrogate escape (such as \\ud800), which is no character")
         yield where, obj
 
 
@@ -155,6 +153,8 @@ def search(
         for where, obj in _jsonl(queries):
             if not isinstance(obj.get("query"), str):
                 raise _fail(f'{where}: needs a "query" string')
+            if well_formed_text(obj["query"]) is not obj["query"]:
+                raise _fail(f"{where}: its query is not valid Unicode (a lone surrogate)")
             asked.append((obj.get("id"), obj["query"]))
     with _open(store, workspace, bm25_only) as db:
         for qid, text in asked:
