@@ -23,7 +23,7 @@ from shou.eval import (
     function,
     run_suite,
 )
-from shou.eval.cases import Limits, bind, load_cases
+from shou.eval.cases import Limits, bind, case_from_dict, load_cases
 from shou.eval.checks import check_from_dict, judge
 from shou.eval.compare import compare
 from shou.eval.judge import JudgeEnv
@@ -256,3 +256,12 @@ def test_a_resumed_scripted_model_goes_on_after_the_turns_its_log_answered() -> 
                         {"text": "c"}])
     checked.answered(3)
     assert checked.take({"messages": [{"role": "tool", "content": "done"}]})[0] == 1
+
+
+@pytest.mark.parametrize("data", [{"id": "a", "task": "hi \ud800"}, {"id": "b\udcff", "task": "ok"},
+                                  {"id": "c", "task": "ok", "files": {"f\udcff.txt": "x"}},
+                                  {"id": "d", "task": "ok", "files": {"f.txt": "x\ud800"}}])
+def test_a_case_whose_text_is_not_valid_unicode_is_refused_when_read(data: dict, tmp_path: Path) -> None:
+    # a JSON escape such as "\ud800" parses to a lone surrogate: its sample used to end in a UnicodeEncodeError
+    with pytest.raises(UserError, match="not valid Unicode"):
+        case_from_dict(data, tmp_path)
