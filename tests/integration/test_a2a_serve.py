@@ -184,6 +184,14 @@ async def test_card_stream_follow_up_tenancy_and_401(serve, served, tmp_path: Pa
     assert len(srv.requests) == 3
     r = httpx.post(f"{s.url}/a2a/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {}})
     assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+    # a body that is not UTF-8 is no JSON: the caller is told so, not answered with an internal error
+    bad = b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"text": "caf\xe9"}}'
+    auth = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json"}
+    r = httpx.post(f"{s.url}/a2a/jsonrpc", content=bad, headers=auth)
+    assert r.status_code == 200 and r.json()["error"]["code"] == -32700 and "not UTF-8" in r.json()["error"]["message"]
+    r = httpx.post(f"{s.url}/a2a/rest/message:send", content=bad, headers=auth)
+    assert r.status_code == 400 and "not UTF-8" in r.json()["error"]["message"]
+    assert len(srv.requests) == 3  # neither reached the model
 
 
 async def test_cancel_a_long_task(serve, served, tmp_path: Path, workspace: Path, tokens: Path) -> None:

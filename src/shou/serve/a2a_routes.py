@@ -30,7 +30,7 @@ from starlette.routing import BaseRoute, Route
 
 from .a2a_card import JSONRPC_PATH, REST_PATH, agent_card
 from .a2a_handler import ShouRequestHandler
-from .server import MAX_BODY, Server
+from .server import MAX_BODY, Server, error
 
 __all__ = ["a2a_routes"]
 
@@ -79,12 +79,21 @@ async def _bounded_body(request: Request) -> bytes:
     return bytes(body)
 
 
-def _guarded(srv: Server, endpoint: Endpoint) -> Endpoint:
-    """`endpoint` for a caller with a token only, its body read up to `MAX_BODY` first."""
+def _guarded(srv: Server, endpoint: Endpoint, jsonrpc: bool) -> Endpoint:
+    """`endpoint` for a caller with a token only, its body read up to `MAX_BODY` first. A body that is not
+    UTF-8 is no JSON (RFC 8259): the caller's mistake, said so (JSON-RPC's parse error, or 400), where the SDK
+    answered it as an internal error."""
 
     async def guarded(request: Request) -> Response:
         user = srv.user(request)
         body = await _bounded_body(request)
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            why = f"the body is not UTF-8 (byte {body[e.start]:#04x} at offset {e.start}), so it is no JSON"
+            if jsonrpc:
+                return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": why}})
+            return error(400, why)
         given = False
 
         async def replay() -> Any:  # the body once, then what the connection says (a disconnect)
@@ -116,5 +125,6 @@ def a2a_routes(srv: Server) -> list[BaseRoute]:
     for route in sdk:
         if isinstance(route, Route):  # the tenant Mount is left out (see the module)
             methods = sorted((route.methods or {"GET"}) - {"HEAD"})
-            routes.append(Route(route.path, _guarded(srv, route.endpoint), methods=methods))
+            routes.append(Route(route.path, _guarded(srv, route.endpoint, route.path == JSONRPC_PATH),
+                                methods=methods))
     return routes
