@@ -420,3 +420,15 @@ def test_a_fork_through_serve_cut_off_while_its_commit_is_under_way_stays_its_ca
         assert c.get("/v1/sessions/forked-late").status_code == 200
         again = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-late"})
         assert again.status_code == 409  # it exists: asked again, the caller is told so, not given a second
+
+
+def test_the_proxy_cuts_no_answer_of_a_marked_statement_that_failed(pg: PostgresServer,  # noqa: F811
+                                                                     proxy: CuttingProxy) -> None:
+    # A failed statement commits nothing, so there is no lost commit to make of it: the error reaches the
+    # client, and the connection stays (a fixture that cut here would fake a fault that cannot happen).
+    pg.database("proxyerr")
+    with psycopg.connect(proxy.url("proxyerr"), autocommit=True) as conn:
+        proxy.cut_after(b"marked-failure")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT 1/0 AS \"marked-failure\"")
+        assert not proxy.cut.is_set() and conn.execute("SELECT 2").fetchone() == (2,)
