@@ -3,6 +3,7 @@ listing says, the methods built on `rows()` and `lock()`, and decoding stored ro
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,11 @@ class StoreBasics:
     """What every session store does the same way on top of `rows()` and `lock()`."""
 
     together: Together | None = None  # the store's group commit (store/together.py), if it has one
+    # each store's own: rows appended and not yet committed (their session first), the sessions whose rows
+    # are dropped, and the lock a commit holds
+    _buffer: list[Any]
+    _lost: set[str]
+    _lock: threading.Lock
 
     def events(self, session: str) -> Iterator[Event]:
         """Every stored event of `session`, oldest first."""
@@ -58,6 +64,19 @@ class StoreBasics:
         except SessionBusy:
             return True
         return False
+
+    def abandon(self, session: str) -> bool:
+        """Write nothing more of `session` (its run lost its lease or lock, or let go of it) until `restore()`;
+        whether rows of it were given up."""
+        with self._lock:  # after a commit under way on another thread: one that fails puts its rows back
+            self._lost.add(session)
+            kept = [r for r in self._buffer if r[0] != session]
+            dropped, self._buffer = len(kept) != len(self._buffer), kept
+        return dropped
+
+    def restore(self, session: str) -> None:
+        """Let `session` be written again (its abandoned run has stopped and let go of it)."""
+        self._lost.discard(session)
 
     def __enter__(self) -> Any:
         return self

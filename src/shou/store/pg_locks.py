@@ -62,19 +62,6 @@ class SessionLocks:
         self._owed.clear()  # what unlocks failed went with the old connection too
         self._buffer = [r for r in self._buffer if r[0] not in self._lost]
 
-    def abandon(self, session: str) -> bool:
-        """Write nothing more of `session` (its run lost its lease or lock, or let go of it) until `restore()`;
-        whether rows of it were given up."""
-        with self._lock:  # after a commit under way on another thread: one that fails puts its rows back
-            self._lost.add(session)
-            kept = [r for r in self._buffer if r[0] != session]
-            dropped, self._buffer = len(kept) != len(self._buffer), kept
-        return dropped
-
-    def restore(self, session: str) -> None:
-        """Let `session` be written again (its abandoned run has stopped and let go of it)."""
-        self._lost.discard(session)
-
     def lost(self) -> set[str]:
         """Check the lock connection (a broken one is replaced, losing its locks); the held sessions lost."""
         if self._held:

@@ -175,19 +175,6 @@ class SQLiteStore(StoreBasics):
         """Sessions whose lock this process lost while holding it: none (the kernel keeps a live process's)."""
         return set()
 
-    def abandon(self, session: str) -> bool:
-        """Write nothing more of `session` (its run lost its lease) until `restore()`; whether rows of it were
-        given up."""
-        with self._lock:
-            self._lost.add(session)
-            kept = [r for r in self._buffer if r[0] != session]
-            dropped, self._buffer = len(kept) != len(self._buffer), kept
-        return dropped
-
-    def restore(self, session: str) -> None:
-        """Let `session` be written again."""
-        self._lost.discard(session)
-
     @_explained
     def commit(self) -> None:
         """Write everything appended so far in one transaction, on this thread (a few tens of µs)."""
