@@ -137,3 +137,64 @@ def test_memory_commands_refuse_arguments_that_are_not_utf8(shou, workspace: Pat
     (workspace / "q.jsonl").write_text('{"id": 1, "query": "tea \\ud800"}\n')
     r = shou("memory", "search", "--queries", "q.jsonl", "--bm25-only")
     assert r.returncode != 0 and "q.jsonl:1: its query is not valid Unicode" in r.stderr and "Traceback" not in r.stderr
+
+
+def _plant_deep_journal(workspace: Path) -> None:
+    """A journal line nested 600 deep (orjson takes up to 1024) holding a string that starts with NUL: the line
+    `journal.loads` walks with `_names`, recursively, past Python's recursion limit."""
+    folder = workspace / ".shou" / "checkpoints" / "sessions"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ("0" * 32 + ".jsonl")).write_bytes(b"[" * 600 + b'"\\u0000"' + b"]" * 600 + b"\n")
+
+
+def test_a_planted_deep_journal_line_ends_no_run(serve, shou, workspace: Path) -> None:
+    """Before the change the line was read by orjson alone (fine to depth 1024) and skipped as no session's
+    head; now `loads` recurses into it because of the NUL, and the RecursionError escapes `Book._head` (which
+    suppresses only JSONDecodeError), `forget_deleted`, and the run's first command."""
+    _plant_deep_journal(workspace)
+    srv = serve([{"tool_calls": [{"name": "shell", "arguments": {"command": "echo after > f.txt"}}]},
+                 {"text": "done"}])
+    r = shou("run", "change it", "-y", server=srv)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr[-2000:]
+    assert "RecursionError" not in tool_messages(srv.requests[1])[0]["content"]
+    u = shou("undo")
+    assert u.returncode == 0 and "Traceback" not in u.stderr, u.stderr[-2000:]
+    assert not (workspace / "f.txt").exists()
+
+
+async def test_a_plan_step_with_a_lone_surrogate_escape(serve, workspace: Path, tmp_path: Path) -> None:
+    """The planner's `submit_plan` arguments are read by `turn.tool_arguments` (json.loads), not by
+    `parse_arguments`: the step's text held a lone surrogate, and the step's request, recorded outside the
+    emitter (agent/recorder.py), ended the planned run with `internal error: TypeError`."""
+    verdict = {"tool_calls": [{"name": "step_verdict", "arguments": {"done": True, "reason": "done"}}]}
+    srv = serve([{"tool_calls": [{"name": "submit_plan", "arguments": {"steps": ["write \udcff now"]}}]},
+                 {"text": "wrote it"}, verdict, {"text": "final"}])
+    store = SQLiteStore(tmp_path / "shou.db")
+    agent = Agent(OpenAICompatible("m", base_url=srv.base_url), [], workspace=workspace, store=store,
+                  planning=True)
+    r = await agent.arun("do it")
+    assert (r.status, r.answer, r.error) == ("completed", "final", None)
+    plan = next(e for e in store.events(r.session) if e.type == "plan")
+    assert plan.steps[0].text == "write \ufffd now"
+    store.close()
+
+
+def test_an_mcp_reply_with_a_lone_surrogate_escape_is_read_and_the_server_answers_on(serve, tmp_path: Path,
+                                                                                      workspace: Path) -> None:
+    """The fix for bytes that are not UTF-8 (encoding_error_handler="replace") does not cover the JSON escape of a
+    lone surrogate, ASCII on the wire: the SDK's pydantic parse refuses it, the reply is dropped, and the call
+    waits for its timeout instead of being answered (and is told nothing of why)."""
+    import sys
+
+    from .conftest import FIXTURES
+    from .test_mcp_hostile import _run
+
+    servers = {"raw": {"command": sys.executable, "args": [str(FIXTURES / "mcp_surrogate_escape.py")],
+                       "timeout": 60}}
+    srv = serve([{"tool_calls": [{"name": "raw__dump", "arguments": {}}]},
+                 {"tool_calls": [{"name": "raw__dump", "arguments": {}}]}, {"text": "done"}])
+    events, _, err = _run(tmp_path, workspace, srv, servers, "Dump it twice.")
+    assert events and events[-1]["status"] == "completed", err
+    first, second = [e for e in events if e["type"] == "tool_call_finished"]
+    assert "x\ufffdy" in first["content"] and not first["is_error"], first["content"]
+    assert "xy" in second["content"] and not second["is_error"], second["content"]

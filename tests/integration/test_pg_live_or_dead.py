@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ from .test_pg_group_outage import (
 psycopg = pytest.importorskip("psycopg")
 pytestmark = pytest.mark.skipif(pg_bindir() is None, reason="PostgreSQL is not installed")
 
+from shou.store.locks import SessionBusy  # noqa: E402
 from shou.store.pg_link import StatementRefused  # noqa: E402
 from shou.store.postgres import PostgresStore  # noqa: E402
 
@@ -197,6 +199,35 @@ def test_an_unlock_cancelled_on_a_live_connection_still_lets_the_session_go(pg: 
         again.acquire()
         again.release()
         assert _lock_holders(direct) == 0
+    finally:
+        other.close()
+        store.close()
+        proxy.close()
+
+
+def test_an_owed_unlock_and_a_relock_before_the_heartbeat_leave_no_lock_held(postgres_server: Any) -> None:
+    """The owed set holds a session once, but the server counts advisory locks: an unlock owed (failed twice on
+    release), a lock() of the same session whose payment fails too (its pg_try_advisory_lock then takes the lock
+    a second time on the same connection), and a release: one unlock is paid, the other is forgotten, and the
+    live connection holds the session for the life of the process."""
+    direct = postgres_server.database("owed_relock")
+    proxy = CuttingProxy(postgres_server.socket_dir)
+    store, other = PostgresStore(proxy.url("owed_relock")), PostgresStore(direct)
+    try:
+        s = Session("held", store)
+        s.acquire()
+        proxy.fail_next(b"pg_advisory_unlock", times=3)  # both tries at release, and the payment in lock()
+        s.release()
+        again = Session("held", store)
+        again.acquire()  # the same process runs the session again (resume)
+        again.release()
+        assert store.lost() == set()  # the heartbeat: nothing is owed any more
+        assert _lock_holders(direct) == 0, "the session's advisory lock is still held by the live connection"
+        taken = Session("held", other)
+        taken.acquire()  # another replica may run it
+        taken.release()
+    except SessionBusy as e:
+        pytest.fail(f"another replica cannot take the session: {e}")
     finally:
         other.close()
         store.close()

@@ -144,3 +144,19 @@ def test_result_text_for_the_model() -> None:
     text = r.for_model()
     assert text.splitlines()[0] == "stopped: it ran past the time limit (2.00 s)"
     assert "--- stdout ---\nout" in text and "--- stderr ---\nerr" in text and ".shou/x" in text
+
+
+def test_a_spill_of_bytes_that_are_not_utf8_stays_within_its_limit_and_its_count(tmp_path: Path) -> None:
+    """The spill is re-encoded (each bad byte becomes U+FFFD, three bytes), but `spilled` and `spill_limit`
+    still count the program's bytes: the file outgrows its limit threefold, and the disk watch, which discounts
+    `spilled` as shou's own writes, charges the other two thirds to the program (killed for a disk allowance
+    it never used)."""
+    (tmp_path / ".shou" / "outputs").mkdir(parents=True)
+    path = new_output_path(tmp_path, "stdout")
+    cap = OutputCapture(keep=1000, spill_path=path, spill_limit=100_000)
+    for _ in range(100):
+        cap.feed(b"\xff" * 10_000)
+    cap.close()
+    size = path.stat().st_size
+    assert size <= cap.spill_limit, f"the spill is {size} bytes, its limit {cap.spill_limit}"
+    assert size == cap.spilled, f"spilled says {cap.spilled} bytes, the file on disk has {size}"

@@ -66,3 +66,22 @@ def test_the_emitter_repairs_what_it_logs_and_what_it_streams(tmp_path: Path) ->
     calls = [e for e in seen if isinstance(e, ToolCallDelta)]
     assert "".join(e.arguments for e in calls) == '{"p": "\ufffd"}' and calls[0].name == "t\ufffd"
     assert all(encodes(str(e)) for e in seen)
+
+
+def test_a_secret_spelled_as_a_surrogate_pair_is_redacted_before_it_is_repaired() -> None:
+    """emit() redacts first and repairs after (`_encoded` joins a surrogate pair written as two code points into
+    the character it spells): a secret holding an astral character (an emoji in a password), spelled as two
+    surrogates in an event, is missed by the redactor and then written whole to the log and the consumer.
+    The streamed fragments repair first, then redact, and hold."""
+    from shou.agent.emitter import Emitter
+    from shou.events import ToolCallFinished
+    from shou.redact import Redactor
+    from shou.session import Session
+
+    secret = "p\U0001F600ssw0rd-9f8e7d6c"
+    spelled = "p\ud83d\ude00ssw0rd-9f8e7d6c"
+    got: list = []
+    emitter = Emitter(Session("s", None), Redactor([secret]), consumer=got.append)
+    emitter.emit(ToolCallFinished("r", 1, "c1", "env", "ok", details={"PASSWORD": spelled}))
+    [event] = got
+    assert secret not in repr(event.to_dict()), event.to_dict()

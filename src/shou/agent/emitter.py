@@ -67,12 +67,26 @@ class Emitter:
             self._end_streams(event.run_id)
         event, data = self.redactor.checked(event)
         if data is None:
-            event, data = _encoded(event)
+            event, data = self._encoded(event)
         self.session._write(event, data)
         if self.observers:
             self._hand_on(event)
         elif self.consumer is not None:
             self.consumer(event)
+
+    def _encoded(self, event: Event) -> tuple[Event, bytes]:
+        """The event and its JSON. Text no UTF-8 encodes (a lone surrogate: a file name's undecodable bytes, a
+        provider's `"\\ud800"`) is repaired here, the one place every event passes, with U+FFFD: such an event
+        could be neither logged nor sent to a model, and a tool's side effect would go unrecorded. The repair
+        is redacted again: it joins a surrogate pair written as two code points into the character it spells,
+        which may complete a secret."""
+        try:
+            return event, orjson.dumps(event.to_dict())
+        except TypeError as e:
+            if "surrogates" not in str(e):
+                raise
+        event = self.redactor.event(event_from_dict(well_formed(event.to_dict())))
+        return event, orjson.dumps(event.to_dict())
 
     def commit(self) -> None:
         """Make everything emitted so far durable: called before every side effect."""
@@ -156,17 +170,6 @@ class Emitter:
         return run
 
 
-def _encoded(event: Event) -> tuple[Event, bytes]:
-    """The event and its JSON. Text no UTF-8 encodes (a lone surrogate: a file name's undecodable bytes, a
-    provider's `"\\ud800"`) is repaired here, the one place every event passes, with U+FFFD: such an event
-    could be neither logged nor sent to a model, and a tool's side effect would go unrecorded."""
-    try:
-        return event, orjson.dumps(event.to_dict())
-    except TypeError as e:
-        if "surrogates" not in str(e):
-            raise
-    data = well_formed(event.to_dict())
-    return event_from_dict(data), orjson.dumps(data)
 
 
 def _well_formed_fragment(event: Any) -> Any:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ..messages import Message
+from ..wellformed import well_formed
 
 if TYPE_CHECKING:
     from ..models.base import ModelSettings
@@ -32,8 +33,8 @@ def content_hash(data: bytes) -> str:
 def _dumps(value: Any) -> bytes:
     try:
         return orjson.dumps(value)
-    except TypeError:  # what orjson refuses (huge integers): the trace is a record, not a wire body
-        return orjson.dumps(value, default=str)
+    except TypeError:  # what orjson refuses (huge integers, a lone surrogate): the trace is a record, not a body
+        return orjson.dumps(well_formed(value), default=str)
 
 
 # What every run of a process sends alike (its agents' system texts and tool specs) is hashed once for all of them:

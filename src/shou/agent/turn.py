@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..messages import Message
 from ..models.backend import pipeline
 from ..models.base import Model, ModelSettings
+from ..wellformed import well_formed
 from .budget import Budgets
 from .model_trace import Trace
 from .modelcall import MAX_ARGUMENT_CHARS, RunCall, Turn, bounded
@@ -83,7 +84,9 @@ class Caller:
 
 
 def tool_arguments(message: Message, name: str) -> dict[str, Any] | None:
-    """The arguments of the first call of tool `name` in `message` that are a JSON object (None: no such call)."""
+    """The arguments of the first call of tool `name` in `message` that are a JSON object (None: no such call).
+    A lone surrogate an escape makes (`"\\udcff"`) is U+FFFD here: these are shou's own calls (a plan, a
+    verdict), whose text goes on into requests and the log."""
     for call in message.tool_calls:
         if call.name != name:
             continue
@@ -92,7 +95,7 @@ def tool_arguments(message: Message, name: str) -> dict[str, Any] | None:
         except ValueError:
             continue
         if isinstance(args, dict):
-            return args
+            return well_formed(args)
     return None
 
 

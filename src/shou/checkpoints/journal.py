@@ -53,9 +53,14 @@ def dumps(value: object) -> bytes:
 
 
 def loads(data: bytes) -> object:
-    """What `dumps` wrote (`orjson.JSONDecodeError` when it is not JSON)."""
+    """What `dumps` wrote (`orjson.JSONDecodeError` when it is not JSON, or nested deeper than any record)."""
     value = orjson.loads(data)
-    return _names(value, _name_in) if _NUL_FIRST in data else value
+    if _NUL_FIRST not in data:
+        return value
+    try:
+        return _names(value, _name_in)
+    except RecursionError:  # a planted line: no record nests more than a few levels
+        raise orjson.JSONDecodeError("nested deeper than a checkpoint record", "", 0) from None
 
 
 _NUL_FIRST = b'"\\u0000'  # a JSON string that starts with NUL
@@ -79,13 +84,18 @@ def _name_in(text: str) -> str:
     return text
 
 
-def _names(value: object, name: Callable[[str], str]) -> object:
+_DEEPEST = 16  # levels a record or manifest nests (they use three)
+
+
+def _names(value: object, name: Callable[[str], str], depth: int = 0) -> object:
     if isinstance(value, str):
         return name(value)
+    if depth > _DEEPEST:
+        raise RecursionError("a checkpoint record nests deeper than any shou writes")
     if isinstance(value, dict):
-        return {name(k) if isinstance(k, str) else k: _names(v, name) for k, v in value.items()}
+        return {name(k) if isinstance(k, str) else k: _names(v, name, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_names(v, name) for v in value]
+        return [_names(v, name, depth + 1) for v in value]
     return value
 
 

@@ -18,6 +18,8 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..wellformed import well_formed
+
 MAX_MESSAGE_BYTES = 5_000_000  # of one message from a server, as web_fetch reads at most of a page
 TOO_BIG = -32099  # the JSON-RPC error code of a reply shou dropped for its size (a server-error code)
 _ENDS = 32_768  # bytes of each end of an oversized line kept: its id, and the start of a text result
@@ -76,7 +78,7 @@ class CappedLines:
 
     def _line(self, parts: list[bytes], size: int) -> str | None:
         if size <= self.limit:
-            return b"".join(parts).decode(self.encoding, self.errors) + "\n"
+            return _well_formed_line(b"".join(parts).decode(self.encoding, self.errors)) + "\n"
         head, tail = parts
         found = _HEAD_ID.search(head) or _TAIL_ID.search(tail)
         if found is None:
@@ -128,3 +130,19 @@ def install() -> None:
         if not hasattr(sdk, "TextReceiveStream"):  # a version that reads another way: bound it again there
             raise RuntimeError("this mcp version's stdio client does not read through TextReceiveStream")
         sdk.TextReceiveStream = CappedLines  # type: ignore[attr-defined, misc]
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _well_formed_line(line: str) -> str:
+    """A message whose JSON escapes spell a lone surrogate (`"\\udcff"`: ASCII, and valid JSON) made over with
+    U+FFFD there: the SDK's parse refuses it, and the call it answers waited for its timeout."""
+    if "\\u" not in line or _SURROGATE_ESCAPE.search(line) is None:
+        return line
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return line  # not JSON: the SDK says so
+    fixed = well_formed(value)
+    return line if fixed == value else json.dumps(fixed, ensure_ascii=False)

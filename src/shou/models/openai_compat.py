@@ -373,8 +373,8 @@ def _dumps(body: dict[str, Any]) -> bytes:
         # copied to its length: orjson returns its whole buffer (4 KiB at least, up to ~10x a long text), and
         # the body is held until the reply comes (issue 35: 4 KiB of every 1 KiB request a parked call holds)
         return memoryview(orjson.dumps(body)).tobytes()
-    except TypeError:  # what orjson refuses (integers beyond 64 bits, non-string keys)
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    except TypeError:  # what orjson refuses (integers beyond 64 bits, non-string keys, a lone surrogate)
+        return json.dumps(well_formed(body), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _loads(data: str | bytes) -> Any:

@@ -156,8 +156,8 @@ class OutputCapture:
     once the output outgrows memory) stops at `spill_limit` bytes.
     """
 
-    __slots__ = ("_spill", "_utf8", "budget", "head", "keep", "spill_error", "spill_limit", "spill_path", "spilled",
-                 "tail", "total")
+    __slots__ = ("_full", "_spill", "_utf8", "budget", "head", "keep", "spill_error", "spill_limit", "spill_path",
+                 "spilled", "tail", "total")
 
     def __init__(self, keep: int = 32_000, spill_path: Path | None = None, spill_limit: int = 50_000_000,
                  budget: Callable[[], int] | None = None) -> None:
@@ -174,6 +174,7 @@ class OutputCapture:
         # The spill is written as UTF-8, U+FFFD where the program printed bytes that are not: the model is told
         # to read it with read_file, which reads UTF-8 text only.
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self._full = False  # the spill reached its limit: nothing more is written (a spill has no gaps)
 
     def feed(self, data: bytes) -> None:
         """Take the next chunk of output."""
@@ -183,19 +184,16 @@ class OutputCapture:
             limit = min(limit, self.spilled + max(0, self.budget()))
             if self.spilled + len(data) > limit and not self.spill_error and self.total + len(data) > 2 * self.keep:
                 self.spill_error = "the run's disk allowance has no room left for it"
-        if self.spill_path is not None and self.spilled < limit:
+        if self.spill_path is not None and self.spilled < limit and not self._full:
             if self._spill is None and self.total + len(data) > 2 * self.keep:
                 try:
                     self._spill = open_output(self.spill_path)
                 except (OSError, ShouError) as e:  # the output still comes back, head and tail, without a file
                     self.spill_error, self.spill_path = str(e), None
                 else:
-                    self._spill.write(self._utf8.decode(self.head + self.tail).encode())  # all of it is in memory
-                    self.spilled = len(self.head) + len(self.tail)
+                    self._spill_out(self.head + self.tail, limit)  # everything so far is still in memory
             if self._spill is not None:
-                part = data[: max(0, limit - self.spilled)]
-                self._spill.write(self._utf8.decode(part).encode())
-                self.spilled += len(part)
+                self._spill_out(data, limit)
         self.total += len(data)
         room = self.keep - len(self.head)
         if room > 0:
@@ -206,11 +204,28 @@ class OutputCapture:
             if len(self.tail) > self.keep:
                 del self.tail[: len(self.tail) - self.keep]
 
+    def _spill_out(self, data: bytes | bytearray, limit: int) -> None:
+        """Write `data` to the spill as UTF-8, up to `limit` bytes written in all (`spilled` counts what was
+        written: a bad byte takes three as U+FFFD, and the disk watch counts the spill as shou's own)."""
+        assert self._spill is not None
+        out = self._utf8.decode(bytes(data)).encode()
+        room = max(0, limit - self.spilled)
+        if len(out) > room:
+            while room and (out[room] & 0xC0) == 0x80:  # cut where a character begins, not inside one
+                room -= 1
+            out = out[:room]
+            self._full = True
+        self.spilled += len(out)
+        self._spill.write(out)
+
     def close(self) -> None:
         """Close the spill file, if any."""
         if self._spill is not None:
-            with contextlib.suppress(OSError):
-                self._spill.write(self._utf8.decode(b"", final=True).encode())  # a character the output cut
+            rest = self._utf8.decode(b"", final=True).encode()  # a character the output cut short
+            if rest and not self._full and self.spilled + len(rest) <= self.spill_limit:
+                with contextlib.suppress(OSError):
+                    self._spill.write(rest)
+                    self.spilled += len(rest)
             self._spill.close()
             self._spill = None
 

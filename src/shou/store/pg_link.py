@@ -8,10 +8,12 @@ recovers by itself instead of failing every request until it is restarted.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from ..errors import UserError
 
@@ -48,7 +50,24 @@ def connect(url: str, **kwargs: Any) -> Any:
     try:
         return psycopg.connect(url, autocommit=True, **_settings(url, kwargs))
     except psycopg.Error as e:
-        raise StoreUnavailable(f"cannot connect to PostgreSQL at {safe_url(url)}: {str(e).strip()}") from None
+        raise _unreachable(url, e) from None
+
+
+def _unreachable(url: str, error: Exception) -> StoreUnavailable:
+    """The error saying `url` could not be connected to, without its password (psycopg's own text may quote
+    the part of the URL it could not read)."""
+    why = " ".join(str(error).split())
+    password = _password(url)
+    for spelled in {password, unquote(password)} - {""}:  # as written, and as libpq read it
+        why = why.replace(spelled, "***")
+    return StoreUnavailable(f"cannot connect to PostgreSQL at {safe_url(url)}: {why}")
+
+
+def _password(url: str) -> str:
+    if "://" not in url or "@" not in url:
+        return ""
+    cred = url.split("://", 1)[1].rsplit("@", 1)[0]
+    return cred.split(":", 1)[1] if ":" in cred else ""
 
 
 # How long a connection over TCP may go unanswered before it counts as broken. A network path that drops
@@ -66,15 +85,23 @@ def _settings(url: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     from psycopg.conninfo import conninfo_to_dict
 
     try:
+        url.encode("utf-8")
         given = {**conninfo_to_dict(url), **kwargs}
+    except UnicodeEncodeError:  # bytes that are not UTF-8 (from argv): libpq could not be given them either
+        raise StoreUnavailable(f"the PostgreSQL URL {safe_url(url)!a} is not valid UTF-8") from None
     except psycopg.Error as e:  # a malformed URL: the same clear error as a refused connection
-        raise StoreUnavailable(f"cannot connect to PostgreSQL at {safe_url(url)}: {str(e).strip()}") from None
+        raise _unreachable(url, e) from None
     out = {k: v for k, v in {**TCP_SETTINGS, "connect_timeout": "10"}.items() if k not in given}
     out.update(kwargs)
     options = str(given.get("options") or "")
-    if "statement_timeout" not in options:
+    if not _SETS_STATEMENT_TIMEOUT.search(options):
         out["options"] = f"{options} -c statement_timeout={STATEMENT_TIMEOUT_MS}".strip()
     return out
+
+
+# `-c statement_timeout=...` or `--statement-timeout=...` among a connection's options: setting names are
+# case-insensitive, and a dash may stand for an underscore
+_SETS_STATEMENT_TIMEOUT = re.compile(r"(?:^|\s)(?:-c\s*|--)statement[-_]timeout\s*=", re.IGNORECASE)
 
 
 def safe_url(url: str) -> str:

@@ -8,6 +8,7 @@ held for the life of the process.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from .locks import SessionBusy
@@ -34,7 +35,9 @@ class SessionLocks:
         self._held: set[str] = set()
         self._lost: set[str] = set()  # sessions whose rows are dropped: abandoned, or their lock is gone
         self._gone: set[str] = set()  # held sessions whose lock went with a broken connection
-        self._owed: set[str] = set()  # sessions let go of whose lock the server still holds (an unlock failed)
+        # sessions let go of whose lock the server still holds, by how many times (an unlock failed; the server
+        # counts a session-level advisory lock taken again on the same connection)
+        self._owed: Counter[str] = Counter()
 
     def lock(self, session: str) -> PgSessionLock:
         """Take the session for this process (an advisory lock); `SessionBusy` when another holds it."""
@@ -82,9 +85,9 @@ class SessionLocks:
             if session in self._gone:  # its lock went with an old connection: nothing to let go of
                 self._gone.discard(session)
                 return
-            self._owed.add(session)
+            self._owed[session] += 1
             self._pay()
-            if session in self._owed:  # once more at once (a cancel hits one statement); else at the next check
+            if self._owed:  # once more at once (a cancel hits one statement); else at the next check
                 self._pay()
 
     def _pay(self) -> None:
@@ -93,15 +96,18 @@ class SessionLocks:
         which would keep every other replica from the session until this process exits: it is tried again here,
         as a session is locked and at `lost()` (serve's heartbeat). Called under the locker's lock."""
         for session in list(self._owed):
-            try:
-                self._locker.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (_text(session),))
-            except Exception as e:
-                if not self._locker.alive:  # the connection died: the server dropped its locks with it
-                    self._owed.clear()
-                    return
-                log.warning("unlocking session %s failed; tried again later: %s", session, e)
-                continue
-            self._owed.discard(session)
+            while self._owed[session] > 0:
+                try:
+                    self._locker.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (_text(session),))
+                except Exception as e:
+                    if not self._locker.alive:  # the connection died: the server dropped its locks with it
+                        self._owed.clear()
+                        return
+                    log.warning("unlocking session %s failed; tried again later: %s", session, e)
+                    break
+                self._owed[session] -= 1
+            if self._owed[session] <= 0:
+                del self._owed[session]
 
 
 class PgSessionLock:
