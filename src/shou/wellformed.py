@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["well_formed", "well_formed_text"]
+__all__ = ["ill_formed", "well_formed", "well_formed_text"]
 
 
 def well_formed_text(text: str) -> str:
@@ -36,3 +36,16 @@ def well_formed(value: Any) -> Any:
     if kind is list or kind is tuple:
         return kind(well_formed(v) for v in value)
     return value
+
+
+def ill_formed(value: Any) -> bool:
+    """Whether a JSON value holds a string (or key) with a lone surrogate. Nested past the interpreter's limit
+    it raises `RecursionError`, as the parser that made it would have."""
+    kind = type(value)
+    if kind is str:
+        return well_formed_text(value) is not value
+    if kind is dict:
+        return any((type(k) is str and well_formed_text(k) is not k) or ill_formed(v) for k, v in value.items())
+    if kind is list or kind is tuple:
+        return any(ill_formed(v) for v in value)
+    return False

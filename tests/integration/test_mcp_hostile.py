@@ -115,3 +115,50 @@ def test_a_reply_that_is_not_utf8_is_read_and_the_server_answers_on(serve, tmp_p
     first, second = [e for e in events if e["type"] == "tool_call_finished"]
     assert "x\ufffd\ufffdy" in first["content"] and not first["is_error"]
     assert "xy" in second["content"] and not second["is_error"]
+
+
+DEEP_SERVER = r'''
+import json, sys
+out = sys.stdout.buffer
+calls = 0
+for line in sys.stdin.buffer:
+    msg = json.loads(line)
+    mid, method = msg.get("id"), msg.get("method")
+    if mid is None:
+        continue
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "raw", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "dump", "description": "Dump it.",
+                             "inputSchema": {"type": "object", "properties": {}}}]}
+    elif method == "tools/call":
+        calls += 1
+        if calls == 1:
+            deep = b"[" * 3000 + b"]" * 3000
+            out.write(b'{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text","text":"x\\udcffy"}],'
+                      b'"_meta":{"d":%s}}}\n' % (mid, deep))
+            out.flush()
+            continue
+        result = {"content": [{"type": "text", "text": "xy"}]}
+    else:
+        result = {}
+    out.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode() + b"\n")
+    out.flush()
+'''
+
+
+def test_a_deep_mcp_reply_with_a_surrogate_escape_leaves_the_server_answering(serve, tmp_path: Path,
+                                                                              workspace: Path) -> None:
+    import sys
+
+    script = tmp_path / "deep_mcp.py"
+    script.write_text(DEEP_SERVER)
+    servers = {"raw": {"command": sys.executable, "args": [str(script)], "timeout": 30}}
+    srv = serve([{"tool_calls": [{"name": "raw__dump", "arguments": {}}]},
+                 {"tool_calls": [{"name": "raw__dump", "arguments": {}}]}, {"text": "done"}])
+    events, _, err = _run(tmp_path, workspace, srv, servers, "Dump it twice.")
+    assert "RecursionError" not in err, err[-3000:]
+    assert events and events[-1]["status"] == "completed", err[-3000:]
+    second = [e for e in events if e["type"] == "tool_call_finished"][-1]
+    assert "xy" in second["content"] and not second["is_error"], second["content"]

@@ -265,3 +265,20 @@ def test_a_case_whose_text_is_not_valid_unicode_is_refused_when_read(data: dict,
     # a JSON escape such as "\ud800" parses to a lone surrogate: its sample used to end in a UnicodeEncodeError
     with pytest.raises(UserError, match="not valid Unicode"):
         case_from_dict(data, tmp_path)
+
+
+@pytest.mark.parametrize("extra", [{"tags": ["t\udcff"]}], ids=["tags"])
+def test_a_case_with_a_lone_surrogate_elsewhere_is_refused_or_run_not_crashed(extra: dict, tmp_path) -> None:
+    # The fix refuses id/task/files holding a lone surrogate escape, but a case's tags go into its result line too
+    # (sample.py:299 "tags"): results.py writes it as UTF-8 and raises UnicodeEncodeError.
+    from shou.eval import Suite, run_suite
+
+    data = {"id": "a", "task": "say done", "solution": [{"text": "done"}], **extra}
+    data.setdefault("checks", [{"answer_contains": "done"}])
+    try:
+        case = case_from_dict(data, tmp_path)
+    except UserError as e:
+        assert "not valid Unicode" in str(e), e  # refused as it is read: fine
+        return
+    report = run_suite(Suite("s", [case]), models=["oracle"], out=tmp_path / "out")
+    assert len(report.results) == 1

@@ -204,3 +204,11 @@ async def test_call_ids_never_become_paths(tmp_path: Path, call_id: str) -> None
     assert saved.name.startswith("big-") and saved.read_text().count("\n") == 99_999
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]  # nothing written next to the workspace
     assert f".shou/outputs/{saved.name}" in r.content
+
+
+def test_arguments_nested_past_the_parser_s_limit_are_refused_not_raised() -> None:
+    # json.loads raises RecursionError (no ValueError) past its depth: it ended the run as an internal error
+    deep = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    assert parse_arguments(deep) == (None, "the arguments nest too deep to read; send them as one flat JSON object")
+    escaped = '{"a": ' + "[" * 900 + '"\\udcff"' + "]" * 900 + "}"  # parsed, then too deep to look through
+    assert parse_arguments(escaped)[0] is None

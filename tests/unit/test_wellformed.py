@@ -85,3 +85,14 @@ def test_a_secret_spelled_as_a_surrogate_pair_is_redacted_before_it_is_repaired(
     emitter.emit(ToolCallFinished("r", 1, "c1", "env", "ok", details={"PASSWORD": spelled}))
     [event] = got
     assert secret not in repr(event.to_dict()), event.to_dict()
+
+
+def test_a_deep_mcp_reply_with_a_surrogate_escape_does_not_raise_out_of_the_line_reader() -> None:
+    # _well_formed_line re-parses a line with json.loads when it sees a surrogate escape: a deeply nested reply (well
+    # within the 5 MB bound) raises RecursionError, which is no ValueError, out of CappedLines and into the SDK's
+    # stdout reader task (before the change the SDK's own parse refused it as a ValidationError, one bad message).
+    line = '{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"x\\udcffy"}],"deep":' + \
+        "[" * 3000 + "]" * 3000 + "}}"
+    from shou.mcp.stdio import _well_formed_line
+
+    assert _well_formed_line(line) == line  # left for the SDK to refuse, that message alone

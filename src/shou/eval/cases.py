@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..wellformed import well_formed
+from ..wellformed import ill_formed
 from .checks import Check, check_from_dict
 
 __all__ = ["Case", "Limits", "Suite", "bind", "load_cases"]
@@ -162,8 +162,8 @@ def case_from_dict(data: Mapping[str, Any], base: Path) -> Case:
     unknown = set(data) - _CASE_KEYS
     if unknown:
         raise UserError(f"unknown key(s) {', '.join(sorted(unknown))}; a case has {', '.join(sorted(_CASE_KEYS))}")
-    for key in ("id", "task", "files"):  # a JSON escape such as "\ud800" is no character: no file nor log holds it
-        if key in data and well_formed(data[key]) != data[key]:
+    for key, value in data.items():  # a JSON escape such as "\ud800" is no character: no file nor log holds it
+        if ill_formed(value):
             raise UserError(f"'{key}' is not valid Unicode (a lone surrogate escape, such as \\ud800)")
     task = data.get("task")
     if isinstance(task, list):

@@ -18,7 +18,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..wellformed import well_formed
+from ..wellformed import ill_formed, well_formed
 
 MAX_MESSAGE_BYTES = 5_000_000  # of one message from a server, as web_fetch reads at most of a page
 TOO_BIG = -32099  # the JSON-RPC error code of a reply shou dropped for its size (a server-error code)
@@ -142,7 +142,8 @@ def _well_formed_line(line: str) -> str:
         return line
     try:
         value = json.loads(line)
-    except ValueError:
-        return line  # not JSON: the SDK says so
-    fixed = well_formed(value)
-    return line if fixed == value else json.dumps(fixed, ensure_ascii=False)
+        if not ill_formed(value):
+            return line
+    except (ValueError, RecursionError):
+        return line  # not JSON, or nested past what Python parses: the SDK refuses that one message
+    return json.dumps(well_formed(value), ensure_ascii=False)

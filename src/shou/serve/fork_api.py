@@ -27,8 +27,14 @@ async def fork_session_route(request: Request) -> Response:
     srv.own_session(source, user)
     body: ForkRequest = await read_json(request, ForkRequest)
     name = body.name or new_session_name()
-    if srv.store.exists(name) or not (srv.queue.adopt_session(name, user) or srv.queue.session_owner(name) == user):
-        raise HTTPException(409, f"session {name!r} exists already; give the fork another name")
+    exists = HTTPException(409, f"session {name!r} exists already; give the fork another name")
+    if srv.store.exists(name):
+        raise exists
+    took = srv.queue.adopt_session(name, user)
+    # A name the caller holds already may be forked into again only while it has neither a log nor a run: what
+    # an earlier fork the store failed under left (below). One with a run queued is that run's session.
+    if not took and (srv.queue.session_owner(name) != user or srv.queue.runs(user, name, limit=1)):
+        raise exists
     try:
         made, point = fork_session(srv.store, source, None if body.at is None else str(body.at), name)
     except store_errors():
@@ -37,9 +43,11 @@ async def fork_session_route(request: Request) -> Response:
         # caller's: a fork that landed is theirs, and one that did not may be asked for again under that name.
         raise
     except UserError as e:
-        srv.queue.forget_session(name)
+        if took:  # only what this request took is let go of: an earlier fork may still be landing under it
+            srv.queue.forget_session(name)
         raise HTTPException(409 if isinstance(e, (SessionBusy, SessionExists)) else 400, str(e)) from None
     except BaseException:
-        srv.queue.forget_session(name)
+        if took:
+            srv.queue.forget_session(name)
         raise
     return JSONResponse({"name": made, "source": source, "step": point.step}, 201)

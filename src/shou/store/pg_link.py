@@ -57,17 +57,23 @@ def _unreachable(url: str, error: Exception) -> StoreUnavailable:
     """The error saying `url` could not be connected to, without its password (psycopg's own text may quote
     the part of the URL it could not read)."""
     why = " ".join(str(error).split())
-    password = _password(url)
-    for spelled in {password, unquote(password)} - {""}:  # as written, and as libpq read it
-        why = why.replace(spelled, "***")
+    for password in _passwords(url):
+        for spelled in {password, unquote(password)} - {""}:  # as written, and as libpq read it
+            why = why.replace(spelled, "***")
     return StoreUnavailable(f"cannot connect to PostgreSQL at {safe_url(url)}: {why}")
 
 
-def _password(url: str) -> str:
-    if "://" not in url or "@" not in url:
-        return ""
-    cred = url.split("://", 1)[1].rsplit("@", 1)[0]
-    return cred.split(":", 1)[1] if ":" in cred else ""
+def _passwords(url: str) -> set[str]:
+    """The passwords `url` spells: in its user part, as a `password=` parameter (URL or key=value form)."""
+    found = {m.group(1).strip("'") for m in _PASSWORD_PARAM.finditer(url)}
+    if "://" in url and "@" in url:
+        cred = url.split("://", 1)[1].rsplit("@", 1)[0]
+        if ":" in cred:
+            found.add(cred.split(":", 1)[1])
+    return found - {""}
+
+
+_PASSWORD_PARAM = re.compile(r"(?i)\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]*)")
 
 
 # How long a connection over TCP may go unanswered before it counts as broken. A network path that drops
@@ -105,7 +111,8 @@ _SETS_STATEMENT_TIMEOUT = re.compile(r"(?:^|\s)(?:-c\s*|--)statement[-_]timeout\
 
 
 def safe_url(url: str) -> str:
-    """`url` without its password, for messages."""
+    """`url` without its password (in the user part, or a `password=` parameter), for messages."""
+    url = _PASSWORD_PARAM.sub("password=***", url)
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
         cred, host = rest.rsplit("@", 1)

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import ShouError, ToolError
-from ..wellformed import well_formed
+from ..wellformed import ill_formed
 from ..workspace import save_output
 from . import spills
 from .base import ToolArgumentsError, ToolResult
@@ -38,6 +38,8 @@ def parse_arguments(raw: str | None) -> tuple[dict[str, Any] | None, str | None]
         return {}, None
     try:
         value = json.loads(text)
+    except RecursionError:  # nested past what the parser takes: no tool's arguments do
+        return None, "the arguments nest too deep to read; send them as one flat JSON object"
     except ValueError as e:
         first_error = f"{e.msg} at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
         value = _repair(text)
@@ -55,8 +57,11 @@ def parse_arguments(raw: str | None) -> tuple[dict[str, Any] | None, str | None]
 def _text_only(value: dict[str, Any], text: str) -> tuple[dict[str, Any] | None, str | None]:
     """`value`, unless an escape in `text` made a lone surrogate of it (`"\\udcff"`): no UTF-8 holds that, so
     neither a command, a file nor the log could, and the call is refused rather than run with other text."""
-    if (text.isascii() and "\\u" not in text) or well_formed(value) == value:
-        return value, None
+    try:
+        if (text.isascii() and "\\u" not in text) or not ill_formed(value):
+            return value, None
+    except RecursionError:
+        return None, "the arguments nest too deep to read; send them as one flat JSON object"
     return None, ("the arguments hold a lone surrogate escape (such as \\udcff), which is no character: send the "
                   "arguments as UTF-8 text")
 
