@@ -282,3 +282,14 @@ def test_a_case_with_a_lone_surrogate_elsewhere_is_refused_or_run_not_crashed(ex
         return
     report = run_suite(Suite("s", [case]), models=["oracle"], out=tmp_path / "out")
     assert len(report.results) == 1
+
+
+def test_a_case_line_with_a_deep_field_is_a_user_error_naming_its_line(tmp_path: Path) -> None:
+    # 509887e looks through every field with ill_formed(), two frames a level: a 600-deep "tags" (which json.loads
+    # takes) now ends `shou eval` with a RecursionError traceback instead of "cases.jsonl:1: ...".
+    from shou.eval.cases import load_cases
+
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"id": "a", "task": "t", "tags": ' + "[" * 600 + "]" * 600 + "}\n")
+    with pytest.raises(UserError, match=r"cases\.jsonl:1"):
+        list(load_cases(cases))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from shou.store.pg_link import _unreachable, safe_url
+
 
 def test_a_store_url_that_is_not_utf8_is_a_clear_error_not_a_traceback() -> None:
     """`shou serve --store postgresql://...` with a byte that is not UTF-8 in argv (a lone surrogate): `_settings`
@@ -59,3 +61,32 @@ def test_a_password_given_as_a_url_parameter_is_not_shown(url: str) -> None:
     with pytest.raises(StoreUnavailable) as e:
         connect(url)
     assert "s3cretQ" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("url", ["postgresql://u@h/db?pass%77ord=s3cret",
+                                 "postgresql://u@h/db?%70assword=s3cret&sslmode=require"])
+def test_a_password_parameter_with_a_percent_encoded_name_is_never_shown(url: str) -> None:
+    # libpq decodes a URI query parameter's name as it does its value: "pass%77ord" is "password" to it
+    # (psycopg's conninfo_to_dict gives {'password': 's3cret'}), but the regex looks for "password" as written.
+    pytest.importorskip("psycopg")
+    from psycopg.conninfo import conninfo_to_dict
+
+    assert conninfo_to_dict(url)["password"] == "s3cret"
+    assert "s3cret" not in safe_url(url)
+
+
+def test_a_bad_percent_escape_in_a_percent_encoded_password_parameter_is_not_quoted() -> None:
+    # libpq's error quotes the token it could not decode: the password itself.
+    pytest.importorskip("psycopg")
+    from psycopg.conninfo import conninfo_to_dict
+
+    url = "postgresql://u@h/db?pass%77ord=s3%zzcret"
+    with pytest.raises(Exception) as e:
+        conninfo_to_dict(url)
+    assert "s3%zzcret" not in str(_unreachable(url, e.value))
+
+
+@pytest.mark.parametrize("url", ["postgresql://u@h/db?sslpassword=k3ysecret", "host=h sslpassword=k3ysecret"])
+def test_the_client_keys_password_is_never_shown(url: str) -> None:
+    # sslpassword is the passphrase of the client's private key: as secret as the password, shown as written.
+    assert "k3ysecret" not in safe_url(url)

@@ -88,11 +88,23 @@ def test_a_secret_spelled_as_a_surrogate_pair_is_redacted_before_it_is_repaired(
 
 
 def test_a_deep_mcp_reply_with_a_surrogate_escape_does_not_raise_out_of_the_line_reader() -> None:
-    # _well_formed_line re-parses a line with json.loads when it sees a surrogate escape: a deeply nested reply (well
-    # within the 5 MB bound) raises RecursionError, which is no ValueError, out of CappedLines and into the SDK's
-    # stdout reader task (before the change the SDK's own parse refused it as a ValidationError, one bad message).
+    # _well_formed_line re-parsed a line with json.loads when it saw a surrogate escape: a deeply nested reply (well
+    # within the 5 MB bound) raised RecursionError, which is no ValueError, out of CappedLines and into the SDK's
+    # stdout reader task. It works on the text now.
     line = '{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"x\\udcffy"}],"deep":' + \
         "[" * 3000 + "]" * 3000 + "}}"
     from shou.mcp.stdio import _well_formed_line
 
-    assert _well_formed_line(line) == line  # left for the SDK to refuse, that message alone
+    fixed = _well_formed_line(line)  # made over on its text: no parse, however deep
+    assert "\\udcff" not in fixed and '"x\\ufffdy"' in fixed and fixed.endswith("]" * 3000 + "}}")
+
+
+def test_a_reply_with_an_early_surrogate_escape_and_a_deep_tail_is_made_over_without_raising() -> None:
+    # json.loads takes 600 levels; ill_formed() answers True at the first field without going down; then
+    # well_formed() walks the whole value, two frames a level, and raises RecursionError outside the try: the
+    # reader ends, as the 3000-deep reply did before 509887e.
+    from shou.mcp.stdio import _well_formed_line
+
+    line = '{"jsonrpc":"2.0","id":1,"result":{"a":"\\udcff","b":' + "[" * 600 + "]" * 600 + "}}"
+    fixed = _well_formed_line(line)
+    assert "\\udcff" not in fixed

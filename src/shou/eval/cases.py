@@ -163,8 +163,11 @@ def case_from_dict(data: Mapping[str, Any], base: Path) -> Case:
     if unknown:
         raise UserError(f"unknown key(s) {', '.join(sorted(unknown))}; a case has {', '.join(sorted(_CASE_KEYS))}")
     for key, value in data.items():  # a JSON escape such as "\ud800" is no character: no file nor log holds it
-        if ill_formed(value):
-            raise UserError(f"'{key}' is not valid Unicode (a lone surrogate escape, such as \\ud800)")
+        try:
+            if ill_formed(value):
+                raise UserError(f"'{key}' is not valid Unicode (a lone surrogate escape, such as \\ud800)")
+        except RecursionError:
+            raise UserError(f"'{key}' nests deeper than a case's fields can") from None
     task = data.get("task")
     if isinstance(task, list):
         task = tuple(task)

@@ -18,8 +18,6 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..wellformed import ill_formed, well_formed
-
 MAX_MESSAGE_BYTES = 5_000_000  # of one message from a server, as web_fetch reads at most of a page
 TOO_BIG = -32099  # the JSON-RPC error code of a reply shou dropped for its size (a server-error code)
 _ENDS = 32_768  # bytes of each end of an oversized line kept: its id, and the start of a text result
@@ -132,18 +130,16 @@ def install() -> None:
         sdk.TextReceiveStream = CappedLines  # type: ignore[attr-defined, misc]
 
 
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# In JSON text, left to right: an escaped backslash (kept), a surrogate pair's two escapes (kept: one
+# character), or a lone surrogate's escape (made U+FFFD's)
+_ESCAPES = re.compile(r"(\\\\)|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+                      r"|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})")
 
 
 def _well_formed_line(line: str) -> str:
-    """A message whose JSON escapes spell a lone surrogate (`"\\udcff"`: ASCII, and valid JSON) made over with
-    U+FFFD there: the SDK's parse refuses it, and the call it answers waited for its timeout."""
-    if "\\u" not in line or _SURROGATE_ESCAPE.search(line) is None:
+    """A message whose JSON escapes spell a lone surrogate (`"\\udcff"`: ASCII, and valid JSON) with U+FFFD's
+    escape there instead: the SDK's parse refuses it, and the call it answers waited for its timeout. Done on
+    the text, in one pass: a reply nested however deep is neither parsed nor walked twice."""
+    if "\\u" not in line:
         return line
-    try:
-        value = json.loads(line)
-        if not ill_formed(value):
-            return line
-    except (ValueError, RecursionError):
-        return line  # not JSON, or nested past what Python parses: the SDK refuses that one message
-    return json.dumps(well_formed(value), ensure_ascii=False)
+    return _ESCAPES.sub(lambda m: "\\ufffd" if m.group(2) else m.group(0), line)

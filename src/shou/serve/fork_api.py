@@ -43,11 +43,18 @@ async def fork_session_route(request: Request) -> Response:
         # caller's: a fork that landed is theirs, and one that did not may be asked for again under that name.
         raise
     except UserError as e:
-        if took:  # only what this request took is let go of: an earlier fork may still be landing under it
-            srv.queue.forget_session(name)
-        raise HTTPException(409 if isinstance(e, (SessionBusy, SessionExists)) else 400, str(e)) from None
+        taken = isinstance(e, (SessionBusy, SessionExists))  # a fork of the caller's (another request) has it
+        _let_go(srv, name, took and not taken)
+        raise HTTPException(409 if taken else 400, str(e)) from None
     except BaseException:
-        if took:
-            srv.queue.forget_session(name)
+        _let_go(srv, name, took)
         raise
     return JSONResponse({"name": made, "source": source, "step": point.step}, 201)
+
+
+def _let_go(srv: Server, name: str, took: bool) -> None:
+    """Give back the name a failed fork took, unless a session is there now: only what this request took is
+    let go of (another fork of the caller's may be landing under a name they held already), and a session in
+    the log keeps its owner (another request of the caller's, on this replica or another, made it meanwhile)."""
+    if took and not srv.store.exists(name):
+        srv.queue.forget_session(name)

@@ -64,8 +64,9 @@ def _unreachable(url: str, error: Exception) -> StoreUnavailable:
 
 
 def _passwords(url: str) -> set[str]:
-    """The passwords `url` spells: in its user part, as a `password=` parameter (URL or key=value form)."""
-    found = {m.group(1).strip("'") for m in _PASSWORD_PARAM.finditer(url)}
+    """The secrets `url` spells: its user part's password, and every parameter whose name (as libpq decodes
+    it: `pass%77ord` is `password`) holds "password" (`password`, `sslpassword`), in URL or key=value form."""
+    found = {m.group(2).strip("'") for m in _PARAM.finditer(url) if _secret_name(m.group(1))}
     if "://" in url and "@" in url:
         cred = url.split("://", 1)[1].rsplit("@", 1)[0]
         if ":" in cred:
@@ -73,7 +74,12 @@ def _passwords(url: str) -> set[str]:
     return found - {""}
 
 
-_PASSWORD_PARAM = re.compile(r"(?i)\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]*)")
+def _secret_name(name: str) -> bool:
+    return "password" in unquote(name).lower()
+
+
+# a parameter: `name=value` after `?`, `&` or a space (or at the start); a key=value value may be quoted
+_PARAM = re.compile(r"(?:(?<=[?&\s])|^)([\w%.-]+)\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]*)")
 
 
 # How long a connection over TCP may go unanswered before it counts as broken. A network path that drops
@@ -111,8 +117,8 @@ _SETS_STATEMENT_TIMEOUT = re.compile(r"(?:^|\s)(?:-c\s*|--)statement[-_]timeout\
 
 
 def safe_url(url: str) -> str:
-    """`url` without its password (in the user part, or a `password=` parameter), for messages."""
-    url = _PASSWORD_PARAM.sub("password=***", url)
+    """`url` without its passwords (in the user part, or a parameter naming one), for messages."""
+    url = _PARAM.sub(lambda m: f"{m.group(1)}=***" if _secret_name(m.group(1)) else m.group(0), url)
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
         cred, host = rest.rsplit("@", 1)
