@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ..fixtures.mcp_servers import http_server
 from .conftest import FIXTURES, shou_env
 
@@ -104,61 +106,20 @@ def test_a_catastrophic_schema_pattern_does_not_freeze_the_run(serve, shou) -> N
     assert offered["regex__check"]["parameters"]["properties"]["word"]["pattern"] == "^(a+)+$"
 
 
-def test_a_reply_that_is_not_utf8_is_read_and_the_server_answers_on(serve, tmp_path: Path, workspace: Path) -> None:
-    """Strict decoding ended the SDK's reader: that call and every later one of the server waited for their
-    timeouts, and the server stayed silent for the rest of the process."""
-    servers = {"raw": {"command": sys.executable, "args": [str(FIXTURES / "mcp_raw_bytes.py")], "timeout": 60}}
+@pytest.mark.parametrize(("mode", "first_text"), [("bytes", "x\ufffd\ufffdy"), ("escape", "x\ufffdy"), ("deep", None)])
+def test_a_reply_that_is_not_text_is_read_and_the_server_answers_on(serve, tmp_path: Path, workspace: Path,
+                                                                    mode: str, first_text: str | None) -> None:
+    """One raw 0xff (strict decoding) or one RecursionError ended the SDK's reader: that call and every later
+    one of the server waited for their timeouts; a lone surrogate's escape (ASCII) was dropped by the SDK's
+    parse and its call waited for its timeout. Each is read now (U+FFFD), and the server answers on."""
+    # the deep reply is past what the SDK parses: its call waits for the timeout, so that one is short
+    servers = {"raw": {"command": sys.executable, "args": [str(FIXTURES / "mcp_raw_bytes.py"), mode],
+                       "timeout": 10 if mode == "deep" else 60}}
     srv = serve([{"tool_calls": [{"name": "raw__dump", "arguments": {}}]},
                  {"tool_calls": [{"name": "raw__dump", "arguments": {}}]}, {"text": "done"}])
     events, _, err = _run(tmp_path, workspace, srv, servers, "Dump it twice.")
-    assert events and events[-1]["status"] == "completed", err
+    assert "RecursionError" not in err and events and events[-1]["status"] == "completed", err[-3000:]
     first, second = [e for e in events if e["type"] == "tool_call_finished"]
-    assert "x\ufffd\ufffdy" in first["content"] and not first["is_error"]
-    assert "xy" in second["content"] and not second["is_error"]
-
-
-DEEP_SERVER = r'''
-import json, sys
-out = sys.stdout.buffer
-calls = 0
-for line in sys.stdin.buffer:
-    msg = json.loads(line)
-    mid, method = msg.get("id"), msg.get("method")
-    if mid is None:
-        continue
-    if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "raw", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "dump", "description": "Dump it.",
-                             "inputSchema": {"type": "object", "properties": {}}}]}
-    elif method == "tools/call":
-        calls += 1
-        if calls == 1:
-            deep = b"[" * 3000 + b"]" * 3000
-            out.write(b'{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text","text":"x\\udcffy"}],'
-                      b'"_meta":{"d":%s}}}\n' % (mid, deep))
-            out.flush()
-            continue
-        result = {"content": [{"type": "text", "text": "xy"}]}
-    else:
-        result = {}
-    out.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}).encode() + b"\n")
-    out.flush()
-'''
-
-
-def test_a_deep_mcp_reply_with_a_surrogate_escape_leaves_the_server_answering(serve, tmp_path: Path,
-                                                                              workspace: Path) -> None:
-    import sys
-
-    script = tmp_path / "deep_mcp.py"
-    script.write_text(DEEP_SERVER)
-    servers = {"raw": {"command": sys.executable, "args": [str(script)], "timeout": 30}}
-    srv = serve([{"tool_calls": [{"name": "raw__dump", "arguments": {}}]},
-                 {"tool_calls": [{"name": "raw__dump", "arguments": {}}]}, {"text": "done"}])
-    events, _, err = _run(tmp_path, workspace, srv, servers, "Dump it twice.")
-    assert "RecursionError" not in err, err[-3000:]
-    assert events and events[-1]["status"] == "completed", err[-3000:]
-    second = [e for e in events if e["type"] == "tool_call_finished"][-1]
+    if first_text is not None:
+        assert first_text in first["content"] and not first["is_error"], first["content"]
     assert "xy" in second["content"] and not second["is_error"], second["content"]

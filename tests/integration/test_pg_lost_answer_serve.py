@@ -49,6 +49,16 @@ def served_session(server: PostgresServer, proxy: CuttingProxy, serve: Any,  # n
         s.stop()
 
 
+def hold_commits_of(admin: Any, name: str) -> None:
+    """Make the COMMIT of a transaction that creates session `name` wait (a deferred trigger) until `admin`
+    lets go of advisory lock 4242: a commit under way for as long as the test needs, with no sleep."""
+    admin.execute("CREATE FUNCTION held() RETURNS trigger AS $$ BEGIN PERFORM pg_advisory_xact_lock(4242); "
+                  "RETURN NULL; END $$ LANGUAGE plpgsql")
+    admin.execute("CREATE CONSTRAINT TRIGGER held_fork AFTER INSERT ON sessions DEFERRABLE INITIALLY DEFERRED "
+                  f"FOR EACH ROW WHEN (NEW.name = '{name}') EXECUTE FUNCTION held()")
+    admin.execute("SELECT pg_advisory_lock(4242)")
+
+
 def test_a_fork_through_serve_whose_commit_landed_unanswered_stays_its_callers(
         pg: PostgresServer, proxy: CuttingProxy, serve, tmp_path: Path, workspace: Path) -> None:  # noqa: F811
     # The same lost answer through `POST /v1/sessions/{name}/fork`: the route (serve/fork_api.py) took the
@@ -127,11 +137,7 @@ def test_a_fork_through_serve_cut_off_while_its_commit_is_under_way_stays_its_ca
     direct = f"postgresql://postgres@/forklate?host={pg.socket_dir}"
     with served_session(pg, proxy, serve, tmp_path, workspace, "forklate") as (c, session), \
             psycopg.connect(direct, autocommit=True) as admin:
-        admin.execute("CREATE FUNCTION held() RETURNS trigger AS $$ BEGIN PERFORM pg_advisory_xact_lock(4242); "
-                      "RETURN NULL; END $$ LANGUAGE plpgsql")
-        admin.execute("CREATE CONSTRAINT TRIGGER held_fork AFTER INSERT ON sessions DEFERRABLE INITIALLY DEFERRED "
-                      "FOR EACH ROW WHEN (NEW.name = 'forked-late') EXECUTE FUNCTION held()")
-        admin.execute("SELECT pg_advisory_lock(4242)")  # the fork's COMMIT waits for it
+        hold_commits_of(admin, "forked-late")  # the fork's COMMIT waits for the test
         proxy.cut_after(b"DO NOTHING RETURNING name", at_commit=True)
         r = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-late"})
         assert proxy.cut.is_set()
@@ -146,3 +152,40 @@ def test_a_fork_through_serve_cut_off_while_its_commit_is_under_way_stays_its_ca
         assert c.get("/v1/sessions/forked-late").status_code == 200
         again = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-late"})
         assert again.status_code == 409  # it exists: asked again, the caller is told so, not given a second
+
+
+def test_a_fork_asked_again_while_the_first_is_still_landing_keeps_the_landed_fork_its_callers(
+        pg: PostgresServer, proxy: CuttingProxy, serve, tmp_path: Path, workspace: Path) -> None:  # noqa: F811
+    # The 503 says the fork may still land and the route lets the caller ask again under that name. Asked again
+    # while the first COMMIT is under way, the second fork is refused (the first's backend still holds the name's
+    # lock: SessionBusy; or its INSERT waits and finds the row: SessionExists), 409, and the route's
+    # `except UserError` forgets the name's owner: the fork that lands is nobody's (GET 404, no one may use it).
+    import threading
+
+    direct = f"postgresql://postgres@/forkagain?host={pg.socket_dir}"
+    with served_session(pg, proxy, serve, tmp_path, workspace, "forkagain") as (c, session), \
+            psycopg.connect(direct, autocommit=True) as admin:
+        hold_commits_of(admin, "forked-late")  # the first fork's COMMIT waits for the test
+        proxy.cut_after(b"DO NOTHING RETURNING name", at_commit=True)
+        r = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-late"})
+        assert (r.status_code, r.json()["error"]["type"]) == (503, "unavailable"), r.text
+
+        answers: list = []
+        again = threading.Thread(target=lambda: answers.append(
+            c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-late"})))
+        again.start()
+        deadline = time.monotonic() + HANG
+        while not admin.execute("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
+                                "'INSERT INTO sessions%%'").fetchone() and again.is_alive():
+            assert time.monotonic() < deadline, admin.execute(
+                "SELECT state, wait_event_type, wait_event, left(query, 80) FROM pg_stat_activity").fetchall()
+            time.sleep(0.01)  # a condition of the server, polled
+        admin.execute("SELECT pg_advisory_unlock(4242)")  # the first commit lands
+        again.join(HANG)
+        assert answers, "the second fork never answered"
+        while not rows_of(direct, "forked-late"):
+            assert time.monotonic() < deadline, "the fork never landed"
+            time.sleep(0.01)  # a condition of the server, polled
+        second = answers[0]
+        assert c.get("/v1/sessions/forked-late").status_code == 200, \
+            f"the landed fork is nobody's after the second answered {second.status_code} {second.text}"
