@@ -4,6 +4,7 @@ where a file name must come back as it was (the checkpoint journal)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -108,3 +109,26 @@ def test_a_reply_with_an_early_surrogate_escape_and_a_deep_tail_is_made_over_wit
     line = '{"jsonrpc":"2.0","id":1,"result":{"a":"\\udcff","b":' + "[" * 600 + "]" * 600 + "}}"
     fixed = _well_formed_line(line)
     assert "\\udcff" not in fixed
+
+
+def test_an_event_type_of_the_caller_s_own_is_logged_repaired(tmp_path: Path) -> None:
+    """One the log cannot read back (not in EVENT_TYPES) cannot be rebuilt from its JSON: its row is repaired and
+    redacted all the same, and the run goes on (event_from_dict's ValueError ended it)."""
+    import dataclasses
+    import sqlite3
+
+    from shou.events import Event
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Mine(Event):
+        type: ClassVar[str] = "mine"
+        text: str = ""
+
+    store = SQLiteStore(tmp_path / "s.db")
+    seen: list = []
+    emitter = Emitter(Session("s", store), Redactor(["sk-live-0123456789abcdef"]), consumer=seen.append)
+    emitter.emit(Mine("r", text="caf\udce9 sk-live-0123456789abcdef"))
+    emitter.commit()
+    store.close()
+    [data] = [row[0] for row in sqlite3.connect(tmp_path / "s.db").execute("SELECT data FROM events")]
+    assert "caf\ufffd [redacted]" in data and len(seen) == 1

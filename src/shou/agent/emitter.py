@@ -85,7 +85,11 @@ class Emitter:
         except TypeError as e:
             if "surrogates" not in str(e):
                 raise
-        event = self.redactor.event(event_from_dict(well_formed(event.to_dict())))
+        fixed = well_formed(event.to_dict())
+        try:
+            event = self.redactor.event(event_from_dict(fixed))
+        except ValueError:  # a type of the caller's own, which the log cannot read back: its row is repaired
+            return self.redactor.event(event), orjson.dumps(self.redactor.value(fixed))
         return event, orjson.dumps(event.to_dict())
 
     def commit(self) -> None:
