@@ -9,9 +9,10 @@ on its way to the log (`shou.agent.emitter`) and a provider's reply as it is par
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-__all__ = ["ill_formed", "well_formed", "well_formed_text"]
+__all__ = ["ill_formed", "well_formed", "well_formed_json", "well_formed_text"]
 
 
 def well_formed_text(text: str) -> str:
@@ -49,3 +50,17 @@ def ill_formed(value: Any) -> bool:
     if kind is list or kind is tuple:
         return any(ill_formed(v) for v in value)
     return False
+
+
+# In JSON text, left to right: an escaped backslash (kept), a surrogate pair's two escapes (kept: one
+# character), or a lone surrogate's escape (made U+FFFD's)
+_ESCAPES = re.compile(r"(\\\\)|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+                      r"|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+def well_formed_json(text: str) -> str:
+    """JSON text whose escapes spell a lone surrogate (`"\\udcff"`: ASCII, and valid JSON) with U+FFFD's escape
+    there instead, done on the text in one pass: a value nested however deep is neither parsed nor walked."""
+    if "\\u" not in text:
+        return text
+    return _ESCAPES.sub(lambda m: "\\ufffd" if m.group(2) else m.group(0), text)

@@ -94,7 +94,7 @@ def test_a_deep_mcp_reply_with_a_surrogate_escape_does_not_raise_out_of_the_line
     # stdout reader task. It works on the text now.
     line = '{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"x\\udcffy"}],"deep":' + \
         "[" * 3000 + "]" * 3000 + "}}"
-    from shou.mcp.stdio import _well_formed_line
+    from shou.wellformed import well_formed_json as _well_formed_line
 
     fixed = _well_formed_line(line)  # made over on its text: no parse, however deep
     assert "\\udcff" not in fixed and '"x\\ufffdy"' in fixed and fixed.endswith("]" * 3000 + "}}")
@@ -104,7 +104,7 @@ def test_a_reply_with_an_early_surrogate_escape_and_a_deep_tail_is_made_over_wit
     # json.loads takes 600 levels; ill_formed() answers True at the first field without going down; then
     # well_formed() walks the whole value, two frames a level, and raises RecursionError outside the try: the
     # reader ends, as the 3000-deep reply did before 509887e.
-    from shou.mcp.stdio import _well_formed_line
+    from shou.wellformed import well_formed_json as _well_formed_line
 
     line = '{"jsonrpc":"2.0","id":1,"result":{"a":"\\udcff","b":' + "[" * 600 + "]" * 600 + "}}"
     fixed = _well_formed_line(line)

@@ -20,7 +20,7 @@ from rich.table import Table
 from ..errors import ShouError
 from ..memory import Fact, Memory, MemoryStore, NewMemory
 from ..memory.records import validate
-from ..wellformed import well_formed_text
+from ..wellformed import ill_formed
 from ..workspace import state_database
 from .common import utf8_text
 from .render import json_text
@@ -153,7 +153,7 @@ def search(
         for where, obj in _jsonl(queries):
             if not isinstance(obj.get("query"), str):
                 raise _fail(f'{where}: needs a "query" string')
-            if well_formed_text(obj["query"]) is not obj["query"]:
+            if ill_formed(obj["query"]):
                 raise _fail(f"{where}: its query is not valid Unicode (a lone surrogate)")
             asked.append((obj.get("id"), obj["query"]))
     with _open(store, workspace, bm25_only) as db:

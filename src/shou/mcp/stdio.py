@@ -18,6 +18,8 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..wellformed import well_formed_json
+
 MAX_MESSAGE_BYTES = 5_000_000  # of one message from a server, as web_fetch reads at most of a page
 TOO_BIG = -32099  # the JSON-RPC error code of a reply shou dropped for its size (a server-error code)
 _ENDS = 32_768  # bytes of each end of an oversized line kept: its id, and the start of a text result
@@ -76,7 +78,9 @@ class CappedLines:
 
     def _line(self, parts: list[bytes], size: int) -> str | None:
         if size <= self.limit:
-            return _well_formed_line(b"".join(parts).decode(self.encoding, self.errors)) + "\n"
+            # a lone surrogate's escape (ASCII, valid JSON) the SDK's parse refuses: its call would wait for its
+            # timeout
+            return well_formed_json(b"".join(parts).decode(self.encoding, self.errors)) + "\n"
         head, tail = parts
         found = _HEAD_ID.search(head) or _TAIL_ID.search(tail)
         if found is None:
@@ -128,18 +132,3 @@ def install() -> None:
         if not hasattr(sdk, "TextReceiveStream"):  # a version that reads another way: bound it again there
             raise RuntimeError("this mcp version's stdio client does not read through TextReceiveStream")
         sdk.TextReceiveStream = CappedLines  # type: ignore[attr-defined, misc]
-
-
-# In JSON text, left to right: an escaped backslash (kept), a surrogate pair's two escapes (kept: one
-# character), or a lone surrogate's escape (made U+FFFD's)
-_ESCAPES = re.compile(r"(\\\\)|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
-                      r"|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})")
-
-
-def _well_formed_line(line: str) -> str:
-    """A message whose JSON escapes spell a lone surrogate (`"\\udcff"`: ASCII, and valid JSON) with U+FFFD's
-    escape there instead: the SDK's parse refuses it, and the call it answers waited for its timeout. Done on
-    the text, in one pass: a reply nested however deep is neither parsed nor walked twice."""
-    if "\\u" not in line:
-        return line
-    return _ESCAPES.sub(lambda m: "\\ufffd" if m.group(2) else m.group(0), line)
