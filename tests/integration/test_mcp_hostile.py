@@ -106,20 +106,26 @@ def test_a_catastrophic_schema_pattern_does_not_freeze_the_run(serve, shou) -> N
     assert offered["regex__check"]["parameters"]["properties"]["word"]["pattern"] == "^(a+)+$"
 
 
-@pytest.mark.parametrize(("mode", "first_text"), [("bytes", "x\ufffd\ufffdy"), ("escape", "x\ufffdy"), ("deep", None)])
+UNREADABLE = "could not be read as a JSON-RPC message"
+
+
+@pytest.mark.parametrize(("mode", "first_text"), [
+    ("bytes", "x\ufffd\ufffdy"), ("escape", "x\ufffdy"), ("request", "xy"),
+    ("deep", UNREADABLE), ("tail-deep", UNREADABLE), ("broken", UNREADABLE), ("shape", UNREADABLE)])
 def test_a_reply_that_is_not_text_is_read_and_the_server_answers_on(serve, tmp_path: Path, workspace: Path,
-                                                                    mode: str, first_text: str | None) -> None:
+                                                                    mode: str, first_text: str) -> None:
     """One raw 0xff (strict decoding) or one RecursionError ended the SDK's reader: that call and every later
     one of the server waited for their timeouts; a lone surrogate's escape (ASCII) was dropped by the SDK's
-    parse and its call waited for its timeout. Each is read now (U+FFFD), and the server answers on."""
-    # the deep reply is past what the SDK parses: its call waits for the timeout, so that one is short
-    servers = {"raw": {"command": sys.executable, "args": [str(FIXTURES / "mcp_raw_bytes.py"), mode],
-                       "timeout": 10 if mode == "deep" else 60}}
+    parse and its call waited for its timeout. Each is read now (U+FFFD), and the server answers on. A reply the
+    SDK cannot read at all (nested past its parser, cut short, of the wrong shape) answers its call with an error
+    at once (it waited for its timeout); a request of the server's own that cannot be read answers nothing."""
+    # the timeout is long: a call answered only by it (the old behaviour) fails the test by its text, not its time
+    servers = {"raw": {"command": sys.executable, "args": [str(FIXTURES / "mcp_raw_bytes.py"), mode], "timeout": 120}}
     srv = serve([{"tool_calls": [{"name": "raw__dump", "arguments": {}}]},
                  {"tool_calls": [{"name": "raw__dump", "arguments": {}}]}, {"text": "done"}])
     events, _, err = _run(tmp_path, workspace, srv, servers, "Dump it twice.")
     assert "RecursionError" not in err and events and events[-1]["status"] == "completed", err[-3000:]
     first, second = [e for e in events if e["type"] == "tool_call_finished"]
-    if first_text is not None:
-        assert first_text in first["content"] and not first["is_error"], first["content"]
+    assert first_text in first["content"], first["content"]
+    assert first["is_error"] == (first_text == UNREADABLE), first["content"]
     assert "xy" in second["content"] and not second["is_error"], second["content"]

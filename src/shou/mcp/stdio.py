@@ -3,7 +3,9 @@
 and two minutes. Here a line is read in chunks and, past `MAX_MESSAGE_BYTES`, only its two ends are kept:
 enough to find which request it answers, which then gets the start of its text with a note saying the rest
 was dropped (or, for a result laid out otherwise, an error saying so): a call is never left waiting for it.
-What fits is passed on and capped like any tool's output (shou.tools.executor).
+What fits is passed on and capped like any tool's output (shou.tools.executor). A line the SDK cannot read as
+a JSON-RPC message (not JSON, nested past its parser, a result of the wrong shape) that answers a request becomes
+an error reply to that request: the SDK would drop it, and its call would wait for its timeout.
 
 The SDK's `stdio_client` reads the server's stdout through `TextReceiveStream`; `install()` gives it
 `CappedLines` instead, which yields one whole line per item (so the SDK's own joining has nothing to join).
@@ -12,6 +14,7 @@ The SDK's `stdio_client` reads the server's stdout through `TextReceiveStream`; 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import logging
 import re
@@ -22,6 +25,7 @@ from ..wellformed import well_formed_json
 
 MAX_MESSAGE_BYTES = 5_000_000  # of one message from a server, as web_fetch reads at most of a page
 TOO_BIG = -32099  # the JSON-RPC error code of a reply shou dropped for its size (a server-error code)
+PARSE_ERROR = -32700  # JSON-RPC's code for a message that could not be read
 _ENDS = 32_768  # bytes of each end of an oversized line kept: its id, and the start of a text result
 _ID = r'(-?\d+|"(?:[^"\\]|\\.){0,200}")'
 # The id of a response, where JSON-RPC libraries put it: first (`{"jsonrpc":"2.0","id":7,...`: Python's SDK)
@@ -29,6 +33,11 @@ _ID = r'(-?\d+|"(?:[^"\\]|\\.){0,200}")'
 # `"id"` is never at the very start, and is followed by more than one closing brace at the end.
 _HEAD_ID = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*' + _ID.encode())
 _TAIL_ID = re.compile(rb'[,{]\s*"id"\s*:\s*' + _ID.encode() + rb'\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*$')
+# A response's start, either layout: a server's own request (`"method"`) has an id too, from its own count, and
+# must not be taken for the answer to one of shou's.
+_JSONRPC = rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?'
+_HEAD_RESPONSE = re.compile(_JSONRPC + rb'"id"\s*:\s*' + _ID.encode() + rb'\s*,\s*"(?:result|error)"\s*:')
+_TAIL_RESPONSE = re.compile(_JSONRPC + rb'"(?:result|error)"\s*:')
 
 _log = logging.getLogger("shou.mcp")
 
@@ -43,6 +52,9 @@ class CappedLines:
         self.encoding, self.errors = encoding, errors
         codecs.lookup(encoding)  # an unknown encoding fails here, as the SDK's stream would
         self.limit = MAX_MESSAGE_BYTES
+        from mcp import types
+
+        self._messages = types.jsonrpc_message_adapter  # what the SDK reads each line with
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
@@ -80,7 +92,7 @@ class CappedLines:
         if size <= self.limit:
             # a lone surrogate's escape (ASCII, valid JSON) the SDK's parse refuses: its call would wait for its
             # timeout
-            return well_formed_json(b"".join(parts).decode(self.encoding, self.errors)) + "\n"
+            return self._readable(well_formed_json(b"".join(parts).decode(self.encoding, self.errors))) + "\n"
         head, tail = parts
         found = _HEAD_ID.search(head) or _TAIL_ID.search(tail)
         if found is None:
@@ -99,6 +111,54 @@ class CappedLines:
             return json.dumps({"jsonrpc": "2.0", "id": request, "result": result}) + "\n"
         reply = {"jsonrpc": "2.0", "id": request, "error": {"code": TOO_BIG, "message": note}}
         return json.dumps(reply) + "\n"
+
+
+    def _readable(self, line: str) -> str:
+        """`line`, or an error reply to the request it answers when the SDK could not read it (read here the
+        same way first: one more parse of each line, off the model's path)."""
+        try:
+            self._messages.validate_json(line, by_name=False)
+        except ValueError as exc:
+            request = _answered(line)
+            if request is None:
+                return line  # answers nothing shou asked: the SDK logs it, as before
+            why = _why(exc)
+            _log.warning("an MCP server's reply to request %s could not be read: %s", request, why)
+            note = f"the MCP server's reply could not be read as a JSON-RPC message ({why}), so it was dropped"
+            return json.dumps({"jsonrpc": "2.0", "id": request, "error": {"code": PARSE_ERROR, "message": note}})
+        return line
+
+
+def _answered(line: str) -> int | str | None:
+    """The id of the request `line` answers, if it is laid out as a response; None otherwise."""
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        raw = line.encode("utf-8", "replace")
+        found = _HEAD_RESPONSE.search(raw[:_ENDS])
+        if found is None and _TAIL_RESPONSE.search(raw[:_ENDS]):
+            found = _TAIL_ID.search(raw[-_ENDS:])
+        if found is None:
+            return None
+        try:
+            request = json.loads(found.group(1))
+        except ValueError:  # an id whose escapes are not JSON's
+            return None
+        return request if isinstance(request, int | str) else None
+    if not isinstance(message, dict) or "method" in message or not ("result" in message or "error" in message):
+        return None
+    request = message.get("id")
+    return request if isinstance(request, int | str) and not isinstance(request, bool) else None
+
+
+def _why(exc: ValueError) -> str:
+    """The first reason of a parse's error, short (its text comes from the server)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        with contextlib.suppress(Exception):
+            first = errors()[0]
+            return str(first.get("msg", ""))[:200] or type(exc).__name__
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 # The start of a text result as the Python SDK writes it: `{"jsonrpc":"2.0","id":7,"result":{"content":[{"text":"...`
