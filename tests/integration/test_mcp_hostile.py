@@ -120,7 +120,7 @@ def test_a_reply_that_is_not_text_is_read_and_the_server_answers_on(serve, tmp_p
     SDK cannot read at all (nested past its parser, cut short, of the wrong shape) answers its call with an error
     at once (it waited for its timeout); a request of the server's own that cannot be read answers nothing."""
     # the timeout is long: a call answered only by it (the old behaviour) fails the test by its text, not its time
-    servers = {"raw": {"command": sys.executable, "args": [str(FIXTURES / "mcp_raw_bytes.py"), mode], "timeout": 120}}
+    servers = {"raw": {"command": sys.executable, "args": [str(FIXTURES / "mcp_raw_bytes.py"), mode], "timeout": 60}}
     srv = serve([{"tool_calls": [{"name": "raw__dump", "arguments": {}}]},
                  {"tool_calls": [{"name": "raw__dump", "arguments": {}}]}, {"text": "done"}])
     events, _, err = _run(tmp_path, workspace, srv, servers, "Dump it twice.")
