@@ -7,6 +7,8 @@ fork fails. When the database went away under it, the name stays the caller's (t
 
 from __future__ import annotations
 
+import contextlib
+
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -33,7 +35,7 @@ async def fork_session_route(request: Request) -> Response:
     took = srv.queue.adopt_session(name, user)
     # A name the caller holds already may be forked into again only while it has neither a log nor a run: what
     # an earlier fork the store failed under left (below). One with a run queued is that run's session.
-    if not took and (srv.queue.session_owner(name) != user or srv.queue.runs(user, name, limit=1)):
+    if not took and not srv.queue.join_fork(name, user):
         raise exists
     try:
         made, point = fork_session(srv.store, source, None if body.at is None else str(body.at), name)
@@ -41,20 +43,22 @@ async def fork_session_route(request: Request) -> Response:
         # The database went away under the fork: 503, like every route (serve/app.py). Whether it landed is not
         # known (a commit under way when the connection broke lands a moment later), so the name stays the
         # caller's: a fork that landed is theirs, and one that did not may be asked for again under that name.
+        _end(srv, name, let_go=False)
         raise
     except UserError as e:
         taken = isinstance(e, (SessionBusy, SessionExists))  # a fork of the caller's (another request) has it
-        _let_go(srv, name, took and not taken)
+        _end(srv, name, let_go=took and not taken)
         raise HTTPException(409 if taken else 400, str(e)) from None
     except BaseException:
-        _let_go(srv, name, took)
+        _end(srv, name, let_go=took)
         raise
+    _end(srv, name, let_go=False)
     return JSONResponse({"name": made, "source": source, "step": point.step}, 201)
 
 
-def _let_go(srv: Server, name: str, took: bool) -> None:
-    """Give back the name a failed fork took, unless a session is there now: only what this request took is
-    let go of (another fork of the caller's may be landing under a name they held already), and a session in
-    the log keeps its owner (another request of the caller's, on this replica or another, made it meanwhile)."""
-    if took and not srv.store.exists(name):
-        srv.queue.forget_session(name)
+def _end(srv: Server, name: str, let_go: bool) -> None:
+    """Count this fork out of `name`; when it failed and took the name, give the name back unless another fork
+    into it is under way or began meanwhile (on any replica), or a session is there now (shou.serve.owners).
+    The count is bookkeeping: a database away here leaves the name the caller's, as a 503 does."""
+    with contextlib.suppress(*store_errors()):
+        srv.queue.end_fork(name, (lambda: not srv.store.exists(name)) if let_go else None)

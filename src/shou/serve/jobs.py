@@ -26,6 +26,7 @@ import orjson
 
 from ..errors import UserError
 from ..events import WAITING
+from .owners import SessionOwners
 from .typed import typed_output
 
 T = TypeVar("T")
@@ -45,9 +46,6 @@ _TABLES = [
     "CREATE INDEX IF NOT EXISTS serve_runs_by_session ON serve_runs(session)",
     "CREATE TABLE IF NOT EXISTS serve_sessions (name TEXT PRIMARY KEY, username TEXT NOT NULL)",
 ]
-# The session's id, unique forever (a uuid4 given when it is made): what its browser context, interpreter
-# and spilled outputs are kept under, since its name can be taken again once it is deleted.
-_SID_COLUMN = "ALTER TABLE serve_sessions ADD COLUMN {} sid TEXT NOT NULL DEFAULT ''"
 
 
 class Refused(UserError):
@@ -117,7 +115,7 @@ def _clean(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
-class RunQueue:
+class RunQueue(SessionOwners):
     """The queue on a DB-API connection: `sqlite3` (a file) or psycopg (PostgreSQL)."""
 
     def __init__(self, conn: Any, postgres: bool, key: bytes | None = None) -> None:
@@ -135,10 +133,7 @@ class RunQueue:
                 self._x("SELECT pg_advisory_xact_lock(%s)", (0x5340_0002,))
             for statement in _TABLES:
                 self._x(statement)
-            if postgres:
-                self._x(_SID_COLUMN.format("IF NOT EXISTS"))
-            elif "sid" not in {row[1] for row in self._x("PRAGMA table_info(serve_sessions)").fetchall()}:
-                self._x(_SID_COLUMN.format(""))
+            self._add_owner_columns()
 
     @classmethod
     def open(cls, store: Any) -> RunQueue:
@@ -373,38 +368,6 @@ class RunQueue:
             rows = self._x(f"SELECT {_COLUMNS} FROM serve_runs WHERE {where} ORDER BY created DESC LIMIT %s",
                            (*params, limit)).fetchall()
         return [_job(r) for r in rows]
-
-    def session_owner(self, session: str) -> str | None:
-        """Who owns `session` (None: nobody made it through the API)."""
-        with self._tx(write=False):
-            row = self._x("SELECT username FROM serve_sessions WHERE name = %s", (session,)).fetchone()
-        return row[0] if row else None
-
-    def session_id(self, session: str) -> str | None:
-        """The id `session` got when it was made (None: nobody made it through the API). A session from
-        before ids were kept gets one now."""
-        with self._tx():
-            row = self._x("SELECT sid FROM serve_sessions WHERE name = %s", (session,)).fetchone()
-            if row is None or row[0]:
-                return row[0] if row else None
-            self._x("UPDATE serve_sessions SET sid = %s WHERE name = %s AND sid = ''", (uuid.uuid4().hex, session))
-            (sid,) = self._x("SELECT sid FROM serve_sessions WHERE name = %s", (session,)).fetchone()
-        return str(sid)
-
-    def adopt_session(self, session: str, user: str) -> bool:
-        """Make `session` `user`'s (a fork's new name); False when it is someone's already."""
-        with self._tx():
-            if self._x("SELECT 1 FROM serve_sessions WHERE name = %s", (session,)).fetchone() is not None:
-                return False
-            self._x("INSERT INTO serve_sessions(name, username, sid) VALUES (%s, %s, %s)",
-                    (session, user, uuid.uuid4().hex))
-        return True
-
-    def forget_session(self, session: str) -> None:
-        """Drop a session's runs and ownership (its events are deleted by the store)."""
-        with self._tx():
-            self._x("DELETE FROM serve_runs WHERE session = %s", (session,))
-            self._x("DELETE FROM serve_sessions WHERE name = %s", (session,))
 
     def close(self) -> None:
         """Close the connection."""

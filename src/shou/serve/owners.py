@@ -1,0 +1,102 @@
+"""Who owns each session of `shou serve` (`serve_sessions`, beside the run queue), and the forks under way into
+a name.
+
+A fork takes its new name for the caller before it copies the log, and lets go of it when it fails. A name the
+caller holds already with neither a log nor a run (what a fork the store failed under leaves) may be forked
+into again, by another request, on any replica. So the forks into a name are counted on its row: those under
+way (`forking`) and all that ever began (`forked`). A failed fork lets go of the name only when no other fork
+into it is under way, none began since it looked, no run is queued there, and no session landed there (the
+store is asked between the two transactions: SQLite's store may commit first, which it could not do inside
+the queue's). Before this count, a fork that failed could let go of a name while another was landing under
+it, which then belonged to nobody.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+# The session's id, unique forever (a uuid4 given when it is made): what its browser context, interpreter
+# and spilled outputs are kept under, since its name can be taken again once it is deleted.
+_COLUMNS = {"sid": "sid TEXT NOT NULL DEFAULT ''", "forking": "forking INTEGER NOT NULL DEFAULT 0",
+            "forked": "forked INTEGER NOT NULL DEFAULT 0"}
+
+
+class SessionOwners:
+    """The owners' table, on the run queue's connection (`_tx`, `_x`: its transactions and statements)."""
+
+    postgres: bool
+    _tx: Callable[..., AbstractContextManager[None]]
+    _x: Callable[..., Any]
+
+    def _add_owner_columns(self) -> None:
+        """The columns added since the table was first made (inside the queue's first transaction)."""
+        if self.postgres:
+            for column in _COLUMNS.values():
+                self._x(f"ALTER TABLE serve_sessions ADD COLUMN IF NOT EXISTS {column}")
+            return
+        have = {row[1] for row in self._x("PRAGMA table_info(serve_sessions)").fetchall()}
+        for name, column in _COLUMNS.items():
+            if name not in have:
+                self._x(f"ALTER TABLE serve_sessions ADD COLUMN {column}")
+
+    def session_owner(self, session: str) -> str | None:
+        """Who owns `session` (None: nobody made it through the API)."""
+        with self._tx(write=False):
+            row = self._x("SELECT username FROM serve_sessions WHERE name = %s", (session,)).fetchone()
+        return row[0] if row else None
+
+    def session_id(self, session: str) -> str | None:
+        """The id `session` got when it was made (None: nobody made it through the API). A session from
+        before ids were kept gets one now."""
+        with self._tx():
+            row = self._x("SELECT sid FROM serve_sessions WHERE name = %s", (session,)).fetchone()
+            if row is None or row[0]:
+                return row[0] if row else None
+            self._x("UPDATE serve_sessions SET sid = %s WHERE name = %s AND sid = ''", (uuid.uuid4().hex, session))
+            (sid,) = self._x("SELECT sid FROM serve_sessions WHERE name = %s", (session,)).fetchone()
+        return str(sid)
+
+    def adopt_session(self, session: str, user: str) -> bool:
+        """Make `session` `user`'s, with a fork under way into it (counted out by `end_fork`); False when it is
+        someone's already."""
+        with self._tx():
+            if self._x("SELECT 1 FROM serve_sessions WHERE name = %s", (session,)).fetchone() is not None:
+                return False
+            self._x("INSERT INTO serve_sessions(name, username, sid, forking, forked) VALUES (%s, %s, %s, 1, 1)",
+                    (session, user, uuid.uuid4().hex))
+        return True
+
+    def join_fork(self, session: str, user: str) -> bool:
+        """Count one more fork under way into `session`, a name `user` holds with no run (counted out by
+        `end_fork`); False when it is not theirs, or has a run."""
+        with self._tx():
+            joined = self._x("UPDATE serve_sessions SET forking = forking + 1, forked = forked + 1 WHERE name = %s "
+                             "AND username = %s AND NOT EXISTS (SELECT 1 FROM serve_runs WHERE session = %s)",
+                             (session, user, session))
+            return bool(joined.rowcount == 1)
+
+    def end_fork(self, session: str, let_go: Callable[[], bool] | None = None) -> None:
+        """Count a fork into `session` out; with `let_go`, give the name back too when no other fork into it is
+        under way or began meanwhile, it has no run, and `let_go()` says so (no session landed there)."""
+        with self._tx():
+            self._x("UPDATE serve_sessions SET forking = forking - 1 WHERE name = %s AND forking > 0", (session,))
+            if let_go is None:
+                return
+            row = self._x("SELECT forking, forked FROM serve_sessions WHERE name = %s", (session,)).fetchone()
+            if row is None or row[0] != 0 or self._x("SELECT 1 FROM serve_runs WHERE session = %s LIMIT 1",
+                                                     (session,)).fetchone() is not None:
+                return
+        if not let_go():
+            return
+        with self._tx():
+            self._x("DELETE FROM serve_sessions WHERE name = %s AND forking = 0 AND forked = %s AND NOT EXISTS "
+                    "(SELECT 1 FROM serve_runs WHERE session = %s)", (session, row[1], session))
+
+    def forget_session(self, session: str) -> None:
+        """Drop a session's runs and ownership (its events are deleted by the store)."""
+        with self._tx():
+            self._x("DELETE FROM serve_runs WHERE session = %s", (session,))
+            self._x("DELETE FROM serve_sessions WHERE name = %s", (session,))
