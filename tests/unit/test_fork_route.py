@@ -29,6 +29,17 @@ def _replica(tmp_path: Path) -> Any:
                            queue=queue)
 
 
+def _two_replicas(tmp_path: Path) -> tuple[Any, Any]:
+    """Two replicas on one database holding alice's session "orig" (one finished step)."""
+    seed = SQLiteStore(tmp_path / "db")
+    asyncio.run(Agent(ScriptedModel([{"text": "done"}]), [], workspace=tmp_path, store=seed).arun("hi", "orig"))
+    seed.close()
+    a, b = _replica(tmp_path), _replica(tmp_path)
+    a.queue.adopt_session("orig", "alice")
+    a.queue.end_fork("orig")
+    return a, b
+
+
 def _fork(srv: Any, source: str, name: str, at: int | None = None) -> tuple[int, str]:
     body = json.dumps({"name": name} if at is None else {"name": name, "at": at}).encode()
 
@@ -54,11 +65,7 @@ def test_two_replicas_forking_into_one_new_name_leave_the_landed_fork_its_caller
     # Replica A takes the new name "x" (took=True) and is slower to copy the log; replica B, asked the same fork
     # by the same user, finds "x" hers with no log and no run, forks, and answers 201. A's copy then fails
     # (SessionExists: B's landed), and since A took the name it forgets it: B's 201 fork is nobody's (404).
-    seed = SQLiteStore(tmp_path / "db")
-    asyncio.run(Agent(ScriptedModel([{"text": "done"}]), [], workspace=tmp_path, store=seed).arun("hi", "orig"))
-    seed.close()
-    a, b = _replica(tmp_path), _replica(tmp_path)
-    a.queue.adopt_session("orig", "alice")
+    a, b = _two_replicas(tmp_path)
 
     real = fork_api.fork_session
     a_took, b_done = threading.Event(), threading.Event()
@@ -89,12 +96,7 @@ def test_a_failed_fork_does_not_let_go_of_a_name_another_fork_is_landing_under(
     # with neither a log nor a run and forks. A's fork fails (a step that does not exist) while B's is still
     # copying: A looked for a session under "y", found none yet, and let go of the name; B's fork then landed,
     # answered 201, and was nobody's (404 to alice).
-    seed = SQLiteStore(tmp_path / "db")
-    asyncio.run(Agent(ScriptedModel([{"text": "done"}]), [], workspace=tmp_path, store=seed).arun("hi", "orig"))
-    seed.close()
-    a, b = _replica(tmp_path), _replica(tmp_path)
-    a.queue.adopt_session("orig", "alice")
-    a.queue.end_fork("orig")
+    a, b = _two_replicas(tmp_path)
 
     real = fork_api.fork_session
     a_took, b_forking, a_done = threading.Event(), threading.Event(), threading.Event()
