@@ -273,3 +273,26 @@ async def test_input_required_for_an_approval_then_the_next_message_resolves_it(
     final = status_of(rest[-1])
     assert final.state == TaskState.TASK_STATE_COMPLETED and text_of(final) == "written"
     assert (workspace / "notes" / "hello.txt").read_text() == "hello from shou\n"
+
+
+async def test_a_task_s_artifacts_are_only_its_writes_never_shou_s_state_and_hide_the_server_s_key(
+        serve, served, tmp_path: Path, workspace: Path, tokens: Path) -> None:
+    # The model (untrusted) asks for a write into .shou/ (refused), then for a calculator call under the same
+    # call id: the refused write was taken for a written file, and the task's artifacts inlined .shou/serve.db,
+    # every user's sessions. A file the run edited that holds the server's own key came back with the key.
+    key = "sk-SECRET-a2a-artifact-0123"
+    (workspace / ".env").write_text(f"MODE=dev\nSHOU_API_KEY={key}\n")
+    srv = serve([{"tool_calls": [{"id": "c1", "name": "write_file",
+                                  "arguments": {"path": ".shou/serve.db", "content": "x"}}]},
+                 {"tool_calls": [{"id": "c1", "name": "calculator", "arguments": {"expression": "1+1"}}]},
+                 {"tool_calls": [{"id": "c2", "name": "edit_file",
+                                  "arguments": {"path": ".env", "old": "MODE=dev", "new": "MODE=prod"}}]},
+                 {"text": "done"}])
+    s = start_serve(workspace, shou_env(tmp_path, srv, SHOU_API_KEY=key), "--tokens", str(tokens))
+    served.append(s)
+    async with Agent(s.url, ALICE, streaming=False) as alice:
+        seen = await collect(alice.send_message(message("Do it")))
+    task = seen[-1].task
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED, task.status
+    assert [(a.name, a.parts[0].raw) for a in task.artifacts] == [(".env", b"MODE=prod\nSHOU_API_KEY=[redacted]\n")]
+    assert (workspace / ".env").read_text() == f"MODE=prod\nSHOU_API_KEY={key}\n"

@@ -130,3 +130,55 @@ def test_files_endpoints_are_in_the_openapi_document(served) -> None:
     for path in ("/v1/files", "/v1/files/content", "/v1/usage", "/v1/config"):
         assert path in doc["paths"], path
     assert "put" in doc["paths"]["/v1/files/content"] and "get" in doc["paths"]["/v1/files/content"]
+
+
+SERVER_KEY = "sk-SECRET-files-key-987654"
+
+
+def test_a_file_is_served_with_the_server_s_secrets_replaced_and_the_config_folder_not_at_all(
+        serve, tmp_path: Path, workspace: Path) -> None:
+    # The files API answered a workspace's `.env` holding the server's own provider key raw to any token holder
+    # (the model's read_file sees it redacted), and, with the person's configuration folder inside the
+    # workspace (a workspace of $HOME), their shou.toml and the key that signs approvals and queued runs.
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"{ALICE} alice\n{BOB} bob\n")
+    tokens.chmod(0o600)
+    config = workspace / ".config" / "shou"
+    config.mkdir(parents=True)
+    (config / "shou.toml").write_text('api_key = "sk-CONFIG-secret-2222"\n')
+    (config / "approvals.key").write_bytes(b"k" * 32)
+    (workspace / ".env").write_bytes(b"SHOU_API_KEY=" + SERVER_KEY.encode() + b"\nOTHER=\xff\xfe\n")
+    (workspace / "note.json").write_text(f'{{"key": "{SERVER_KEY}"}}')
+    srv = serve([{"text": "ok"}])
+    env = shou_env(tmp_path, srv, SHOU_API_KEY=SERVER_KEY, SHOU_CONFIG_DIR=str(config))
+    s = start_serve(workspace, env, "--tokens", str(tokens))
+    try:
+        with s.client(BOB) as c:
+            got = c.get("/v1/files/content", params={"path": ".env"})
+            assert got.status_code == 200, got.text
+            assert SERVER_KEY.encode() not in got.content and b"[redacted]" in got.content
+            assert got.content.endswith(b"OTHER=\xff\xfe\n")  # the rest as it is, bytes that are not text too
+            assert SERVER_KEY not in c.get("/v1/files/content", params={"path": "note.json",
+                                                                        "download": "1"}).text
+            for path in (".config/shou/shou.toml", ".config/shou/approvals.key", ".config/shou", "./.config//shou/"):
+                r = c.get("/v1/files/content" if "." in path.rsplit("/", 1)[-1] else "/v1/files",
+                          params={"path": path})
+                assert r.status_code == 400 and "configuration folder" in r.text, (path, r.status_code, r.text)
+                assert b"k" * 32 not in r.content and b"CONFIG-secret" not in r.content
+            listed = c.get("/v1/files", params={"path": ".config"})
+            assert listed.status_code == 200  # the folder that holds it is the workspace's
+    finally:
+        s.stop()
+
+
+def test_a_file_whose_name_holds_control_characters_downloads_with_a_plain_name(served, workspace: Path) -> None:
+    # A name holding CR/LF (any run's shell can make one) made the Content-Disposition header illegal: the
+    # server dropped the connection with no answer, and the page's Download button failed on it.
+    for name in ("evil\r\nX-Injected: yes.txt", "tab\there.txt", "bell\x07\x7f.txt"):
+        (workspace / name).write_text("data\n")
+        with served[0].client(ALICE) as c:
+            r = c.get("/v1/files/content", params={"path": name, "download": "1"})
+        assert r.status_code == 200 and r.text == "data\n", (name, r.status_code)
+        disposition = r.headers["content-disposition"]
+        assert "X-Injected" not in r.headers and all(" " <= ch < "\x7f" for ch in disposition), disposition
+        assert disposition.startswith('attachment; filename="') and "filename*=UTF-8''" in disposition

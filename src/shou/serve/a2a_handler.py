@@ -152,7 +152,8 @@ class ShouRequestHandler(RequestHandler):
         return self.srv.store.run_rows(job.session, job.run_id, after)
 
     def _task(self, job: Job, base: str, rows: list[tuple[int, Event]] | None = None) -> Task:
-        return task_of(job, self._rows(job) if rows is None else rows, self.srv.workspace, base)
+        return task_of(job, self._rows(job) if rows is None else rows, self.srv.workspace, base,
+                       redactor=self.srv.redactor)
 
     def _options(self, params: SendMessageRequest) -> dict[str, Any]:
         """The run options a message's metadata asks for (a named agent, lower limits)."""
@@ -256,7 +257,7 @@ class ShouRequestHandler(RequestHandler):
                 assert isinstance(event, RunFinished)
                 rows = self._rows(job)
                 if event.status == "completed":
-                    for artifact in artifacts_of(rows, self.srv.workspace, base):
+                    for artifact in artifacts_of(rows, self.srv.workspace, base, self.srv.redactor):
                         yield TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, artifact=artifact,
                                                       last_chunk=True)
                 final = TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=ending_status(
@@ -334,7 +335,8 @@ class ShouRequestHandler(RequestHandler):
         tasks = []
         for job in jobs:
             full = params.history_length > 0 or params.include_artifacts
-            task = task_of(job, self._rows(job) if full else [], self.srv.workspace, base, history=full)
+            task = task_of(job, self._rows(job) if full else [], self.srv.workspace, base, history=full,
+                           redactor=self.srv.redactor)
             if params.status and task.status.state != params.status:
                 continue
             tasks.append(apply_history_length(task, params) if full else task)

@@ -43,6 +43,7 @@ from ..events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from ..redact import Redactor
 from ..tools.executor import parse_arguments
 from .jobs import Job
 
@@ -213,7 +214,7 @@ def pending_calls(rows: list[tuple[int, Event]], run_id: str) -> list[ApprovalRe
 
 
 def task_of(job: Job, rows: list[tuple[int, Event]], workspace: Path, base_url: str, *, history: bool = True,
-            artifacts: bool = True) -> Task:
+            artifacts: bool = True, redactor: Redactor | None = None) -> Task:
     """The task of run `job` as its stored events `rows` (all of them, in order) say it stands."""
     task_id, context_id = job.run_id, context_of(job)
     last = max((i for i, _ in rows), default=0)
@@ -243,40 +244,51 @@ def task_of(job: Job, rows: list[tuple[int, Event]], workspace: Path, base_url: 
     task = Task(id=task_id, context_id=context_id, status=status, history=messages,
                 metadata=_struct({"event_id": last, "session": job.session}))
     if artifacts and status.state == TaskState.TASK_STATE_COMPLETED:
-        task.artifacts.extend(artifacts_of(rows, workspace, base_url))
+        task.artifacts.extend(artifacts_of(rows, workspace, base_url, redactor))
     return task
 
 
 def written_paths(rows: Iterable[tuple[int, Event]]) -> list[str]:
-    """The workspace paths the run's `write_file` and `edit_file` calls wrote, in the order first written."""
+    """The workspace paths the run's `write_file` and `edit_file` calls wrote, in the order first written.
+
+    A call is matched by its id *and* its tool: ids repeat (a provider's, or the model's own choice), so a
+    refused write followed by another tool's successful call under the same id is no write."""
     started: dict[str, str] = {}
     paths: list[str] = []
     for _, event in rows:
-        if isinstance(event, ToolCallStarted) and event.call.name in _WRITERS:
-            args, _ = parse_arguments(event.call.arguments)
-            if args and isinstance(args.get("path"), str):
-                started[event.call.id] = args["path"]
-        elif isinstance(event, ToolCallFinished) and not event.is_error and event.call_id in started:
-            path = started.pop(event.call_id)
-            if path not in paths:
+        if isinstance(event, ToolCallStarted):
+            started.pop(event.call.id, None)  # an id used again starts over
+            if event.call.name in _WRITERS:
+                args, _ = parse_arguments(event.call.arguments)
+                if args and isinstance(args.get("path"), str):
+                    started[event.call.id] = args["path"]
+        elif isinstance(event, ToolCallFinished):
+            path = started.pop(event.call_id, None)
+            if path is not None and not event.is_error and event.name in _WRITERS and path not in paths:
                 paths.append(path)
     return paths
 
 
-def artifacts_of(rows: Iterable[tuple[int, Event]], workspace: Path, base_url: str) -> list[Artifact]:
-    """An artifact per file the run wrote, as the file is now: its bytes inline when small, else a link."""
+def artifacts_of(rows: Iterable[tuple[int, Event]], workspace: Path, base_url: str,
+                 redactor: Redactor | None = None) -> list[Artifact]:
+    """An artifact per file the run wrote, as the file is now: its bytes inline when small (every secret
+    `redactor` knows replaced, as the files API serves them), else a link to the files API. What the files API
+    does not serve (`.shou/`, the person's configuration folder) is never an artifact, whatever the log says."""
     from ..errors import ToolError
-    from ..workspace import NotFound, open_file
-    from .files_api import MAX_FILE_BYTES, content_type
+    from ..workspace import NotFound, open_file, relative_parts
+    from .files_api import MAX_FILE_BYTES, content_type, redacted, refused
 
     out = []
     for path in written_paths(rows):
         try:
+            if refused(workspace, relative_parts(workspace, path)) is not None:
+                continue
             with open_file(workspace, path) as f:
                 shown, size = f.shown, f.stat.st_size
                 data = f.read(INLINE_BYTES) if size <= INLINE_BYTES else b""
         except (NotFound, ToolError, OSError):  # gone since, or outside the fence now: nothing to hand back
             continue
+        data = redacted(data, redactor)
         name = shown.rsplit("/", 1)[-1]
         link = f"{base_url}/v1/files/content?path={quote(shown, safe='/')}"
         kind = content_type(name, data).split(";", 1)[0] if data or not size else "application/octet-stream"

@@ -2,8 +2,10 @@
 
 The same fence as the tools': paths are resolved on their spelling and opened one component at a time
 without following a symlink (`shou.workspace`), `.shou/` is never listed, read or written (shou's own state:
-session logs, memory, spilled results), and an upload is refused wherever `write_file` is (`../x`, absolute
-paths, a repository's git configuration, shou's configuration folder, a file with other hard links). An
+session logs, memory, spilled results), nor is the person's configuration folder when the workspace holds it
+(their settings, keys and approval key), and an upload is refused wherever `write_file` is (`../x`, absolute
+paths, a repository's git configuration, a file with other hard links). A file's bytes are answered with every
+known secret replaced, as a file tool's result is (a workspace's `.env` may hold the server's own key). An
 upload takes the file's write lock, as the tools do, so it never interleaves with an edit of the same file.
 
 Every caller must name themselves (`Server.user`); the workspace is the server's, shared by its users
@@ -27,10 +29,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..errors import ToolError
+from ..redact import REDACTED, Redactor
 from ..trust import read_closing
 from ..wellformed import well_formed_text
 from ..workspace import (
     NotFound,
+    config_parts,
     is_state_path,
     open_beneath,
     open_file,
@@ -49,16 +53,38 @@ _CONTENT_CSP = "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-in
 
 
 def _parts(workspace: Path, path: str, *, root_ok: bool = False) -> tuple[str, ...]:
-    """The components of `path` in the workspace; 400 outside it or inside `.shou/`."""
+    """The components of `path` in the workspace; 400 outside it, inside `.shou/` or the configuration folder."""
     if root_ok and not path.strip(" /."):
         return ()
     try:
         parts = relative_parts(workspace, path)
     except ToolError as e:
         raise HTTPException(400, str(e)) from None
-    if is_state_path(parts):
-        raise HTTPException(400, f"{'/'.join(parts)!r} is inside .shou/, shou's own state: it is not served")
+    why = refused(workspace, parts)
+    if why is not None:
+        raise HTTPException(400, why)
     return parts
+
+
+def refused(workspace: Path, parts: tuple[str, ...]) -> str | None:
+    """Why the workspace's file at `parts` is not served to the server's users, or None when it may be."""
+    shown = "/".join(parts)
+    if is_state_path(parts):
+        return f"{shown!r} is inside .shou/, shou's own state: it is not served"
+    if any(parts[: len(c)] == c for c in config_parts(workspace)):
+        return f"{shown!r} is inside shou's user configuration folder (the person's settings and keys): not served"
+    return None
+
+
+def redacted(data: bytes, redactor: Redactor | None) -> bytes:
+    """A file's bytes with every secret `redactor` knows replaced (longest first), as a tool's result is."""
+    if redactor is None:
+        return data
+    for value in redactor.values:
+        spelled = value.encode("utf-8", "surrogatepass")
+        if spelled in data:
+            data = data.replace(spelled, REDACTED.encode())
+    return data
 
 
 def _entries(workspace: Path, parts: tuple[str, ...]) -> tuple[list[dict[str, Any]], bool]:
@@ -142,10 +168,13 @@ async def file_content(request: Request) -> Response:
     path = request.query_params.get("path", "")
     _parts(srv.workspace, path)
     shown, data = await asyncio.to_thread(_read, srv.workspace, path)
+    data = redacted(data, srv.redactor)
     headers = {"Content-Security-Policy": _CONTENT_CSP, "Cache-Control": "no-store"}
     if request.query_params.get("download") in ("1", "true"):
         name = shown.rsplit("/", 1)[-1]
-        ascii_name = name.encode("ascii", "replace").decode().replace('"', "_").replace("\\", "_")
+        # ASCII with no control character: a name holding CR/LF made the header illegal (the connection was
+        # dropped with no answer), and one that could split the header must never reach it
+        ascii_name = "".join(c if " " <= c < "\x7f" and c not in '"\\' else "_" for c in name)
         from urllib.parse import quote
 
         headers["Content-Disposition"] = f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}"

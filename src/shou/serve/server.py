@@ -47,6 +47,12 @@ class Server:
     def hub(self) -> Hub:
         return self.runner.hub
 
+    @property
+    def redactor(self) -> Any:
+        """The secrets the runs' agent knows (its settings' keys, the environment's): what every event, and
+        every file the server hands out, has replaced."""
+        return self.runner.agent.redactor
+
     def addressed(self, request: Request) -> None:
         """403 on a server without tokens for a request not addressed to loopback by name, or from another
         origin: defence in depth against a page that rebinds a name of its own to 127.0.0.1 or posts to it
