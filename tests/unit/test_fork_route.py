@@ -4,60 +4,21 @@ one a session now holds (another replica's fork of the same caller's), nor of on
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sqlite3
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from shou import Agent, ScriptedModel
 from shou.serve import fork_api
-from shou.serve.jobs import RunQueue
-from shou.store.sqlite import SQLiteStore
 
-
-def _replica(tmp_path: Path) -> Any:
-    """One `shou serve` replica's view of the shared database: its own store and queue connections."""
-    queue = RunQueue(sqlite3.connect(tmp_path / "serve.db", isolation_level=None, check_same_thread=False),
-                     postgres=False, key=b"k" * 32)
-    store = SQLiteStore(tmp_path / "db")
-    return SimpleNamespace(user=lambda request: "alice", own_session=lambda name, user: None, store=store,
-                           queue=queue)
-
-
-def _two_replicas(tmp_path: Path) -> tuple[Any, Any]:
-    """Two replicas on one database holding alice's session "orig" (one finished step)."""
-    seed = SQLiteStore(tmp_path / "db")
-    asyncio.run(Agent(ScriptedModel([{"text": "done"}]), [], workspace=tmp_path, store=seed).arun("hi", "orig"))
-    seed.close()
-    a, b = _replica(tmp_path), _replica(tmp_path)
-    a.queue.adopt_session("orig", "alice")
-    a.queue.end_fork("orig")
-    return a, b
+from ..fixtures.replicas import call_route, two_replicas
 
 
 def _fork(srv: Any, source: str, name: str, at: int | None = None) -> tuple[int, str]:
-    body = json.dumps({"name": name} if at is None else {"name": name, "at": at}).encode()
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    from starlette.exceptions import HTTPException
-    from starlette.requests import Request
-
-    scope = {"type": "http", "method": "POST", "path": f"/v1/sessions/{source}/fork", "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        "path_params": {"name": source}, "app": SimpleNamespace(state=SimpleNamespace(server=srv)),
-        "query_string": b""}
-    try:
-        r = asyncio.run(fork_api.fork_session_route(Request(scope, receive)))
-        return r.status_code, r.body.decode()
-    except HTTPException as e:
-        return e.status_code, str(e.detail)
+    body = {"name": name} if at is None else {"name": name, "at": at}
+    return call_route(fork_api.fork_session_route, srv, "POST", f"/v1/sessions/{source}/fork", {"name": source},
+                      body)
 
 
 def test_two_replicas_forking_into_one_new_name_leave_the_landed_fork_its_callers(
@@ -65,7 +26,7 @@ def test_two_replicas_forking_into_one_new_name_leave_the_landed_fork_its_caller
     # Replica A takes the new name "x" (took=True) and is slower to copy the log; replica B, asked the same fork
     # by the same user, finds "x" hers with no log and no run, forks, and answers 201. A's copy then fails
     # (SessionExists: B's landed), and since A took the name it forgets it: B's 201 fork is nobody's (404).
-    a, b = _two_replicas(tmp_path)
+    a, b = two_replicas(tmp_path)
 
     real = fork_api.fork_session
     a_took, b_done = threading.Event(), threading.Event()
@@ -96,7 +57,7 @@ def test_a_failed_fork_does_not_let_go_of_a_name_another_fork_is_landing_under(
     # with neither a log nor a run and forks. A's fork fails (a step that does not exist) while B's is still
     # copying: A looked for a session under "y", found none yet, and let go of the name; B's fork then landed,
     # answered 201, and was nobody's (404 to alice).
-    a, b = _two_replicas(tmp_path)
+    a, b = two_replicas(tmp_path)
 
     real = fork_api.fork_session
     a_took, b_forking, a_done = threading.Event(), threading.Event(), threading.Event()

@@ -20,7 +20,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..events import WAITING
 from ..session import Session, new_session_name
 from ..store.locks import SessionBusy
 from ..tools.executor import parse_arguments
@@ -31,7 +30,7 @@ from .docs import docs_page
 from .files_api import file_content, list_folder, run_screenshot, upload_file
 from .fork_api import fork_session_route
 from .info_api import server_config, usage
-from .jobs import ACTIVE, Refused
+from .jobs import Refused
 from .leftovers import close_leftovers
 from .schema import AnswerIn, Decision, RunRequest, openapi
 from .server import SSE_HEADERS, Server, error, read_json, store_errors
@@ -130,15 +129,21 @@ async def delete_session(request: Request) -> Response:
     user = srv.user(request)
     name = request.path_params["name"]
     srv.own_session(name, user)
-    if any(j.status in (*ACTIVE, *WAITING) for j in srv.queue.runs(user, name)):
+    # marked in the transaction that finds no run under way, so a run cannot be accepted between the two
+    if not srv.queue.begin_delete(name):
         raise HTTPException(409, f"session {name!r} has a run under way; cancel it first")
     try:
         lock = srv.store.lock(name)
     except SessionBusy as e:
+        srv.queue.end_delete(name)
         raise HTTPException(409, str(e)) from None
     try:
         key = srv.queue.session_id(name)
-        srv.store.delete(name)
+        try:
+            srv.store.delete(name)
+        except BaseException:
+            srv.queue.end_delete(name)
+            raise
         srv.queue.forget_session(name)
         if key:  # its browser, interpreter and spills go with it, not to the next session of that name
             await close_leftovers(srv.workspace, key)

@@ -153,7 +153,7 @@ class RunQueue(SessionOwners):
 
     def _x(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
         if not self.postgres:
-            sql = sql.replace("%s", "?").replace(" FOR UPDATE SKIP LOCKED", "")
+            sql = sql.replace("%s", "?").replace(" FOR UPDATE SKIP LOCKED", "").replace(" FOR UPDATE", "")
         return self._cur.execute(sql, params)
 
     @contextlib.contextmanager
@@ -203,9 +203,13 @@ class RunQueue(SessionOwners):
         with self._tx():
             if self.postgres:  # two submissions of one user are counted one after the other
                 self._x("SELECT pg_advisory_xact_lock(hashtextextended(%s, 1))", (user,))
-            owner = self._x("SELECT username FROM serve_sessions WHERE name = %s", (session,)).fetchone()
+            # the row locked: a delete of the session (owners.begin_delete) comes wholly before or after this
+            owner = self._x("SELECT username, deleting FROM serve_sessions WHERE name = %s FOR UPDATE",
+                            (session,)).fetchone()
             if owner is not None and owner[0] != user:
                 raise Refused(404, f"no session {session!r}")
+            if owner is not None and owner[1]:
+                raise Refused(409, f"session {session!r} is being deleted")
             if owner is None:
                 self._x("INSERT INTO serve_sessions(name, username, sid) VALUES (%s, %s, %s)",
                         (session, user, uuid.uuid4().hex))

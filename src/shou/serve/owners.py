@@ -9,6 +9,10 @@ into it is under way, none began since it looked, no run is queued there, and no
 store is asked between the two transactions: SQLite's store may commit first, which it could not do inside
 the queue's). Before this count, a fork that failed could let go of a name while another was landing under
 it, which then belonged to nobody.
+
+A session's delete marks its row first (`deleting`), in the transaction that finds no run under way there, with
+the row locked: a run asked for meanwhile either came first (the delete is refused) or finds the mark (refused).
+Before, a run accepted between the delete's check and its end ran, and was then erased with the session.
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from ..events import WAITING
+
 # The session's id, unique forever (a uuid4 given when it is made): what its browser context, interpreter
 # and spilled outputs are kept under, since its name can be taken again once it is deleted.
 _COLUMNS = {"sid": "sid TEXT NOT NULL DEFAULT ''", "forking": "forking INTEGER NOT NULL DEFAULT 0",
-            "forked": "forked INTEGER NOT NULL DEFAULT 0"}
+            "forked": "forked INTEGER NOT NULL DEFAULT 0", "deleting": "deleting INTEGER NOT NULL DEFAULT 0"}
+_UNDER_WAY = ("queued", "running", *WAITING)  # a run's statuses that a session's delete must wait for
 
 
 class SessionOwners:
@@ -74,7 +81,8 @@ class SessionOwners:
         `end_fork`); False when it is not theirs, or has a run."""
         with self._tx():
             joined = self._x("UPDATE serve_sessions SET forking = forking + 1, forked = forked + 1 WHERE name = %s "
-                             "AND username = %s AND NOT EXISTS (SELECT 1 FROM serve_runs WHERE session = %s)",
+                             "AND username = %s AND deleting = 0 AND NOT EXISTS "
+                             "(SELECT 1 FROM serve_runs WHERE session = %s)",
                              (session, user, session))
             return bool(joined.rowcount == 1)
 
@@ -94,6 +102,23 @@ class SessionOwners:
         with self._tx():
             self._x("DELETE FROM serve_sessions WHERE name = %s AND forking = 0 AND forked = %s AND NOT EXISTS "
                     "(SELECT 1 FROM serve_runs WHERE session = %s)", (session, row[1], session))
+
+    def begin_delete(self, session: str) -> bool:
+        """Mark `session` as being deleted, unless a run is under way there (False). Asking again is harmless
+        (a delete that did not finish, e.g. its process killed, may be asked for again)."""
+        with self._tx():
+            self._x("SELECT 1 FROM serve_sessions WHERE name = %s FOR UPDATE", (session,))  # a run's submit waits
+            spots = ", ".join(["%s"] * len(_UNDER_WAY))
+            if self._x(f"SELECT 1 FROM serve_runs WHERE session = %s AND status IN ({spots}) LIMIT 1",
+                       (session, *_UNDER_WAY)).fetchone() is not None:
+                return False
+            self._x("UPDATE serve_sessions SET deleting = 1 WHERE name = %s", (session,))
+        return True
+
+    def end_delete(self, session: str) -> None:
+        """Take the mark of a delete that failed off (the session is kept, and takes runs again)."""
+        with self._tx():
+            self._x("UPDATE serve_sessions SET deleting = 0 WHERE name = %s", (session,))
 
     def forget_session(self, session: str) -> None:
         """Drop a session's runs and ownership (its events are deleted by the store)."""
