@@ -273,3 +273,49 @@ async def test_input_required_for_an_approval_then_the_next_message_resolves_it(
     final = status_of(rest[-1])
     assert final.state == TaskState.TASK_STATE_COMPLETED and text_of(final) == "written"
     assert (workspace / "notes" / "hello.txt").read_text() == "hello from shou\n"
+
+
+def raw_message(text: str = "hi", **fields: Any) -> dict[str, Any]:
+    """A `SendMessage` request's params as JSON, sent as is (what a client of any kind may send)."""
+    return {"message": {"messageId": f"m-{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": text}],
+                        **fields}}
+
+
+def rpc(s: Served, method: str, params: Any, token: str = ALICE) -> dict[str, Any]:
+    r = httpx.post(f"{s.url}/a2a/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                   headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def rest_send(s: Served, params: Any, token: str = ALICE) -> httpx.Response:
+    return httpx.post(f"{s.url}/a2a/rest/message:send", json=params,
+                      headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}, timeout=30)
+
+
+BAD_METADATA = [{"agent": {"a": 1}}, {"agent": [1]}, {"agent": 7}, {"agent": True}, {"max_steps": 1e300},
+                {"max_steps": True}, {"max_steps": "5"}, {"max_steps": 2.5}, {"max_steps": 0}, {"max_steps": 501},
+                {"max_steps": [3]}, {"token_budget": 1e30}, {"token_budget": 2.0 ** 64}, {"token_budget": False},
+                {"token_budget": -1}, {"max_cost": -1}, {"max_cost": "1"}, {"max_cost": True}, {"max_cost": {}}]
+
+
+async def test_metadata_of_the_wrong_type_or_past_the_rest_apis_bounds_is_invalid_params(
+        serve, served, tmp_path: Path, workspace: Path, tokens: Path) -> None:
+    """`metadata.agent` must be a name, and the limits numbers within the REST API's bounds (not booleans):
+    anything else is the caller's mistake (-32602, 400), on the message's metadata or the request's, where an
+    object as agent, or 1e300 steps, was an internal error."""
+    srv = serve([{"text": "within bounds"}])
+    s = start(served, tmp_path, workspace, srv, tokens)
+    for meta in BAD_METADATA:
+        (name, _), = meta.items()
+        for params in (raw_message(metadata=meta), {**raw_message(), "metadata": meta}):
+            error = rpc(s, "SendMessage", params)["error"]
+            assert error["code"] == -32602 and f"metadata.{name}" in error["message"], (meta, error)
+            r = rest_send(s, params)
+            assert r.status_code == 400 and f"metadata.{name}" in r.text, (meta, r.text)
+    assert srv.requests == []  # none started a run
+    # whole numbers (a Struct's doubles), the default agent, and the caller's own keys are taken
+    done = rpc(s, "SendMessage", {**raw_message(), "metadata": {"max_steps": 3, "token_budget": 1e6, "agent": "shou",
+                                                                  "mine": [{"deep": True}]}})
+    assert done["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", str(done)[:2000]
+    assert "Traceback" not in s.log()

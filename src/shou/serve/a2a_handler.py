@@ -9,8 +9,9 @@ queue and the log alone (shou.serve.a2a_tasks): any replica, after any restart, 
 - A message without `taskId` starts a run (a new task) in the session of its context, keyed by the caller
   and the `contextId` (one is made up when it has none): a later message with that `contextId` continues
   the same conversation. Its text parts (and data parts, as JSON) are the task; `metadata.agent` names an
-  `[agents.NAME]` agent, `metadata.max_steps`, `token_budget` and `max_cost` may only lower the operator's
-  limits, as the REST API's options do. The caller's quota and a busy context are refused as there.
+  `[agents.NAME]` agent, `metadata.max_steps`, `token_budget` and `max_cost` (numbers within the REST API's
+  bounds: anything else is invalid params) may only lower the operator's limits, as the REST API's options do.
+  The caller's quota and a busy context are refused as there.
 - A message to a task that is `input-required` (its run waits for approval of calls) decides them: "approve"
   or "deny" as its first word (the rest is the reason), or a data part `{"approve": bool, "reason": str,
   "call_id": str}`; the run goes on in the same task. A message to a task still working, or ended, is refused.
@@ -29,7 +30,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Annotated, Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler, validate_request_params
@@ -64,6 +65,7 @@ from a2a.utils.errors import (
 )
 from a2a.utils.task import apply_history_length, validate_history_length
 from google.protobuf.json_format import MessageToDict
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
 from ..agent.limits import MAX_TASK_CHARS
 from ..events import ApprovalRequested, Event, InputRequested, RunFinished
@@ -73,6 +75,7 @@ from .a2a_tasks import artifacts_of, context_of, ending_status, is_final, pendin
 from .answering import answer_question
 from .deciding import decide_calls
 from .jobs import Job, Refused
+from .schema import RunOptions
 from .server import Server
 from .stream import run_events
 
@@ -83,8 +86,30 @@ ENDED = frozenset({TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, 
                    TaskState.TASK_STATE_REJECTED})
 _YES = frozenset({"approve", "approved", "allow", "allowed", "yes", "y", "ok"})
 _NO = frozenset({"deny", "denied", "reject", "rejected", "no", "n"})
-_LIMITS = {"max_steps": int, "token_budget": int, "max_cost": float}
 A2AEvent = Task | Message | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+
+
+def _number(value: Any) -> Any:
+    """A limit must be a JSON number. protobuf's Struct holds every number as a double (5 comes as 5.0), and
+    pydantic's lax mode would also take `true` as 1 and "5" as 5. A whole double is given on as an int, so that
+    1e300 meets the field's upper bound (and its message) rather than pydantic's "exceeded maximum size"."""
+    if value is None:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a number")
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _limit(name: str) -> Any:
+    """RunOptions' field `name` (its type and bounds: the REST API's), taking numbers only."""
+    field = RunOptions.model_fields[name]
+    return Annotated[field.annotation, BeforeValidator(_number)], field
+
+
+# What a message's metadata may ask. Other keys are the caller's own and left alone (extra="ignore").
+_Metadata = create_model("_Metadata", __config__=ConfigDict(extra="ignore"),
+                         agent=(Annotated[str | None, Field(max_length=200)], None),
+                         **{name: _limit(name) for name in ("max_steps", "token_budget", "max_cost")})
 
 
 def session_for(user: str, context_id: str) -> str:
@@ -155,23 +180,20 @@ class ShouRequestHandler(RequestHandler):
         return task_of(job, self._rows(job) if rows is None else rows, self.srv.workspace, base)
 
     def _options(self, params: SendMessageRequest) -> dict[str, Any]:
-        """The run options a message's metadata asks for (a named agent, lower limits)."""
+        """The run options a message's metadata asks for (a named agent, lower limits), checked by the REST API's
+        own field definitions (`_Metadata`), so that the two faces take the same values."""
         meta = {**MessageToDict(params.metadata), **MessageToDict(params.message.metadata)}
-        options: dict[str, Any] = {}
-        agent = meta.get("agent")
-        if agent not in (None, "", "shou"):
-            if agent not in self.srv.runner.agent.agents:
-                raise InvalidParamsError(message=f"no agent {str(agent)[:64]!r}; the card's skills name them")
-            options["agent"] = agent
-        for name, kind in _LIMITS.items():
-            value = meta.get(name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < (0 if kind is float else 1) \
-                    or (kind is int and not float(value).is_integer()):
-                raise InvalidParamsError(message=f"metadata.{name} must be a {'positive whole' if kind is int else ''}"
-                                                 " number")
-            options[name] = kind(value)
+        try:
+            asked = _Metadata.model_validate(meta)
+        except ValidationError as e:
+            first = e.errors(include_input=False, include_url=False)[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InvalidParamsError(message=f"metadata.{where}: {first['msg']}") from None
+        options: dict[str, Any] = asked.model_dump(exclude_none=True, exclude={"agent"})
+        if asked.agent not in (None, "", "shou"):
+            if asked.agent not in self.srv.runner.agent.agents:
+                raise InvalidParamsError(message=f"no agent {asked.agent[:64]!r}; the card's skills name them")
+            options["agent"] = asked.agent
         return options
 
     async def _begin(self, params: SendMessageRequest, user: str, base: str) -> tuple[Job, int, Task]:
