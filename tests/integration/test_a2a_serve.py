@@ -6,6 +6,7 @@ task not found."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -319,3 +320,37 @@ async def test_metadata_of_the_wrong_type_or_past_the_rest_apis_bounds_is_invali
                                                                   "mine": [{"deep": True}]}})
     assert done["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", str(done)[:2000]
     assert "Traceback" not in s.log()
+
+
+async def test_a_body_nested_too_deep_is_a_parse_error_not_an_internal_one(serve, served, tmp_path: Path,
+                                                                           workspace: Path, tokens: Path) -> None:
+    """JSON nested thousands deep (in `params`, in metadata, in a part) is refused before the SDK's json.loads
+    runs out of stack: JSON-RPC's parse error, 400 over HTTP+JSON. Brackets inside strings are text, not nesting."""
+    srv = serve([{"text": "only text"}])
+    s = start(served, tmp_path, workspace, srv, tokens)
+    auth = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json", "A2A-Version": "1.0"}
+
+    def nested(depth: int, open_: str = '{"a":', close: str = "}") -> str:
+        return open_ * depth + "1" + close * depth
+
+    head = '{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"x"'
+    bodies = [head + '}],"metadata":' + nested(3000) + "}}", head + '}],"metadata":' + nested(200, "[", "]") + "}}",
+              head + ',"metadata":' + nested(1000) + "}]}}", head + '}]},"metadata":' + nested(5000, "[", "]") + "}",
+              nested(5000)]
+    for body in bodies:
+        r = httpx.post(f"{s.url}/a2a/jsonrpc", headers=auth,
+                       content='{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":' + body + "}")
+        assert r.status_code == 200 and r.json()["error"]["code"] == -32700, r.text[:300]
+        assert "nests deeper than" in r.json()["error"]["message"]
+        r = httpx.post(f"{s.url}/a2a/rest/message:send", headers=auth, content=body)
+        assert r.status_code == 400 and "nests deeper than" in r.text, r.text[:300]
+    r = httpx.post(f"{s.url}/a2a/jsonrpc", headers=auth, content=nested(5000, "[", "]"))  # no object at all
+    assert r.json()["error"]["code"] == -32700, r.text[:300]
+    assert srv.requests == []
+    # deep brackets in a string are no nesting: the task is taken and runs
+    done = rpc(s, "SendMessage", raw_message("[{" * 3000 + '\\"' + "}]" * 3000))
+    assert done["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", str(done)[:500]
+    assert "Traceback" not in s.log()
+    # within the bound, but deeper than protobuf takes a message: the SDK's invalid params (which it logs)
+    error = rpc(s, "SendMessage", {**raw_message(), "metadata": json.loads(nested(55))})["error"]
+    assert error["code"] == -32602, error
