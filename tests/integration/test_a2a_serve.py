@@ -354,3 +354,60 @@ async def test_a_body_nested_too_deep_is_a_parse_error_not_an_internal_one(serve
     # within the bound, but deeper than protobuf takes a message: the SDK's invalid params (which it logs)
     error = rpc(s, "SendMessage", {**raw_message(), "metadata": json.loads(nested(55))})["error"]
     assert error["code"] == -32602, error
+
+
+def nul_requests() -> list[tuple[str, Any]]:
+    """JSON-RPC calls with a NUL character in each kind of string an A2A request carries."""
+    sent = [raw_message("x\x00y"), raw_message(contextId="c\x00d"), raw_message(messageId="m\x00"),
+            raw_message(metadata={"note": "a\x00"}), {**raw_message(), "metadata": {"agent": "a\x00"}},
+            {**raw_message(), "metadata": {"k\x00": 1}}, raw_message(referenceTaskIds=["r\x00"]),
+            raw_message(extensions=["e\x00"]), raw_message("approve", taskId="t\x00"),
+            {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi", "metadata": {"k": "\x00"}}]}},
+            {"message": {"messageId": "m2", "role": "ROLE_USER", "parts": [{"data": {"approve": True,
+                                                                                      "reason": ["\x00"]}}]}}]
+    return [*(("SendMessage", p) for p in sent), *(("SendStreamingMessage", p) for p in sent[:3]),
+            ("GetTask", {"id": "a\x00b"}), ("CancelTask", {"id": "a\x00b"}), ("SubscribeToTask", {"id": "a\x00b"}),
+            ("ListTasks", {"contextId": "c\x00"})]
+
+
+def assert_nul_refused(s: Served) -> None:
+    """Every string with a NUL is invalid params on JSON-RPC (the answer, or a streamed method's one event) and 400
+    over HTTP+JSON, and nothing is stored or started."""
+    auth = {"Authorization": f"Bearer {ALICE}", "A2A-Version": "1.0"}
+    for method, params in nul_requests():
+        r = httpx.post(f"{s.url}/a2a/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                       headers=auth, timeout=30)
+        error = json.loads(r.text.removeprefix("data:").strip()).get("error", {})
+        assert r.status_code == 200 and error.get("code") == -32602, (method, params, r.text[:300])
+        assert "NUL" in error["message"] and "PostgreSQL" not in r.text
+        if method == "SendMessage":
+            r = rest_send(s, params)
+            assert r.status_code == 400 and "NUL" in r.text and "PostgreSQL" not in r.text, (params, r.text[:300])
+    r = httpx.post(f"{s.url}/a2a/rest/message:stream", json=raw_message("x\x00"), headers=auth, timeout=30)
+    assert r.status_code == 400 and "NUL" in r.text, r.text[:300]
+    for path in ("/a2a/rest/tasks/a%00b", "/a2a/rest/tasks?contextId=c%00"):
+        assert httpx.get(s.url + path, headers=auth).status_code == 400
+    with s.client(ALICE) as alice:
+        assert alice.get("/v1/runs").json()["runs"] == []  # none was taken, on any store
+    assert "Traceback" not in s.log()
+
+
+async def test_strings_holding_nul_are_invalid_params(serve, served, tmp_path: Path, workspace: Path,
+                                                      tokens: Path) -> None:
+    """A text, id or metadata string with a NUL is refused at the A2A face, as the REST API refuses it: before,
+    SQLite stored such a task (which the REST API would not take)."""
+    srv = serve([{"text": "clean"}])
+    s = start(served, tmp_path, workspace, srv, tokens)
+    assert_nul_refused(s)
+    assert srv.requests == []
+
+
+async def test_strings_holding_nul_are_invalid_params_on_postgresql(serve, served, tmp_path: Path, workspace: Path,
+                                                                    tokens: Path, postgres_url: str) -> None:
+    """With `--store postgresql://`, where PostgreSQL's own error ("text fields cannot contain NUL") was the answer
+    (-32603, 500), to a task's text as to an id merely looked up; the server goes on serving."""
+    srv = serve([{"text": "clean"}])
+    s = start(served, tmp_path, workspace, srv, tokens, "--store", postgres_url)
+    assert_nul_refused(s)
+    done = rpc(s, "SendMessage", raw_message("clean"))
+    assert done["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", str(done)[:500]

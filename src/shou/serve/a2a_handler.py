@@ -21,6 +21,7 @@ queue and the log alone (shou.serve.a2a_tasks): any replica, after any restart, 
   REST stream's `Last-Event-ID` does: nothing is missed, nothing repeated.
 - Cancel is the run's cancel; the answer waits up to `CANCEL_WAIT` seconds for the run to stop.
 - Another user's task is not found; every call needs a token (shou.serve.a2a_routes).
+- A request with a NUL character in any of its strings is invalid params, as the REST API refuses one.
 """
 
 from __future__ import annotations
@@ -110,6 +111,27 @@ def _limit(name: str) -> Any:
 _Metadata = create_model("_Metadata", __config__=ConfigDict(extra="ignore"),
                          agent=(Annotated[str | None, Field(max_length=200)], None),
                          **{name: _limit(name) for name in ("max_steps", "token_budget", "max_cost")})
+
+
+def refuse_nul(params: Any) -> None:
+    """Invalid params when any string of the request (an id, a part's text, a metadata key or value, at any
+    depth) holds a NUL character, as the REST API refuses one (shou.serve.schema): no person means it, and
+    PostgreSQL's text can neither keep it nor be asked about it (its error, not the caller's, was the answer)."""
+    todo: list[tuple[str, Any]] = [("", MessageToDict(params))]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise InvalidParamsError(message=f"{where[:200] or 'a string'} must not contain the NUL character "
+                                                 "(\\u0000)")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if "\x00" in key:
+                    raise InvalidParamsError(message=f"a key of {where[:200] or 'the request'} must not contain the "
+                                                     "NUL character (\\u0000)")
+                todo.append((f"{where}.{key}" if where else key, item))
+        elif isinstance(value, list):
+            todo.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
 
 
 def session_for(user: str, context_id: str) -> str:
@@ -295,6 +317,7 @@ class ShouRequestHandler(RequestHandler):
     @validate_request_params
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         """Start or answer a task and wait until it ends or waits for input (unless `returnImmediately`)."""
+        refuse_nul(params)  # first, in every method: an id with a NUL must not even reach the store's lookup
         user, base = self._caller(context)
         validate_history_length(params.configuration)
         job, after, first = await self._begin(params, user, base)
@@ -309,6 +332,7 @@ class ShouRequestHandler(RequestHandler):
     async def on_message_send_stream(self, params: SendMessageRequest, context: ServerCallContext
                                      ) -> AsyncGenerator[A2AEvent, None]:
         """Start or answer a task and stream it: the task, then its updates until it ends or waits for input."""
+        refuse_nul(params)
         user, base = self._caller(context)
         validate_history_length(params.configuration)
         job, after, first = await self._begin(params, user, base)
@@ -322,6 +346,7 @@ class ShouRequestHandler(RequestHandler):
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest, context: ServerCallContext
                                    ) -> AsyncGenerator[A2AEvent, None]:
         """The task as it stands (its history: every event so far), then its updates after that."""
+        refuse_nul(params)
         user, base = self._caller(context)
         job = self._job(params.id, user)
         rows = self._rows(job)
@@ -340,12 +365,14 @@ class ShouRequestHandler(RequestHandler):
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         """The task, from the queue and the log."""
+        refuse_nul(params)
         user, base = self._caller(context)
         validate_history_length(params)
         return apply_history_length(self._task(self._job(params.id, user), base), params)
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         """The caller's newest tasks (at most 100 looked at), of a context and a state when asked."""
+        refuse_nul(params)
         user, base = self._caller(context)
         validate_history_length(params)
         size = params.page_size or 50
@@ -368,6 +395,7 @@ class ShouRequestHandler(RequestHandler):
     @validate_request_params
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         """Cancel the task's run, and answer with the task once it stopped (or after `CANCEL_WAIT` s)."""
+        refuse_nul(params)
         user, base = self._caller(context)
         job = self._job(params.id, user)
         rows = self._rows(job)
