@@ -411,3 +411,24 @@ async def test_strings_holding_nul_are_invalid_params_on_postgresql(serve, serve
     assert_nul_refused(s)
     done = rpc(s, "SendMessage", raw_message("clean"))
     assert done["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", str(done)[:500]
+
+
+async def test_numbers_that_are_not_finite_are_invalid_params(serve, served, tmp_path: Path, workspace: Path,
+                                                              tokens: Path) -> None:
+    """NaN, Infinity and 1e400 (which Python's json makes inf), in metadata or a data part, are invalid params:
+    protobuf's Struct took them and then could not give them back, an internal error (500) at every look."""
+    srv = serve([])
+    s = start(served, tmp_path, workspace, srv, tokens)
+    auth = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json", "A2A-Version": "1.0"}
+    for number in ("NaN", "Infinity", "-Infinity", "1e400", "-1e999"):
+        head = '{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"x"}]'
+        for body in (head + ',"metadata":{"max_cost":' + number + "}}}", head + '},"metadata":{"x":[' + number + "]}}",
+                     '{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"data":{"n":' + number + "}}]}}",
+                     '{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"x","metadata":{"n":' + number
+                     + "}}]}}"):
+            r = httpx.post(f"{s.url}/a2a/jsonrpc", headers=auth,
+                           content='{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":' + body + "}")
+            assert r.json().get("error", {}).get("code") == -32602 and "finite" in r.text, (body, r.text[:300])
+            r = httpx.post(f"{s.url}/a2a/rest/message:send", headers=auth, content=body)
+            assert r.status_code == 400 and "finite" in r.text, (body, r.text[:300])
+    assert srv.requests == [] and "Traceback" not in s.log()

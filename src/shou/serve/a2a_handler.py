@@ -65,7 +65,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from a2a.utils.task import apply_history_length, validate_history_length
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, SerializeToJsonError
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
 from ..agent.limits import MAX_TASK_CHARS
@@ -113,11 +113,19 @@ _Metadata = create_model("_Metadata", __config__=ConfigDict(extra="ignore"),
                          **{name: _limit(name) for name in ("max_steps", "token_budget", "max_cost")})
 
 
-def refuse_nul(params: Any) -> None:
-    """Invalid params when any string of the request (an id, a part's text, a metadata key or value, at any
-    depth) holds a NUL character, as the REST API refuses one (shou.serve.schema): no person means it, and
-    PostgreSQL's text can neither keep it nor be asked about it (its error, not the caller's, was the answer)."""
-    todo: list[tuple[str, Any]] = [("", MessageToDict(params))]
+def check_request(params: Any) -> None:
+    """Invalid params for what the REST API does not take either (shou.serve.schema), before anything else looks
+    at the request: a number that is not finite, or a NUL character in any string of it (an id, a part's text, a
+    metadata key or value, at any depth): no person means one, and PostgreSQL's text can neither keep it nor be
+    asked about it (its error, not the caller's, was the answer)."""
+    try:
+        tree = MessageToDict(params)
+    except SerializeToJsonError:
+        # Python's json.loads, which the SDK parses with, takes NaN, Infinity and 1e400 (as inf); protobuf's Struct
+        # keeps them but cannot give them back, so every later look at the metadata or a data part would fail
+        raise InvalidParamsError(message="a number of the request is not finite (NaN, Infinity, or past 1.8e308): "
+                                         "JSON has no such number") from None
+    todo: list[tuple[str, Any]] = [("", tree)]
     while todo:
         where, value = todo.pop()
         if isinstance(value, str):
@@ -317,7 +325,7 @@ class ShouRequestHandler(RequestHandler):
     @validate_request_params
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         """Start or answer a task and wait until it ends or waits for input (unless `returnImmediately`)."""
-        refuse_nul(params)  # first, in every method: an id with a NUL must not even reach the store's lookup
+        check_request(params)  # first in every method: an id with a NUL must not even reach the store's lookup
         user, base = self._caller(context)
         validate_history_length(params.configuration)
         job, after, first = await self._begin(params, user, base)
@@ -332,7 +340,7 @@ class ShouRequestHandler(RequestHandler):
     async def on_message_send_stream(self, params: SendMessageRequest, context: ServerCallContext
                                      ) -> AsyncGenerator[A2AEvent, None]:
         """Start or answer a task and stream it: the task, then its updates until it ends or waits for input."""
-        refuse_nul(params)
+        check_request(params)
         user, base = self._caller(context)
         validate_history_length(params.configuration)
         job, after, first = await self._begin(params, user, base)
@@ -346,7 +354,7 @@ class ShouRequestHandler(RequestHandler):
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest, context: ServerCallContext
                                    ) -> AsyncGenerator[A2AEvent, None]:
         """The task as it stands (its history: every event so far), then its updates after that."""
-        refuse_nul(params)
+        check_request(params)
         user, base = self._caller(context)
         job = self._job(params.id, user)
         rows = self._rows(job)
@@ -365,14 +373,14 @@ class ShouRequestHandler(RequestHandler):
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         """The task, from the queue and the log."""
-        refuse_nul(params)
+        check_request(params)
         user, base = self._caller(context)
         validate_history_length(params)
         return apply_history_length(self._task(self._job(params.id, user), base), params)
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         """The caller's newest tasks (at most 100 looked at), of a context and a state when asked."""
-        refuse_nul(params)
+        check_request(params)
         user, base = self._caller(context)
         validate_history_length(params)
         size = params.page_size or 50
@@ -395,7 +403,7 @@ class ShouRequestHandler(RequestHandler):
     @validate_request_params
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         """Cancel the task's run, and answer with the task once it stopped (or after `CANCEL_WAIT` s)."""
-        refuse_nul(params)
+        check_request(params)
         user, base = self._caller(context)
         job = self._job(params.id, user)
         rows = self._rows(job)
