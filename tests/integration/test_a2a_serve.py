@@ -6,6 +6,7 @@ task not found."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -296,3 +297,161 @@ async def test_a_task_s_artifacts_are_only_its_writes_never_shou_s_state_and_hid
     assert task.status.state == TaskState.TASK_STATE_COMPLETED, task.status
     assert [(a.name, a.parts[0].raw) for a in task.artifacts] == [(".env", b"MODE=prod\nSHOU_API_KEY=[redacted]\n")]
     assert (workspace / ".env").read_text() == f"MODE=prod\nSHOU_API_KEY={key}\n"
+
+
+def raw_message(text: str = "hi", **fields: Any) -> dict[str, Any]:
+    """A `SendMessage` request's params as JSON, sent as is (what a client of any kind may send)."""
+    return {"message": {"messageId": f"m-{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": text}],
+                        **fields}}
+
+
+def rpc(s: Served, method: str, params: Any, token: str = ALICE) -> dict[str, Any]:
+    r = httpx.post(f"{s.url}/a2a/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                   headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def rest_send(s: Served, params: Any, token: str = ALICE) -> httpx.Response:
+    return httpx.post(f"{s.url}/a2a/rest/message:send", json=params,
+                      headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}, timeout=30)
+
+
+BAD_METADATA = [{"agent": {"a": 1}}, {"agent": [1]}, {"agent": 7}, {"agent": True}, {"max_steps": 1e300},
+                {"max_steps": True}, {"max_steps": "5"}, {"max_steps": 2.5}, {"max_steps": 0}, {"max_steps": 501},
+                {"max_steps": [3]}, {"token_budget": 1e30}, {"token_budget": 2.0 ** 64}, {"token_budget": False},
+                {"token_budget": -1}, {"max_cost": -1}, {"max_cost": "1"}, {"max_cost": True}, {"max_cost": {}}]
+
+
+async def test_metadata_of_the_wrong_type_or_past_the_rest_apis_bounds_is_invalid_params(
+        serve, served, tmp_path: Path, workspace: Path, tokens: Path) -> None:
+    """`metadata.agent` must be a name, and the limits numbers within the REST API's bounds (not booleans):
+    anything else is the caller's mistake (-32602, 400), on the message's metadata or the request's, where an
+    object as agent, or 1e300 steps, was an internal error."""
+    srv = serve([{"text": "within bounds"}])
+    s = start(served, tmp_path, workspace, srv, tokens)
+    for meta in BAD_METADATA:
+        (name, _), = meta.items()
+        for params in (raw_message(metadata=meta), {**raw_message(), "metadata": meta}):
+            error = rpc(s, "SendMessage", params)["error"]
+            assert error["code"] == -32602 and f"metadata.{name}" in error["message"], (meta, error)
+            r = rest_send(s, params)
+            assert r.status_code == 400 and f"metadata.{name}" in r.text, (meta, r.text)
+    assert srv.requests == []  # none started a run
+    # whole numbers (a Struct's doubles), the default agent, and the caller's own keys are taken
+    done = rpc(s, "SendMessage", {**raw_message(), "metadata": {"max_steps": 3, "token_budget": 1e6, "agent": "shou",
+                                                                  "mine": [{"deep": True}]}})
+    assert done["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", str(done)[:2000]
+    assert "Traceback" not in s.log()
+
+
+async def test_a_body_nested_too_deep_is_a_parse_error_not_an_internal_one(serve, served, tmp_path: Path,
+                                                                           workspace: Path, tokens: Path) -> None:
+    """JSON nested thousands deep (in `params`, in metadata, in a part) is refused before the SDK's json.loads
+    runs out of stack: JSON-RPC's parse error, 400 over HTTP+JSON. Brackets inside strings are text, not nesting."""
+    srv = serve([{"text": "only text"}])
+    s = start(served, tmp_path, workspace, srv, tokens)
+    auth = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json", "A2A-Version": "1.0"}
+
+    def nested(depth: int, open_: str = '{"a":', close: str = "}") -> str:
+        return open_ * depth + "1" + close * depth
+
+    head = '{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"x"'
+    bodies = [head + '}],"metadata":' + nested(3000) + "}}", head + '}],"metadata":' + nested(200, "[", "]") + "}}",
+              head + ',"metadata":' + nested(1000) + "}]}}", head + '}]},"metadata":' + nested(5000, "[", "]") + "}",
+              nested(5000)]
+    for body in bodies:
+        r = httpx.post(f"{s.url}/a2a/jsonrpc", headers=auth,
+                       content='{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":' + body + "}")
+        assert r.status_code == 200 and r.json()["error"]["code"] == -32700, r.text[:300]
+        assert "nests deeper than" in r.json()["error"]["message"]
+        r = httpx.post(f"{s.url}/a2a/rest/message:send", headers=auth, content=body)
+        assert r.status_code == 400 and "nests deeper than" in r.text, r.text[:300]
+    r = httpx.post(f"{s.url}/a2a/jsonrpc", headers=auth, content=nested(5000, "[", "]"))  # no object at all
+    assert r.json()["error"]["code"] == -32700, r.text[:300]
+    assert srv.requests == []
+    # deep brackets in a string are no nesting: the task is taken and runs
+    done = rpc(s, "SendMessage", raw_message("[{" * 3000 + '\\"' + "}]" * 3000))
+    assert done["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", str(done)[:500]
+    assert "Traceback" not in s.log()
+    # within the bound, but deeper than protobuf takes a message: the SDK's invalid params (which it logs)
+    error = rpc(s, "SendMessage", {**raw_message(), "metadata": json.loads(nested(55))})["error"]
+    assert error["code"] == -32602, error
+
+
+def nul_requests() -> list[tuple[str, Any]]:
+    """JSON-RPC calls with a NUL character in each kind of string an A2A request carries."""
+    sent = [raw_message("x\x00y"), raw_message(contextId="c\x00d"), raw_message(messageId="m\x00"),
+            raw_message(metadata={"note": "a\x00"}), {**raw_message(), "metadata": {"agent": "a\x00"}},
+            {**raw_message(), "metadata": {"k\x00": 1}}, raw_message(referenceTaskIds=["r\x00"]),
+            raw_message(extensions=["e\x00"]), raw_message("approve", taskId="t\x00"),
+            {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi", "metadata": {"k": "\x00"}}]}},
+            {"message": {"messageId": "m2", "role": "ROLE_USER", "parts": [{"data": {"approve": True,
+                                                                                      "reason": ["\x00"]}}]}}]
+    return [*(("SendMessage", p) for p in sent), *(("SendStreamingMessage", p) for p in sent[:3]),
+            ("GetTask", {"id": "a\x00b"}), ("CancelTask", {"id": "a\x00b"}), ("SubscribeToTask", {"id": "a\x00b"}),
+            ("ListTasks", {"contextId": "c\x00"})]
+
+
+def assert_nul_refused(s: Served) -> None:
+    """Every string with a NUL is invalid params on JSON-RPC (the answer, or a streamed method's one event) and 400
+    over HTTP+JSON, and nothing is stored or started."""
+    auth = {"Authorization": f"Bearer {ALICE}", "A2A-Version": "1.0"}
+    for method, params in nul_requests():
+        r = httpx.post(f"{s.url}/a2a/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                       headers=auth, timeout=30)
+        error = json.loads(r.text.removeprefix("data:").strip()).get("error", {})
+        assert r.status_code == 200 and error.get("code") == -32602, (method, params, r.text[:300])
+        assert "NUL" in error["message"] and "PostgreSQL" not in r.text
+        if method == "SendMessage":
+            r = rest_send(s, params)
+            assert r.status_code == 400 and "NUL" in r.text and "PostgreSQL" not in r.text, (params, r.text[:300])
+    r = httpx.post(f"{s.url}/a2a/rest/message:stream", json=raw_message("x\x00"), headers=auth, timeout=30)
+    assert r.status_code == 400 and "NUL" in r.text, r.text[:300]
+    for path in ("/a2a/rest/tasks/a%00b", "/a2a/rest/tasks?contextId=c%00"):
+        assert httpx.get(s.url + path, headers=auth).status_code == 400
+    with s.client(ALICE) as alice:
+        assert alice.get("/v1/runs").json()["runs"] == []  # none was taken, on any store
+    assert "Traceback" not in s.log()
+
+
+async def test_strings_holding_nul_are_invalid_params(serve, served, tmp_path: Path, workspace: Path,
+                                                      tokens: Path) -> None:
+    """A text, id or metadata string with a NUL is refused at the A2A face, as the REST API refuses it: before,
+    SQLite stored such a task (which the REST API would not take)."""
+    srv = serve([{"text": "clean"}])
+    s = start(served, tmp_path, workspace, srv, tokens)
+    assert_nul_refused(s)
+    assert srv.requests == []
+
+
+async def test_strings_holding_nul_are_invalid_params_on_postgresql(serve, served, tmp_path: Path, workspace: Path,
+                                                                    tokens: Path, postgres_url: str) -> None:
+    """With `--store postgresql://`, where PostgreSQL's own error ("text fields cannot contain NUL") was the answer
+    (-32603, 500), to a task's text as to an id merely looked up; the server goes on serving."""
+    srv = serve([{"text": "clean"}])
+    s = start(served, tmp_path, workspace, srv, tokens, "--store", postgres_url)
+    assert_nul_refused(s)
+    done = rpc(s, "SendMessage", raw_message("clean"))
+    assert done["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", str(done)[:500]
+
+
+async def test_numbers_that_are_not_finite_are_invalid_params(serve, served, tmp_path: Path, workspace: Path,
+                                                              tokens: Path) -> None:
+    """NaN, Infinity and 1e400 (which Python's json makes inf), in metadata or a data part, are invalid params:
+    protobuf's Struct took them and then could not give them back, an internal error (500) at every look."""
+    srv = serve([])
+    s = start(served, tmp_path, workspace, srv, tokens)
+    auth = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json", "A2A-Version": "1.0"}
+    for number in ("NaN", "Infinity", "-Infinity", "1e400", "-1e999"):
+        head = '{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"x"}]'
+        for body in (head + ',"metadata":{"max_cost":' + number + "}}}", head + '},"metadata":{"x":[' + number + "]}}",
+                     '{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"data":{"n":' + number + "}}]}}",
+                     '{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"x","metadata":{"n":' + number
+                     + "}}]}}"):
+            r = httpx.post(f"{s.url}/a2a/jsonrpc", headers=auth,
+                           content='{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":' + body + "}")
+            assert r.json().get("error", {}).get("code") == -32602 and "finite" in r.text, (body, r.text[:300])
+            r = httpx.post(f"{s.url}/a2a/rest/message:send", headers=auth, content=body)
+            assert r.status_code == 400 and "finite" in r.text, (body, r.text[:300])
+    assert srv.requests == [] and "Traceback" not in s.log()

@@ -9,8 +9,9 @@ queue and the log alone (shou.serve.a2a_tasks): any replica, after any restart, 
 - A message without `taskId` starts a run (a new task) in the session of its context, keyed by the caller
   and the `contextId` (one is made up when it has none): a later message with that `contextId` continues
   the same conversation. Its text parts (and data parts, as JSON) are the task; `metadata.agent` names an
-  `[agents.NAME]` agent, `metadata.max_steps`, `token_budget` and `max_cost` may only lower the operator's
-  limits, as the REST API's options do. The caller's quota and a busy context are refused as there.
+  `[agents.NAME]` agent, `metadata.max_steps`, `token_budget` and `max_cost` (numbers within the REST API's
+  bounds: anything else is invalid params) may only lower the operator's limits, as the REST API's options do.
+  The caller's quota and a busy context are refused as there.
 - A message to a task that is `input-required` (its run waits for approval of calls) decides them: "approve"
   or "deny" as its first word (the rest is the reason), or a data part `{"approve": bool, "reason": str,
   "call_id": str}`; the run goes on in the same task. A message to a task still working, or ended, is refused.
@@ -20,6 +21,7 @@ queue and the log alone (shou.serve.a2a_tasks): any replica, after any restart, 
   REST stream's `Last-Event-ID` does: nothing is missed, nothing repeated.
 - Cancel is the run's cancel; the answer waits up to `CANCEL_WAIT` seconds for the run to stop.
 - Another user's task is not found; every call needs a token (shou.serve.a2a_routes).
+- A request with a NUL character in any of its strings is invalid params, as the REST API refuses one.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Annotated, Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler, validate_request_params
@@ -63,7 +65,8 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from a2a.utils.task import apply_history_length, validate_history_length
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, SerializeToJsonError
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
 from ..agent.limits import MAX_TASK_CHARS
 from ..events import ApprovalRequested, Event, InputRequested, RunFinished
@@ -73,6 +76,7 @@ from .a2a_tasks import artifacts_of, context_of, ending_status, is_final, pendin
 from .answering import answer_question
 from .deciding import decide_calls
 from .jobs import Job, Refused
+from .schema import RunOptions
 from .server import Server
 from .stream import run_events
 
@@ -83,8 +87,59 @@ ENDED = frozenset({TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, 
                    TaskState.TASK_STATE_REJECTED})
 _YES = frozenset({"approve", "approved", "allow", "allowed", "yes", "y", "ok"})
 _NO = frozenset({"deny", "denied", "reject", "rejected", "no", "n"})
-_LIMITS = {"max_steps": int, "token_budget": int, "max_cost": float}
 A2AEvent = Task | Message | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+
+
+def _number(value: Any) -> Any:
+    """A limit must be a JSON number. protobuf's Struct holds every number as a double (5 comes as 5.0), and
+    pydantic's lax mode would also take `true` as 1 and "5" as 5. A whole double is given on as an int, so that
+    1e300 meets the field's upper bound (and its message) rather than pydantic's "exceeded maximum size"."""
+    if value is None:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a number")
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _limit(name: str) -> Any:
+    """RunOptions' field `name` (its type and bounds: the REST API's), taking numbers only."""
+    field = RunOptions.model_fields[name]
+    return Annotated[field.annotation, BeforeValidator(_number)], field
+
+
+# What a message's metadata may ask. Other keys are the caller's own and left alone (extra="ignore").
+_Metadata = create_model("_Metadata", __config__=ConfigDict(extra="ignore"),
+                         agent=(Annotated[str | None, Field(max_length=200)], None),
+                         **{name: _limit(name) for name in ("max_steps", "token_budget", "max_cost")})
+
+
+def check_request(params: Any) -> None:
+    """Invalid params for what the REST API does not take either (shou.serve.schema), before anything else looks
+    at the request: a number that is not finite, or a NUL character in any string of it (an id, a part's text, a
+    metadata key or value, at any depth): no person means one, and PostgreSQL's text can neither keep it nor be
+    asked about it (its error, not the caller's, was the answer)."""
+    try:
+        tree = MessageToDict(params)
+    except SerializeToJsonError:
+        # Python's json.loads, which the SDK parses with, takes NaN, Infinity and 1e400 (as inf); protobuf's Struct
+        # keeps them but cannot give them back, so every later look at the metadata or a data part would fail
+        raise InvalidParamsError(message="a number of the request is not finite (NaN, Infinity, or past 1.8e308): "
+                                         "JSON has no such number") from None
+    todo: list[tuple[str, Any]] = [("", tree)]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise InvalidParamsError(message=f"{where[:200] or 'a string'} must not contain the NUL character "
+                                                 "(\\u0000)")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if "\x00" in key:
+                    raise InvalidParamsError(message=f"a key of {where[:200] or 'the request'} must not contain the "
+                                                     "NUL character (\\u0000)")
+                todo.append((f"{where}.{key}" if where else key, item))
+        elif isinstance(value, list):
+            todo.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
 
 
 def session_for(user: str, context_id: str) -> str:
@@ -156,23 +211,20 @@ class ShouRequestHandler(RequestHandler):
                        redactor=self.srv.redactor)
 
     def _options(self, params: SendMessageRequest) -> dict[str, Any]:
-        """The run options a message's metadata asks for (a named agent, lower limits)."""
+        """The run options a message's metadata asks for (a named agent, lower limits), checked by the REST API's
+        own field definitions (`_Metadata`), so that the two faces take the same values."""
         meta = {**MessageToDict(params.metadata), **MessageToDict(params.message.metadata)}
-        options: dict[str, Any] = {}
-        agent = meta.get("agent")
-        if agent not in (None, "", "shou"):
-            if agent not in self.srv.runner.agent.agents:
-                raise InvalidParamsError(message=f"no agent {str(agent)[:64]!r}; the card's skills name them")
-            options["agent"] = agent
-        for name, kind in _LIMITS.items():
-            value = meta.get(name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < (0 if kind is float else 1) \
-                    or (kind is int and not float(value).is_integer()):
-                raise InvalidParamsError(message=f"metadata.{name} must be a {'positive whole' if kind is int else ''}"
-                                                 " number")
-            options[name] = kind(value)
+        try:
+            asked = _Metadata.model_validate(meta)
+        except ValidationError as e:
+            first = e.errors(include_input=False, include_url=False)[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InvalidParamsError(message=f"metadata.{where}: {first['msg']}") from None
+        options: dict[str, Any] = asked.model_dump(exclude_none=True, exclude={"agent"})
+        if asked.agent not in (None, "", "shou"):
+            if asked.agent not in self.srv.runner.agent.agents:
+                raise InvalidParamsError(message=f"no agent {asked.agent[:64]!r}; the card's skills name them")
+            options["agent"] = asked.agent
         return options
 
     async def _begin(self, params: SendMessageRequest, user: str, base: str) -> tuple[Job, int, Task]:
@@ -274,6 +326,7 @@ class ShouRequestHandler(RequestHandler):
     @validate_request_params
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         """Start or answer a task and wait until it ends or waits for input (unless `returnImmediately`)."""
+        check_request(params)  # first in every method: an id with a NUL must not even reach the store's lookup
         user, base = self._caller(context)
         validate_history_length(params.configuration)
         job, after, first = await self._begin(params, user, base)
@@ -288,6 +341,7 @@ class ShouRequestHandler(RequestHandler):
     async def on_message_send_stream(self, params: SendMessageRequest, context: ServerCallContext
                                      ) -> AsyncGenerator[A2AEvent, None]:
         """Start or answer a task and stream it: the task, then its updates until it ends or waits for input."""
+        check_request(params)
         user, base = self._caller(context)
         validate_history_length(params.configuration)
         job, after, first = await self._begin(params, user, base)
@@ -301,6 +355,7 @@ class ShouRequestHandler(RequestHandler):
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest, context: ServerCallContext
                                    ) -> AsyncGenerator[A2AEvent, None]:
         """The task as it stands (its history: every event so far), then its updates after that."""
+        check_request(params)
         user, base = self._caller(context)
         job = self._job(params.id, user)
         rows = self._rows(job)
@@ -319,12 +374,14 @@ class ShouRequestHandler(RequestHandler):
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         """The task, from the queue and the log."""
+        check_request(params)
         user, base = self._caller(context)
         validate_history_length(params)
         return apply_history_length(self._task(self._job(params.id, user), base), params)
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         """The caller's newest tasks (at most 100 looked at), of a context and a state when asked."""
+        check_request(params)
         user, base = self._caller(context)
         validate_history_length(params)
         size = params.page_size or 50
@@ -348,6 +405,7 @@ class ShouRequestHandler(RequestHandler):
     @validate_request_params
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         """Cancel the task's run, and answer with the task once it stopped (or after `CANCEL_WAIT` s)."""
+        check_request(params)
         user, base = self._caller(context)
         job = self._job(params.id, user)
         rows = self._rows(job)

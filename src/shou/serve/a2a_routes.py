@@ -7,14 +7,17 @@
 
 The SDK's dispatchers speak the wire; every request to them first names its caller as every other request of
 the server does (`Server.user`: 401 without a valid token, with `WWW-Authenticate`) and has its body read up
-to the API's bound (413 past it), then reaches shou.serve.a2a_handler with the caller in its context. The
-SDK's extra `/{tenant}/...` mount of the HTTP+JSON routes is left out: shou's tenants are its tokens, and a
-catch-all mount would answer paths that belong to the rest of the server.
+to the API's bound (413 past it; JSON nested past `MAX_DEPTH` is a parse error), then reaches
+shou.serve.a2a_handler with the caller in its context. The SDK's extra `/{tenant}/...` mount of the HTTP+JSON
+routes is left out: shou's tenants are its tokens, and a catch-all mount would answer paths that belong to the
+rest of the server.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
+from itertools import accumulate
 from typing import Any
 
 from a2a.auth.user import User
@@ -36,6 +39,21 @@ __all__ = ["a2a_routes"]
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 USER_KEY = "shou.user"
+# How deep a body's JSON may nest. protobuf's ParseDict takes a message 100 levels deep, which is some 50 levels of
+# JSON in metadata (past that the SDK says invalid params); the SDK's json.loads, run deep in the server's stack,
+# hits Python's recursion limit at some ~900 (an internal error). So no request the SDK can take nests past 64,
+# and refusing there (cheaply, before any parsing) keeps Python's limit far away.
+MAX_DEPTH = 64
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # a JSON string (its brackets are text, not nesting)
+_NESTING = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # an opening bracket +1, a closing one -1 (signed)
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+
+
+def nesting(body: bytes) -> int:
+    """How deep the JSON `body` nests (for a body that is no JSON, a number that says nothing). Linear, in C:
+    strings are cut out, the brackets left are turned into +1 and -1 and summed up as they come."""
+    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS).translate(_NESTING)
+    return max(accumulate(memoryview(brackets).cast("b")), default=0)
 
 
 class _Caller(User):
@@ -81,16 +99,21 @@ async def _bounded_body(request: Request) -> bytes:
 
 def _guarded(srv: Server, endpoint: Endpoint, jsonrpc: bool) -> Endpoint:
     """`endpoint` for a caller with a token only, its body read up to `MAX_BODY` first. A body that is not
-    UTF-8 is no JSON (RFC 8259): the caller's mistake, said so (JSON-RPC's parse error, or 400), where the SDK
-    answered it as an internal error."""
+    UTF-8 is no JSON (RFC 8259), and one nested deeper than `MAX_DEPTH` is none the SDK can parse: the caller's
+    mistake, said so (JSON-RPC's parse error, or 400), where the SDK answered them as an internal error."""
 
     async def guarded(request: Request) -> Response:
         user = srv.user(request)
         body = await _bounded_body(request)
+        why = ""
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as e:
             why = f"the body is not UTF-8 (byte {body[e.start]:#04x} at offset {e.start}), so it is no JSON"
+        else:
+            if nesting(body) > MAX_DEPTH:
+                why = f"the body's JSON nests deeper than {MAX_DEPTH} levels"
+        if why:
             if jsonrpc:
                 return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": why}})
             return error(400, why)
