@@ -175,3 +175,57 @@ def test_a_sub_agent_s_changes_are_its_run_s_at_the_step_that_delegated(serve, s
     assert not (workspace / "child.txt").exists() and (workspace / "parent.txt").exists()
     assert shou("undo").returncode == 0
     assert not (workspace / "parent.txt").exists()
+
+
+def test_a_file_a_command_moved_whose_content_was_not_kept_is_moved_back_not_destroyed(
+        serve, shou, workspace: Path) -> None:
+    # A command moved a file too big to keep (and a folder of files past what one command keeps): undo removed
+    # the moved copies, the run's "created" files, and could not put the originals back: the only copies were
+    # destroyed by the command meant to put things back.
+    big = os.urandom(2 * 2**20)
+    (workspace / "dataset.bin").write_bytes(big)
+    (workspace / "photos").mkdir()
+    photos = {f"p{i:02}.jpg": os.urandom(900 * 1024) for i in range(24)}  # 21 MB: past the 16 MB budget
+    for name, data in photos.items():
+        (workspace / "photos" / name).write_bytes(data)
+    os.chmod(workspace / "photos" / "p00.jpg", 0o600)
+    before = {p: p.stat().st_mtime_ns for p in workspace.rglob("*") if p.is_file()}
+    command = "mkdir -p data && mv dataset.bin data/dataset.bin && mv photos archive"
+    srv = serve([call("shell", command=command), {"text": "moved"}])
+    r = shou("run", "tidy up", "--session", "mv", server=srv, SHOU_CHECKPOINT_MAX_MB="1")
+    assert r.returncode == 0, r.stderr
+    assert not (workspace / "dataset.bin").exists() and (workspace / "archive" / "p00.jpg").exists()
+    u = shou("undo", "mv")
+    assert u.returncode == 0 and "Traceback" not in u.stderr, u.stdout + u.stderr
+    assert (workspace / "dataset.bin").read_bytes() == big
+    for name, data in photos.items():
+        assert (workspace / "photos" / name).read_bytes() == data, name
+    assert stat.S_IMODE((workspace / "photos" / "p00.jpg").stat().st_mode) == 0o600
+    assert not (workspace / "data" / "dataset.bin").exists() and not list((workspace / "archive").glob("*"))
+    assert {p: p.stat().st_mtime_ns for p in before} == before  # moved back as they were, times and all
+
+
+def test_a_moved_file_whose_old_path_is_taken_again_is_kept_where_it_is(serve, shou, workspace: Path) -> None:
+    big = os.urandom(2 * 2**20)
+    (workspace / "dataset.bin").write_bytes(big)
+    srv = serve([call("shell", command="mv dataset.bin moved.bin"), {"text": "moved"}])
+    assert shou("run", "move it", "--session", "mv2", server=srv, SHOU_CHECKPOINT_MAX_MB="1").returncode == 0
+    (workspace / "dataset.bin").write_text("the user's new file\n")  # made again outside shou since
+    u = shou("undo", "mv2", "--force")
+    assert (workspace / "moved.bin").read_bytes() == big, u.stdout + u.stderr  # the only copy: kept
+    assert "moved.bin" in u.stderr and "Traceback" not in u.stderr
+
+
+def test_folders_named_like_shou_s_own_are_seen_by_diff_and_undo(serve, shou, workspace: Path) -> None:
+    # The scan skipped any folder whose name folded to .shou or .git, at any depth: on a file system that does
+    # not fold case, `.Shou/`, `.GIT/` and a subfolder's `.shou/` are ordinary folders, and a command's writes
+    # there were in neither `shou diff` nor `shou undo`.
+    command = "mkdir -p .Shou .GIT sub/.shou && echo a > .Shou/a && echo b > .GIT/b && echo c > sub/.shou/c"
+    srv = serve([call("shell", command=command), {"text": "done"}])
+    assert shou("run", "make folders", "--session", "cf", server=srv).returncode == 0
+    d = shou("diff", "cf")
+    for path in (".Shou/a", ".GIT/b", "sub/.shou/c"):
+        assert f"+++ b/{path}" in d.stdout, (path, d.stdout, d.stderr)
+    u = shou("undo", "cf")
+    assert u.returncode == 0, u.stdout + u.stderr
+    assert not any((workspace / p).exists() for p in (".Shou/a", ".GIT/b", "sub/.shou/c"))

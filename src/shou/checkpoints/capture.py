@@ -40,7 +40,9 @@ def _state(data: bytes | None, st: os.stat_result, sha: str | None) -> State:
     mode = stat.S_IMODE(st.st_mode)
     if data is None and sha is None:
         return {"size": st.st_size, "mode": mode, "mtime": st.st_mtime_ns, "big": True}
-    return {"sha": sha, "size": st.st_size, "mode": mode}
+    # the time too: a state shou kept only by size and time (too big then, under a smaller cap or past a
+    # command's budget) is compared with this one by them
+    return {"sha": sha, "size": st.st_size, "mode": mode, "mtime": st.st_mtime_ns}
 
 
 def state_of(book: Book, root: Path, path: str, *, keep: bool = True, sync: bool = True) -> State:
@@ -156,9 +158,11 @@ class Scan:
 
 
 def scan(root: Path, limit: int = SCAN_LIMIT) -> Scan:
-    """List the workspace's regular files (bounded, following no symlink, skipping `.shou/` and `.git/`)."""
+    """List the workspace's regular files (bounded, following no symlink, skipping shou's `.shou/` and git's
+    `.git/` folders)."""
     files: dict[str, Sig] = {}
-    for seen, (rel, st) in enumerate(_walk(str(root), ""), 1):
+    skip = _skipped(str(root))
+    for seen, (rel, st) in enumerate(_walk(str(root), "", skip), 1):
         if seen > limit:
             return Scan(files, False)
         if st is not None:
@@ -166,7 +170,20 @@ def scan(root: Path, limit: int = SCAN_LIMIT) -> Scan:
     return Scan(files, True)
 
 
-def _walk(top: str, prefix: str) -> Iterator[tuple[str, os.stat_result | None]]:
+def _skipped(root: str) -> set[tuple[int, int]]:
+    """The folders a scan never enters, as (device, inode): the workspace's own `.shou/` and `.git/`, however a
+    file system that folds letter case lets them be spelled. Only those: a `.Shou/` on a file system that does
+    not fold case, or a subfolder's `.shou/`, is an ordinary folder a command may change (and undo must see)."""
+    found = set()
+    for name in SKIP:
+        with contextlib.suppress(OSError):
+            st = os.stat(os.path.join(root, name), follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                found.add((st.st_dev, st.st_ino))
+    return found
+
+
+def _walk(top: str, prefix: str, skip: set[tuple[int, int]]) -> Iterator[tuple[str, os.stat_result | None]]:
     try:
         entries = list(os.scandir(top))
     except OSError:
@@ -178,10 +195,11 @@ def _walk(top: str, prefix: str) -> Iterator[tuple[str, os.stat_result | None]]:
         except OSError:
             continue
         if stat.S_ISDIR(st.st_mode):
-            if entry.name.casefold() in SKIP:
+            # a nested repository's `.git/` too, by its exact name: git's internals, not the project's files
+            if (st.st_dev, st.st_ino) in skip or entry.name == ".git":
                 continue
             yield rel, None
-            yield from _walk(entry.path, rel + "/")
+            yield from _walk(entry.path, rel + "/", skip)
         elif stat.S_ISREG(st.st_mode):
             yield rel, st
 

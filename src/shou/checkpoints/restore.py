@@ -4,10 +4,15 @@
 made again, a created one removed. It refuses, listing them, paths whose current content is not what shou
 last left there (changed outside shou since), unless forced. Paths are opened the way the file tools open
 them (workspace.py: one component at a time, no symlink followed), since the workspace is untrusted.
+
+A file whose prior content shou could not keep (too big, or past a command's budget) and that a command moved
+(`mv`: the same size, modification time and mode, under a path the run created) is moved back, not lost: the
+path the run created is never removed while it holds the only copy of what undo cannot put back otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 from dataclasses import dataclass, field
@@ -57,12 +62,109 @@ def undo(book: Book, chosen: list[Change], *, force: bool = False) -> Outcome:
             out.conflicts.append(why)
     if out.conflicts and not force:
         return out
+    done = _moves_back(book, plans, out)
     for p in plans:
+        if p.path in done:
+            continue
         try:
             _restore(book, p.path, p.target, out)
         except (ToolError, OSError) as e:
             out.lost.append(f"{p.path}: {e}")
     return out
+
+
+def _unkept(book: Book, target: State) -> bool:
+    """Whether the file `target` describes cannot be made again from a checkpoint."""
+    if target is None:
+        return False
+    sha = target.get("sha")
+    return not isinstance(sha, str) or book.get_blob(sha) is None
+
+
+def _moves_back(book: Book, plans: list[PathPlan], out: Outcome) -> set[str]:
+    """Move back each file whose prior content was not kept and that the run moved to a path it created (found
+    by size, modification time and mode, as `mv` keeps them); a created path that holds such a file while its
+    old path is taken again is kept, and said so. Returns the paths dealt with."""
+    lost = {p.path: p.target for p in plans if _unkept(book, p.target)}
+    if not lost:
+        return set()
+    done: set[str] = set()
+    for p in plans:
+        if p.target is not None or p.path in done:
+            continue
+        sig = _signature(book.workspace, p.path)
+        if sig is None:
+            continue
+        home = next((path for path, t in lost.items() if path not in done and _matches(sig, t)), None)
+        if home is None:
+            continue
+        done.add(p.path)
+        try:
+            with _locked(book.workspace, p.path, home):
+                if current_state(book, book.workspace, home) is not None:  # a file (or something) is there again
+                    out.lost.append(f"{home}: its old content was not kept, and {p.path} (kept as it is) seems to "
+                                    f"hold it; {home} is taken again")
+                    continue
+                _rename(book.workspace, p.path, home)
+        except (ToolError, OSError) as e:
+            out.lost.append(f"{home}: {e}; {p.path}, which seems to hold it, is kept as it is")
+            continue
+        done.add(home)
+        out.restored.append(home)
+        out.removed.append(p.path)
+    return done
+
+
+def _signature(root: Path, path: str) -> tuple[int, int, int] | None:
+    """(size, modification time in ns, mode) of the workspace file `path`, None when there is none."""
+    try:
+        with open_file(root, path) as f:
+            return f.stat.st_size, f.stat.st_mtime_ns, f.stat.st_mode & 0o7777
+    except (NotFound, ToolError, OSError):
+        return None
+
+
+def _matches(sig: tuple[int, int, int], target: State) -> bool:
+    if target is None or target.get("mtime") is None:
+        return False
+    return sig == (target.get("size"), target.get("mtime"), int(target.get("mode", -1)) & 0o7777)
+
+
+def _locked(root: Path, *paths: str) -> contextlib.ExitStack:
+    """The write locks of `paths`, each once (two paths may share one), always taken in the same order."""
+    stack = contextlib.ExitStack()
+    for lock in sorted({id(lk): lk for lk in (write_lock(root, p) for p in paths)}.values(), key=id):
+        stack.enter_context(lock)
+    return stack
+
+
+def _rename(root: Path, src: str, dst: str) -> None:
+    """Move the workspace file `src` to `dst` (its folders made), no symlink followed on either way."""
+    s, d = relative_parts(root, src), relative_parts(root, dst)
+    src_dir, dst_dir = _folder(root, s[:-1], make=False), _folder(root, d[:-1], make=True)
+    try:
+        os.rename(s[-1], d[-1], src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+    finally:
+        os.close(src_dir)
+        os.close(dst_dir)
+
+
+def _folder(root: Path, parts: tuple[str, ...], *, make: bool) -> int:
+    """An fd of the workspace folder `parts` (made when `make`), each component opened without following a
+    symlink (one there is an error, not a way out of the workspace)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts:
+            if make:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o777, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _restore(book: Book, path: str, target: State, out: Outcome) -> None:
@@ -75,7 +177,8 @@ def _restore(book: Book, path: str, target: State, out: Outcome) -> None:
         sha = target.get("sha")
         data = book.get_blob(sha) if isinstance(sha, str) else None
         if data is None:
-            why = "too big to keep" if target.get("big") else "its checkpoint is gone"
+            why = ("too big to keep (or past what shou keeps of one command's files)"
+                   if target.get("big") else "its checkpoint is gone")
             out.lost.append(f"{path}: {why}; left as it is")
             return
         try:
