@@ -87,8 +87,16 @@ class RequestMaker:
             if not store.count():  # nothing saved yet: do not load an embedding model for nothing
                 return
             from ..memory import recall
+            from ..tools.untrusted import mark_untrusted
 
-            self.recalled = [m.text for m in recall(store, task, self.policy.recall_k)]
+            found = recall(store, task, self.policy.recall_k)
+            # What the model saved itself (save_memory) may come from what it read (a web page, a file): recalled
+            # as outside content, so an instruction planted in one run is not obeyed as the person's in the next.
+            # What the person saved (the CLI, an import) is theirs.
+            self.recalled = [mark_untrusted(m.text, "a memory the agent saved") if m.source == "agent" else m.text
+                             for m in found]
+            if any(m.source == "agent" for m in found):
+                self.untrusted = True  # the system text then says what those delimiters mean
         except Exception as e:  # memory is a help, never a reason to fail the run
             self.emit(Notice(self.run_id, 0, "memory", f"recall failed: {type(e).__name__}: {e}"))
 
