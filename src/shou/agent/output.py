@@ -127,7 +127,12 @@ class OutputSpec:
                 return _cut("\n".join(f"- {'.'.join(map(str, err['loc'])) or '(root)'}: {err['msg']}"
                                       for err in e.errors(include_url=False)))
             return None
-        errors = sorted(self.validator.iter_errors(data), key=lambda err: list(err.absolute_path))
+        from ..tools.schema_regex import UnsafePattern
+
+        try:
+            errors = sorted(self.validator.iter_errors(data), key=lambda err: list(err.absolute_path))
+        except UnsafePattern as e:  # a spec made without `output_spec`'s look at its patterns: told, not a crash
+            return f"- (schema): {e}"
         if not errors:
             return None
         return _cut("\n".join(f"- {'.'.join(map(str, err.absolute_path)) or '(root)'}: {err.message}"
@@ -157,11 +162,19 @@ def output_spec(output_type: Any) -> OutputSpec:
         from jsonschema import SchemaError
         from jsonschema.validators import validator_for
 
+        from ..tools import schema_bounds, schema_regex
+
         cls = validator_for(output_type.schema)
         try:
             cls.check_schema(output_type.schema)
         except SchemaError as e:
             raise UserError(f"the output schema is not a valid JSON schema: {e.message}") from None
+        # The answer is the model's text, checked on the event loop: `pattern` is searched with RE2 (Python's
+        # `re` takes exponential time on `^(a+)+$`), as tools' arguments are, and `uniqueItems` in linear time.
+        # A pattern RE2 cannot run is refused here, where its owner hears of it, not at every answer.
+        if schema_regex.install() and (why := schema_regex.unsafe_pattern(output_type.schema, True)) is not None:
+            raise UserError(f"the output schema cannot be checked: {why}")
+        schema_bounds.install()
         return OutputSpec(output_type.schema, _wire_name(output_type.name), validator=cls(output_type.schema))
     from pydantic import PydanticSchemaGenerationError, PydanticUserError, TypeAdapter
 

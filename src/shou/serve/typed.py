@@ -8,6 +8,7 @@ from typing import Any
 
 from ..agent.output import JsonSchema, output_spec
 from ..errors import UserError
+from ..tools import schema_regex
 
 MAX_SCHEMA_BYTES = 64_000  # a schema, not a payload: it goes into every request of the run
 
@@ -22,6 +23,10 @@ def check_output_schema(schema: dict[str, Any], where: str = "options.output_sch
         output_spec(JsonSchema(schema))
     except UserError as e:
         raise HTTPException(400, f"{where}: {e}") from None
+    # Without RE2, `output_spec` leaves patterns to Python's `re` (a developer's own schema); a caller's pattern
+    # could then hold the event loop for minutes, so a schema from outside with one is refused.
+    if not schema_regex.install() and (why := schema_regex.unsafe_pattern(schema, False)) is not None:
+        raise HTTPException(400, f"{where}: {why}")
 
 
 def requested_schema(response_format: Any) -> dict[str, Any] | None:
