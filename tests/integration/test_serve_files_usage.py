@@ -130,3 +130,24 @@ def test_files_endpoints_are_in_the_openapi_document(served) -> None:
     for path in ("/v1/files", "/v1/files/content", "/v1/usage", "/v1/config"):
         assert path in doc["paths"], path
     assert "put" in doc["paths"]["/v1/files/content"] and "get" in doc["paths"]["/v1/files/content"]
+
+
+@pytest.mark.parametrize("days", ["9" * 5000, "²", "3²", "9" * 19])
+def test_a_number_int_cannot_read_is_a_400_not_a_500(served, days: str) -> None:
+    # `isdigit` then `int`: 5000 digits passed `isdigit` and `int` refused them (Python's 4,300-digit limit),
+    # as it refuses '²', which `isdigit` takes: a 500 with a traceback in the log
+    s, _ = served
+    with s.client(ALICE) as c:
+        r = c.get("/v1/usage", params={"days": days})
+        assert r.status_code == 400 and "days must be a whole number" in r.json()["error"]["message"]
+
+
+def test_every_number_read_from_a_request_is_read_by_one_check() -> None:
+    # what `days`, `after`/Last-Event-ID, an A2A page token and the Content-Length bounds go through: `int`
+    # never sees what it would refuse
+    from shou.serve.server import too_large, whole_number
+
+    assert [whole_number(raw) for raw in ("0", "42", "9" * 18)] == [0, 42, int("9" * 18)]
+    assert [whole_number(raw) for raw in (None, "", "-1", "1.5", "²", "١٢", "9" * 19, "9" * 5000)] == [None] * 8
+    assert too_large("9" * 5000, 10) and too_large("11", 10) and not too_large("10", 10)
+    assert not any(too_large(raw, 10) for raw in (None, "", "²", "x"))
