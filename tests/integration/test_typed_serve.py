@@ -111,3 +111,19 @@ def test_an_output_schema_s_pattern_cannot_freeze_the_server(serve, served, tmp_
                                                    "response_format": {"type": "json_schema", "json_schema": {
                                                        "name": "a", "schema": lookaround}}})
         assert bad.status_code == 400 and "cannot be checked in linear time" in bad.text
+
+
+def test_a_response_format_of_the_wrong_shape_is_a_400(serve, served, tmp_path: Path, workspace: Path) -> None:
+    # `json_schema: "x"` was looked into as a dict: AttributeError, a 500
+    srv = serve([{"text": "unused"}])
+    s = start_serve(workspace, shou_env(tmp_path, srv))
+    served.append(s)
+    with s.client() as c:
+        for json_schema in ("x", ["a"], 3, True, None, {"name": "a", "schema": "x"},
+                            {"name": "a", "schema": [{"type": "string"}]}, {"name": "a"}):
+            r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
+                                                     "response_format": {"type": "json_schema",
+                                                                         "json_schema": json_schema}})
+            assert r.status_code == 400, (json_schema, r.text)
+            assert "response_format.json_schema" in r.json()["error"]["message"]
+    assert srv.requests == []
