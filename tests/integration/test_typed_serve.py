@@ -127,3 +127,19 @@ def test_a_response_format_of_the_wrong_shape_is_a_400(serve, served, tmp_path: 
             assert r.status_code == 400, (json_schema, r.text)
             assert "response_format.json_schema" in r.json()["error"]["message"]
     assert srv.requests == []
+
+
+def test_an_output_schema_that_only_refers_to_itself_is_a_400(serve, served, tmp_path: Path,
+                                                             workspace: Path) -> None:
+    # it was a 202, then each answer "nests too deeply": the run spent 3 model calls on a schema nothing matches
+    srv = serve([{"text": "unused"}])
+    s = start_serve(workspace, shou_env(tmp_path, srv))
+    served.append(s)
+    loop = {"$ref": "#/definitions/a", "definitions": {"a": {"$ref": "#/definitions/a"}}}
+    with s.client() as c:
+        r = c.post("/v1/runs", json={"task": "x", "options": {"output_schema": loop}})
+        assert r.status_code == 400 and "refers to itself" in r.json()["error"]["message"]
+        r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "response_format": {
+            "type": "json_schema", "json_schema": {"name": "a", "schema": loop}}})
+        assert r.status_code == 400 and "refers to itself" in r.json()["error"]["message"]
+    assert srv.requests == []

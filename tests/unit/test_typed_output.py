@@ -212,3 +212,25 @@ def test_an_output_schema_with_a_pattern_re2_cannot_run_is_refused(schema: dict[
     # as a tool's would be: Python's `re` is never the fallback for a pattern that is not linear
     with pytest.raises(UserError, match="cannot be checked in linear time"):
         Agent(ScriptedModel([{"text": "x"}]), [], output_type=JsonSchema(schema))
+
+
+@pytest.mark.parametrize("schema", [
+    {"$ref": "#/definitions/a", "definitions": {"a": {"$ref": "#/definitions/a"}}},
+    {"$ref": "#"},
+    {"allOf": [{"$ref": "#"}]},
+    {"anyOf": [{"type": "string"}, {"$ref": "#"}]},  # a number goes round for ever
+    {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"not": {"$ref": "#/$defs/a"}}}},
+    {"$ref": "#/$defs/a~1b", "$defs": {"a/b": {"$ref": "#/$defs/a%7E1b"}}},
+])
+def test_an_output_schema_that_only_refers_to_itself_is_refused(schema: dict[str, Any]) -> None:
+    # it was taken, and every answer then "nests too deeply": 3 model calls spent on a schema nothing matches
+    with pytest.raises(UserError, match="refers to itself"):
+        output_spec(JsonSchema(schema))
+
+
+def test_a_recursive_schema_that_reaches_a_value_is_taken() -> None:
+    tree = {"type": "object", "properties": {"name": {"$ref": "#/$defs/name"},
+                                             "kids": {"type": "array", "items": {"$ref": "#"}}},
+            "$defs": {"name": {"type": "string"}}}
+    spec = output_spec(JsonSchema(tree))
+    assert spec.check('{"name": "a", "kids": [{"name": "b", "kids": []}]}')[1] is None
