@@ -237,3 +237,18 @@ def test_runs_planted_in_the_workspaces_queue_never_start(serve, start, workspac
         assert "signature" in c.get("/v1/runs/run_planted_alice").json()["error"]
     assert all("PLANTED" not in str(r["messages"]) for r in srv.requests)
     assert len(srv.requests) == 1
+
+
+def test_a_text_part_whose_text_is_not_text_is_refused(serve, start) -> None:
+    # `str()` made a text part's `{"a": 1}` the task "{'a': 1}": a 400 now, and no model call
+    srv = serve([{"text": "hello"}])
+    s = start(srv)
+    with s.client(ALICE) as c:
+        for text in ({"a": 1}, 5, ["x"], None):
+            r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "a"}, {"type": "text", "text": text}]}]})
+            assert r.status_code == 400 and "part 1 is of type text" in r.json()["error"]["message"], (text, r.text)
+        assert srv.requests == []
+        r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]}]})
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "hello"

@@ -27,6 +27,15 @@ def _no_nul(value: Any) -> Any:
 Text = Annotated[str, AfterValidator(_no_nul)]
 
 
+def _text_parts(value: Any) -> Any:
+    """A text part's `text` must be text: anything else became the task through `str()` (`{'a': 1}`)."""
+    if isinstance(value, list):
+        for i, part in enumerate(value):
+            if isinstance(part, dict) and part.get("type") == "text" and not isinstance(part.get("text"), str):
+                raise ValueError(f"part {i} is of type text, and its text must be a string")
+    return value
+
+
 class RunOptions(BaseModel):
     """How to run: limits and the composition features (all optional)."""
 
@@ -179,7 +188,7 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Annotated[str | list[dict[str, Any]] | None, AfterValidator(_no_nul)] = None
+    content: Annotated[str | list[dict[str, Any]] | None, AfterValidator(_text_parts), AfterValidator(_no_nul)] = None
 
 
 class ChatRequest(BaseModel):
