@@ -252,3 +252,24 @@ def test_a_text_part_whose_text_is_not_text_is_refused(serve, start) -> None:
         r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": [
             {"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]}]})
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "hello"
+
+
+def test_values_of_the_wrong_json_type_are_refused(serve, start) -> None:
+    # lax parsing took `max_steps: true` as 1 step, `"5"` as 5, `plan: "yes"` as on, a fork's `at: true` as
+    # step 1 and a decision's `allow: 1` as allowed: each is a 400 now, and no model call is made for them
+    srv = serve([{"text": "hello"}])
+    s = start(srv)
+    with s.client(ALICE) as c:
+        for options in ({"max_steps": True}, {"max_steps": "5"}, {"max_steps": 5.0}, {"token_budget": True},
+                        {"max_cost": True}, {"plan": 1}, {"plan": "yes"}):
+            r = c.post("/v1/runs", json={"task": "x", "options": options})
+            assert r.status_code == 400 and "options" in r.json()["error"]["message"], (options, r.text)
+        assert srv.requests == []
+        run = c.post("/v1/runs", json={"task": "hi", "options": {"max_steps": 3}}).json()
+        stream_run(c, run["run_id"])
+        for at in (True, False, 1.0):
+            r = c.post(f"/v1/sessions/{run['session']}/fork", json={"at": at})
+            assert r.status_code == 400 and "valid integer" in r.json()["error"]["message"], (at, r.text)
+        r = c.post("/v1/approvals/call_x", json={"allow": 1})
+        assert r.status_code == 400 and "allow" in r.json()["error"]["message"]
+        assert c.post(f"/v1/sessions/{run['session']}/fork", json={"at": 1}).status_code == 201
