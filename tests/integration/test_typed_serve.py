@@ -143,3 +143,18 @@ def test_an_output_schema_that_only_refers_to_itself_is_a_400(serve, served, tmp
             "type": "json_schema", "json_schema": {"name": "a", "schema": loop}}})
         assert r.status_code == 400 and "refers to itself" in r.json()["error"]["message"]
     assert srv.requests == []
+
+
+def test_an_output_schema_nested_too_deep_to_check_is_a_400(serve, served, tmp_path: Path, workspace: Path) -> None:
+    # 95 levels pass the body's JSON parser, and jsonschema's look at the schema then passed Python's
+    # recursion limit: a 500
+    srv = serve([{"text": "unused"}])
+    s = start_serve(workspace, shou_env(tmp_path, srv))
+    served.append(s)
+    schema: dict = {"type": "string"}
+    for _ in range(95):
+        schema = {"type": "object", "properties": {"a": schema}}
+    with s.client() as c:
+        r = c.post("/v1/runs", json={"task": "x", "options": {"output_schema": schema}})
+        assert r.status_code == 400 and "nests too deeply" in r.json()["error"]["message"], r.text
+    assert srv.requests == []

@@ -234,3 +234,13 @@ def test_a_recursive_schema_that_reaches_a_value_is_taken() -> None:
             "$defs": {"name": {"type": "string"}}}
     spec = output_spec(JsonSchema(tree))
     assert spec.check('{"name": "a", "kids": [{"name": "b", "kids": []}]}')[1] is None
+
+
+def test_an_output_schema_nested_too_deep_to_check_is_refused() -> None:
+    # jsonschema's look at the schema recursed past Python's limit: a RecursionError (a 500 over serve), not
+    # a UserError its owner could read
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(400):  # 16 KB of JSON: within what serve takes
+        schema = {"type": "object", "properties": {"a": schema}}
+    with pytest.raises(UserError, match="nests too deeply"):
+        output_spec(JsonSchema(schema))

@@ -159,26 +159,10 @@ def output_spec(output_type: Any) -> OutputSpec:
     if isinstance(output_type, dict):
         output_type = JsonSchema(output_type)
     if isinstance(output_type, JsonSchema):
-        from jsonschema import SchemaError
-        from jsonschema.validators import validator_for
-
-        from ..tools import schema_bounds, schema_regex
-
-        cls = validator_for(output_type.schema)
         try:
-            cls.check_schema(output_type.schema)
-        except SchemaError as e:
-            raise UserError(f"the output schema is not a valid JSON schema: {e.message}") from None
-        if (cycle := _ref_cycle(output_type.schema)) is not None:
-            raise UserError(f"the output schema refers to itself without ever saying what a value is ({cycle}): "
-                            "no answer could be checked against it")
-        # The answer is the model's text, checked on the event loop: `pattern` is searched with RE2 (Python's
-        # `re` takes exponential time on `^(a+)+$`), as tools' arguments are, and `uniqueItems` in linear time.
-        # A pattern RE2 cannot run is refused here, where its owner hears of it, not at every answer.
-        if schema_regex.install() and (why := schema_regex.unsafe_pattern(output_type.schema, True)) is not None:
-            raise UserError(f"the output schema cannot be checked: {why}")
-        schema_bounds.install()
-        return OutputSpec(output_type.schema, _wire_name(output_type.name), validator=cls(output_type.schema))
+            return _schema_spec(output_type)
+        except RecursionError:  # jsonschema's own look at the schema recurses as deep as it nests
+            raise UserError("the output schema nests too deeply to be checked") from None
     from pydantic import PydanticSchemaGenerationError, PydanticUserError, TypeAdapter
 
     try:
@@ -189,6 +173,29 @@ def output_spec(output_type: Any) -> OutputSpec:
     # a class names its schema; `list[City]` or a union is just an answer
     name = output_type.__name__ if isinstance(output_type, type) else schema.get("title") or "answer"
     return OutputSpec(schema, _wire_name(name), adapter)
+
+
+def _schema_spec(output_type: JsonSchema) -> OutputSpec:
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+
+    from ..tools import schema_bounds, schema_regex
+
+    cls = validator_for(output_type.schema)
+    try:
+        cls.check_schema(output_type.schema)
+    except SchemaError as e:
+        raise UserError(f"the output schema is not a valid JSON schema: {e.message}") from None
+    if (cycle := _ref_cycle(output_type.schema)) is not None:
+        raise UserError(f"the output schema refers to itself without ever saying what a value is ({cycle}): "
+                        "no answer could be checked against it")
+    # The answer is the model's text, checked on the event loop: `pattern` is searched with RE2 (Python's
+    # `re` takes exponential time on `^(a+)+$`), as tools' arguments are, and `uniqueItems` in linear time.
+    # A pattern RE2 cannot run is refused here, where its owner hears of it, not at every answer.
+    if schema_regex.install() and (why := schema_regex.unsafe_pattern(output_type.schema, True)) is not None:
+        raise UserError(f"the output schema cannot be checked: {why}")
+    schema_bounds.install()
+    return OutputSpec(output_type.schema, _wire_name(output_type.name), validator=cls(output_type.schema))
 
 
 _IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
