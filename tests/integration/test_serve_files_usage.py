@@ -140,6 +140,12 @@ def test_a_number_int_cannot_read_is_a_400_not_a_500(served, days: str) -> None:
     with s.client(ALICE) as c:
         r = c.get("/v1/usage", params={"days": days})
         assert r.status_code == 400 and "days must be a whole number" in r.json()["error"]["message"]
+        # an A2A page token that is no offset of ours lists from the start (it was a 500, and -32603 over JSON-RPC)
+        r = c.get("/a2a/rest/tasks", params={"pageToken": days}, headers={"A2A-Version": "1.0"})
+        assert r.status_code == 200 and r.json()["tasks"] == []
+        r = c.post("/a2a/jsonrpc", headers={"A2A-Version": "1.0"}, json={
+            "jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageToken": days}})
+        assert r.status_code == 200 and "error" not in r.json()
 
 
 def test_every_number_read_from_a_request_is_read_by_one_check() -> None:
