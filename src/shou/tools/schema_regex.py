@@ -107,9 +107,12 @@ def unsafe_pattern(schema: Any, linear: bool) -> str | None:
         else:
             found = []
         for pattern in found:
-            if not _checkable(pattern, linear):
-                why = "RE2 runs no lookaround or backreference" if linear else "google-re2 is not installed"
-                return f"the pattern {pattern[:80]!r} cannot be checked in linear time ({why})"
+            if not linear:
+                return f"the pattern {pattern[:80]!r} cannot be checked in linear time (google-re2 is not installed)"
+            try:
+                _compiled(pattern)
+            except UnsafePattern as e:  # its message has RE2's reason: a lookaround, a backreference, ...
+                return str(e)
         if (why := unsafe_pattern(item, linear)) is not None:
             return why
     return None
