@@ -182,3 +182,30 @@ def test_a_file_whose_name_holds_control_characters_downloads_with_a_plain_name(
         disposition = r.headers["content-disposition"]
         assert "X-Injected" not in r.headers and all(" " <= ch < "\x7f" for ch in disposition), disposition
         assert disposition.startswith('attachment; filename="') and "filename*=UTF-8''" in disposition
+
+
+@pytest.mark.parametrize("days", ["9" * 5000, "²", "3²", "9" * 19])
+def test_a_number_int_cannot_read_is_a_400_not_a_500(served, days: str) -> None:
+    # `isdigit` then `int`: 5000 digits passed `isdigit` and `int` refused them (Python's 4,300-digit limit),
+    # as it refuses '²', which `isdigit` takes: a 500 with a traceback in the log
+    s, _ = served
+    with s.client(ALICE) as c:
+        r = c.get("/v1/usage", params={"days": days})
+        assert r.status_code == 400 and "days must be a whole number" in r.json()["error"]["message"]
+        # an A2A page token that is no offset of ours lists from the start (it was a 500, and -32603 over JSON-RPC)
+        r = c.get("/a2a/rest/tasks", params={"pageToken": days}, headers={"A2A-Version": "1.0"})
+        assert r.status_code == 200 and r.json()["tasks"] == []
+        r = c.post("/a2a/jsonrpc", headers={"A2A-Version": "1.0"}, json={
+            "jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageToken": days}})
+        assert r.status_code == 200 and "error" not in r.json()
+
+
+def test_every_number_read_from_a_request_is_read_by_one_check() -> None:
+    # what `days`, `after`/Last-Event-ID, an A2A page token and the Content-Length bounds go through: `int`
+    # never sees what it would refuse
+    from shou.serve.server import too_large, whole_number
+
+    assert [whole_number(raw) for raw in ("0", "42", "9" * 18)] == [0, 42, int("9" * 18)]
+    assert [whole_number(raw) for raw in (None, "", "-1", "1.5", "²", "١٢", "9" * 19, "9" * 5000)] == [None] * 8
+    assert too_large("9" * 5000, 10) and too_large("11", 10) and not too_large("10", 10)
+    assert not any(too_large(raw, 10) for raw in (None, "", "²", "x"))

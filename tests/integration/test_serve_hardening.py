@@ -237,3 +237,39 @@ def test_runs_planted_in_the_workspaces_queue_never_start(serve, start, workspac
         assert "signature" in c.get("/v1/runs/run_planted_alice").json()["error"]
     assert all("PLANTED" not in str(r["messages"]) for r in srv.requests)
     assert len(srv.requests) == 1
+
+
+def test_a_text_part_whose_text_is_not_text_is_refused(serve, start) -> None:
+    # `str()` made a text part's `{"a": 1}` the task "{'a': 1}": a 400 now, and no model call
+    srv = serve([{"text": "hello"}])
+    s = start(srv)
+    with s.client(ALICE) as c:
+        for text in ({"a": 1}, 5, ["x"], None):
+            r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "a"}, {"type": "text", "text": text}]}]})
+            assert r.status_code == 400 and "part 1 is of type text" in r.json()["error"]["message"], (text, r.text)
+        assert srv.requests == []
+        r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]}]})
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "hello"
+
+
+def test_values_of_the_wrong_json_type_are_refused(serve, start) -> None:
+    # lax parsing took `max_steps: true` as 1 step, `"5"` as 5, `plan: "yes"` as on, a fork's `at: true` as
+    # step 1 and a decision's `allow: 1` as allowed: each is a 400 now, and no model call is made for them
+    srv = serve([{"text": "hello"}])
+    s = start(srv)
+    with s.client(ALICE) as c:
+        for options in ({"max_steps": True}, {"max_steps": "5"}, {"max_steps": 5.0}, {"token_budget": True},
+                        {"max_cost": True}, {"plan": 1}, {"plan": "yes"}):
+            r = c.post("/v1/runs", json={"task": "x", "options": options})
+            assert r.status_code == 400 and "options" in r.json()["error"]["message"], (options, r.text)
+        assert srv.requests == []
+        run = c.post("/v1/runs", json={"task": "hi", "options": {"max_steps": 3}}).json()
+        stream_run(c, run["run_id"])
+        for at in (True, False, 1.0):
+            r = c.post(f"/v1/sessions/{run['session']}/fork", json={"at": at})
+            assert r.status_code == 400 and "valid integer" in r.json()["error"]["message"], (at, r.text)
+        r = c.post("/v1/approvals/call_x", json={"allow": 1})
+        assert r.status_code == 400 and "allow" in r.json()["error"]["message"]
+        assert c.post(f"/v1/sessions/{run['session']}/fork", json={"at": 1}).status_code == 201

@@ -85,3 +85,76 @@ def test_an_openai_client_asks_shou_for_structured_output(serve, served, tmp_pat
     with pytest.raises(openai.BadRequestError, match="response_format"):
         client.chat.completions.create(model="shou", messages=[{"role": "user", "content": "x"}],
                                        response_format={"type": "json_schema"})  # type: ignore[typeddict-item]
+
+
+@pytest.mark.timeout(60)  # the old server ran Python's `re` on the answer: it never answered, now a timeout
+def test_an_output_schema_s_pattern_cannot_freeze_the_server(serve, served, tmp_path: Path, workspace: Path) -> None:
+    # `^(a+)+$` against the model's answer froze the event loop (8.8 s at 28 characters, doubling with each):
+    # patterns are searched in linear time, and one that cannot be is refused with the schema
+    evil = "a" * 5000 + "!"
+    srv = serve([{"tool_calls": [{"name": "final_answer", "arguments": {"answer": evil}}]}] * 3,
+                response_format=False)
+    s = start_serve(workspace, shou_env(tmp_path, srv))
+    served.append(s)
+    with s.client() as c:
+        r = c.post("/v1/runs", json={"task": "x", "options": {"output_schema": {"type": "string",
+                                                                                "pattern": "^(a+)+$"}}})
+        assert r.status_code == 202, r.text
+        stream_run(c, r.json()["run_id"])
+        run = c.get(f"/v1/runs/{r.json()['run_id']}").json()
+        assert run["status"] == "invalid_output" and run["answer"] == json.dumps({"answer": evil})
+        assert "does not match" in json.dumps(srv.requests[1]["messages"])
+        lookaround = {"type": "string", "pattern": "^(?!a)"}
+        bad = c.post("/v1/runs", json={"task": "x", "options": {"output_schema": lookaround}})
+        assert bad.status_code == 400 and "cannot be checked in linear time" in bad.json()["error"]["message"]
+        bad = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
+                                                   "response_format": {"type": "json_schema", "json_schema": {
+                                                       "name": "a", "schema": lookaround}}})
+        assert bad.status_code == 400 and "cannot be checked in linear time" in bad.text
+
+
+def test_a_response_format_of_the_wrong_shape_is_a_400(serve, served, tmp_path: Path, workspace: Path) -> None:
+    # `json_schema: "x"` was looked into as a dict: AttributeError, a 500
+    srv = serve([{"text": "unused"}])
+    s = start_serve(workspace, shou_env(tmp_path, srv))
+    served.append(s)
+    with s.client() as c:
+        for json_schema in ("x", ["a"], 3, True, None, {"name": "a", "schema": "x"},
+                            {"name": "a", "schema": [{"type": "string"}]}, {"name": "a"}):
+            r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
+                                                     "response_format": {"type": "json_schema",
+                                                                         "json_schema": json_schema}})
+            assert r.status_code == 400, (json_schema, r.text)
+            assert "response_format.json_schema" in r.json()["error"]["message"]
+    assert srv.requests == []
+
+
+def test_an_output_schema_that_only_refers_to_itself_is_a_400(serve, served, tmp_path: Path,
+                                                             workspace: Path) -> None:
+    # it was a 202, then each answer "nests too deeply": the run spent 3 model calls on a schema nothing matches
+    srv = serve([{"text": "unused"}])
+    s = start_serve(workspace, shou_env(tmp_path, srv))
+    served.append(s)
+    loop = {"$ref": "#/definitions/a", "definitions": {"a": {"$ref": "#/definitions/a"}}}
+    with s.client() as c:
+        r = c.post("/v1/runs", json={"task": "x", "options": {"output_schema": loop}})
+        assert r.status_code == 400 and "refers to itself" in r.json()["error"]["message"]
+        r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "response_format": {
+            "type": "json_schema", "json_schema": {"name": "a", "schema": loop}}})
+        assert r.status_code == 400 and "refers to itself" in r.json()["error"]["message"]
+    assert srv.requests == []
+
+
+def test_an_output_schema_nested_too_deep_to_check_is_a_400(serve, served, tmp_path: Path, workspace: Path) -> None:
+    # 95 levels pass the body's JSON parser, and jsonschema's look at the schema then passed Python's
+    # recursion limit: a 500
+    srv = serve([{"text": "unused"}])
+    s = start_serve(workspace, shou_env(tmp_path, srv))
+    served.append(s)
+    schema: dict = {"type": "string"}
+    for _ in range(95):
+        schema = {"type": "object", "properties": {"a": schema}}
+    with s.client() as c:
+        r = c.post("/v1/runs", json={"task": "x", "options": {"output_schema": schema}})
+        assert r.status_code == 400 and "nests too deeply" in r.json()["error"]["message"], r.text
+    assert srv.requests == []

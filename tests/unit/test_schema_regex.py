@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 
 from shou.tools.base import Tool, ToolArgumentsError
-from shou.tools.schema_regex import MAX_SCHEMA_DEPTH, UnsafePattern, install, safe_schema
+from shou.tools.schema_regex import MAX_SCHEMA_DEPTH, UnsafePattern, install, safe_schema, unsafe_pattern
 
 EVIL = "a" * 5000 + "!"  # with `^(a+)+$`, backtracking would take longer than the universe has
 
@@ -66,3 +66,15 @@ def test_arguments_nested_past_what_a_recursive_schema_can_check_are_refused() -
     with pytest.raises(ToolArgumentsError, match="nest too deeply"):
         tool.validate({"a": deep})
     assert tool.validate({"a": [[[]]]}) == {"a": [[[]]]}
+
+
+def test_the_pattern_that_makes_a_schema_unsafe_is_named() -> None:
+    # what refuses an output schema (its owner is told, the pattern not silently left out): any pattern RE2
+    # cannot run, and without RE2 (`linear` False) any pattern at all, wherever in the schema it is
+    nested = {"type": "object", "properties": {"enum": {"type": "array", "items": {"pattern": "^(a+)+$"}}}}
+    assert unsafe_pattern(nested, True) is None
+    why = unsafe_pattern(nested, False) or ""
+    assert "'^(a+)+$'" in why and "not installed" in why
+    why = unsafe_pattern({"anyOf": [{}, {"patternProperties": {"(?=x)": {}}}]}, True) or ""
+    assert "'(?=x)' cannot be checked in linear time" in why and "invalid perl operator" in why  # RE2's reason
+    assert unsafe_pattern({"properties": {"pattern": {"type": "string"}}}, False) is None  # a property's name

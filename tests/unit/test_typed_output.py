@@ -182,3 +182,65 @@ def test_an_answer_nested_too_deep_is_feedback_for_the_model_not_a_crash(kind: s
     for text in (deep, '{"answer": ' + deep + "}"):
         value, why = spec.check(text)
         assert value is None and why is not None and "too deeply" in why
+
+
+@pytest.mark.timeout(60)  # the old check ran Python's `re`, which never finishes these: a timeout, not a hang
+def test_an_output_schema_s_patterns_are_searched_in_linear_time() -> None:
+    # `^(a+)+$` against 28 characters held `shou serve`'s event loop for 8.8 s (doubling with each one): an
+    # output schema's patterns are searched with RE2, as tools' arguments are
+    import json
+
+    evil = "a" * 5000 + "!"
+    spec = output_spec(JsonSchema({"type": "string", "pattern": "^(a+)+$"}))
+    _, errors = spec.check(json.dumps(evil), wire=False)  # the message quotes the answer, cut short
+    assert errors is not None and errors.startswith("- (root): 'aaaa") and errors.endswith("[...]")
+    assert "does not match '^(a+)+$'" in (spec.check('"ab"', wire=False)[1] or "")
+    assert spec.check('"aaa"', wire=False)[1] is None
+    keys = output_spec({"type": "object", "patternProperties": {"^(a+)+$": {}}, "additionalProperties": False})
+    _, errors = keys.check(json.dumps({evil: 1}))
+    assert errors is not None and errors.startswith("- (root): 'aaaa")
+    assert "does not match any of the regexes" in (keys.check('{"ab": 1}')[1] or "")
+    assert keys.check(json.dumps({"aaa": 1}))[1] is None
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "string", "pattern": "^(?=a)a+$"},
+    {"type": "object", "properties": {"enum": {"type": "string", "pattern": r"(a)\1"}}},
+    {"type": "object", "patternProperties": {"(?<!b)a": {"type": "integer"}}},
+])
+def test_an_output_schema_with_a_pattern_re2_cannot_run_is_refused(schema: dict[str, Any]) -> None:
+    # as a tool's would be: Python's `re` is never the fallback for a pattern that is not linear
+    with pytest.raises(UserError, match="cannot be checked in linear time"):
+        Agent(ScriptedModel([{"text": "x"}]), [], output_type=JsonSchema(schema))
+
+
+@pytest.mark.parametrize("schema", [
+    {"$ref": "#/definitions/a", "definitions": {"a": {"$ref": "#/definitions/a"}}},
+    {"$ref": "#"},
+    {"allOf": [{"$ref": "#"}]},
+    {"anyOf": [{"type": "string"}, {"$ref": "#"}]},  # a number goes round for ever
+    {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"not": {"$ref": "#/$defs/a"}}}},
+    {"$ref": "#/$defs/a~1b", "$defs": {"a/b": {"$ref": "#/$defs/a%7E1b"}}},
+])
+def test_an_output_schema_that_only_refers_to_itself_is_refused(schema: dict[str, Any]) -> None:
+    # it was taken, and every answer then "nests too deeply": 3 model calls spent on a schema nothing matches
+    with pytest.raises(UserError, match="refers to itself"):
+        output_spec(JsonSchema(schema))
+
+
+def test_a_recursive_schema_that_reaches_a_value_is_taken() -> None:
+    tree = {"type": "object", "properties": {"name": {"$ref": "#/$defs/name"},
+                                             "kids": {"type": "array", "items": {"$ref": "#"}}},
+            "$defs": {"name": {"type": "string"}}}
+    spec = output_spec(JsonSchema(tree))
+    assert spec.check('{"name": "a", "kids": [{"name": "b", "kids": []}]}')[1] is None
+
+
+def test_an_output_schema_nested_too_deep_to_check_is_refused() -> None:
+    # jsonschema's look at the schema recursed past Python's limit: a RecursionError (a 500 over serve), not
+    # a UserError its owner could read
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(400):  # 16 KB of JSON: within what serve takes
+        schema = {"type": "object", "properties": {"a": schema}}
+    with pytest.raises(UserError, match="nests too deeply"):
+        output_spec(JsonSchema(schema))

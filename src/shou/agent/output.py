@@ -127,7 +127,12 @@ class OutputSpec:
                 return _cut("\n".join(f"- {'.'.join(map(str, err['loc'])) or '(root)'}: {err['msg']}"
                                       for err in e.errors(include_url=False)))
             return None
-        errors = sorted(self.validator.iter_errors(data), key=lambda err: list(err.absolute_path))
+        from ..tools.schema_regex import UnsafePattern
+
+        try:
+            errors = sorted(self.validator.iter_errors(data), key=lambda err: list(err.absolute_path))
+        except UnsafePattern as e:  # a spec made without `output_spec`'s look at its patterns: told, not a crash
+            return f"- (schema): {e}"
         if not errors:
             return None
         return _cut("\n".join(f"- {'.'.join(map(str, err.absolute_path)) or '(root)'}: {err.message}"
@@ -154,15 +159,10 @@ def output_spec(output_type: Any) -> OutputSpec:
     if isinstance(output_type, dict):
         output_type = JsonSchema(output_type)
     if isinstance(output_type, JsonSchema):
-        from jsonschema import SchemaError
-        from jsonschema.validators import validator_for
-
-        cls = validator_for(output_type.schema)
         try:
-            cls.check_schema(output_type.schema)
-        except SchemaError as e:
-            raise UserError(f"the output schema is not a valid JSON schema: {e.message}") from None
-        return OutputSpec(output_type.schema, _wire_name(output_type.name), validator=cls(output_type.schema))
+            return _schema_spec(output_type)
+        except RecursionError:  # jsonschema's own look at the schema recurses as deep as it nests
+            raise UserError("the output schema nests too deeply to be checked") from None
     from pydantic import PydanticSchemaGenerationError, PydanticUserError, TypeAdapter
 
     try:
@@ -173,6 +173,117 @@ def output_spec(output_type: Any) -> OutputSpec:
     # a class names its schema; `list[City]` or a union is just an answer
     name = output_type.__name__ if isinstance(output_type, type) else schema.get("title") or "answer"
     return OutputSpec(schema, _wire_name(name), adapter)
+
+
+def _schema_spec(output_type: JsonSchema) -> OutputSpec:
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+
+    from ..tools import schema_bounds, schema_regex
+
+    cls = validator_for(output_type.schema)
+    try:
+        cls.check_schema(output_type.schema)
+    except SchemaError as e:
+        raise UserError(f"the output schema is not a valid JSON schema: {e.message}") from None
+    if (cycle := _ref_cycle(output_type.schema)) is not None:
+        raise UserError(f"the output schema refers to itself without ever saying what a value is ({cycle}): "
+                        "no answer could be checked against it")
+    # The answer is the model's text, checked on the event loop: `pattern` is searched with RE2 (Python's
+    # `re` takes exponential time on `^(a+)+$`), as tools' arguments are, and `uniqueItems` in linear time.
+    # A pattern RE2 cannot run is refused here, where its owner hears of it, not at every answer.
+    if schema_regex.install() and (why := schema_regex.unsafe_pattern(output_type.schema, True)) is not None:
+        raise UserError(f"the output schema cannot be checked: {why}")
+    schema_bounds.install()
+    return OutputSpec(output_type.schema, _wire_name(output_type.name), validator=cls(output_type.schema))
+
+
+_IN_PLACE = ("allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas")
+
+
+def _ref_cycle(schema: dict[str, Any]) -> str | None:
+    """The path of a loop of `$ref`s (and `allOf`, `not`, ...) that apply to the same value, or None.
+
+    Following such a loop never reaches a keyword that looks at the value, nor a part of it (`properties`,
+    `items`: a recursive schema for a tree is fine), so checking any answer recursed until "nests too deeply",
+    and every retry was a model call spent. Only local refs (`#/...`) are followed; `#anchor` and other
+    documents are not, and jsonschema says what it makes of them."""
+    done: set[str] = set()
+    for start in _in_place_nodes(schema):
+        path: list[str] = []
+        on_path: set[str] = set()
+        stack: list[tuple[str, bool]] = [(start, False)]
+        while stack:  # depth first, without recursion: a schema may nest thousands of levels
+            node, leaving = stack.pop()
+            if leaving:
+                path.pop()
+                on_path.discard(node)
+                done.add(node)
+                continue
+            if node in on_path:
+                return " -> ".join("#" + p for p in [*path[path.index(node):], node])
+            if node in done:
+                continue
+            path.append(node)
+            on_path.add(node)
+            stack.append((node, True))
+            stack.extend((nxt, False) for nxt in _in_place_edges(schema, node))
+    return None
+
+
+def _in_place_nodes(schema: Any, pointer: str = "") -> list[str]:
+    """Every place in `schema` that holds a `$ref` (where a loop can start), as JSON pointers."""
+    out: list[str] = []
+    stack: list[tuple[Any, str]] = [(schema, pointer)]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            if isinstance(value.get("$ref"), str):
+                out.append(where)
+            stack.extend((v, f"{where}/{_escape(str(k))}") for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}/{i}") for i, v in enumerate(value))
+    return out
+
+
+def _in_place_edges(schema: dict[str, Any], pointer: str) -> list[str]:
+    """The schemas that apply to the same value as the one at `pointer`: its `$ref`'s target, its `allOf`'s..."""
+    node = _resolve(schema, pointer)
+    if not isinstance(node, dict):
+        return []
+    out: list[str] = []
+    ref = node.get("$ref")
+    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+        from urllib.parse import unquote
+
+        out.append(unquote(ref[1:]))
+    for key in _IN_PLACE:
+        sub = node.get(key)
+        if isinstance(sub, list):
+            out.extend(f"{pointer}/{key}/{i}" for i in range(len(sub)))
+        elif isinstance(sub, dict) and key == "dependentSchemas":
+            out.extend(f"{pointer}/{key}/{_escape(str(k))}" for k in sub)
+        elif isinstance(sub, dict):
+            out.append(f"{pointer}/{key}")
+    return out
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _resolve(schema: Any, pointer: str) -> Any:
+    """The value at a JSON pointer (`/definitions/a`), or None when there is none."""
+    value = schema
+    for part in pointer.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(value, dict):
+            value = value.get(part)
+        elif isinstance(value, list) and part.isascii() and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
 
 
 def _wire_name(name: str) -> str:

@@ -77,7 +77,7 @@ from .answering import answer_question
 from .deciding import decide_calls
 from .jobs import Job, Refused
 from .schema import RunOptions
-from .server import Server
+from .server import Server, whole_number
 from .stream import run_events
 
 __all__ = ["CANCEL_WAIT", "ShouRequestHandler", "session_for"]
@@ -387,7 +387,7 @@ class ShouRequestHandler(RequestHandler):
         size = params.page_size or 50
         if not 1 <= size <= 100:
             raise InvalidParamsError(message="pageSize is 1 to 100")
-        start = int(params.page_token) if params.page_token.isdigit() else 0
+        start = whole_number(params.page_token) or 0  # a token is our own offset; any other starts over
         jobs = [j for j in self.srv.queue.runs(user) if not params.context_id or context_of(j) == params.context_id]
         tasks = []
         for job in jobs:

@@ -33,7 +33,7 @@ from starlette.routing import BaseRoute, Route
 
 from .a2a_card import JSONRPC_PATH, REST_PATH, agent_card
 from .a2a_handler import ShouRequestHandler
-from .server import MAX_BODY, Server, error
+from .server import MAX_BODY, Server, error, too_large
 
 __all__ = ["a2a_routes"]
 
@@ -86,8 +86,7 @@ class _Context(ServerCallContextBuilder):
 
 
 async def _bounded_body(request: Request) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_BODY:
+    if too_large(request.headers.get("content-length"), MAX_BODY):
         raise HTTPException(413, f"the body is larger than {MAX_BODY} bytes")
     body = bytearray()
     async for chunk in request.stream():

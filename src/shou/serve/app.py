@@ -33,7 +33,7 @@ from .info_api import server_config, usage
 from .jobs import Refused
 from .leftovers import close_leftovers
 from .schema import AnswerIn, Decision, RunRequest, openapi
-from .server import SSE_HEADERS, Server, error, read_json, store_errors
+from .server import SSE_HEADERS, Server, error, read_json, store_errors, whole_number
 from .stream import run_events, sse
 from .typed import check_output_schema
 
@@ -42,9 +42,9 @@ log = logging.getLogger("shou.serve")
 
 def last_event_id(request: Request) -> int:
     raw = (request.headers.get("last-event-id") or request.query_params.get("after") or "0").strip()
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+    if (after := whole_number(raw)) is None:
         raise HTTPException(400, f"Last-Event-ID must be an event id (a number), not {raw[:40]!r}")
-    return int(raw)
+    return after
 
 
 # ---------------------------------------------------------------------------------------------- runs

@@ -42,7 +42,7 @@ from ..workspace import (
     write_bytes_beneath,
     write_lock,
 )
-from .server import Server
+from .server import Server, too_large
 
 __all__ = ["MAX_FILE_BYTES", "file_content", "list_folder", "run_screenshot", "upload_file"]
 
@@ -189,8 +189,7 @@ async def upload_file(request: Request) -> Response:
     parts = _parts(srv.workspace, path)
     if not parts:
         raise HTTPException(400, "give the path of a file in the workspace, e.g. ?path=data/input.csv")
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_FILE_BYTES:
+    if too_large(request.headers.get("content-length"), MAX_FILE_BYTES):
         raise HTTPException(413, f"an upload is at most {MAX_FILE_BYTES:,} bytes")
     chunks, size = [], 0
     async for chunk in request.stream():

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..usage_report import UsageRow, usage_report, usage_total
-from .server import Server
+from .server import Server, whole_number
 
 __all__ = ["CURRENCY_SYMBOLS", "server_config", "usage"]
 
@@ -44,11 +44,12 @@ async def usage(request: Request) -> Response:
     srv: Server = request.app.state.server
     user = srv.user(request)
     raw = request.query_params.get("days", "30")
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_DAYS:
+    days = whole_number(raw)
+    if days is None or not 1 <= days <= MAX_DAYS:
         raise HTTPException(400, f"days must be a whole number from 1 to {MAX_DAYS}, not {raw[:20]!r}")
-    since = time.time() - int(raw) * 86400
+    since = time.time() - days * 86400
     rows = await asyncio.to_thread(_rows, srv, user, since)
-    return JSONResponse({"days": int(raw), "rows": [_plain(r) for r in rows], "total": _plain(usage_total(rows))})
+    return JSONResponse({"days": days, "rows": [_plain(r) for r in rows], "total": _plain(usage_total(rows))})
 
 
 def _rows(srv: Server, user: str, since: float) -> list[UsageRow]:

@@ -51,7 +51,8 @@ def _text(message: ChatMessage) -> str:
         return ""
     if isinstance(content, str):
         return content
-    return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    # each text part's text is a string: schema.ChatMessage refuses anything else with a 400
+    return "".join(p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text")
 
 
 def split_request(messages: list[ChatMessage]) -> tuple[str, list[tuple[str, str]], str]:

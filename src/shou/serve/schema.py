@@ -27,10 +27,20 @@ def _no_nul(value: Any) -> Any:
 Text = Annotated[str, AfterValidator(_no_nul)]
 
 
+def _text_parts(value: Any) -> Any:
+    """A text part's `text` must be text: anything else became the task through `str()` (`{'a': 1}`)."""
+    if isinstance(value, list):
+        for i, part in enumerate(value):
+            if isinstance(part, dict) and part.get("type") == "text" and not isinstance(part.get("text"), str):
+                raise ValueError(f"part {i} is of type text, and its text must be a string")
+    return value
+
+
 class RunOptions(BaseModel):
     """How to run: limits and the composition features (all optional)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: JSON's own types only; lax, `max_steps: true` was 1 step, `"5"` 5 and `plan: "yes"` on
+    model_config = ConfigDict(extra="forbid", strict=True)
     max_steps: int | None = Field(None, ge=1, le=500)
     plan: bool = False
     reflect: bool = False
@@ -104,7 +114,7 @@ class ForkRequest(BaseModel):
     """Fork a session: `at` is the last step the fork keeps (the session's step number, or "RUN_ID:STEP";
     default its last step), `name` the new session's (default a fresh one)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # `at: true` was step 1
     at: int | Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")] | None = None
     name: str | None = Field(None, pattern=SESSION_NAME)
 
@@ -120,7 +130,7 @@ class ForkOut(BaseModel):
 class Decision(BaseModel):
     """A person's decision on a call that waits for approval."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # `allow` is true or false, not 1 nor "yes"
     allow: bool
     reason: Text = Field("", max_length=4000)
     run_id: Text | None = Field(None, max_length=200, description="the run, when call ids repeat across runs")
@@ -179,7 +189,7 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Annotated[str | list[dict[str, Any]] | None, AfterValidator(_no_nul)] = None
+    content: Annotated[str | list[dict[str, Any]] | None, AfterValidator(_text_parts), AfterValidator(_no_nul)] = None
 
 
 class ChatRequest(BaseModel):

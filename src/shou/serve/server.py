@@ -20,7 +20,7 @@ from .hub import Hub
 from .jobs import Job, RunQueue
 from .runner import Runner
 
-__all__ = ["MAX_BODY", "SSE_HEADERS", "Server", "error", "read_json"]
+__all__ = ["MAX_BODY", "SSE_HEADERS", "Server", "error", "read_json", "too_large", "whole_number"]
 
 MAX_BODY = 2 * 1024 * 1024  # a task's 400k characters as UTF-8, with room for JSON escapes
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -95,6 +95,22 @@ def _same_origin(request: Request) -> bool:
     return origin.split("://", 1)[-1].lower() == request.headers.get("host", "").lower()
 
 
+def whole_number(raw: str | None, digits: int = 18) -> int | None:
+    """`raw` as a whole number when it is one written in at most `digits` ASCII digits, else None (for a 400).
+    `str.isdigit` alone lets through what `int` then refuses, a 500: '²' and other Unicode digits, and more
+    than 4,300 digits (Python's limit on converting text to an int)."""
+    if raw is None or not (raw.isascii() and raw.isdigit()) or len(raw) > digits:
+        return None
+    return int(raw)
+
+
+def too_large(declared: str | None, most: int) -> bool:
+    """Whether a declared size (a Content-Length) is a number above `most`: one too long to read is."""
+    if declared is None or not (declared.isascii() and declared.isdigit()):
+        return False
+    return len(declared) > 18 or int(declared) > most
+
+
 def error(status: int, message: str, kind: str = "") -> JSONResponse:
     """The API's error shape."""
     kinds = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "conflict",
@@ -126,8 +142,7 @@ async def read_json(request: Request, model: type[BaseModel]) -> Any:
     kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if kind != "application/json":
         raise HTTPException(415, "send the body as JSON, with Content-Type: application/json")
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_BODY:
+    if too_large(request.headers.get("content-length"), MAX_BODY):
         raise HTTPException(413, f"the body is larger than {MAX_BODY} bytes")
     body = bytearray()
     async for chunk in request.stream():

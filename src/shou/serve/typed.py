@@ -8,6 +8,7 @@ from typing import Any
 
 from ..agent.output import JsonSchema, output_spec
 from ..errors import UserError
+from ..tools import schema_regex
 
 MAX_SCHEMA_BYTES = 64_000  # a schema, not a payload: it goes into every request of the run
 
@@ -22,6 +23,10 @@ def check_output_schema(schema: dict[str, Any], where: str = "options.output_sch
         output_spec(JsonSchema(schema))
     except UserError as e:
         raise HTTPException(400, f"{where}: {e}") from None
+    # Without RE2, `output_spec` leaves patterns to Python's `re` (a developer's own schema); a caller's pattern
+    # could then hold the event loop for minutes, so a schema from outside with one is refused.
+    if not schema_regex.install() and (why := schema_regex.unsafe_pattern(schema, False)) is not None:
+        raise HTTPException(400, f"{where}: {why}")
 
 
 def requested_schema(response_format: Any) -> dict[str, Any] | None:
@@ -36,11 +41,27 @@ def requested_schema(response_format: Any) -> dict[str, Any] | None:
         return None
     if kind == "json_object":
         return {"type": "object"}
-    schema = (response_format.get("json_schema") or {}).get("schema") if kind == "json_schema" else None
-    if not isinstance(schema, dict):
+    if kind != "json_schema":
         raise HTTPException(400, "response_format: give {\"type\": \"json_schema\", \"json_schema\": {\"name\", "
                                  "\"schema\"}}, {\"type\": \"json_object\"} or {\"type\": \"text\"}")
+    # each level checked for what it is before it is looked into: a string there was an AttributeError, a 500
+    spec = response_format.get("json_schema")
+    if not isinstance(spec, dict):
+        raise HTTPException(400, "response_format.json_schema: must be an object {\"name\", \"schema\"}, not "
+                                 f"{_json_type(spec)}")
+    schema = spec.get("schema")
+    if not isinstance(schema, dict):
+        raise HTTPException(400, f"response_format.json_schema.schema: must be a JSON schema (an object), not "
+                                 f"{_json_type(schema)}")
     return schema
+
+
+def _json_type(value: Any) -> str:
+    """What `value` is called in JSON, for a message: a caller wrote JSON, not Python."""
+    if value is None:
+        return "missing or null"
+    kinds = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"), (list, "an array"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "an object")
 
 
 def typed_output(options: dict[str, Any], status: str, answer: str) -> Any:

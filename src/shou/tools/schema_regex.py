@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "UnsafePattern", "install", "safe_schema"]
+__all__ = ["MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "UnsafePattern", "install", "safe_schema", "unsafe_pattern"]
 
 MAX_SCHEMA_BYTES = 64_000  # of a tool's schema as JSON: it goes to the model with every request, too
 MAX_SCHEMA_DEPTH = 32
@@ -87,6 +87,35 @@ def safe_schema(schema: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
         return None, f"its input schema nests deeper than {MAX_SCHEMA_DEPTH} levels"
     linear = install()
     return _without_unsafe(schema, linear), ""
+
+
+def unsafe_pattern(schema: Any, linear: bool) -> str | None:
+    """Why `schema` cannot be checked in linear time (its first `pattern` or `patternProperties` key RE2 cannot
+    run; any, when `linear` is False: RE2 is not installed), or None. For a schema whose owner is told instead
+    of the pattern being left out (`safe_schema`): an output schema. Every value is looked through, `enum`'s and
+    `const`'s too: a property may be named `enum`, and refusing an odd constant is better than missing a
+    pattern."""
+    if isinstance(schema, list):
+        return next((why for v in schema if (why := unsafe_pattern(v, linear)) is not None), None)
+    if not isinstance(schema, dict):
+        return None
+    for key, item in schema.items():
+        if key == "pattern" and isinstance(item, str):
+            found = [item]
+        elif key == "patternProperties" and isinstance(item, dict):
+            found = list(item)
+        else:
+            found = []
+        for pattern in found:
+            if not linear:
+                return f"the pattern {pattern[:80]!r} cannot be checked in linear time (google-re2 is not installed)"
+            try:
+                _compiled(pattern)
+            except UnsafePattern as e:  # its message has RE2's reason: a lookaround, a backreference, ...
+                return str(e)
+        if (why := unsafe_pattern(item, linear)) is not None:
+            return why
+    return None
 
 
 def _depth(value: Any, level: int = 0) -> int:
