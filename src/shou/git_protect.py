@@ -57,7 +57,7 @@ class Protected:
 
     git_dirs: tuple[str, ...]
     read_only: tuple[str, ...]
-    # Shell start-up files missing in a workspace of $HOME (`workspace.missing_host_files`): removed when made.
+    # Start-up files missing in the workspace (`workspace.missing_host_files`): removed when the program makes them.
     absent: tuple[str, ...] = ()
 
 
@@ -191,7 +191,7 @@ def remove_planted(workspace: Path, protected: Protected) -> str:
                     os.unlink(path)
                 removed.append(f"{rel}/{name}")
     startup = []
-    for name in protected.absent:  # a shell start-up file made in a workspace of $HOME: the host would run it
+    for name in protected.absent:  # a start-up file made in the workspace: the host would run it
         path = Path(workspace) / name
         if not os.path.lexists(path):
             continue
@@ -206,8 +206,8 @@ def remove_planted(workspace: Path, protected: Protected) -> str:
         notes.append(f"removed {', '.join(removed)}, which the program created: git would take the repository's "
                      "config and hooks from where it points")
     if startup:
-        notes.append(f"removed {', '.join(startup)}, which the program created in the home folder: the host's "
-                     "shells would run it")
+        notes.append(f"removed {', '.join(startup)}, which the program created: the host would run it (a shell "
+                     "start-up file, or Python's sitecustomize)")
     return "; ".join(notes)
 
 

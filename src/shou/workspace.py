@@ -122,8 +122,10 @@ def host_parts(workspace: Path) -> list[tuple[tuple[str, ...], bool]]:
     is inside, its `HOME_FILES` and `HOME_FOLDERS`. Sandboxed code writing there would run on the host,
     outside the sandbox, at the next `shou` (a `.pth` in a project's `.venv`) or the next login.
 
-    A `sys.path` entry that is the workspace itself is left out: `python -m shou` puts the working folder
-    there, and the workspace's root cannot be read-only (the installed `shou` command does not do that)."""
+    A `sys.path` entry that is the workspace itself (`python -m shou` puts the working folder there, an
+    editable install of a project without a `src` folder its root) cannot be read-only: only the
+    `sitecustomize.py` and `usercustomize.py` Python imports at every start are listed for it (a module
+    named like one shou imports could still be put there: see SECURITY.md)."""
     import site
     import sys
 
@@ -137,8 +139,12 @@ def host_parts(workspace: Path) -> list[tuple[tuple[str, ...], bool]]:
     for prefix in {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}:
         add(prefix, True)
     for entry in sys.path:
-        if entry:  # "" is the working folder, looked up at import time: see above
-            add(entry, True, root_ok=False)
+        if not entry:  # "" is the working folder, looked up at import time: see above
+            continue
+        add(entry, True, root_ok=False)
+        if () in _inside_parts(entry, workspace):
+            for name in ("sitecustomize.py", "usercustomize.py"):
+                add(os.path.join(entry, name), False)
     with contextlib.suppress(Exception):  # site may be disabled (-S) or its user site unknown
         add(site.getuserbase(), True)
         add(site.getusersitepackages(), True)
@@ -157,8 +163,9 @@ def _missing_file(workspace: Path, parts: tuple[str, ...], folder: bool) -> bool
 
 
 def missing_host_files(workspace: Path) -> tuple[str, ...]:
-    """The `HOME_FILES` missing directly in the workspace (a workspace of `$HOME`): the sandbox cannot bind
-    them (see `read_only_tops`), so a file the program makes there is removed after its call."""
+    """The start-up files of `host_parts` missing directly in the workspace (`HOME_FILES` in a workspace of
+    `$HOME`, `sitecustomize.py` when it is on `sys.path`): the sandbox cannot bind them (see
+    `read_only_tops`), so a file the program makes there is removed after its call."""
     return tuple(dict.fromkeys(parts[0] for parts, folder in host_parts(workspace)
                                if _missing_file(workspace, parts, folder)))
 

@@ -33,9 +33,10 @@ ATTACKS = {
     "response cache": "mkdir -p .cache/shou && echo x > .cache/shou/x",
     "venv .pth": f"echo 'import os' > {VENV_SITE}/evil.pth",
     "rename .venv away": f"mv .venv .venv-old && mkdir -p {VENV_SITE} && echo 'import os' > {VENV_SITE}/evil.pth",
+    "sitecustomize (workspace on sys.path)": "echo 'import os' > sitecustomize.py",
 }
 PLANTED = [".profile", ".bash_profile", f"{SITE}/usercustomize.py", ".ssh/authorized_keys", ".cache/shou/x",
-           f"{VENV_SITE}/evil.pth", ".local-old", ".venv-old"]
+           f"{VENV_SITE}/evil.pth", ".local-old", ".venv-old", "sitecustomize.py"]
 
 
 @pytest.fixture
@@ -51,7 +52,8 @@ def home(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(site, "USER_BASE", None)
     monkeypatch.setattr(site, "USER_SITE", None)
     monkeypatch.setattr(sys, "prefix", str(workspace / ".venv"))
-    monkeypatch.setattr(sys, "path", [*sys.path, str(workspace / VENV_SITE)])
+    # `python -m shou` run in the workspace puts it on sys.path too.
+    monkeypatch.setattr(sys, "path", [*sys.path, str(workspace / VENV_SITE), str(workspace)])
     return workspace
 
 

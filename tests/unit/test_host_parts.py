@@ -41,6 +41,7 @@ def test_host_parts_lists_the_venv_the_user_site_and_the_home_start_up_files(hom
         assert (name,) in parts
     assert (".cache", "shou") in parts
     assert () not in parts  # the workspace on sys.path (`python -m shou`) is left out: its root stays writable
+    assert ("sitecustomize.py",) in parts and ("usercustomize.py",) in parts  # but what Python imports at start
 
 
 def test_nothing_is_listed_when_the_home_and_python_are_elsewhere(tmp_path: Path) -> None:
@@ -67,7 +68,7 @@ def test_a_start_up_file_the_program_made_is_removed(home_ws: Path) -> None:
     (home_ws / ".zshenv").mkdir()
     note = remove_planted(home_ws, protected)
     assert not (home_ws / ".bash_profile").exists() and not (home_ws / ".zshenv").exists()
-    assert ".bash_profile" in note and "home folder" in note
+    assert ".bash_profile" in note and "host would run it" in note
     assert remove_planted(home_ws, Protected((), ())) == ""
 
 
