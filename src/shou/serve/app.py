@@ -9,7 +9,9 @@ indistinguishable from one that does not exist.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,6 +25,7 @@ from starlette.routing import Route
 from ..session import Session, new_session_name
 from ..store.locks import SessionBusy
 from ..tools.executor import parse_arguments
+from ..trace import usage_json
 from . import page
 from .answering import answer_question, waiting_questions
 from .deciding import decide_calls, waiting_calls
@@ -74,7 +77,15 @@ async def list_runs(request: Request) -> Response:
 
 async def get_run(request: Request) -> Response:
     srv: Server = request.app.state.server
-    return JSONResponse(srv.job(request, srv.user(request)).public())
+    job = srv.job(request, srv.user(request))
+    if job.status in ("queued", "running"):
+        # Its end may be in the log (a stream has shown it) a moment before the replica that ran it records it
+        # in the queue: the run is answered as the log says, so a client that saw the end never reads "running".
+        end = srv.runner.logged_end(job)
+        if end is not None:
+            job = dataclasses.replace(job, status=end.status, answer=end.answer, error=end.error or "",
+                                      usage=usage_json(end.usage), finished=time.time())
+    return JSONResponse(job.public())
 
 
 async def run_stream(request: Request) -> Response:

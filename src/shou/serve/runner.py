@@ -194,7 +194,7 @@ class Runner:
             if run is not None and run.waiting and not session.pending_approvals and not session.pending_questions:
                 self.resume(job.run_id)
             elif run is None:  # its end is logged (cancelled from the CLI, closed by another task)
-                end = self._logged_end(job)
+                end = self.logged_end(job)
                 if end is not None:
                     self.queue.close_waiting(job.run_id, end.status, end.answer, end.error or "",
                                              usage_json(end.usage))
@@ -287,7 +287,7 @@ class Runner:
         open_run = session.open_run
         ours = open_run is not None and open_run.run_id == job.run_id
         if not ours:
-            ended = self._logged_end(job)
+            ended = self.logged_end(job)
             if ended is not None or job.cancel:
                 # It ended already (its replica died before saying so), or never started and was cancelled.
                 end = ended or RunFinished(job.run_id, "cancelled", "", 0, Usage(), 0.0, "cancelled before it started")
@@ -296,7 +296,7 @@ class Runner:
         if job.cancel:
             assert open_run is not None
             self._close_cancelled(session, open_run)
-            self._record_end(job, self._logged_end(job))
+            self._record_end(job, self.logged_end(job))
             return
         agent = self.agent_for(job.options, job.user)
         events = agent.stream_resume(session) if ours else agent.stream(job.task, session, run_id=job.run_id)
@@ -313,7 +313,8 @@ class Runner:
         else:  # committed before it was handed on
             self.hub.stored(session, self.store.committed.get(session))
 
-    def _logged_end(self, job: Job) -> RunFinished | None:
+    def logged_end(self, job: Job) -> RunFinished | None:
+        """The end of run `job` as its session's log has it (None: not ended there)."""
         ends = [e for _, e in self.store.run_rows(job.session, job.run_id)
                 if isinstance(e, RunFinished) and e.run_id == job.run_id and not e.parent]
         return ends[-1] if ends else None
