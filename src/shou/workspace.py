@@ -118,33 +118,31 @@ def _inside_parts(path: str, workspace: Path) -> list[tuple[str, ...]]:
 
 def host_parts(workspace: Path) -> list[tuple[tuple[str, ...], bool]]:
     """What the host runs code from or trusts that lies inside `workspace`, as (components, is a folder):
-    the Python running shou (its prefixes, every `sys.path` entry, the user site) and, when the home folder
+    the Python running shou (its prefixes, shou's own package, the user site) and, when the home folder
     is inside, its `HOME_FILES` and `HOME_FOLDERS`. Sandboxed code writing there would run on the host,
     outside the sandbox, at the next `shou` (a `.pth` in a project's `.venv`) or the next login.
 
-    A `sys.path` entry that is the workspace itself (`python -m shou` puts the working folder there, an
-    editable install of a project without a `src` folder its root) cannot be read-only: only the
-    `sitecustomize.py` and `usercustomize.py` Python imports at every start are listed for it (a module
-    named like one shou imports could still be put there: see SECURITY.md)."""
+    Of the other `sys.path` entries (a project's own `src/` of an editable install, `PYTHONPATH`, the working
+    folder of `python -m shou`) only the `sitecustomize.py` and `usercustomize.py` Python imports at every start
+    are listed: the project's code stays writable (its packages are not what shou imports: site-packages come
+    first), except shou's own package when shou runs from the workspace (working on shou itself). A module
+    named like one shou imports could still be put in the working folder of `python -m shou`: see SECURITY.md."""
     import site
     import sys
 
     found: list[tuple[tuple[str, ...], bool]] = []
 
-    def add(path: str, folder: bool, *, root_ok: bool = True) -> None:
+    def add(path: str, folder: bool) -> None:
         for parts in _inside_parts(path, workspace):
-            if (parts or root_ok) and (parts, folder) not in found:
+            if (parts, folder) not in found:
                 found.append((parts, folder))
 
     for prefix in {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}:
         add(prefix, True)
+    add(os.path.dirname(os.path.abspath(__file__)), True)  # shou's own code
     for entry in sys.path:
-        if not entry:  # "" is the working folder, looked up at import time: see above
-            continue
-        add(entry, True, root_ok=False)
-        if () in _inside_parts(entry, workspace):
-            for name in ("sitecustomize.py", "usercustomize.py"):
-                add(os.path.join(entry, name), False)
+        for name in ("sitecustomize.py", "usercustomize.py"):
+            add(os.path.join(entry or os.getcwd(), name), False)
     with contextlib.suppress(Exception):  # site may be disabled (-S) or its user site unknown
         add(site.getuserbase(), True)
         add(site.getusersitepackages(), True)
@@ -159,15 +157,15 @@ def host_parts(workspace: Path) -> list[tuple[tuple[str, ...], bool]]:
 
 
 def _missing_file(workspace: Path, parts: tuple[str, ...], folder: bool) -> bool:
-    return len(parts) == 1 and not folder and not os.path.lexists(workspace / parts[0])
+    return not folder and not os.path.lexists(workspace.joinpath(*parts))
 
 
 def missing_host_files(workspace: Path) -> tuple[str, ...]:
-    """The start-up files of `host_parts` missing directly in the workspace (`HOME_FILES` in a workspace of
-    `$HOME`, `sitecustomize.py` when it is on `sys.path`): the sandbox cannot bind them (see
-    `read_only_tops`), so a file the program makes there is removed after its call."""
-    return tuple(dict.fromkeys(parts[0] for parts, folder in host_parts(workspace)
-                               if _missing_file(workspace, parts, folder)))
+    """The start-up files of `host_parts` missing in the workspace (`HOME_FILES` in a workspace of `$HOME`, a
+    `sitecustomize.py` of a `sys.path` entry): the sandbox cannot bind them (see `read_only_tops`), so a file
+    the program makes there is removed after its call."""
+    return tuple(dict.fromkeys("/".join(parts) for parts, folder in host_parts(workspace)
+                               if parts and _missing_file(workspace, parts, folder)))
 
 
 def read_only_tops(workspace: Path) -> tuple[list[str], list[str]]:
@@ -195,8 +193,8 @@ def read_only_tops(workspace: Path) -> tuple[list[str], list[str]]:
             raise UserError(f"the workspace {workspace} holds the Python that runs shou; sandboxed code would be "
                             "able to change what shou runs. Run shou in another folder")
         if _missing_file(workspace, parts, folder):
-            if parts[0] not in absent:
-                absent.append(parts[0])
+            if "/".join(parts) not in absent:
+                absent.append("/".join(parts))
         elif parts[0] not in tops:
             tops.append(parts[0])
     for top in tops:

@@ -35,7 +35,7 @@ def home_ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_host_parts_lists_the_venv_the_user_site_and_the_home_start_up_files(home_ws: Path) -> None:
     parts = {p for p, _ in host_parts(home_ws)}
-    assert (".venv",) in parts and (".venv", "lib", "python3.11", "site-packages") in parts
+    assert (".venv",) in parts  # the prefix, site-packages and all
     assert (".local",) in parts and any(p[:2] == (".local", "lib") and p[-1] == "site-packages" for p in parts)
     for name in (".bashrc", ".profile", ".bash_profile", ".zshenv", ".inputrc", ".ssh", ".gitconfig"):
         assert (name,) in parts
@@ -92,3 +92,31 @@ def test_the_file_tools_do_not_write_there(home_ws: Path, path: str) -> None:
         open_file(home_ws, path, write=True, create=True)
     with open_file(home_ws, "notes.txt", write=True, create=True) as f:
         f.replace(b"ok")
+
+
+def test_a_project_s_own_code_on_sys_path_stays_writable_but_not_what_python_runs_at_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An editable install puts the project's `src/` on sys.path: listing the whole entry made the project's own
+    # code read-only to the agent working on it. Only sitecustomize.py/usercustomize.py (imported at every
+    # start) are the host's there.
+    ws = tmp_path / "proj"
+    (ws / "src" / "pkg").mkdir(parents=True)
+    monkeypatch.setenv("SHOU_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setattr(sys, "path", [*sys.path, str(ws / "src")])
+    parts = {p for p, _ in host_parts(ws)}
+    assert parts == {("src", "sitecustomize.py"), ("src", "usercustomize.py")}, parts
+    with open_file(ws, "src/pkg/mod.py", write=True, create=True) as f:
+        f.replace(b"x = 1\n")
+    with pytest.raises(ToolError, match="runs code from"):
+        open_file(ws, "src/sitecustomize.py", write=True, create=True)
+    tops, absent = read_only_tops(ws)
+    assert tops == [] and absent == ["src/sitecustomize.py", "src/usercustomize.py"]
+
+
+def test_shou_s_own_code_in_the_workspace_is_the_host_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shou.workspace
+
+    package = Path(shou.workspace.__file__).resolve().parent
+    ws = package.parents[1]  # shou's own checkout (src/shou), as when working on shou with shou
+    monkeypatch.setenv("SHOU_CONFIG_DIR", str(tmp_path / "config"))
+    assert package.relative_to(ws).parts in {p for p, _ in host_parts(ws)}
