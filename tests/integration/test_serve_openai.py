@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,3 +71,50 @@ def test_openai_client_errors(served) -> None:
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="shou", messages=[{"role": "system", "content": "only this"}])
+
+
+def test_a_run_that_waits_for_an_approval_is_said_so_at_once(serve, tmp_path: Path, workspace: Path) -> None:
+    # A chat completion whose agent asks to run a command the person must approve: the non-streamed answer
+    # never came (no byte, no keep-alive) until the client gave up, and the stream said nothing of the wait.
+    import httpx
+    import openai
+
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    (config / "shou.toml").write_text('[permissions]\nask = ["shell"]\n')
+    shell = {"tool_calls": [{"name": "shell", "arguments": {"command": "echo hi"}}]}
+    srv = serve([shell, {"text": "ran it"}, shell, {"text": "ran it again"}])
+    (tmp_path / "tokens").write_text(f"{TOKEN} carol\n")
+    (tmp_path / "tokens").chmod(0o600)
+    s = start_serve(workspace, shou_env(tmp_path, srv), "--tokens", str(tmp_path / "tokens"))
+    try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key=TOKEN, max_retries=0, timeout=60)
+        with pytest.raises(openai.APIStatusError) as caught:
+            client.chat.completions.create(model="shou", messages=[{"role": "user", "content": "run echo hi"}])
+        assert caught.value.status_code == 409, caught.value
+        message = str(caught.value)
+        assert "waiting for a person" in message and "approval of shell" in message and "/v1/approvals" in message
+        with s.client(TOKEN) as c:
+            (waiting,) = c.get("/v1/approvals").json()["approvals"]
+            assert c.post(f"/v1/approvals/{waiting['call_id']}", json={"allow": True}).status_code == 200
+            run_id = message.split("run ", 1)[1].split()[0]
+            deadline = time.monotonic() + 60
+            while c.get(f"/v1/runs/{run_id}").json()["status"] != "completed":
+                assert time.monotonic() < deadline, "the approved run never ended"
+                time.sleep(0.05)  # the run's status, polled: the API has no event for it
+            assert c.get(f"/v1/runs/{run_id}").json()["answer"] == "ran it"
+
+            lines: list[str] = []
+            body = {"model": "shou", "stream": True, "messages": [{"role": "user", "content": "again"}]}
+            with httpx.stream("POST", s.url + "/v1/chat/completions", json=body, timeout=60,
+                              headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+                for line in r.iter_lines():
+                    lines.append(line)
+                    if line.startswith(": waiting for a person: approval of shell"):
+                        (waiting,) = c.get("/v1/approvals").json()["approvals"]
+                        c.post(f"/v1/approvals/{waiting['call_id']}", json={"allow": True})
+            assert any(line.startswith(": waiting for a person") for line in lines), lines
+            data = [line for line in lines if line]
+            assert data[-1] == "data: [DONE]" and any("ran it again" in line for line in data), lines
+    finally:
+        s.stop()

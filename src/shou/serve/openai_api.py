@@ -24,7 +24,9 @@ from ..agent.agent import Agent
 from ..agent.emitter import Emitter
 from ..events import (
     WAITING,
+    ApprovalRequested,
     Event,
+    InputRequested,
     ModelResponse,
     RunFinished,
     RunStarted,
@@ -126,8 +128,21 @@ async def chat_completions(request: Request) -> Response:
         return StreamingResponse(_chunks(events, completion_id, body.model, usage, typed=schema is not None),
                                  media_type="text/event-stream", headers=SSE_HEADERS)
     final: dict[str, Any] = {}
+    asked: list[str] = []
     async for _, event in events:
-        if isinstance(event, RunFinished) and event.run_id == job.run_id and not event.parent:
+        if isinstance(event, (ApprovalRequested, InputRequested)) and not event.parent:
+            asked.append(_asked(event))
+        elif isinstance(event, RunFinished) and event.run_id == job.run_id and not event.parent \
+                and event.status in WAITING:
+            # A chat client cannot approve or answer: it is told at once, with what the run waits for and
+            # where to decide it, instead of waiting with no byte until the person decides elsewhere.
+            return JSONResponse({"error": {
+                "message": f"run {job.run_id} is waiting for a person ({'; '.join(asked) or event.status}): "
+                           f"decide it on the web page or with GET /v1/approvals and POST /v1/approvals/CALL_ID "
+                           f"(a question: POST /v1/runs/{job.run_id}/answer), then GET /v1/runs/{job.run_id} for "
+                           "its answer", "type": event.status,
+                "run_id": job.run_id}}, 409)
+        elif isinstance(event, RunFinished) and event.run_id == job.run_id and not event.parent:
             final = {"answer": event.answer, "status": event.status, "usage": event.usage, "error": event.error}
         elif isinstance(event, dict) and event.get("type") == "run_finished":
             final = {"answer": event.get("answer", ""), "status": event.get("status"), "usage": Usage(),
@@ -141,6 +156,13 @@ async def chat_completions(request: Request) -> Response:
                      "finish_reason": "stop"}],
         "usage": _usage(final["usage"]),
     })
+
+
+def _asked(event: ApprovalRequested | InputRequested) -> str:
+    """What a run waits for, in a line."""
+    if isinstance(event, ApprovalRequested):
+        return f"approval of {event.call.name} ({event.why})"[:300]
+    return f"an answer to: {event.question}"[:300]
 
 
 def _usage(usage: Usage) -> dict[str, int]:
@@ -186,6 +208,8 @@ async def _chunks(events: AsyncIterator[tuple[int | None, Event | dict[str, Any]
             yield _comment(f"tool {event.call.name} {event.call.arguments}")
         elif isinstance(event, ToolCallFinished):
             yield _comment(f"result {event.name}{' error' if event.is_error else ''} {event.content}")
+        elif isinstance(event, (ApprovalRequested, InputRequested)):
+            yield _comment(f"waiting for a person: {_asked(event)}")  # the run goes on once it is decided
         elif isinstance(event, RunFinished) and event.status not in WAITING:
             sent = streamed.get(event.steps, "")
             rest = event.answer[len(sent):] if event.answer.startswith(sent) else event.answer
