@@ -63,3 +63,19 @@ def test_a_bad_task_file_is_a_clear_error(tmp_path: Path) -> None:
     done = _shou("batch", str(tasks), cwd=tmp_path)
     assert done.returncode == 2 and "tasks.jsonl:2" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "shou-results").exists()
+
+
+def test_a_case_field_of_a_wrong_type_is_an_error_naming_the_line_for_batch_and_eval(tmp_path: Path) -> None:
+    # these were tracebacks: a TypeError from the task, one from the limits after the progress bar began, and an
+    # IsADirectoryError from writing the fixture file "" (the workspace itself)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "done"}]))
+    tasks = tmp_path / "tasks.jsonl"
+    for line in ('{"id":"a","task":123}', '{"id":"a","task":"x","limits":{"steps":"ten"}}',
+                 '{"id":"a","task":"x","files":{"":"x"}}', '{"id":"a","task":"x","files":{".":"x"}}'):
+        tasks.write_text('{"id":"ok","task":"x"}\n' + line + "\n")
+        for command in ("batch", "eval"):
+            done = _shou(command, str(tasks), "--out", str(tmp_path / "out"), "--model", f"scripted:{script}",
+                         cwd=tmp_path)
+            assert done.returncode == 2, (line, command, done.stderr)
+            assert "tasks.jsonl:2: " in done.stderr and "Traceback" not in done.stderr, (line, command, done.stderr)

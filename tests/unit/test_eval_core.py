@@ -293,3 +293,37 @@ def test_a_case_line_with_a_deep_field_is_a_user_error_naming_its_line(tmp_path:
     cases.write_text('{"id": "a", "task": "t", "tags": ' + "[" * 600 + "]" * 600 + "}\n")
     with pytest.raises(UserError, match=r"cases\.jsonl:1"):
         list(load_cases(cases))
+
+
+@pytest.mark.parametrize("extra", [
+    {"task": 123}, {"task": None}, {"task": [1]}, {"id": 5}, {"id": {}},
+    {"limits": {"steps": "ten"}}, {"limits": {"steps": 1.5}}, {"limits": {"steps": True}}, {"limits": {"steps": 0}},
+    {"limits": {"tokens": "x"}}, {"limits": {"time": "x"}}, {"limits": {"time": 0}}, {"limits": {"cost": -1}},
+    {"limits": {"cost": "zz"}}, {"limits": {"time": 1e999}},
+    {"files": {"": "x"}}, {"files": {".": "x"}}, {"files": {"d/": "x"}}, {"files": {"a//b": "x"}},
+    {"files": {"./a": "x"}}, {"files": {"/etc/x": "x"}}, {"files": {"a/../b": "x"}}, {"files": {"a\x00b": "x"}},
+    {"files": {"d": "x", "d/e": "y"}}, {"files": {"n" * 300: "x"}},
+    {"model": 5}, {"plan": "no"}, {"code": 1}, {"reflect": []}, {"tags": 5}, {"tags": "ab"}, {"tags": [1]},
+    {"metadata": [1]}, {"solution": 5}, {"solution": {"turns": 5}},
+    {"checks": [{"judge": "r", "threshold": "x"}]}, {"checks": [{"judge": "r", "threshold": [1]}]},
+    {"checks": [{"judge": "r", "model": 5}]}, {"checks": [{"answer_contains": "x", "ignore_case": "no"}]},
+    {"checks": [{"file": "f", "exists": "no"}]},
+])
+def test_every_field_of_a_case_is_checked_as_it_is_read(extra: dict, tmp_path: Path) -> None:
+    # each used to be taken as read and fail later as a TypeError, ValueError or IsADirectoryError traceback
+    # (task 123 in Case.tasks, limits in AgentConfig after the progress bar began, files {"": ...} in _fixture),
+    # or be quietly misread (bool("no") is True, tuple("ab") two tags)
+    suite = tmp_path / "s.jsonl"
+    suite.write_text(json.dumps({"id": "a", "task": "t", **extra}) + "\n")
+    with pytest.raises(UserError, match=r"s\.jsonl:1: "):
+        list(load_cases(suite))
+
+
+def test_a_case_made_in_python_is_held_to_the_same_fixture_paths(tmp_path: Path) -> None:
+    for rel in ("", ".", "d/", "../x"):
+        with pytest.raises(UserError, match="'files' key"):
+            Case("a", "t", files={rel: "x"})
+    with pytest.raises(UserError, match="'task' must be"):
+        Case("a", 123)  # type: ignore[arg-type]
+    assert case_from_dict({"id": "a", "task": "t", "files": {"src/a.py": "x", "b": ""},
+                           "limits": {"steps": 3, "time": 1.5, "tokens": 10, "cost": 0}}, tmp_path).limits.steps == 3
