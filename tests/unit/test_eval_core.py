@@ -327,3 +327,11 @@ def test_a_case_made_in_python_is_held_to_the_same_fixture_paths(tmp_path: Path)
         Case("a", 123)  # type: ignore[arg-type]
     assert case_from_dict({"id": "a", "task": "t", "files": {"src/a.py": "x", "b": ""},
                            "limits": {"steps": 3, "time": 1.5, "tokens": 10, "cost": 0}}, tmp_path).limits.steps == 3
+
+
+def test_a_case_file_nested_past_the_parser_is_an_error_naming_its_line(tmp_path: Path) -> None:
+    # json.loads raised RecursionError on a line of 100,000 "[": a traceback from `shou batch` and `shou eval`
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"id": "a", "task": "t"}\n' + "[" * 100_000 + "\n")
+    with pytest.raises(UserError, match=r"cases\.jsonl:2: not JSON \(nests deeper"):
+        list(load_cases(cases))

@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ShouError
+from ..jsonfile import load_json
 from ..memory import Fact, Memory, MemoryStore, NewMemory
 from ..memory.records import validate
 from ..wellformed import ill_formed
@@ -86,7 +87,7 @@ def _jsonl(file: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line, parse_constant=_no_constant)
+            obj = load_json(line, parse_constant=_no_constant)  # nested too deep: named, not a RecursionError
         except (json.JSONDecodeError, ValueError) as e:
             raise _fail(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
         if not isinstance(obj, dict):
@@ -254,10 +255,18 @@ def import_memories(
             isinstance(f, list) and len(f) == 3 and all(isinstance(x, str) for x in f) for f in facts
         ):
             raise _fail(f'{where}: "facts" must be a list of [subject, relation, object] strings')
-        mem_id = obj.get("id")
+        mem_id, session = obj.get("id"), obj.get("session")
+        # str() made {} the id "{}", [] "[]" and true "True": an id must be a non-empty string, or a whole number
+        # (datasets number their records; 7 is taken as "7", as it always was), as the other fields' types are
+        if isinstance(mem_id, int) and not isinstance(mem_id, bool):
+            mem_id = str(mem_id)
+        if mem_id is not None and not (isinstance(mem_id, str) and mem_id.strip()):
+            raise _fail(f'{where}: "id" must be a non-empty string (or a whole number)')
+        if session is not None and not isinstance(session, str):
+            raise _fail(f'{where}: "session" must be a string')
         item = NewMemory(
-            text, id=None if mem_id is None else str(mem_id), time=_parse_time(obj.get("time"), where),
-            session=str(obj.get("session") or ""), source=source if source is not None else file.name, tags=tags,
+            text, id=mem_id, time=_parse_time(obj.get("time"), where),
+            session=session or "", source=source if source is not None else file.name, tags=tags,
             facts=[Fact(*f) for f in facts],
         )
         try:

@@ -90,12 +90,12 @@ def run(
 
 def _output_schema(path: Path) -> Any:
     """The JSON schema in `path` as an output type, or a clear error: unreadable, not JSON, not a schema."""
-    import json
 
     from ..agent.output import JsonSchema, output_spec
+    from ..jsonfile import load_json
 
     try:
-        schema = json.loads(path.read_bytes())
+        schema = load_json(path.read_bytes())  # nested too deep: "not JSON (...)", not a RecursionError
     except OSError as e:
         raise fail(f"--output-schema: cannot read {str(path)!r}: {e.strerror or e}") from None
     except ValueError as e:
