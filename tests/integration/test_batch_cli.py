@@ -79,3 +79,27 @@ def test_a_case_field_of_a_wrong_type_is_an_error_naming_the_line_for_batch_and_
                          cwd=tmp_path)
             assert done.returncode == 2, (line, command, done.stderr)
             assert "tasks.jsonl:2: " in done.stderr and "Traceback" not in done.stderr, (line, command, done.stderr)
+
+
+def test_a_tampered_results_folder_is_an_error_when_the_batch_is_resumed(tmp_path: Path) -> None:
+    # each change was a traceback from the same command run again (to go on where it stopped); nothing in the
+    # folder is moved aside or changed
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "done"}]))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id":"a","task":"x"}\n')
+    args = ("batch", str(tasks), "--out", "out", "--model", f"scripted:{script}")
+    assert _shou(*args, cwd=tmp_path).returncode == 0
+    results, run = tmp_path / "out" / "results.jsonl", tmp_path / "out" / "run.json"
+    line, manifest = json.loads(results.read_text()), json.loads(run.read_text())
+    for name, change in (("results.jsonl", {"case": [1]}), ("results.jsonl", {"tokens": None}),
+                         ("results.jsonl", {"epoch": "zz"}), ("results.jsonl", {"cost": "zz"}),
+                         ("results.jsonl", {"model": 5}), ("results.jsonl", {"latency": "zz"}),
+                         ("run.json", {"created": 10**30})):
+        results.write_text(json.dumps({**line, **change} if name == "results.jsonl" else line) + "\n")
+        run.write_text(json.dumps({**manifest, **change} if name == "run.json" else manifest))
+        before = results.read_text(), run.read_text()
+        done = _shou(*args, cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (change, done.stderr)
+        assert f"{name}" in done.stderr and "error: " in done.stderr, (change, done.stderr)
+        assert (results.read_text(), run.read_text()) == before

@@ -130,12 +130,13 @@ def test_placeholders_reach_tasks_solutions_and_checks() -> None:
 
 
 def test_a_torn_last_line_is_cut_and_every_whole_line_kept(tmp_path: Path) -> None:
-    good = json.dumps({"sample": "a@m#1", "outcome": "pass"}) + "\n"
+    good = json.dumps({"sample": "a@m#1", "case": "a", "model": "m", "outcome": "pass"}) + "\n"
     (tmp_path / "results.jsonl").write_text(good + '{"sample": "b@m#1", "outc')
     log = ResultsLog(tmp_path)
     assert set(log.done) == {"a@m#1"}
-    assert log.add({"sample": "b@m#1", "outcome": "fail"})
-    assert not log.add({"sample": "a@m#1", "outcome": "fail"})  # one line per sample: never counted twice
+    assert log.add({"sample": "b@m#1", "case": "b", "model": "m", "outcome": "fail"})
+    # one line per sample: never counted twice
+    assert not log.add({"sample": "a@m#1", "case": "a", "model": "m", "outcome": "fail"})
     log.close()
     text = (tmp_path / "results.jsonl").read_text()
     assert text.startswith(good) and text.count("\n") == 2
@@ -335,3 +336,46 @@ def test_a_case_file_nested_past_the_parser_is_an_error_naming_its_line(tmp_path
     cases.write_text('{"id": "a", "task": "t"}\n' + "[" * 100_000 + "\n")
     with pytest.raises(UserError, match=r"cases\.jsonl:2: not JSON \(nests deeper"):
         list(load_cases(cases))
+
+
+_LINE = {"sample": "a@m#1", "case": "a", "model": "m", "epoch": 1, "outcome": "pass", "passed": True, "score": 1.0,
+         "status": "completed", "answer": "x", "answers": None, "steps": 2, "tokens": {"input": 1, "output": 1,
+         "total": 2}, "cost": None, "judge_cost": 0, "latency": 0.1, "elapsed": 0.2, "sessions": ["a@m#1"],
+         "session": "a@m#1", "workspace": "work/a@m-1", "wrote": [], "checks": [], "error": None, "tags": [],
+         "finished_at": 1.0}
+
+
+@pytest.mark.parametrize("change", [
+    {"case": [1]}, {"tokens": None}, {"tokens": {"total": "x"}}, {"epoch": "zz"}, {"epoch": 0}, {"cost": "zz"},
+    {"cost": float("inf")}, {"model": 5}, {"latency": "zz"}, {"outcome": "maybe"}, {"passed": "yes"},
+    {"answer": 5}, {"sessions": "a"}, {"workspace": "/etc"}, {"workspace": "../../x"}, {"checks": [1]},
+    {"checks": [{"score": "x"}]}, {"tags": [1]}, {"sample": 5}, {"case": None},
+])
+def test_a_result_line_of_another_shape_is_an_error_naming_its_line(change: dict, tmp_path: Path) -> None:
+    # each was a traceback when the batch was resumed (TypeError sorting by case, AttributeError on tokens,
+    # ValueError on epoch...), or a session log read from outside the folder; the folder is left as it was
+    line = {**_LINE, **change}
+    text = json.dumps({**_LINE, "sample": "b@m#1", "case": "b"}) + "\n" + json.dumps(line) + "\n"
+    (tmp_path / "results.jsonl").write_text(text)
+    with pytest.raises(UserError, match=r"results\.jsonl:2: not a result line"):
+        ResultsLog(tmp_path)
+    with pytest.raises(UserError, match=r"results\.jsonl:2: "):
+        list(read_results(tmp_path))
+    assert (tmp_path / "results.jsonl").read_text() == text
+
+
+@pytest.mark.parametrize("bad", [b"not json\n", b'"a string"\n', b"\xff\xfe\n", b"[" * 100_000 + b"\n"])
+def test_a_whole_line_that_is_not_a_result_is_an_error_not_skipped(bad: bytes, tmp_path: Path) -> None:
+    # skipped, its sample was run again beside a line nobody could read; not UTF-8, a UnicodeDecodeError
+    (tmp_path / "results.jsonl").write_bytes(json.dumps(_LINE).encode() + b"\n" + bad)
+    with pytest.raises(UserError, match=r"results\.jsonl:2: not a result line"):
+        list(read_results(tmp_path))
+
+
+@pytest.mark.parametrize("manifest", [[1], {"kind": "eval", "created": 1e30}, {"kind": "eval", "created": "x"},
+                                      {"kind": 5}])
+def test_a_run_json_of_another_shape_is_an_error(manifest: object, tmp_path: Path) -> None:
+    run = {"kind": "eval", "suite": "s", "cases": {"count": 1}, "models": ["m"], "epochs": 1}
+    (tmp_path / "run.json").write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match=r"run\.json: not a run"):
+        open_run_folder(tmp_path, run)
