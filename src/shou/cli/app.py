@@ -16,7 +16,6 @@ import click
 import typer
 import typer.main
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 from typer.models import CommandInfo
@@ -45,6 +44,7 @@ from .build import (
     continued,
 )
 from .common import WorkspaceOpt, fail
+from .markup import escape
 
 # The subcommands that live in modules of their own, in the order `shou --help` lists them: (module, name in
 # it). They are imported when a command line names one (or help lists them all), not when `shou` starts, so a

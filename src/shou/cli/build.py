@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich.markup import escape
 
 from ..errors import UserError
 from .common import err, fail, utf8_text
+from .markup import escape
 from .observers import observers
 
 ModelOpt = Annotated[str | None, typer.Option(

@@ -17,7 +17,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from ..errors import ShouError, UserError
 from .build import (
@@ -32,6 +31,7 @@ from .build import (
     model_options,
 )
 from .common import err, fail
+from .markup import escape
 
 ModelsOpt = Annotated[list[str] | None, typer.Option(
     "--model", "-m", metavar="MODEL", help="A model to run every case with (repeatable; 'oracle' replays each "

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ShouError
@@ -24,6 +23,7 @@ from ..memory.records import validate
 from ..wellformed import ill_formed
 from ..workspace import state_database
 from .common import utf8_text
+from .markup import escape
 from .render import json_text
 
 memory_app = typer.Typer(

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from ..errors import ShouError
 from ..store.sqlite_errors import StoreUnusable
@@ -45,6 +44,7 @@ from .build import (
     continued,
 )
 from .common import WorkspaceOpt, err, fail, utf8_text
+from .markup import escape
 from .stopping import StopSignals
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from .build import (
     BaseUrlOpt,
@@ -28,6 +27,7 @@ from .build import (
     close_resources,
 )
 from .common import WorkspaceOpt, err, fail
+from .markup import escape
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape as _markup_escape
 from rich.table import Table
 
 from .. import trace as tr
 from .. import usage_report as ur
 from ..events import CALL_NOTICES
 from .common import WorkspaceOpt, fail, open_log, utf8_text
+from .markup import escape as _markup_escape
 from .render import STATUS_STYLE, format_arguments, json_text, printable, short
 
 
