@@ -146,7 +146,7 @@ def config(
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Show the effective settings, where each came from, and the model they select (secrets masked)."""
-    from ..config import describe, load_settings, mask, redact_urls, resolve_model
+    from ..config import describe, load_settings, mask, resolve_model, shown_url
 
     try:
         settings = load_settings({"model": model, "base_url": base_url, "provider": provider, "workspace": workspace})
@@ -167,7 +167,7 @@ def config(
     except ShouError as e:
         out.print(f"\n[yellow]{escape(str(e))}[/]")
         return
-    out.print(f"\nmodel: {escape(cfg.provider)}:{escape(cfg.model)} at {escape(redact_urls(cfg.base_url))}, "
+    out.print(f"\nmodel: {escape(cfg.provider)}:{escape(cfg.model)} at {escape(shown_url(cfg.base_url))}, "
               f"key {mask(cfg.api_key)} (from {cfg.key_setting})")
 
 
