@@ -103,3 +103,18 @@ def test_a_tampered_results_folder_is_an_error_when_the_batch_is_resumed(tmp_pat
         assert done.returncode == 2 and "Traceback" not in done.stderr, (change, done.stderr)
         assert f"{name}" in done.stderr and "error: " in done.stderr, (change, done.stderr)
         assert (results.read_text(), run.read_text()) == before
+
+
+def test_a_count_too_large_is_refused_not_a_hang(tmp_path: Path) -> None:
+    # --epochs 10**20 hung counting and making its samples, --jobs the same; --limit 10**20 was an OverflowError
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id":"a","task":"x"}\n')
+    huge = "99999999999999999999"
+    for args in (("eval", str(tasks), "--out", "out", "--epochs", huge, "--model", "oracle"),
+                 ("batch", str(tasks), "--out", "out", "--jobs", huge, "--model", "oracle"),
+                 ("run", "--max-steps", huge, "x"), ("run", "--max-cost", "inf", "x"),
+                 ("memory", "list", "--limit", huge), ("memory", "forget", "--unused-days", "nan")):
+        done = _shou(*args, cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr)
+        assert "Invalid value" in done.stderr, (args, done.stderr)
+    assert not (tmp_path / "out").exists()

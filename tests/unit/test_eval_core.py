@@ -26,6 +26,7 @@ from shou.eval import (
 from shou.eval.cases import Limits, bind, case_from_dict, load_cases
 from shou.eval.checks import check_from_dict, judge
 from shou.eval.compare import compare
+from shou.eval.driver import evaluate
 from shou.eval.judge import JudgeEnv
 from shou.eval.outcome import Outcome, Verdict
 from shou.eval.results import ResultsLog, open_run_folder, read_results
@@ -379,3 +380,10 @@ def test_a_run_json_of_another_shape_is_an_error(manifest: object, tmp_path: Pat
     (tmp_path / "run.json").write_text(json.dumps(manifest))
     with pytest.raises(UserError, match=r"run\.json: not a run"):
         open_run_folder(tmp_path, run)
+
+
+def test_evaluate_refuses_epochs_and_jobs_beyond_what_the_command_line_takes(tmp_path: Path) -> None:
+    # 10**20 epochs was a hang counting and making samples (the library's face, as `--epochs`)
+    for epochs, jobs in ((10**20, 1), (1, 10**20), (0, 1)):
+        with pytest.raises(UserError, match="--epochs must be from 1 to"):
+            asyncio.run(evaluate(Suite("s", [Case("a", "t")]), out=tmp_path / "out", epochs=epochs, jobs=jobs))

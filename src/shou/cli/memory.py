@@ -22,7 +22,7 @@ from ..memory import Fact, Memory, MemoryStore, NewMemory
 from ..memory.records import validate
 from ..wellformed import ill_formed
 from ..workspace import state_database
-from .common import utf8_text
+from .common import finite, utf8_text
 from .markup import escape
 from .render import json_text
 
@@ -141,7 +141,7 @@ def search(
     query: Annotated[str | None, typer.Argument(help="What to look for.", callback=utf8_text)] = None,
     queries: Annotated[Path | None, typer.Option(
         "--queries", help='A JSON-lines file of {"id": ..., "query": ...}, answered one JSON line each.')] = None,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many memories per query.")] = 10,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=10_000, help="How many memories per query.")] = 10,
     tag: TagOpt = None, session: SessionOpt = None, json_lines: JsonOpt = False,
     store: StoreOpt = None, workspace: WorkspaceOpt = None, bm25_only: BM25Opt = False,
 ) -> None:
@@ -169,7 +169,7 @@ def search(
 
 @memory_app.command(name="list")
 def list_memories(
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many, newest first.")] = 50,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1_000_000, help="How many, newest first.")] = 50,
     tag: TagOpt = None, session: SessionOpt = None, json_lines: JsonOpt = False,
     store: StoreOpt = None, workspace: WorkspaceOpt = None,
 ) -> None:
@@ -190,7 +190,8 @@ def forget(
     ids: Annotated[list[str] | None, typer.Argument(help="Ids of the memories to delete.", callback=utf8_text)] = None,
     before: Annotated[str | None, typer.Option("--before", help="Memories older than this ISO date.")] = None,
     unused_days: Annotated[float | None, typer.Option(
-        "--unused-days", help="Memories not recalled (nor added) in this many days.")] = None,
+        "--unused-days", min=0, max=1_000_000, callback=finite,
+        help="Memories not recalled (nor added) in this many days.")] = None,
     tag: TagOpt = None, session: SessionOpt = None,
     everything: Annotated[bool, typer.Option("--all", help="Delete every memory.")] = False,
     store: StoreOpt = None, workspace: WorkspaceOpt = None,
@@ -287,7 +288,8 @@ def import_memories(
 def graph(
     entity: Annotated[str, typer.Argument(help='A name memories mention, e.g. "Alice" or "Quillon Labs" (any case).',
                                           callback=utf8_text)],
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many of each kind.")] = 20,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000,
+                                       help="At most this many of each kind.")] = 20,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     store: StoreOpt = None, workspace: WorkspaceOpt = None,
 ) -> None:
