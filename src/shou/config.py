@@ -416,6 +416,19 @@ def redact_urls(text: str) -> str:
     return _URL_SECRETS.sub(lambda m: f"{m.group(1)}***@" if m.group(1) else f"{m.group(2)}***", text)
 
 
+def shown_url(url: str, text: str | None = None) -> str:
+    """A URL shou sends to (a base URL, a webhook) as it is shown: `redact_urls`, and what `url_secrets(url,
+    sent=True)` finds in it besides (key-like path parts, the fragment) as `***`. With `text`: that text (an
+    error that may quote the URL) so masked."""
+    from .redact import url_secrets
+
+    shown = redact_urls(url if text is None else text)
+    for secret in sorted(url_secrets(url, sent=True), key=len, reverse=True):
+        if len(secret) >= 8:
+            shown = shown.replace(secret, "***")
+    return shown
+
+
 def describe(settings: Settings) -> list[tuple[str, str, str]]:
     """Rows of (setting, shown value, source) for `shou config`; secrets masked."""
     from .known_secrets import secrets_of

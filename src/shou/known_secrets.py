@@ -40,7 +40,7 @@ def secrets_of(settings: Any = None, environ: Mapping[str, str] | None = None) -
         if value:
             found.add(str(value))
     for name in _URL_FIELDS:
-        found.update(url_secrets(getattr(settings, name, None)))
+        found.update(url_secrets(getattr(settings, name, None), sent=True))  # shou sends to each
     process = os.environ if environ is None else environ
     found |= _process_secrets()[0] if environ is None else _scan(environ.items(), True)
     settings_env = getattr(settings, "env", None) or {}
@@ -66,7 +66,8 @@ def _scan(items: Iterable[tuple[str, str]], sure: bool) -> set[str]:
         elif _HEADERS_NAME.search(name):  # `OTEL_EXPORTER_OTLP_HEADERS=api-key=...,x-team=...`
             found.update(v for v in _header_values(value) if sure or looks_secret(v))
         elif _URL_NAME.search(name):
-            found.update(url_secrets(str(value), bare=bool(_SENT_URL.search(name)) and sure))
+            sent = bool(_SENT_URL.search(name)) and sure
+            found.update(url_secrets(str(value), bare=sent, sent=sent))
     return found
 
 

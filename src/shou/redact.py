@@ -4,8 +4,9 @@ nothing stored (the session log, traces) and nothing sent to a model (requests a
 Known keys: every secret setting (`api_key`, `tavily_api_key`, ...), and every variable of the process's
 environment and of the workspace's `.env` (trusted or not: an untrusted file's values are never used, but
 a program can still print them) whose name ends in `_API_KEY`, `_KEY`, `_TOKEN`, `_SECRET` or
-`_PASSWORD`; and what URLs carry (`url_secrets`: a login, key-like query values) in the base URL and the
-other URL settings, and in variables whose name ends in `_URL`, `_URI`, `_ENDPOINT` or `_PROXY`. Values
+`_PASSWORD`; and what URLs carry (`url_secrets`: a login, key-like query values, and in a URL shou sends to
+its fragment and key-like path parts) in the base URL and the other URL settings, and in variables whose name
+ends in `_URL`, `_URI`, `_ENDPOINT` or `_PROXY`. Values
 shorter than 8 characters are left alone: not secret enough to find without false hits.
 A secret is also found as JSON spells it (quotes, backslashes, `\\u` escapes) and inside tool-call arguments
 written with any other JSON escapes.
@@ -26,7 +27,8 @@ import orjson
 from .events import Event, field_names
 from .messages import Message, TextPart, ToolCall
 
-__all__ = ["REDACTED", "Redactor", "json_spellings", "looks_secret", "url_secrets"]
+__all__ = ["REDACTED", "Redactor", "json_spellings", "looks_like_key", "looks_secret", "url_path_secrets",
+           "url_secrets"]
 
 REDACTED = "[redacted]"
 _SECRET_NAME = re.compile(r"(?:^|_)(?:API_KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
@@ -50,13 +52,50 @@ def looks_secret(value: str) -> bool:
     return kinds >= 2 or len(value) >= 24
 
 
-def url_secrets(url: str | None, bare: bool = True) -> set[str]:
+def looks_like_key(value: str) -> bool:
+    """Whether a value named nothing secret still looks like a key: one long word mixing letters and digits
+    (or a very long one), not a path, a package, a URL or a version."""
+    if any(c.isspace() for c in value) or value.startswith(("/", "~", ".", "-", "@")) or "/" in value or "==" in value:
+        return False
+    letters, digits = any(c.isalpha() for c in value), any(c.isdigit() for c in value)
+    return (len(value) >= 16 and letters and digits) or len(value) >= 40
+
+
+def url_path_secrets(path: str) -> list[str]:
+    """The parts of a URL path that look like a key (`/s/TOKEN/mcp`): hidden when shown and redacted."""
+    return [p for p in path.split("/") if p and looks_like_key(p)]
+
+
+def url_secrets(url: str | None, bare: bool = True, sent: bool = False) -> set[str]:
     """The secrets a URL carries: its login (`user:password@`: the pair, its basic-auth value, and with `bare`
     the password alone; a user name alone, as a token, the same way) and the values of key-like query
     parameters. Without `bare` (a URL in a variable shou does not send to, `DATABASE_URL`), a bare password
-    counts only when it looks like a key: "postgres" must not vanish from every answer."""
+    counts only when it looks like a key: "postgres" must not vanish from every answer. With `sent` (a URL shou
+    sends requests to: the model's base URL, an MCP server's, a webhook), also its fragment and its key-like path
+    parts, as written and decoded: a gateway's key is often a path part (`/v1/sk-proj-.../`), and what the
+    URL is shown with when it cannot be reached must not carry it."""
     if not url or "://" not in url:
         return set()
+    found = _login_and_query_secrets(url, bare)
+    if sent:
+        from urllib.parse import unquote, urlsplit
+
+        try:
+            parts = urlsplit(url)
+            path, fragment = parts.path, parts.fragment
+        except ValueError:  # an invalid netloc ("[::1"): the path and fragment as written after the host
+            rest = url.split("://", 1)[1]
+            rest, _, fragment = rest.partition("#")
+            path = "/" + rest.split("?", 1)[0].partition("/")[2]
+        if fragment:
+            found.update({fragment, unquote(fragment)})
+        for part in url_path_secrets(path):
+            found.update({part, unquote(part)})
+    return found
+
+
+def _login_and_query_secrets(url: str, bare: bool) -> set[str]:
+    """`url_secrets` of a URL's login and key-like query values."""
     import base64
     from urllib.parse import parse_qsl, unquote, urlsplit
 

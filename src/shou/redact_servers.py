@@ -14,7 +14,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .redact import _HEADERS_NAME, _SECRET_NAME, _URL_NAME, MIN_LENGTH, _header_values, url_secrets
+from .redact import (
+    _HEADERS_NAME,
+    _SECRET_NAME,
+    _URL_NAME,
+    MIN_LENGTH,
+    _header_values,
+    looks_like_key,
+    url_path_secrets,
+    url_secrets,
+)
 
 __all__ = ["looks_like_key", "server_secrets", "url_path_masked", "url_path_secrets"]
 
@@ -24,20 +33,6 @@ _KEY_WORD = re.compile(r"(?:^|[-_.])(?:api[-_]?key|apikey|key|keys|token|tokens|
                        r"pass|pwd|auth|authorization|credentials?|cookie|bearer|pat|sig|signature|jwt|session)(?:$|[-_.])",
                        re.IGNORECASE)
 
-
-
-def looks_like_key(value: str) -> bool:
-    """Whether a value named nothing secret still looks like a key: one long word mixing letters and digits
-    (or a very long one), not a path, a package, a URL or a version."""
-    if any(c.isspace() for c in value) or value.startswith(("/", "~", ".", "-", "@")) or "/" in value or "==" in value:
-        return False
-    letters, digits = any(c.isalpha() for c in value), any(c.isdigit() for c in value)
-    return (len(value) >= 16 and letters and digits) or len(value) >= 40
-
-
-def url_path_secrets(path: str) -> list[str]:
-    """The parts of a URL path that look like a key (`/s/TOKEN/mcp`): hidden when shown and redacted."""
-    return [p for p in path.split("/") if p and looks_like_key(p)]
 
 
 def url_path_masked(path: str) -> str:
@@ -67,19 +62,15 @@ def _url_table_secrets(url: str) -> set[str]:
     path parts: a server's credential can be named anything (`?code=`), or be a path part (`/s/TOKEN/`)."""
     from urllib.parse import parse_qsl, unquote, urlsplit
 
-    found = url_secrets(url)  # shou sends to it: a bare password counts
+    found = url_secrets(url, sent=True)  # shou sends to it: a bare password, the fragment, key-like path parts
     try:
         parts = urlsplit(url)
     except ValueError:
         return found | {url}
-    for part in parts.query.split("&"):
+    for part in parts.query.split("&"):  # and, as a server's credential can be named anything, every query value
         value = part.partition("=")[2]
         found.update({value, unquote(value)} - {""})
     found.update(v for _, v in parse_qsl(parts.query) if v)
-    if parts.fragment:
-        found.update({parts.fragment, unquote(parts.fragment)})
-    for part in url_path_secrets(parts.path):
-        found.update({part, unquote(part)})
     return found
 
 

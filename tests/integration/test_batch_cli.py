@@ -63,3 +63,58 @@ def test_a_bad_task_file_is_a_clear_error(tmp_path: Path) -> None:
     done = _shou("batch", str(tasks), cwd=tmp_path)
     assert done.returncode == 2 and "tasks.jsonl:2" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "shou-results").exists()
+
+
+def test_a_case_field_of_a_wrong_type_is_an_error_naming_the_line_for_batch_and_eval(tmp_path: Path) -> None:
+    # these were tracebacks: a TypeError from the task, one from the limits after the progress bar began, and an
+    # IsADirectoryError from writing the fixture file "" (the workspace itself)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "done"}]))
+    tasks = tmp_path / "tasks.jsonl"
+    for line in ('{"id":"a","task":123}', '{"id":"a","task":"x","limits":{"steps":"ten"}}',
+                 '{"id":"a","task":"x","files":{"":"x"}}', '{"id":"a","task":"x","files":{".":"x"}}'):
+        tasks.write_text('{"id":"ok","task":"x"}\n' + line + "\n")
+        for command in ("batch", "eval"):
+            done = _shou(command, str(tasks), "--out", str(tmp_path / "out"), "--model", f"scripted:{script}",
+                         cwd=tmp_path)
+            assert done.returncode == 2, (line, command, done.stderr)
+            assert "tasks.jsonl:2: " in done.stderr and "Traceback" not in done.stderr, (line, command, done.stderr)
+
+
+def test_a_tampered_results_folder_is_an_error_when_the_batch_is_resumed(tmp_path: Path) -> None:
+    # each change was a traceback from the same command run again (to go on where it stopped); nothing in the
+    # folder is moved aside or changed
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "done"}]))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id":"a","task":"x"}\n')
+    args = ("batch", str(tasks), "--out", "out", "--model", f"scripted:{script}")
+    assert _shou(*args, cwd=tmp_path).returncode == 0
+    results, run = tmp_path / "out" / "results.jsonl", tmp_path / "out" / "run.json"
+    line, manifest = json.loads(results.read_text()), json.loads(run.read_text())
+    for name, change in (("results.jsonl", {"case": [1]}), ("results.jsonl", {"tokens": None}),
+                         ("results.jsonl", {"epoch": "zz"}), ("results.jsonl", {"cost": "zz"}),
+                         ("results.jsonl", {"model": 5}), ("results.jsonl", {"latency": "zz"}),
+                         ("run.json", {"created": 10**30})):
+        results.write_text(json.dumps({**line, **change} if name == "results.jsonl" else line) + "\n")
+        run.write_text(json.dumps({**manifest, **change} if name == "run.json" else manifest))
+        before = results.read_text(), run.read_text()
+        done = _shou(*args, cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (change, done.stderr)
+        assert f"{name}" in done.stderr and "error: " in done.stderr, (change, done.stderr)
+        assert (results.read_text(), run.read_text()) == before
+
+
+def test_a_count_too_large_is_refused_not_a_hang(tmp_path: Path) -> None:
+    # --epochs 10**20 hung counting and making its samples, --jobs the same; --limit 10**20 was an OverflowError
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id":"a","task":"x"}\n')
+    huge = "99999999999999999999"
+    for args in (("eval", str(tasks), "--out", "out", "--epochs", huge, "--model", "oracle"),
+                 ("batch", str(tasks), "--out", "out", "--jobs", huge, "--model", "oracle"),
+                 ("run", "--max-steps", huge, "x"), ("run", "--max-cost", "inf", "x"),
+                 ("memory", "list", "--limit", huge), ("memory", "forget", "--unused-days", "nan")):
+        done = _shou(*args, cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr)
+        assert "Invalid value" in done.stderr, (args, done.stderr)
+    assert not (tmp_path / "out").exists()

@@ -176,3 +176,15 @@ def test_config_masks_the_key(shou) -> None:
     assert r.returncode == 0, r.stderr
     assert "supersecret" not in r.stdout and "sk-…abcd" in r.stdout
     assert "deepseek:deepseek-chat at https://api.deepseek.com/v1" in r.stdout
+
+
+def test_a_key_in_the_base_url_s_path_is_not_in_the_output_nor_the_session_log(shou, workspace: Path) -> None:
+    # the "cannot reach" error quoted the base URL whole: a gateway key in its path or fragment went to --json
+    # output and .shou/shou.db
+    key, frag = "sk-proj-SECRETPATHabcdef1234567890ABCDEF", "SECRETFRAGabc123"
+    r = shou("run", "--json", "hi", SHOU_BASE_URL=f"http://127.0.0.1:9/v1/{key}/#{frag}", SHOU_MODEL="m",
+             SHOU_API_KEY="test-key", timeout=120)
+    assert "cannot reach" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "SECRET" not in r.stdout + r.stderr
+    for db in (workspace / ".shou").glob("*.db*"):
+        assert b"SECRETPATH" not in db.read_bytes() and b"SECRETFRAG" not in db.read_bytes(), db

@@ -71,3 +71,12 @@ def test_agents_md_and_memory_md_of_a_cloned_repository_wait_for_trust(serve, sh
     assert "AGENTS.md" in listed.stdout and "changed since trusted" in listed.stdout
     revoked = shou("trust", "--revoke")
     assert revoked.returncode == 0 and "MEMORY.md" in revoked.stdout
+
+
+@pytest.mark.timeout(120)
+def test_shou_trust_shows_a_setting_of_a_long_run_of_backslashes_without_stalling(shou, workspace: Path) -> None:
+    # rich.markup.escape, and rich's parser after it, took minutes over a .env value of 200,000 backslashes
+    (workspace / ".env").write_text("A=" + "\\" * 200_000 + "[ done\n")
+    trusted = shou("trust", "--yes", timeout=60)
+    assert trusted.returncode == 0, trusted.stderr
+    assert ".env" in trusted.stdout

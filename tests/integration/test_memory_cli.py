@@ -122,3 +122,16 @@ def test_default_store_is_in_the_workspace(tmp_path: Path) -> None:
     assert (tmp_path / ".shou" / "memory.db").exists()
     out = shou_memory("search", "workspace", "--json", "--workspace", str(tmp_path), "--bm25-only")
     assert json.loads(out.stdout)["results"][0]["text"] == "workspace fact"
+
+
+@pytest.mark.parametrize("line", ["[" * 100_000, '{"text": "t", "tags": ' + "[" * 500 + "]" * 500 + "}",
+                                  '{"text": "t", "id": {}}', '{"text": "t", "id": 5.5}', '{"text": "t", "id": ""}',
+                                  '{"text": "t", "id": true}',
+                                  '{"text": "t", "id": ["a"]}', '{"text": "t", "session": {"a": 1}}'])
+def test_import_refuses_deep_lines_and_ids_that_are_not_strings(line: str, db: Path, tmp_path: Path) -> None:
+    # a deep line was a RecursionError traceback; an id of {} was stored as "{}", 5.5 as "5.5", true as "True"
+    bad = tmp_path / "m.jsonl"
+    bad.write_text('{"text": "fine"}\n' + line + "\n")
+    out = shou_memory("import", str(bad), "--store", str(db), "--bm25-only", ok=False)
+    assert out.exit_code == 2 and "m.jsonl:2: " in out.output, (out.output, out.exception)
+    assert not db.exists() or shou_memory("list", "--json", "--store", str(db)).stdout == ""

@@ -51,7 +51,9 @@ def test_response_format_where_the_provider_takes_it_and_invalid_output(serve, s
 def test_a_bad_schema_file_is_a_clear_error(serve, shou, workspace: Path) -> None:
     srv = serve([])
     for content, says in (("{not json", "is not JSON"), (json.dumps([1]), "holds no JSON schema"),
-                          (json.dumps({"type": "nonsense"}), "not a valid JSON schema")):
+                          (json.dumps({"type": "nonsense"}), "not a valid JSON schema"),
+                          ("[" * 100_000, "nests deeper"),  # was a RecursionError traceback from json.loads
+                          ('{"items": ' * 500 + "{}" + "}" * 500, "nests deeper")):
         (workspace / "s.json").write_text(content)
         r = shou("run", "--output-schema", str(workspace / "s.json"), "x", server=srv)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -26,6 +26,7 @@ from shou.eval import (
 from shou.eval.cases import Limits, bind, case_from_dict, load_cases
 from shou.eval.checks import check_from_dict, judge
 from shou.eval.compare import compare
+from shou.eval.driver import evaluate
 from shou.eval.judge import JudgeEnv
 from shou.eval.outcome import Outcome, Verdict
 from shou.eval.results import ResultsLog, open_run_folder, read_results
@@ -130,12 +131,13 @@ def test_placeholders_reach_tasks_solutions_and_checks() -> None:
 
 
 def test_a_torn_last_line_is_cut_and_every_whole_line_kept(tmp_path: Path) -> None:
-    good = json.dumps({"sample": "a@m#1", "outcome": "pass"}) + "\n"
+    good = json.dumps({"sample": "a@m#1", "case": "a", "model": "m", "outcome": "pass"}) + "\n"
     (tmp_path / "results.jsonl").write_text(good + '{"sample": "b@m#1", "outc')
     log = ResultsLog(tmp_path)
     assert set(log.done) == {"a@m#1"}
-    assert log.add({"sample": "b@m#1", "outcome": "fail"})
-    assert not log.add({"sample": "a@m#1", "outcome": "fail"})  # one line per sample: never counted twice
+    assert log.add({"sample": "b@m#1", "case": "b", "model": "m", "outcome": "fail"})
+    # one line per sample: never counted twice
+    assert not log.add({"sample": "a@m#1", "case": "a", "model": "m", "outcome": "fail"})
     log.close()
     text = (tmp_path / "results.jsonl").read_text()
     assert text.startswith(good) and text.count("\n") == 2
@@ -293,3 +295,95 @@ def test_a_case_line_with_a_deep_field_is_a_user_error_naming_its_line(tmp_path:
     cases.write_text('{"id": "a", "task": "t", "tags": ' + "[" * 600 + "]" * 600 + "}\n")
     with pytest.raises(UserError, match=r"cases\.jsonl:1"):
         list(load_cases(cases))
+
+
+@pytest.mark.parametrize("extra", [
+    {"task": 123}, {"task": None}, {"task": [1]}, {"id": 5}, {"id": {}},
+    {"limits": {"steps": "ten"}}, {"limits": {"steps": 1.5}}, {"limits": {"steps": True}}, {"limits": {"steps": 0}},
+    {"limits": {"tokens": "x"}}, {"limits": {"time": "x"}}, {"limits": {"time": 0}}, {"limits": {"cost": -1}},
+    {"limits": {"cost": "zz"}}, {"limits": {"time": 1e999}},
+    {"files": {"": "x"}}, {"files": {".": "x"}}, {"files": {"d/": "x"}}, {"files": {"a//b": "x"}},
+    {"files": {"./a": "x"}}, {"files": {"/etc/x": "x"}}, {"files": {"a/../b": "x"}}, {"files": {"a\x00b": "x"}},
+    {"files": {"d": "x", "d/e": "y"}}, {"files": {"n" * 300: "x"}},
+    {"model": 5}, {"plan": "no"}, {"code": 1}, {"reflect": []}, {"tags": 5}, {"tags": "ab"}, {"tags": [1]},
+    {"metadata": [1]}, {"solution": 5}, {"solution": {"turns": 5}},
+    {"checks": [{"judge": "r", "threshold": "x"}]}, {"checks": [{"judge": "r", "threshold": [1]}]},
+    {"checks": [{"judge": "r", "model": 5}]}, {"checks": [{"answer_contains": "x", "ignore_case": "no"}]},
+    {"checks": [{"file": "f", "exists": "no"}]},
+])
+def test_every_field_of_a_case_is_checked_as_it_is_read(extra: dict, tmp_path: Path) -> None:
+    # each used to be taken as read and fail later as a TypeError, ValueError or IsADirectoryError traceback
+    # (task 123 in Case.tasks, limits in AgentConfig after the progress bar began, files {"": ...} in _fixture),
+    # or be quietly misread (bool("no") is True, tuple("ab") two tags)
+    suite = tmp_path / "s.jsonl"
+    suite.write_text(json.dumps({"id": "a", "task": "t", **extra}) + "\n")
+    with pytest.raises(UserError, match=r"s\.jsonl:1: "):
+        list(load_cases(suite))
+
+
+def test_a_case_made_in_python_is_held_to_the_same_fixture_paths(tmp_path: Path) -> None:
+    for rel in ("", ".", "d/", "../x"):
+        with pytest.raises(UserError, match="'files' key"):
+            Case("a", "t", files={rel: "x"})
+    with pytest.raises(UserError, match="'task' must be"):
+        Case("a", 123)  # type: ignore[arg-type]
+    assert case_from_dict({"id": "a", "task": "t", "files": {"src/a.py": "x", "b": ""},
+                           "limits": {"steps": 3, "time": 1.5, "tokens": 10, "cost": 0}}, tmp_path).limits.steps == 3
+
+
+def test_a_case_file_nested_past_the_parser_is_an_error_naming_its_line(tmp_path: Path) -> None:
+    # json.loads raised RecursionError on a line of 100,000 "[": a traceback from `shou batch` and `shou eval`
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"id": "a", "task": "t"}\n' + "[" * 100_000 + "\n")
+    with pytest.raises(UserError, match=r"cases\.jsonl:2: not JSON \(nests deeper"):
+        list(load_cases(cases))
+
+
+_LINE = {"sample": "a@m#1", "case": "a", "model": "m", "epoch": 1, "outcome": "pass", "passed": True, "score": 1.0,
+         "status": "completed", "answer": "x", "answers": None, "steps": 2, "tokens": {"input": 1, "output": 1,
+         "total": 2}, "cost": None, "judge_cost": 0, "latency": 0.1, "elapsed": 0.2, "sessions": ["a@m#1"],
+         "session": "a@m#1", "workspace": "work/a@m-1", "wrote": [], "checks": [], "error": None, "tags": [],
+         "finished_at": 1.0}
+
+
+@pytest.mark.parametrize("change", [
+    {"case": [1]}, {"tokens": None}, {"tokens": {"total": "x"}}, {"epoch": "zz"}, {"epoch": 0}, {"cost": "zz"},
+    {"cost": float("inf")}, {"model": 5}, {"latency": "zz"}, {"outcome": "maybe"}, {"passed": "yes"},
+    {"answer": 5}, {"sessions": "a"}, {"workspace": "/etc"}, {"workspace": "../../x"}, {"checks": [1]},
+    {"checks": [{"score": "x"}]}, {"tags": [1]}, {"sample": 5}, {"case": None},
+])
+def test_a_result_line_of_another_shape_is_an_error_naming_its_line(change: dict, tmp_path: Path) -> None:
+    # each was a traceback when the batch was resumed (TypeError sorting by case, AttributeError on tokens,
+    # ValueError on epoch...), or a session log read from outside the folder; the folder is left as it was
+    line = {**_LINE, **change}
+    text = json.dumps({**_LINE, "sample": "b@m#1", "case": "b"}) + "\n" + json.dumps(line) + "\n"
+    (tmp_path / "results.jsonl").write_text(text)
+    with pytest.raises(UserError, match=r"results\.jsonl:2: not a result line"):
+        ResultsLog(tmp_path)
+    with pytest.raises(UserError, match=r"results\.jsonl:2: "):
+        list(read_results(tmp_path))
+    assert (tmp_path / "results.jsonl").read_text() == text
+
+
+@pytest.mark.parametrize("bad", [b"not json\n", b'"a string"\n', b"\xff\xfe\n", b"[" * 100_000 + b"\n"])
+def test_a_whole_line_that_is_not_a_result_is_an_error_not_skipped(bad: bytes, tmp_path: Path) -> None:
+    # skipped, its sample was run again beside a line nobody could read; not UTF-8, a UnicodeDecodeError
+    (tmp_path / "results.jsonl").write_bytes(json.dumps(_LINE).encode() + b"\n" + bad)
+    with pytest.raises(UserError, match=r"results\.jsonl:2: not a result line"):
+        list(read_results(tmp_path))
+
+
+@pytest.mark.parametrize("manifest", [[1], {"kind": "eval", "created": 1e30}, {"kind": "eval", "created": "x"},
+                                      {"kind": 5}])
+def test_a_run_json_of_another_shape_is_an_error(manifest: object, tmp_path: Path) -> None:
+    run = {"kind": "eval", "suite": "s", "cases": {"count": 1}, "models": ["m"], "epochs": 1}
+    (tmp_path / "run.json").write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match=r"run\.json: not a run"):
+        open_run_folder(tmp_path, run)
+
+
+def test_evaluate_refuses_epochs_and_jobs_beyond_what_the_command_line_takes(tmp_path: Path) -> None:
+    # 10**20 epochs was a hang counting and making samples (the library's face, as `--epochs`)
+    for epochs, jobs in ((10**20, 1), (1, 10**20), (0, 1)):
+        with pytest.raises(UserError, match="--epochs must be from 1 to"):
+            asyncio.run(evaluate(Suite("s", [Case("a", "t")]), out=tmp_path / "out", epochs=epochs, jobs=jobs))

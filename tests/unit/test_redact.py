@@ -125,3 +125,28 @@ def test_the_substring_search_for_few_secrets_answers_as_the_expression_does() -
             assert r.text(text) == (r.pattern.sub(REDACTED, text) if r.pattern is not None else text)
     assert few.may_hold(b'"\\u0073k"') and not few.may_hold(b'{"a": 1}')
     assert few.text(f"key {KEY}") == f"key {REDACTED}"
+
+
+def test_a_key_in_the_base_url_s_path_or_fragment_is_a_secret_as_in_an_mcp_server_s_url() -> None:
+    # a gateway's key as a path part (or a fragment) of the model's base URL was stored and printed in the
+    # "cannot reach" error; the same in an MCP server's url was masked: one function finds both now
+    from types import SimpleNamespace
+
+    from shou.config import shown_url
+    from shou.known_secrets import secrets_of
+    from shou.redact_servers import server_secrets
+
+    key, frag = "sk-proj-SECRETPATHabcdef1234567890ABCDEF", "SECRETFRAGabc123"
+    url = f"http://127.0.0.1:9/v1/{key}/#{frag}"
+    for found in (secrets_of(SimpleNamespace(base_url=url), {}), secrets_of(None, {"OPENAI_BASE_URL": url}),
+                  secrets_of(SimpleNamespace(alert_webhook=url), {}), server_secrets({"url": url})):
+        assert {key, frag} <= set(found)
+    assert {key, "Tok%2Fen0123456789abcdef", "Tok/en0123456789abcdef"} <= set(secrets_of(
+        SimpleNamespace(base_url=f"https://gw.example/{key}/Tok%2Fen0123456789abcdef/v1"), {}))
+    assert shown_url(url) == "http://127.0.0.1:9/v1/***/#***"
+    assert Redactor(secrets_of(SimpleNamespace(base_url=url), {})).text(f"cannot reach {url}") == \
+        f"cannot reach http://127.0.0.1:9/v1/{REDACTED}/#{REDACTED}"
+    # the ordinary parts of a base URL stay: /v1, /openai/deployments/gpt-4o, a project's name
+    plain = secrets_of(SimpleNamespace(base_url="https://x.openai.azure.com/openai/deployments/gpt-4o-mini/v1"), {})
+    assert not set(plain) & {"openai", "deployments", "gpt-4o-mini"}
+    assert shown_url("https://api.openai.com/v1") == "https://api.openai.com/v1"

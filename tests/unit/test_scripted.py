@@ -614,3 +614,13 @@ def test_the_in_process_model_leaves_the_server_unimported() -> None:
             "from shou.models.scripted import FaultPlan, main; print(FaultPlan.__name__, main.__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["FaultPlan", "main"]
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, "[" * 500 + "]" * 500,
+                                  '[{"text": "x", "usage": ' + "[" * 200 + "]" * 200 + "}]"])
+def test_a_script_file_nested_too_deep_is_a_value_error_not_a_recursion_error(text: str, tmp_path: Path) -> None:
+    # json.loads raised RecursionError, which `--model scripted:FILE`'s `except (OSError, ValueError)` let through
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match="nests deeper than"):
+        load_script(str(path))

@@ -14,10 +14,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from ..agent.asking import MAX_ANSWER, answer
 from .common import WorkspaceOpt, fail, open_log, utf8_text
+from .markup import escape
 from .render import printable
 
 __all__ = ["TerminalAsker", "answer_command", "choose_ask_user"]

@@ -16,7 +16,6 @@ import click
 import typer
 import typer.main
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 from typer.models import CommandInfo
@@ -45,6 +44,7 @@ from .build import (
     continued,
 )
 from .common import WorkspaceOpt, fail
+from .markup import escape
 
 # The subcommands that live in modules of their own, in the order `shou --help` lists them: (module, name in
 # it). They are imported when a command line names one (or help lists them all), not when `shou` starts, so a
@@ -146,7 +146,7 @@ def config(
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Show the effective settings, where each came from, and the model they select (secrets masked)."""
-    from ..config import describe, load_settings, mask, redact_urls, resolve_model
+    from ..config import describe, load_settings, mask, resolve_model, shown_url
 
     try:
         settings = load_settings({"model": model, "base_url": base_url, "provider": provider, "workspace": workspace})
@@ -167,7 +167,7 @@ def config(
     except ShouError as e:
         out.print(f"\n[yellow]{escape(str(e))}[/]")
         return
-    out.print(f"\nmodel: {escape(cfg.provider)}:{escape(cfg.model)} at {escape(redact_urls(cfg.base_url))}, "
+    out.print(f"\nmodel: {escape(cfg.provider)}:{escape(cfg.model)} at {escape(shown_url(cfg.base_url))}, "
               f"key {mask(cfg.api_key)} (from {cfg.key_setting})")
 
 

@@ -16,11 +16,11 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from ..agent.approvals import Answer, ApprovalRequest, decide, describe_arguments
 from ..tools.executor import parse_arguments
 from .common import WorkspaceOpt, err, fail, open_log, utf8_text
+from .markup import escape
 from .render import json_text, printable
 
 _ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no", "s": "session",

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich.markup import escape
 
 from ..errors import UserError
-from .common import err, fail, utf8_text
+from .common import err, fail, finite, utf8_text
+from .markup import escape
 from .observers import observers
 
 ModelOpt = Annotated[str | None, typer.Option(
@@ -25,7 +25,7 @@ Provider = Literal["openai", "deepseek", "qwen", "ollama", "vllm", "llamacpp", "
 ProviderOpt = Annotated[Provider | None, typer.Option(
     "--provider", help="Which service's defaults to use (SHOU_PROVIDER).")]
 StepsOpt = Annotated[int | None, typer.Option(
-    "--max-steps", metavar="N", help="Most model calls in one run (default 20).")]
+    "--max-steps", metavar="N", min=1, max=100_000, help="Most model calls in one run (default 20).")]
 ToolsOpt = Annotated[str | None, typer.Option(
     "--tools", metavar="NAMES", help="Offer only these tools (comma-separated).")]
 SessionOpt = Annotated[str | None, typer.Option(
@@ -46,9 +46,10 @@ ApprovalsOpt = Annotated[Literal["ask", "yes", "deny", "defer"] | None, typer.Op
     "--approvals", help="What a call that needs approval does: ask on the terminal (default there), yes, deny "
                         "(default without a terminal), or defer (stop waiting_approval; shou approve, shou resume).")]
 MaxCostOpt = Annotated[float | None, typer.Option(
-    "--max-cost", metavar="USD", min=0, help="Most US dollars this run may spend; checked before each model call.")]
+    "--max-cost", metavar="USD", min=0, max=1_000_000, callback=finite,
+    help="Most US dollars this run may spend; checked before each model call.")]
 TokenBudgetOpt = Annotated[int | None, typer.Option(
-    "--token-budget", metavar="N", min=1, help="Most tokens (input + output) this run may use.")]
+    "--token-budget", metavar="N", min=1, max=10**12, help="Most tokens (input + output) this run may use.")]
 OtelOpt = Annotated[bool, typer.Option(
     "--otel", help="Export the trace by OpenTelemetry (OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT, default "
                    "http://localhost:4318).")]

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ShouError, UserError
 from .common import WorkspaceOpt, err, fail
+from .markup import escape
 from .render import printable
 
 if TYPE_CHECKING:

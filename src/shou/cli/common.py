@@ -4,6 +4,7 @@ them has to import another for these."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,9 +12,9 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from ..errors import ShouError
+from .markup import escape
 
 if TYPE_CHECKING:
     from ..store.sqlite import SQLiteStore
@@ -38,6 +39,14 @@ def utf8_text(value: T) -> T:
             text.encode("utf-8")
         except UnicodeEncodeError as e:
             raise typer.BadParameter(f"not valid UTF-8 (at character {e.start}); pass it as UTF-8 text") from None
+    return value
+
+
+def finite(value: float | None) -> float | None:
+    """A typer callback for a number option: click's range check lets "nan" through (no comparison with it is
+    true) and takes "inf", neither of which is an amount of anything."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a number of anything; give a finite one")
     return value
 
 

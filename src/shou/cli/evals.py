@@ -17,7 +17,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from ..errors import ShouError, UserError
 from .build import (
@@ -31,17 +30,21 @@ from .build import (
     ToolsOpt,
     model_options,
 )
-from .common import err, fail
+from .common import err, fail, finite
+from .markup import escape
 
 ModelsOpt = Annotated[list[str] | None, typer.Option(
     "--model", "-m", metavar="MODEL", help="A model to run every case with (repeatable; 'oracle' replays each "
                                             "case's scripted solution). Default: the case's or the configured one.")]
-JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, metavar="N", help="Samples run at once (default 4).")]
+# Counts are bounded (a run of 10**20 epochs or jobs was a hang making its samples, not an error)
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, max=1000, metavar="N",
+                                      help="Samples run at once (default 4).")]
 OutOpt = Annotated[Path | None, typer.Option(
     "--out", metavar="DIR", help="The results folder (default: a new one under shou-results/); the same folder "
                                  "and command again continue a run.")]
 EvalCostOpt = Annotated[float | None, typer.Option(
-    "--max-cost", metavar="USD", min=0, help="Most US dollars the whole run may spend, its judges included.")]
+    "--max-cost", metavar="USD", min=0, max=1_000_000, callback=finite,
+    help="Most US dollars the whole run may spend, its judges included.")]
 RayOpt = Annotated[str | None, typer.Option(
     "--ray", metavar="ADDRESS", help="Run the samples on Ray: 'auto' (a bare --ray: a running cluster, or "
                                      "RAY_ADDRESS), 'local' (start one here) or HOST:PORT. Needs pip install "
@@ -71,7 +74,7 @@ def eval_command(
                               "two results folders).")] = None,
     runs: Annotated[list[str] | None, typer.Argument(hidden=True)] = None,
     builtin: Annotated[str | None, typer.Option("--suite", metavar="NAME", help="A built-in suite: seeds.")] = None,
-    model: ModelsOpt = None, epochs: Annotated[int, typer.Option("--epochs", min=1, metavar="K",
+    model: ModelsOpt = None, epochs: Annotated[int, typer.Option("--epochs", min=1, max=1000, metavar="K",
                                                                  help="Runs of every case per model.")] = 1,
     jobs: JobsOpt = 4, out: OutOpt = None, max_cost: EvalCostOpt = None,
     judge_model: JudgeOpt = None, case: CaseOpt = None, tag: TagOpt = None,

@@ -15,7 +15,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ShouError
@@ -34,6 +33,7 @@ from .build import (
     close_resources,
 )
 from .common import WorkspaceOpt, err, fail
+from .markup import escape
 from .render import json_text, printable, short
 
 mcp_app = typer.Typer(help="MCP servers: list them and their tools.", no_args_is_help=True)

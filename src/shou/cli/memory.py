@@ -14,15 +14,16 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ShouError
+from ..jsonfile import load_json
 from ..memory import Fact, Memory, MemoryStore, NewMemory
 from ..memory.records import validate
 from ..wellformed import ill_formed
 from ..workspace import state_database
-from .common import utf8_text
+from .common import finite, utf8_text
+from .markup import escape
 from .render import json_text
 
 memory_app = typer.Typer(
@@ -86,7 +87,7 @@ def _jsonl(file: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line, parse_constant=_no_constant)
+            obj = load_json(line, parse_constant=_no_constant)  # nested too deep: named, not a RecursionError
         except (json.JSONDecodeError, ValueError) as e:
             raise _fail(f"{where}: not JSON ({getattr(e, 'msg', e)})") from None
         if not isinstance(obj, dict):
@@ -140,7 +141,7 @@ def search(
     query: Annotated[str | None, typer.Argument(help="What to look for.", callback=utf8_text)] = None,
     queries: Annotated[Path | None, typer.Option(
         "--queries", help='A JSON-lines file of {"id": ..., "query": ...}, answered one JSON line each.')] = None,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many memories per query.")] = 10,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=10_000, help="How many memories per query.")] = 10,
     tag: TagOpt = None, session: SessionOpt = None, json_lines: JsonOpt = False,
     store: StoreOpt = None, workspace: WorkspaceOpt = None, bm25_only: BM25Opt = False,
 ) -> None:
@@ -168,7 +169,7 @@ def search(
 
 @memory_app.command(name="list")
 def list_memories(
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many, newest first.")] = 50,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1_000_000, help="How many, newest first.")] = 50,
     tag: TagOpt = None, session: SessionOpt = None, json_lines: JsonOpt = False,
     store: StoreOpt = None, workspace: WorkspaceOpt = None,
 ) -> None:
@@ -189,7 +190,8 @@ def forget(
     ids: Annotated[list[str] | None, typer.Argument(help="Ids of the memories to delete.", callback=utf8_text)] = None,
     before: Annotated[str | None, typer.Option("--before", help="Memories older than this ISO date.")] = None,
     unused_days: Annotated[float | None, typer.Option(
-        "--unused-days", help="Memories not recalled (nor added) in this many days.")] = None,
+        "--unused-days", min=0, max=1_000_000, callback=finite,
+        help="Memories not recalled (nor added) in this many days.")] = None,
     tag: TagOpt = None, session: SessionOpt = None,
     everything: Annotated[bool, typer.Option("--all", help="Delete every memory.")] = False,
     store: StoreOpt = None, workspace: WorkspaceOpt = None,
@@ -254,10 +256,18 @@ def import_memories(
             isinstance(f, list) and len(f) == 3 and all(isinstance(x, str) for x in f) for f in facts
         ):
             raise _fail(f'{where}: "facts" must be a list of [subject, relation, object] strings')
-        mem_id = obj.get("id")
+        mem_id, session = obj.get("id"), obj.get("session")
+        # str() made {} the id "{}", [] "[]" and true "True": an id must be a non-empty string, or a whole number
+        # (datasets number their records; 7 is taken as "7", as it always was), as the other fields' types are
+        if isinstance(mem_id, int) and not isinstance(mem_id, bool):
+            mem_id = str(mem_id)
+        if mem_id is not None and not (isinstance(mem_id, str) and mem_id.strip()):
+            raise _fail(f'{where}: "id" must be a non-empty string (or a whole number)')
+        if session is not None and not isinstance(session, str):
+            raise _fail(f'{where}: "session" must be a string')
         item = NewMemory(
-            text, id=None if mem_id is None else str(mem_id), time=_parse_time(obj.get("time"), where),
-            session=str(obj.get("session") or ""), source=source if source is not None else file.name, tags=tags,
+            text, id=mem_id, time=_parse_time(obj.get("time"), where),
+            session=session or "", source=source if source is not None else file.name, tags=tags,
             facts=[Fact(*f) for f in facts],
         )
         try:
@@ -278,7 +288,8 @@ def import_memories(
 def graph(
     entity: Annotated[str, typer.Argument(help='A name memories mention, e.g. "Alice" or "Quillon Labs" (any case).',
                                           callback=utf8_text)],
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many of each kind.")] = 20,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000,
+                                       help="At most this many of each kind.")] = 20,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     store: StoreOpt = None, workspace: WorkspaceOpt = None,
 ) -> None:

@@ -12,7 +12,6 @@ import sys
 from typing import Any, TextIO
 
 from rich.console import Console
-from rich.markup import escape
 
 from ..events import (
     ApprovalDecided,
@@ -33,6 +32,7 @@ from ..events import (
     ToolCallStarted,
 )
 from ..usage import format_cost
+from .markup import escape
 
 # C0 controls but tab and newline, DEL, and C1 controls: what a terminal acts on (escape sequences can move
 # the cursor, rewrite what was printed, set the title or the clipboard). Model text, tool output and file

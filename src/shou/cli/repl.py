@@ -8,10 +8,10 @@ import signal
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 
 from ..errors import ShouError
 from .commands import command_task, help_lines
+from .markup import escape
 from .render import Renderer
 
 if TYPE_CHECKING:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from ..errors import ShouError
 from ..store.sqlite_errors import StoreUnusable
@@ -45,6 +44,7 @@ from .build import (
     continued,
 )
 from .common import WorkspaceOpt, err, fail, utf8_text
+from .markup import escape
 from .stopping import StopSignals
 
 
@@ -90,12 +90,12 @@ def run(
 
 def _output_schema(path: Path) -> Any:
     """The JSON schema in `path` as an output type, or a clear error: unreadable, not JSON, not a schema."""
-    import json
 
     from ..agent.output import JsonSchema, output_spec
+    from ..jsonfile import load_json
 
     try:
-        schema = json.loads(path.read_bytes())
+        schema = load_json(path.read_bytes())  # nested too deep: "not JSON (...)", not a RecursionError
     except OSError as e:
         raise fail(f"--output-schema: cannot read {str(path)!r}: {e.strerror or e}") from None
     except ValueError as e:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from .build import (
     BaseUrlOpt,
@@ -27,7 +26,8 @@ from .build import (
     build_agent,
     close_resources,
 )
-from .common import WorkspaceOpt, err, fail
+from .common import WorkspaceOpt, err, fail, finite
+from .markup import escape
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -58,7 +58,7 @@ def _loopback(host: str) -> bool:
 
 def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port (0: any free one).")] = 8300,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one).")] = 8300,
     store: Annotated[str | None, typer.Option(
         "--store", help="postgresql://... (shared by replicas), or a SQLite file (default: .shou/shou.db).")] = None,
     tokens: Annotated[Path | None, typer.Option(
@@ -67,11 +67,12 @@ def serve(
         "--token-file", help="Without --tokens: a file holding the one token (default: SHOU_SERVE_TOKEN, or a new "
         "one); the link printed at start carries it.")] = None,
     max_runs_per_user: Annotated[int, typer.Option(
-        "--max-runs-per-user", min=1, help="Runs one user may have queued or running at once.")] = 8,
+        "--max-runs-per-user", min=1, max=100_000, help="Runs one user may have queued or running at once.")] = 8,
     max_concurrent: Annotated[int, typer.Option(
-        "--max-concurrent", min=1, help="Runs this replica executes at once.")] = 64,
+        "--max-concurrent", min=1, max=10_000, help="Runs this replica executes at once.")] = 64,
     lease: Annotated[float, typer.Option(
-        "--lease", min=1.0, help="Seconds a dead replica's runs wait before another takes them.")] = 15.0,
+        "--lease", min=1.0, max=7 * 86400.0, callback=finite,
+        help="Seconds a dead replica's runs wait before another takes them.")] = 15.0,
     replica: Annotated[str, typer.Option("--replica", help="This replica's name (default: random).")] = "",
     model: ModelOpt = None, base_url: BaseUrlOpt = None, provider: ProviderOpt = None, max_steps: StepsOpt = None,
     workspace: WorkspaceOpt = None, tools: ToolsOpt = None, functions: FunctionsOpt = None, sandbox: SandboxOpt = None,

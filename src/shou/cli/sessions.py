@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from .common import WorkspaceOpt, err, fail, open_log, utf8_text
+from .markup import escape
 from .render import STATUS_STYLE, format_arguments, json_text, printable
 
 if TYPE_CHECKING:

@@ -12,11 +12,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ShouError
 from .common import WorkspaceOpt, err, fail
+from .markup import escape
 from .render import printable
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]

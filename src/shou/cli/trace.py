@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape as _markup_escape
 from rich.table import Table
 
 from .. import trace as tr
 from .. import usage_report as ur
 from ..events import CALL_NOTICES
-from .common import WorkspaceOpt, fail, open_log, utf8_text
+from .common import WorkspaceOpt, fail, finite, open_log, utf8_text
+from .markup import escape as _markup_escape
 from .render import STATUS_STYLE, format_arguments, json_text, printable, short
 
 
@@ -359,7 +359,8 @@ def usage(
         "--by", metavar="day|model|session",
         help="Group by day (UTC), model and/or session; repeatable or comma-separated (default: day,model).")] = None,
     since: Annotated[float | None, typer.Option(
-        "--since", metavar="DAYS", min=0, help="Only the model calls of the last DAYS days.")] = None,
+        "--since", metavar="DAYS", min=0, max=1_000_000, callback=finite,
+        help="Only the model calls of the last DAYS days.")] = None,
     workspace: WorkspaceOpt = None, json_out: UsageJsonOpt = False,
 ) -> None:
     """Tokens, requests and cost of the workspace's model calls, per day, model or session, with a total.

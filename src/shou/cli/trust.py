@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from ..errors import ShouError
+from .markup import escape
 
 if TYPE_CHECKING:
     from ..trust import TrustStore

@@ -54,8 +54,9 @@ def _session_changes(workspace: Path | None, session: str | None) -> tuple[Book,
 
 def undo(
     session: SessionArg = None,
-    to: Annotated[int | None, typer.Option("--to", min=0, help="Undo only what was changed after this step of "
-                                                               "the run (default: the whole run).")] = None,
+    to: Annotated[int | None, typer.Option("--to", min=0, max=1_000_000,
+                                           help="Undo only what was changed after this step of "
+                                                "the run (default: the whole run).")] = None,
     run: RunOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Put files back even where they were changed outside "
                                                         "shou since the run changed them.")] = False,
@@ -104,7 +105,8 @@ def _key(book: Book, name: str) -> str:
 def diff(
     session: SessionArg = None,
     run: RunOpt = None,
-    step: Annotated[int | None, typer.Option("--step", min=1, help="Only what this step of the run changed.")] = None,
+    step: Annotated[int | None, typer.Option("--step", min=1, max=1_000_000,
+                                             help="Only what this step of the run changed.")] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Show what a run changed in the workspace (default: the session's last run) as a unified diff."""

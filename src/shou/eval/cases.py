@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..jsonfile import load_json
 from ..wellformed import ill_formed
 from .checks import Check, check_from_dict
 
@@ -83,9 +85,15 @@ class Case:
         if not isinstance(self.id, str) or not _ID.match(self.id):
             raise UserError(f"case id {self.id!r}: use 1-100 letters, digits, '.', '_' or '-', starting with a letter "
                             "or digit")
-        tasks = self.tasks
-        if not tasks or not all(isinstance(t, str) and t.strip() for t in tasks):
+        # the type first: `tasks` iterates the task, and a number or None there is a TypeError, not an answer
+        if not isinstance(self.task, str | list | tuple) or not self.tasks or \
+                not all(isinstance(t, str) and t.strip() for t in self.tasks):
             raise UserError(f"case {self.id}: 'task' must be a non-empty string or a list of them")
+        if isinstance(self.files, Mapping):  # checked here so a case made in Python is held to it too
+            for rel in self.files:
+                problem = fixture_path_problem(rel, self.files)
+                if problem:
+                    raise UserError(f"case {self.id}: 'files' key {rel!r}: {problem}")
         object.__setattr__(self, "checks", tuple(_as_check(c) for c in self.checks))
 
     @property
@@ -123,6 +131,27 @@ class Suite:
                     www if www.is_dir() else None)
 
 
+def fixture_path_problem(rel: Any, files: Mapping[str, Any] | None = None) -> str | None:
+    """Why `rel` cannot name a fixture file (None: it can). A key must be a file's path relative to the
+    workspace, in '/'-separated names: "" and "." are the workspace itself, "d/" a folder, ".." and an absolute
+    path leave the workspace, and a key that is the folder of another key's file cannot also be a file."""
+    if not isinstance(rel, str):
+        return f"a path must be a string, not {type(rel).__name__}"
+    if "\0" in rel or "\\" in rel:
+        return "a path holds no NUL nor backslash (use '/' between names)"
+    parts = rel.split("/")
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        return "must be a file's path inside the workspace, such as 'notes.txt' or 'src/a.py' (no '', '.', " \
+               "'..', leading or trailing '/')"
+    if any(len(p.encode()) > 255 for p in parts) or len(rel.encode()) > 4000:
+        return "a name is too long for a file system"
+    if files is not None:
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in files:
+                return f"its folder {'/'.join(parts[:i])!r} is also given as a file"
+    return None
+
+
 def _as_check(c: Any) -> Check:
     if callable(c) and not isinstance(c, Mapping):
         from .checks import function
@@ -144,7 +173,7 @@ def load_cases(file: Path, *, batch: bool = False) -> Iterable[Case]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
-            data = json.loads(line)
+            data = load_json(line)  # nested past the parser: "not JSON (nests deeper ...)", not a crash
         except ValueError as e:
             raise UserError(f"{file}:{n}: not JSON ({e})") from None
         if not isinstance(data, dict):
@@ -181,27 +210,65 @@ def case_from_dict(data: Mapping[str, Any], base: Path) -> Case:
     checks = data.get("checks", [])
     if not isinstance(checks, list):
         raise UserError("'checks' must be a list")
-    limits = data.get("limits", {})
-    if not isinstance(limits, dict) or set(limits) - set(_LIMIT_KEYS):
-        raise UserError(f"'limits' must be an object of {', '.join(_LIMIT_KEYS)}")
     solution = data.get("solution")
     if solution is not None:
+        if not isinstance(solution, list | str):
+            raise UserError("'solution' must be a list of turns or the path of a script file")
         from ..models.script import load_script
 
         try:
             solution = tuple(load_script(solution if isinstance(solution, list) else str(base / solution)))
-        except (ValueError, OSError) as e:
-            raise UserError(f"'solution': {e}") from None
+        except (ValueError, OSError, TypeError, RecursionError) as e:  # a turn's field of a wrong type
+            raise UserError(f"'solution': {e or type(e).__name__}") from None
     settings = data.get("settings", {})
     if not isinstance(settings, dict):
         raise UserError("'settings' must be an object of shou settings")
+    _check_plain_fields(data)
+    limits = data.get("limits", {})
     return Case(
-        id=str(data.get("id", "")), task=task,  # type: ignore[arg-type]
+        id=data.get("id", ""), task=task,  # Case checks the task's type and text
         checks=tuple(check_from_dict(c, base) for c in checks), files=files, model=data.get("model"),
-        settings=settings, plan=bool(data.get("plan", False)), code=bool(data.get("code", False)),
-        reflect=bool(data.get("reflect", False)), limits=Limits(**limits), solution=solution,
+        settings=settings, plan=data.get("plan", False), code=data.get("code", False),
+        reflect=data.get("reflect", False), limits=Limits(**limits), solution=solution,
         tags=tuple(data.get("tags", ())), metadata=dict(data.get("metadata", {})),
     )
+
+
+def _check_plain_fields(data: Mapping[str, Any]) -> None:
+    """The id, model, modes, tags, metadata and limits of a case line have the JSON types a case takes."""
+    if "id" in data and not isinstance(data["id"], str):
+        raise UserError(f"'id' must be a string, not {type(data['id']).__name__}")
+    model = data.get("model")
+    if model is not None and not (isinstance(model, str) and model.strip()):
+        raise UserError("'model' must be a model's name, such as \"deepseek:deepseek-chat\"")
+    for key in ("plan", "code", "reflect"):  # bool("no") is True: only JSON's true and false say yes and no
+        if not isinstance(data.get(key, False), bool):
+            raise UserError(f"'{key}' must be true or false")
+    tags = data.get("tags", [])  # tuple("ab") would be two tags, tuple(5) a TypeError
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise UserError("'tags' must be a list of strings")
+    if not isinstance(data.get("metadata", {}), dict):
+        raise UserError("'metadata' must be an object")
+    limits = data.get("limits", {})
+    if not isinstance(limits, dict) or set(limits) - set(_LIMIT_KEYS):
+        raise UserError(f"'limits' must be an object of {', '.join(_LIMIT_KEYS)}")
+    for key, value in limits.items():
+        _check_limit(key, value)
+
+
+def _check_limit(key: str, value: Any) -> None:
+    """A limit's value as AgentConfig takes it, checked as the case is read: a wrong one found later, when
+    the run starts, is a traceback after the progress bar began."""
+    integer = key in ("steps", "tokens")
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and integer:
+        ok = isinstance(value, int) and value >= 1
+    elif ok:
+        ok = value > 0 if key == "time" else value >= 0
+    if not ok:
+        what = {"steps": "a whole number of steps, at least 1", "tokens": "a whole number of tokens, at least 1",
+                "time": "a number of seconds, more than 0", "cost": "a cost in US dollars, not negative"}[key]
+        raise UserError(f"'limits' {key!r} must be {what}, not {json.dumps(value)[:40]}")
 
 
 def select(cases: Sequence[Case], ids: Sequence[str] | None, tags: Sequence[str] | None) -> list[Case]:

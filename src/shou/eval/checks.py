@@ -235,7 +235,7 @@ def check_from_dict(data: Any, base: Path) -> Check:
     "threshold"?}`."""
     if not isinstance(data, Mapping):
         raise UserError(f"a check must be an object, not {json.dumps(data)[:80]}")
-    ignore_case = bool(data.get("ignore_case", False))
+    ignore_case = _flag(data, "ignore_case")
     for key, make in (("answer_equals", answer_equals), ("answer_contains", answer_contains),
                       ("answer_matches", answer_matches)):
         if key in data:
@@ -246,17 +246,36 @@ def check_from_dict(data: Any, base: Path) -> Check:
         if len(hows) != 1:
             raise UserError(f"file check {path!r}: give one of {', '.join(_FILE_HOW)}")
         if hows[0] == "exists":
-            return file_exists(path, bool(data["exists"]))
+            return file_exists(path, _flag(data, "exists"))
         return _FileCheck(path, hows[0], _text(data, hows[0]))
     if "status" in data:
         return status_is(_text(data, "status"))
     if "python" in data:
         ref = _text(data, "python")
-        return function(_load_function(ref, base), name=ref, threshold=float(data.get("threshold", 1.0)))
+        return function(_load_function(ref, base), name=ref, threshold=_threshold(data, 1.0))
     if "judge" in data:
-        return judge(_text(data, "judge"), model=data.get("model"), threshold=float(data.get("threshold", 0.5)))
+        model = data.get("model")
+        if model is not None and not isinstance(model, str):
+            raise UserError(f"check 'model' must be a model's name, not {type(model).__name__}")
+        return judge(_text(data, "judge"), model=model, threshold=_threshold(data, 0.5))
     raise UserError(f"unknown check {json.dumps(data)[:120]}: use answer_equals, answer_contains, answer_matches, "
                     "file, status, python or judge")
+
+
+def _flag(data: Mapping[str, Any], key: str) -> bool:
+    """A true/false field (bool("no") would be True: only JSON's true and false are taken)."""
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise UserError(f"check {key!r} must be true or false, not {json.dumps(value)[:40]}")
+    return value
+
+
+def _threshold(data: Mapping[str, Any], default: float) -> float:
+    """A score from 0 to 1 (float("x") or float([]) would be a traceback)."""
+    value = data.get("threshold", default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise UserError(f"check 'threshold' must be a number from 0 to 1, not {json.dumps(value)[:40]}")
+    return float(value)
 
 
 def _text(data: Mapping[str, Any], key: str) -> str:

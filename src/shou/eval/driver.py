@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 __all__ = ["evaluate", "samples_of"]
 
 
+MAX_EPOCHS = 1000  # as `--epochs` takes
+MAX_JOBS = 1000  # as `-j` takes
+
+
 def samples_of(suite: Suite, models: Sequence[str | None], epochs: int) -> Iterator[Sample]:
     """Every sample of the run: each case by each model in each epoch, case by case."""
     for case in suite.cases:
@@ -53,8 +57,9 @@ async def evaluate(suite: Suite, *, out: Path | None = None, models: Sequence[st
                    on_result: Callable[[dict[str, Any]], None] | None = None) -> Report:
     """Run `suite` and report on it (see `shou.eval.run_suite`). `on_start(total, done_already)` and
     `on_result(result)` follow progress."""
-    if epochs < 1 or jobs < 1:
-        raise UserError("--epochs and -j must be at least 1")
+    # bounded as the command line bounds them: 10**20 epochs was a hang counting and making samples, not an error
+    if not 1 <= epochs <= MAX_EPOCHS or not 1 <= jobs <= MAX_JOBS:
+        raise UserError(f"--epochs must be from 1 to {MAX_EPOCHS} and -j from 1 to {MAX_JOBS}")
     if not models:
         models = (None,)
     if len(set(models)) != len(models):

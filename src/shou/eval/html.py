@@ -29,7 +29,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..jsonfile import load_json
 from .report import ModelSummary, Report
+from .results import manifest_problem
 from .transcripts import Contents, cap, read_sample
 
 __all__ = ["DetailLimits", "render_html", "script_json"]
@@ -220,10 +222,11 @@ def _left_out(i: int, r: Mapping[str, Any], details: _Details, limits: DetailLim
 
 def _manifest(folder: str) -> dict[str, Any]:
     try:
-        data = json.loads(Path(folder, "run.json").read_text(encoding="utf-8"))
+        data = load_json(Path(folder, "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    # a run.json edited by hand (a 'created' of 1e30 was an OverflowError): the page goes without its facts
+    return data if manifest_problem(data) is None else {}
 
 
 def _header(report: Report, manifest: Mapping[str, Any]) -> str:

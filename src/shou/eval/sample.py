@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, UserError
 from ..events import ModelResponse, RunFinished, RunResumed, RunStarted
-from .cases import Case, bind
+from .cases import Case, bind, fixture_path_problem
 from .outcome import Outcome, Verdict
 
 if TYPE_CHECKING:
@@ -226,11 +226,15 @@ def _fixture(ws: Path, files: Path | Mapping[str, str | bytes] | None) -> None:
         return
     ws.mkdir()
     for rel, content in (files or {}).items():
+        problem = fixture_path_problem(rel, files)  # the Case checked it too: this guards a mapping changed since
+        if problem:
+            raise UserError(f"fixture file {rel!r}: {problem}")
         path = ws / rel
-        if Path(rel).is_absolute() or ".." in Path(rel).parts:
-            raise UserError(f"fixture file {rel!r}: paths must stay inside the workspace")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content.encode() if isinstance(content, str) else content)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content.encode() if isinstance(content, str) else content)
+        except OSError as e:  # a name this file system refuses: the case's fault, said as such
+            raise UserError(f"fixture file {rel!r}: cannot write it ({e.strerror or e})") from None
 
 
 def written_files(ws: Path, files: Path | Mapping[str, str | bytes] | None) -> list[str]:

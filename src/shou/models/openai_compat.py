@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import orjson
 
-from ..config import redact_urls
+from ..config import shown_url
 from ..errors import (
     ConfigError,
     ModelCutOffError,
@@ -80,7 +80,7 @@ class OpenAICompatible(Backend):
         self.key_setting = key_setting
         self.model_setting = model_setting
         self._url = self.base_url + "/chat/completions"
-        self._where = redact_urls(self.base_url)  # how errors name it: never with credentials in it
+        self._where = shown_url(self.base_url)  # how errors name it: never with credentials in it (path parts too)
         self._headers = {"Content-Type": "application/json", **(headers or {})}
         key = (api_key or "").strip()  # a key pasted with its line break
         if any(ord(c) < 32 or ord(c) == 127 for c in key):
@@ -191,7 +191,8 @@ class OpenAICompatible(Backend):
         except ValueError as e:
             if isinstance(e, aiohttp.ClientError):
                 raise
-            raise ModelError(f"the request to {self._where} could not be made ({redact_urls(str(e))}); check "
+            why = shown_url(self.base_url, str(e))
+            raise ModelError(f"the request to {self._where} could not be made ({why}); check "
                              "the base URL (--base-url / SHOU_BASE_URL) and the configured headers") from None
 
     async def _open(self, reply: Reply, resp: Any) -> tuple[bool, bytes]:

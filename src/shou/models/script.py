@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..jsonfile import load_json
 from ..messages import ToolCall
 
 __all__ = ["Answer", "Playback", "Script", "error_message", "fragments", "load_script", "render"]
@@ -83,7 +84,7 @@ def load_script(script: Script) -> list[dict[str, Any]]:
     """
     data: Any = script
     if isinstance(script, str | os.PathLike):
-        data = json.loads(Path(script).read_text(encoding="utf-8"))
+        data = load_json(Path(script).read_text(encoding="utf-8"))  # deep nesting: a ValueError, not a crash
     if isinstance(data, dict):
         if set(data) != {"turns"}:
             raise ValueError(f"script object must have exactly one key 'turns', got {sorted(data)}")

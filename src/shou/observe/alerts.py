@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TextIO
 
-from ..config import redact_urls
+from ..config import shown_url
 from ..events import FAILED_CALL_NOTICES, Event, ModelResponse, Notice, ToolCallFinished
 
 __all__ = ["AlertMonitor"]
@@ -118,7 +118,7 @@ class AlertMonitor:
         try:
             httpx.post(self.webhook, json=alert, timeout=10, headers={"User-Agent": "shou"}).raise_for_status()
         except Exception as e:
-            _log.warning("alert webhook %s failed: %s", redact_urls(self.webhook), e)
+            _log.warning("alert webhook %s failed: %s", shown_url(self.webhook), e)
 
 
 def _outcome(event: Event) -> tuple[str, bool] | None:
