@@ -125,20 +125,21 @@ def protected_paths(workspace: Path, *, make_missing: bool = True) -> list[str]:
     return list(protect(workspace, make_missing=make_missing).read_only)
 
 
-def protect(workspace: Path, *, make_missing: bool = True) -> Protected:
-    """The repository folders to pin and the paths to bind read-only (see `protected_paths`).
+def protect(workspace: Path, *, make_missing: bool = True, absent: tuple[str, ...] = ()) -> Protected:
+    """The repository folders to pin and the paths to bind read-only (see `protected_paths`); `absent`: the
+    start-up files missing in the workspace to remove when the program makes them (`workspace.missing_host_files`).
 
     Raises `UserError` when the workspace changes under our feet (a link swapped for a file while it is
     read): sandboxed code running in parallel is doing that, and the call is refused rather than half-protected.
     """
     try:
-        return _protect(Path(os.path.realpath(workspace)), make_missing)
+        return _protect(Path(os.path.realpath(workspace)), make_missing, absent)
     except (OSError, ValueError) as e:
         raise UserError(f"the workspace's repository changed while the sandbox was being prepared ({e}); "
                         "the command was not run. Stop whatever is rewriting .git and try again") from None
 
 
-def _protect(workspace: Path, make_missing: bool) -> Protected:
+def _protect(workspace: Path, make_missing: bool, absent: tuple[str, ...]) -> Protected:
     dirs, found = _git_dirs(workspace)
     for rel in dirs:
         gitdir = workspace / rel
@@ -162,10 +163,8 @@ def _protect(workspace: Path, make_missing: bool) -> Protected:
                 found.append(f"{rel}/{name}")
         found += [f"{rel}/{name}" for name in PLANTABLE if _regular(gitdir / name)]
     real_dirs = [rel for rel in dirs if not os.path.islink(workspace / rel)]
-    from .workspace import missing_host_files
-
     return Protected(tuple(sorted(set(real_dirs), key=lambda r: (r.count("/"), r))), tuple(dict.fromkeys(found)),
-                     missing_host_files(workspace))
+                     absent)
 
 
 def _regular(path: Path) -> bool:

@@ -10,7 +10,7 @@ import pytest
 import rich.markup
 from rich.console import Console
 
-from shou.cli.markup import escape
+from shou.markup import escape
 
 RICH_TAGS = re.compile(r"((\\*)\[([a-z#/@][^[]*?)])")  # rich.markup.RE_TAGS as rich writes it
 

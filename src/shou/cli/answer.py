@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 
 from ..agent.asking import MAX_ANSWER, answer
+from ..markup import escape
 from .common import WorkspaceOpt, fail, open_log, utf8_text
-from .markup import escape
 from .render import printable
 
 __all__ = ["TerminalAsker", "answer_command", "choose_ask_user"]

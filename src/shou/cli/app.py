@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 from typer.models import CommandInfo
 
 from ..errors import ShouError
+from ..markup import escape
 from .build import (
     ApprovalsOpt,
     BaseUrlOpt,
@@ -44,7 +45,6 @@ from .build import (
     continued,
 )
 from .common import WorkspaceOpt, fail
-from .markup import escape
 
 # The subcommands that live in modules of their own, in the order `shou --help` lists them: (module, name in
 # it). They are imported when a command line names one (or help lists them all), not when `shou` starts, so a

@@ -18,9 +18,9 @@ import typer
 from rich.console import Console
 
 from ..agent.approvals import Answer, ApprovalRequest, decide, describe_arguments
+from ..markup import escape
 from ..tools.executor import parse_arguments
 from .common import WorkspaceOpt, err, fail, open_log, utf8_text
-from .markup import escape
 from .render import json_text, printable
 
 _ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no", "s": "session",

@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 import typer
 
 from ..errors import UserError
+from ..markup import escape
 from .common import err, fail, finite, utf8_text
-from .markup import escape
 from .observers import observers
 
 ModelOpt = Annotated[str | None, typer.Option(

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import ShouError, UserError
+from ..markup import escape
 from .common import WorkspaceOpt, err, fail
-from .markup import escape
 from .render import printable
 
 if TYPE_CHECKING:

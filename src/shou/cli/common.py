@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from ..errors import ShouError
-from .markup import escape
+from ..markup import escape
 
 if TYPE_CHECKING:
     from ..store.sqlite import SQLiteStore

@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 
 from ..errors import ShouError, UserError
+from ..markup import escape
 from .build import (
     ApprovalsOpt,
     BaseUrlOpt,
@@ -31,7 +32,6 @@ from .build import (
     model_options,
 )
 from .common import err, fail, finite
-from .markup import escape
 
 ModelsOpt = Annotated[list[str] | None, typer.Option(
     "--model", "-m", metavar="MODEL", help="A model to run every case with (repeatable; 'oracle' replays each "

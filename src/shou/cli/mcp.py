@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import ShouError
+from ..markup import escape
 from .build import (
     BaseUrlOpt,
     FunctionsOpt,
@@ -33,7 +34,6 @@ from .build import (
     close_resources,
 )
 from .common import WorkspaceOpt, err, fail
-from .markup import escape
 from .render import json_text, printable, short
 
 mcp_app = typer.Typer(help="MCP servers: list them and their tools.", no_args_is_help=True)

@@ -18,12 +18,12 @@ from rich.table import Table
 
 from ..errors import ShouError
 from ..jsonfile import load_json
+from ..markup import escape
 from ..memory import Fact, Memory, MemoryStore, NewMemory
 from ..memory.records import validate
 from ..wellformed import ill_formed
 from ..workspace import state_database
 from .common import finite, utf8_text
-from .markup import escape
 from .render import json_text
 
 memory_app = typer.Typer(

@@ -31,8 +31,8 @@ from ..events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from ..markup import escape
 from ..usage import format_cost
-from .markup import escape
 
 # C0 controls but tab and newline, DEL, and C1 controls: what a terminal acts on (escape sequences can move
 # the cursor, rewrite what was printed, set the title or the clipboard). Model text, tool output and file

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from ..errors import ShouError
+from ..markup import escape
 from .commands import command_task, help_lines
-from .markup import escape
 from .render import Renderer
 
 if TYPE_CHECKING:

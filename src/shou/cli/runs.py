@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import ShouError
+from ..markup import escape
 from ..store.sqlite_errors import StoreUnusable
 from .build import (
     ApprovalsOpt,
@@ -44,7 +45,6 @@ from .build import (
     continued,
 )
 from .common import WorkspaceOpt, err, fail, utf8_text
-from .markup import escape
 from .stopping import StopSignals
 
 

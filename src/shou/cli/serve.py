@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from ..markup import escape
 from .build import (
     BaseUrlOpt,
     FunctionsOpt,
@@ -27,7 +28,6 @@ from .build import (
     close_resources,
 )
 from .common import WorkspaceOpt, err, fail, finite
-from .markup import escape
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

@@ -15,8 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..markup import escape
 from .common import WorkspaceOpt, err, fail, open_log, utf8_text
-from .markup import escape
 from .render import STATUS_STYLE, format_arguments, json_text, printable
 
 if TYPE_CHECKING:

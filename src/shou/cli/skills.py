@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import ShouError
+from ..markup import escape
 from .common import WorkspaceOpt, err, fail
-from .markup import escape
 from .render import printable
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]

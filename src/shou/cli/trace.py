@@ -20,8 +20,8 @@ from rich.table import Table
 from .. import trace as tr
 from .. import usage_report as ur
 from ..events import CALL_NOTICES
+from ..markup import escape as _markup_escape
 from .common import WorkspaceOpt, fail, finite, open_log, utf8_text
-from .markup import escape as _markup_escape
 from .render import STATUS_STYLE, format_arguments, json_text, printable, short
 
 

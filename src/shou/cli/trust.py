@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from ..errors import ShouError
-from .markup import escape
+from ..markup import escape
 
 if TYPE_CHECKING:
     from ..trust import TrustStore

@@ -66,7 +66,7 @@ def print_comparison(console: Any, diff: Comparison) -> None:
     """The comparison in the terminal: each run's pass rate per model, then the cases that changed."""
     from rich.table import Table
 
-    from ..cli.markup import escape
+    from ..markup import escape
 
     table = Table("run", "model", "pass rate", "errors", "cost", title="shou eval compare", title_justify="left")
     for name, report in (("A", diff.a), ("B", diff.b)):

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ..git_protect import GIT_ENV, Protected, open_path_beneath, protect, remove_planted
-from ..workspace import read_only_tops, state_dir
+from ..workspace import missing_host_files, read_only_tops, state_dir
 from .base import ExecResult, ExitReason, Limits, new_output_path
 from .bubblewrap_warm import WarmSlot, run_warm
 from .cgroup import CgroupHold, RunCgroup
@@ -210,7 +210,7 @@ class BubblewrapSandbox:
         """The command, the fds it inherits (the caller closes them after spawning), the cgroup, what of
         the repository is protected, and the hold that moves the sandbox into the cgroup once spawned."""
         state_dir(self.workspace)  # a real folder, made by shou, before the program could make a link there
-        protected = protect(self.workspace)
+        protected = protect(self.workspace, absent=missing_host_files(self.workspace))
         source = self._source()
         ws_fd = os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         fds: list[int] = [ws_fd]

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..git_protect import protect, remove_planted
-from ..workspace import read_only_tops, state_dir
+from ..workspace import missing_host_files, read_only_tops, state_dir
 from .base import ExecResult, Limits, OutputCapture, new_output_path
 from .process import HOST_ENV, Finished, close_fds, exec_result, kill_group, processes_of
 from .quota import DiskAllowance
@@ -108,7 +108,7 @@ class WarmSlot:
         """The warm sandbox for a call with `limits`, or None when the call needs a sandbox of its own."""
         if self.failed or self._starting:
             return None
-        protected = protect(sb.workspace)
+        protected = protect(sb.workspace, absent=missing_host_files(sb.workspace))
         # The same read-only tops as a per-call sandbox's (`_config_masks`); a missing start-up file
         # (protected.absent) that appears, or a top swapped, makes a new sandbox.
         tops, _ = read_only_tops(sb.workspace)

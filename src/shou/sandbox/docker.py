@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 from ..git_protect import GIT_ENV, Protected, protect, remove_planted
-from ..workspace import STATE_DIR, read_only_tops, state_dir
+from ..workspace import STATE_DIR, missing_host_files, read_only_tops, state_dir
 from .base import ExecResult, Limits, OutputCapture, new_output_path
 from .bubblewrap import SANDBOX_UID
 from .docker_binds import PinnedBinds
@@ -246,7 +246,7 @@ class DockerSandbox:
         """The workspace's settings files and a repository's config and hooks, read-only, and its
         repository folders over themselves (so that they cannot be renamed away), all from sources no
         program can redirect (`docker_binds.py`)."""
-        protected = protect(self.workspace)
+        protected = protect(self.workspace, absent=missing_host_files(self.workspace))
         self._protected = protected
         binds = {}
         for rel in protected.git_dirs:
@@ -325,7 +325,7 @@ class DockerSandbox:
         replaced."""
         if not self.warm or image in self._cold_images or self._warming:
             return None
-        protected = protect(self.workspace)
+        protected = protect(self.workspace, absent=missing_host_files(self.workspace))
         # Made with the sandbox's own limits (the executor sets each call's rlimits, never past these).
         key = (image, self.limits.memory_mb, self.limits.processes, self.limits.network, protected,
                signature(self.workspace, (*protected.git_dirs, *READ_ONLY_FILES, *protected.read_only,
