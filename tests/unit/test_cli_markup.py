@@ -1,4 +1,4 @@
-"""shou.cli.markup: untrusted text in rich markup, escaped and printed in time linear in its length."""
+"""shou.markup: untrusted text in rich markup, escaped and printed in time linear in its length."""
 
 from __future__ import annotations
 
