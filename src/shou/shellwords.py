@@ -118,13 +118,16 @@ def _line(line: str, found: Found, depth: int) -> None:
     if root.has_error:  # bash may still run the part before the mistake: read what parsed, vouch for nothing
         found.opaque.append("a line the bash parser cannot read")
     risk = Risk()
+    extra: dict[int, list[Any]] = {}  # a command's words the parser put in a redirect after it (by node id)
     stack = [root]
     while stack:
         node = stack.pop()
         _spend(found, 1)
         risk.see(node)
-        if node.type == "command":
-            _command(node, found, depth, risk)
+        if node.type == "redirected_statement":
+            _place_redirected_words(node, extra, found)
+        if node.type == "command" or (node.id in extra and node.type == "redirected_statement"):
+            _command(node, found, depth, risk, extra.get(node.id, []))
         stack.extend(reversed(node.children))
     found.opaque.extend(risk.reasons())
 
@@ -147,16 +150,79 @@ def _parse(source: bytes) -> Any:
     return tree.root_node
 
 
-def _command(node: Any, found: Found, depth: int, risk: Risk) -> None:
-    name = node.child_by_field_name("name")
-    if name is None:  # only assignments: `a=rm` runs nothing (their substitutions are visited on their own)
+_REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_FD_WORD = re.compile(r"[0-9]+|\{[A-Za-z_][A-Za-z0-9_]*\}")  # `2>f`, `{fd}>f`: the redirect's descriptor
+
+
+def _redirect_words(redirect: Any) -> list[Any]:
+    """The words tree-sitter-bash hangs on a redirect that are not its own target: bash reads every word after a
+    redirect's target as the command's next argument (`git 2>&1 push` runs `git push`; `cmd <<E rm x` runs
+    `cmd rm x`), but the grammar makes them extra `destination`s of the redirect or `argument`s of a here-document."""
+    words: list[Any] = []
+    # `2<&-` and `>&-` close a descriptor and have no target: every word after them is the command's
+    closes = any(c.type in ("<&-", ">&-") for c in redirect.children)
+    targets = 1 if closes else 0
+    for i, child in enumerate(redirect.children):
+        fieldname = redirect.field_name_for_child(i)
+        if child.type in _REDIRECTS:
+            words += _redirect_words(child)
+        elif fieldname == "destination":
+            targets += 1
+            if targets > 1 or redirect.type != "file_redirect":
+                words.append(child)
+        elif fieldname == "argument":
+            words.append(child)
+    return words
+
+
+def _redirects(node: Any) -> list[Any]:
+    """Every redirect among `node`'s children, and those nested in them (a here-document's `>out`)."""
+    out = []
+    for child in node.children:
+        if child.type in _REDIRECTS:
+            out += [child, *_redirects(child)]
+    return out
+
+
+def _place_redirected_words(statement: Any, extra: dict[int, list[Any]], found: Found) -> None:
+    """Give the words a redirect of `statement` holds (see _redirect_words) to the command they belong to: the
+    statement's body, or the last command of a list or pipeline the grammar put under the redirect
+    (`a && git >f push` redirects and runs `git push`). Where no such command is found, the line is opaque."""
+    words = [w for r in statement.children_by_field_name("redirect") for w in _redirect_words(r)]
+    if not words:
         return
+    target = statement.child_by_field_name("body")
+    if target is None:  # `2>&1 git push`: only redirects, the command all in their words
+        extra[statement.id] = words
+        return
+    while target is not None and target.type in ("list", "pipeline") and target.named_child_count:
+        target = target.named_children[-1]
+    if target is None or target.type != "command":
+        found.opaque.append(f"{node_text(words[0])}: words after a redirect shou cannot place")
+        return
+    extra.setdefault(target.id, []).extend(words)
+
+
+def _command(node: Any, found: Found, depth: int, risk: Risk, extra: list[Any]) -> None:
+    """Read one command (or a redirected statement without one, whose words are all in its redirects) as bash
+    does: its name and arguments, with the words the parser put in a redirect (see _redirect_words) in their
+    place, and without a redirect's descriptor (`0<f`, `{fd}>f`)."""
+    parent = node.parent
+    redirects = _redirects(node)
+    if node.type == "command" and parent is not None and parent.type == "redirected_statement":
+        redirects += [n for r in parent.children_by_field_name("redirect") for n in (r, *_redirects(r))]
+    starts = {r.start_byte for r in redirects}
+    words = [c for i, c in enumerate(node.children) if node.field_name_for_child(i) in ("name", "argument")]
+    words = sorted(words + extra, key=lambda w: w.start_byte)
+    words = [w for w in words if not (w.end_byte in starts and _FD_WORD.fullmatch(node_text(w)))]
+    if not words:  # only assignments: `a=rm` runs nothing (their substitutions are visited on their own)
+        return
+    name = words[0]
     if globbed(name):
         found.opaque.append(f"{node_text(name)}: a program named by a glob")
         _record(found, node_text(node))
         return
-    argv: list[Word] = [(static_word(name), node_text(name))]
-    argv += [(static_word(a), node_text(a)) for a in node.children_by_field_name("argument")]
+    argv: list[Word] = [(static_word(w), node_text(w)) for w in words]
     risk.command(argv)
     _run(argv, found, depth, stdin_of(node))
 

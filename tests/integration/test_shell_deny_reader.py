@@ -1,0 +1,59 @@
+"""Deny rules for `shell` read each command's words as bash does (issue: attack B). Each class below let a line
+run a denied program: words after a redirect, brace expansion inside a word, builtins that run a string,
+expansions that evaluate a subscript, here-document bodies, xargs feeding a shell, BASH_ENV through export,
+wrappers missing from the table."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shou.permissions import Policy
+from shou.shellwords import programs
+
+DENY = Policy(deny=["shell(rm *)", "shell(rm)", "shell(git push*)", "shell(rm -rf*)"])
+
+
+def _denied(line: str) -> bool:
+    return DENY.decide("shell", {"command": line}).outcome == "deny"
+
+
+# bash reads every word after a redirect's target as the command's next word; tree-sitter-bash hung them on
+# the redirect, where the reader did not look.
+REDIRECTED = [
+    "git 2>&1 push origin HEAD:main", "rm 2>&1 -rf d2", "command 2>/dev/null rm -f x", "env >/dev/null rm x",
+    "exec 3>/dev/null rm x", "eval 2>/dev/null 'rm x'", "nice 2>/dev/null rm x", "sudo >f rm x",
+    "timeout 5 >f rm x", "xargs 2>f rm < l", "exec &>f rm x", "exec {fd}>f rm x", "x=1 {fd}>f rm x",
+    "git >| f push", "git 3<&0 push", "git 2<&- push", "git >&- push", "git 2>&1- push", "git &>> f push",
+    "git >& /dev/null push", "command -- 2>&1 rm x", "command <<EOF rm x\nbody\nEOF", "git <<EOF push\nb\nEOF",
+    "git 0</dev/null push", "a && git &>> f push; b", "a | git >f push", "cat <<EOF >out; rm <<E2 x\nb\nEOF\nE2\n",
+    "ls; git 2>/dev/null >/dev/null push", "(git >f push)", "if true; then git >f push; fi", "git >f push &",
+]
+
+
+@pytest.mark.parametrize("line", REDIRECTED)
+def test_words_after_a_redirect_are_the_commands_words(line: str) -> None:
+    assert _denied(line), (line, programs(line))
+
+
+@pytest.mark.parametrize(("line", "command"), [
+    ("git 0</dev/null push", "git push"), ("git >f a 2>g b c", "git a b c"), ("make 2>&1 test", "make test"),
+    ("x=1 {fd}>f ls -l", "ls -l"), ("ls -la 2>/dev/null", "ls -la"), ("git 2<&- status", "git status"),
+])
+def test_a_redirect_and_its_descriptor_are_not_words(line: str, command: str) -> None:
+    assert programs(line).commands == [command]
+
+
+_REDIRECT = st.sampled_from(["2>&1", ">/dev/null", "2>/dev/null", "&>f", ">>f", "<f", "0<f", "3<&0", "2<&-",
+                             ">|f", "{fd}>f", "&>>f", ">& f", "2>&1-"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_REDIRECT, max_size=2), min_size=4, max_size=4))
+def test_redirects_anywhere_among_the_words_leave_the_command_as_bash_runs_it(spots: list[list[str]]) -> None:
+    words = ["git", "push", "origin", "main"]
+    line = " ".join(" ".join([*spot, w]) for spot, w in zip(spots, words, strict=True))
+    found = programs(line)  # a line the parser cannot read (`{fd}>f` first) is opaque, which denies it too
+    assert found.opaque or found.commands == ["git push origin main"], line
+    assert _denied(line), line
