@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bashwords import globbed, node_text, redirect_text, static_word, stdin_of
+from .bashwords import BraceUnreadable, brace_words, globbed, node_text, redirect_text, static_word, stdin_of
 from .shellrisk import Risk
 
 __all__ = ["Found", "programs"]
@@ -48,7 +48,6 @@ _WRAPPERS = frozenset({
     "dbus-launch", "xvfb-run", "trickle", "schedtool", "cpulimit", "sem", "parallel", "rlwrap", "!", "{",
 })
 _EXEC_FLAGS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
-_BRACES = re.compile(r"\{[^{}]*,[^{}]*\}")
 
 Word = tuple[str | None, str]  # (the word as bash reads it, or None when only the running line knows; the text)
 
@@ -222,7 +221,27 @@ def _command(node: Any, found: Found, depth: int, risk: Risk, extra: list[Any]) 
         found.opaque.append(f"{node_text(name)}: a program named by a glob")
         _record(found, node_text(node))
         return
-    argv: list[Word] = [(static_word(w), node_text(w)) for w in words]
+    # Nodes that touch are one bash word the parser split (it splits at braces: `1{\\{.` became `1{` and `{.`).
+    groups: list[list[Any]] = []
+    for w in words:
+        if groups and groups[-1][-1].end_byte == w.start_byte:
+            groups[-1].append(w)
+        else:
+            groups.append([w])
+    argv: list[Word] = []
+    for group in groups:
+        text = "".join(node_text(w) for w in group)
+        try:  # bash expands braces inside a word first: `r{m,} x` runs `rm r x`, `git pu{s,}h` runs `git push puh`
+            expanded = brace_words(group)
+        except BraceUnreadable:
+            found.opaque.append(f"{text[:40]}: a brace expansion too large or odd to read")
+            expanded = [(None, text)]
+        if expanded is None:
+            pieces = [static_word(w) for w in group]
+            expanded = [(None if None in pieces else "".join(p or "" for p in pieces), text)]
+        argv += expanded
+    if not argv:
+        return
     risk.command(argv)
     _run(argv, found, depth, stdin_of(node))
 
@@ -241,9 +260,6 @@ def _run(argv: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
         if head is None:
             found.opaque.append(f"{raw}: a program named by an expansion or a substitution")
             _record(found, " ".join(r for _, r in argv[start:]))
-            continue
-        if _BRACES.fullmatch(head):  # {rm,-r,x} is `rm -r x`
-            _run([(w, w) for w in head[1:-1].split(",")] + argv[start + 1:], found, depth, stdin)
             continue
         base = posixpath.basename(head)
         args = argv[start + 1:]

@@ -5,6 +5,8 @@ wrappers missing from the table."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -57,3 +59,38 @@ def test_redirects_anywhere_among_the_words_leave_the_command_as_bash_runs_it(sp
     found = programs(line)  # a line the parser cannot read (`{fd}>f` first) is opaque, which denies it too
     assert found.opaque or found.commands == ["git push origin main"], line
     assert _denied(line), line
+
+
+# Bash expands braces inside a word before it runs it: `r{m,} x` runs `rm r x`.
+BRACED = ["r{m,} -f x", "rm{,} x", "git pu{s,}h", "{rm,-r,x}", "{,rm} x", "git pu{s..s}h", "{r,}m{,} x",
+          "r{m,}\"\" x", "git p{u{s,},}h", "r{m..m} x", "git pus{h,}$x", "x{}a,b} rm", "r{m,}{,} x"]
+
+
+@pytest.mark.parametrize("line", BRACED)
+def test_a_brace_expansion_inside_a_word_is_read_as_bash_expands_it(line: str) -> None:
+    assert _denied(line), (line, programs(line))
+
+
+@pytest.mark.parametrize(("line", "command"), [
+    ("cp a{,.bak}", "cp a a.bak"), ("mkdir -p s/{a,b}/{c,d}", "mkdir -p s/a/c s/a/d s/b/c s/b/d"),
+    ("echo \"{rm,x}\" \\{rm,x} '{a,b}'", "echo {rm,x} {rm,x} {a,b}"), ("echo {a..c}{1..2}", "echo a1 a2 b1 b2 c1 c2"),
+    ("find . -exec echo {} \\;", "find . -exec echo {} ;"), ("echo {a{b,c}}", "echo {ab} {ac}"),
+])
+def test_brace_expansion_gives_bash_s_words(line: str, command: str) -> None:
+    assert programs(line).commands[0] == command
+
+
+_BRACE_PIECES = st.sampled_from(["{", "}", ",", "a", "b", ".", "1", "..", "\\{", '"{"', "'}'", "{a,b}", '""'])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_BRACE_PIECES, min_size=1, max_size=8).map("".join))
+def test_brace_expansion_agrees_with_bash(word: str) -> None:
+    """Whatever word shou reads without calling it opaque, bash expands to the same words."""
+    run = subprocess.run(["bash", "-c", "printf '<%s>' x " + word], capture_output=True, text=True, timeout=10)
+    if run.returncode:
+        return
+    found = programs("printf x " + word)
+    if found.opaque:
+        return
+    assert found.commands[0] == " ".join(["printf", *run.stdout[1:-1].split("><")]), word
