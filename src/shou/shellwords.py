@@ -348,6 +348,37 @@ def _env(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]
     return _suffixes(base, args, found)
 
 
+_COMPGEN_VALUES = "oAGWFCXPS"  # compgen's and complete's options that take a value
+
+
+def _compgen(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """`compgen -C 'rm x' w` runs its `-C` command as a shell line (read like eval's); `-F f` calls a function by a
+    name (opaque: shou does not follow names to functions). `complete` takes the same options."""
+    i = 0
+    while i < len(args):
+        word = args[i][0]
+        if word is None:  # `compgen $o 'rm x'`: $o may be -C
+            found.opaque.append(f"{base}: given options only the running shell knows")
+            break
+        text = word
+        if text == "--" or not text.startswith("-"):
+            break
+        for k, letter in enumerate(text[1:], 1):
+            if letter not in _COMPGEN_VALUES:
+                continue
+            value = text[k + 1:] or (args[i + 1][0] if i + 1 < len(args) else "")
+            if not text[k + 1:]:
+                i += 1
+            if letter in "CF":
+                if letter == "F" or value is None:
+                    found.opaque.append(f"{base} -{letter}: runs a command or function shou cannot read")
+                else:
+                    _line(value, found, depth + 1)
+            break  # the option's value is the rest of this word or the next word (`-W x -C 'rm y'`)
+        i += 1
+    return []
+
+
 def _find_handler(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
     _find(args, found, depth)
     return []
@@ -356,6 +387,9 @@ def _find_handler(base: str, args: list[Word], found: Found, depth: int, stdin: 
 _HANDLERS: dict[str, Handler] = {
     **{name: lambda b, a, f, d, i: _shell(b, a, f, d, i) for name in SHELLS},
     **{name: _opaque("a shell whose language shou does not read") for name in OTHER_SHELLS},
+    "compgen": _compgen, "complete": _compgen,
+    # `fc -s` (and `fc` with an editor) runs commands from the history, which `history -s` writes.
+    "fc": _opaque("re-runs commands from the history"),
     "eval": _eval, "trap": _trap, "watch": _watch, "xargs": _xargs, "env": _env, "find": _find_handler,
     ".": _opaque("runs a script file shou cannot see"), "source": _opaque("runs a script file shou cannot see"),
     # A name that runs another program from now on.

@@ -94,3 +94,19 @@ def test_brace_expansion_agrees_with_bash(word: str) -> None:
     if found.opaque:
         return
     assert found.commands[0] == " ".join(["printf", *run.stdout[1:-1].split("><")]), word
+
+
+# Builtins that run a string: compgen's (and complete's) -C command and -F function; fc re-runs the history.
+RUNNING_BUILTINS = ["compgen -C 'rm x' a", "compgen -C'rm x' a", "compgen -aC 'rm x' a", "compgen -W x -C 'rm x'",
+                    "compgen -F f a", "history -s rm x; fc -s", "fc -e vi", "builtin compgen -C 'rm x' a",
+                    "compgen $o 'rm x'", "complete -C 'rm x' a", "compgen -W \"$w\" -C 'rm x' a"]
+
+
+@pytest.mark.parametrize("line", RUNNING_BUILTINS)
+def test_builtins_that_run_a_string_are_read(line: str) -> None:
+    assert _denied(line), (line, programs(line))
+
+
+@pytest.mark.parametrize("line", ["compgen -c ls", "compgen -W 'a b' -- a", "compgen -W '-C x' a", "history"])
+def test_plain_completion_is_allowed(line: str) -> None:
+    assert not _denied(line), (line, programs(line))
