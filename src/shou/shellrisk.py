@@ -2,12 +2,14 @@
 
 Two kinds, each found in one parsed line:
 
-- Arithmetic evaluates array subscripts, and a subscript may hold `$(...)`: `let 'a[$(rm x)]'`,
+- Arithmetic evaluates array subscripts, and a subscript may hold `$(...)`: `let 'a[$(rm x)]'`, `${c[a]}`,
+  `${!a}`, `${@:a}`, `c=([a]=1)`,
   `test -v 'a[$(rm x)]'`, `x='a[$(rm x)]'; echo $((x))`, `printf -v`, `read`, `declare`, `[[ -v ]]`. Bash
   evaluates what is inside the quotes later, so a line with any arithmetic context and any literal holding
   `$(` or a backtick is opaque (an over-approximation: deny rules may refuse it, never miss it).
 - Start-up variables and callbacks make a shell or a builtin run a string: BASH_ENV, ENV, BASH_FUNC_*, PS0-PS4,
-  PROMPT_COMMAND, SHELLOPTS, BASHOPTS (assigned, exported or given to `env`), `mapfile -C`/`readarray -C`.
+  PROMPT_COMMAND, SHELLOPTS, BASHOPTS (assigned, exported or given to `env`), `mapfile -C`/`readarray -C`,
+  and prompt expansion `${x@P}`, which runs the `$(...)` in x's value wherever it came from (always opaque).
 """
 
 from __future__ import annotations
@@ -34,12 +36,15 @@ class Risk:
         self.arith = False
         self.inner = False
         self.startup: list[str] = []
+        self.prompt = False
 
     def see(self, node: Any) -> None:
         """Look at one node of the parsed line."""
         kind = node.type
-        if kind in _ARITH_NODES or (kind == "compound_statement" and node.text.startswith(b"((")):
+        if kind in _ARITH_NODES or (kind == "compound_statement" and node.text.startswith(b"((")) or _evaluates(node):
             self.arith = True
+        elif kind == "expansion" and _operators(node)[-2:] == ["@", "P"]:
+            self.prompt = True
         elif kind in _LITERALS and (b"$(" in node.text or b"`" in node.text or b"\\x" in node.text
                                     or b"\\0" in node.text or b"\\u" in node.text):
             self.inner = True  # escapes may spell `$(` once decoded
@@ -65,7 +70,28 @@ class Risk:
     def reasons(self) -> list[str]:
         """Why the line is opaque, if it is."""
         out = []
+        if self.prompt:
+            out.append("a prompt expansion (`${x@P}`) that runs the `$(...)` its value holds")
         if self.arith and self.inner:
             out.append("arithmetic that may evaluate a quoted `$(...)` or backtick")
         out += [f"{s.split('=', 1)[0]}: a start-up variable or callback that runs a string" for s in self.startup[:1]]
         return out
+
+
+def _operators(node: Any) -> list[str]:
+    return [node.children[i].type for i in range(node.child_count) if node.field_name_for_child(i) == "operator"]
+
+
+def _evaluates(node: Any) -> bool:
+    """Whether `node` evaluates a subscript or a variable's value as arithmetic: an array subscript (`${c[a]}`,
+    `c[a]=1`, `c=([a]=1)`), indirection (`${!a}`, whose value may be `b[$(...)]`), or an offset or length
+    (`${@:a}`, `${x:1:n}`)."""
+    kind = node.type
+    if kind == "subscript":
+        return True
+    if kind == "array":
+        return any(c.text.startswith(b"[") for c in node.children)
+    if kind == "expansion":
+        operators = _operators(node)
+        return "!" in operators or ":" in operators
+    return False

@@ -110,3 +110,20 @@ def test_builtins_that_run_a_string_are_read(line: str) -> None:
 @pytest.mark.parametrize("line", ["compgen -c ls", "compgen -W 'a b' -- a", "compgen -W '-C x' a", "history"])
 def test_plain_completion_is_allowed(line: str) -> None:
     assert not _denied(line), (line, programs(line))
+
+
+# Expansions that evaluate a value as arithmetic (whose subscript may hold `$(...)`) or as a prompt.
+EVALUATING = ["a='$(rm x)'; echo ${a@P}", "a=$(<f); echo ${a@P}", "echo \"${a@P}\"", "echo ${a[@]@P}",
+              "a='b[$(rm x)]'; echo ${!a}", "a='b[$(rm x)]'; echo ${c[a]}", "a='b[$(rm x)]'; c=([a]=1)",
+              "a='b[$(rm x)]'; echo ${@:a}", "a='b[$(rm x)]'; echo \"${!a}\"", "a='b[$(rm x)]'; c[a]=1",
+              "a='b[$(rm x)]'; echo ${x:a:1}", "a='b[`rm x`]'; echo ${!a}", "a=\"b[\\$(rm x)]\"; echo ${c[a]}"]
+
+
+@pytest.mark.parametrize("line", EVALUATING)
+def test_expansions_that_evaluate_a_value_are_opaque(line: str) -> None:
+    assert _denied(line), (line, programs(line))
+
+
+@pytest.mark.parametrize("line", ["echo ${c[1]} ${@:2} ${!x} ${a:-$(pwd)}", "echo '$(x)' ${a:-1}", "echo ${#a[@]}"])
+def test_plain_expansions_are_allowed(line: str) -> None:
+    assert not _denied(line), (line, programs(line))
