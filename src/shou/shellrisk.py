@@ -10,6 +10,7 @@ Two kinds, each found in one parsed line:
 - Start-up variables and callbacks make a shell or a builtin run a string: BASH_ENV, ENV, BASH_FUNC_*, PS0-PS4,
   PROMPT_COMMAND, SHELLOPTS, BASHOPTS (assigned, exported or given to `env`), `mapfile -C`/`readarray -C`,
   and prompt expansion `${x@P}`, which runs the `$(...)` in x's value wherever it came from (always opaque).
+- An unquoted here-document's substitutions the parser did not read (backticks, a `<<-` body).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Risk:
         self.inner = False
         self.startup: list[str] = []
         self.prompt = False
+        self.heredoc = False
 
     def see(self, node: Any) -> None:
         """Look at one node of the parsed line."""
@@ -45,6 +47,8 @@ class Risk:
             self.arith = True
         elif kind == "expansion" and _operators(node)[-2:] == ["@", "P"]:
             self.prompt = True
+        elif kind == "heredoc_redirect" and _unread_heredoc(node):
+            self.heredoc = True
         elif kind in _LITERALS and (b"$(" in node.text or b"`" in node.text or b"\\x" in node.text
                                     or b"\\0" in node.text or b"\\u" in node.text):
             self.inner = True  # escapes may spell `$(` once decoded
@@ -72,6 +76,8 @@ class Risk:
         out = []
         if self.prompt:
             out.append("a prompt expansion (`${x@P}`) that runs the `$(...)` its value holds")
+        if self.heredoc:
+            out.append("a here-document whose substitutions the bash parser did not read")
         if self.arith and self.inner:
             out.append("arithmetic that may evaluate a quoted `$(...)` or backtick")
         out += [f"{s.split('=', 1)[0]}: a start-up variable or callback that runs a string" for s in self.startup[:1]]
@@ -94,4 +100,27 @@ def _evaluates(node: Any) -> bool:
     if kind == "expansion":
         operators = _operators(node)
         return "!" in operators or ":" in operators
+    return False
+
+
+# In an unquoted here-document bash runs `$(...)`, backticks, `${...}` and `$[...]`; `\\` escapes `$`, `` ` `` and `\\`.
+_HEREDOC_SUBSTITUTION = re.compile(r"(?<!\\)(?:\\\\)*(?:`|\$[({\[])")
+_PARSED = frozenset({"command_substitution", "expansion", "arithmetic_expansion", "simple_expansion"})
+
+
+def _unread_heredoc(redirect: Any) -> bool:
+    """Whether an unquoted here-document's body holds a substitution the parser did not make a node of: it
+    reads no backticks there, and nothing of a `<<-` body; bash runs them all."""
+    start = next((c for c in redirect.children if c.type == "heredoc_start"), None)
+    if start is not None and re.search(rb"['\"\\]", start.text):
+        return False  # `<<'E'`: bash expands nothing in the body
+    for body in (c for c in redirect.children if c.type == "heredoc_body"):
+        text, at = b"", body.start_byte
+        for child in body.children:  # the body's text outside the substitutions the parser did read
+            if child.type in _PARSED:
+                text += body.text[at - body.start_byte:child.start_byte - body.start_byte]
+                at = child.end_byte
+        text += body.text[at - body.start_byte:]
+        if _HEREDOC_SUBSTITUTION.search(text.replace(b"\\\n", b"").decode("utf-8", "replace")):
+            return True
     return False

@@ -127,3 +127,20 @@ def test_expansions_that_evaluate_a_value_are_opaque(line: str) -> None:
 @pytest.mark.parametrize("line", ["echo ${c[1]} ${@:2} ${!x} ${a:-$(pwd)}", "echo '$(x)' ${a:-1}", "echo ${#a[@]}"])
 def test_plain_expansions_are_allowed(line: str) -> None:
     assert not _denied(line), (line, programs(line))
+
+
+# Bash runs the substitutions of an unquoted here-document's body, backticks and `<<-` bodies too.
+HEREDOCS = ["cat <<EOF\n`rm x`\nEOF", "cat <<-EOF\n\t$(rm x)\n\tEOF", "cat <<-EOF\n\t`rm x`\n\tEOF",
+            "cat <<E\na `rm x` b\nE", "cat <<-EOF\n\t${x:-$(rm x)}\n\tEOF", "cat <<EOF\n$\\\n(rm x)\nEOF",
+            "cat <<E >f\n\\\\`rm x`\nE", "x=$(cat <<EOF\n`rm x`\nEOF\n)"]
+
+
+@pytest.mark.parametrize("line", HEREDOCS)
+def test_here_document_substitutions_are_read(line: str) -> None:
+    assert _denied(line), (line, programs(line))
+
+
+@pytest.mark.parametrize("line", ["cat <<EOF\n$(date) ${HOME} $x \\`x\\` \\$(y)\nEOF", "cat <<'EOF'\n`rm x`\nEOF",
+                                  "cat <<-EOF\n\tplain $x\n\tEOF", "cat <<-'E'\n\t$(rm x)\n\tE"])
+def test_plain_here_documents_are_allowed(line: str) -> None:
+    assert not _denied(line), (line, programs(line))
