@@ -329,8 +329,58 @@ def _with_c(base: str, args: list[Word], found: Found, depth: int, stdin: list[A
     return _suffixes(base, args, found) if base in _WRAPPERS else []
 
 
+def _xargs_replaced(args: list[Word]) -> list[str]:
+    """The strings `xargs -I R` (`-IR`, `-i`, `--replace[=R]`) replaces with a line of its input."""
+    out = []
+    for k, (word, _) in enumerate(args):
+        if word is None:
+            continue
+        if word.startswith("-I"):
+            value = word[2:] or (args[k + 1][0] if k + 1 < len(args) else None)
+            out.append(value or "")
+        elif word.startswith("-i") or word == "--replace":
+            out.append(word[2:] or "{}")
+        elif word.startswith("--replace="):
+            out.append(word.split("=", 1)[1])
+    return out
+
+
+_XARGS_VALUES = "adEILnPs"  # xargs's short options that take a value (GNU, BSD)
+
+
+def _xargs_program(args: list[Word]) -> int | None:
+    """Where xargs's program is, past its options, or None when a word only the running shell knows comes first
+    (then every suffix is looked at)."""
+    k = 0
+    while k < len(args):
+        word = args[k][0]
+        if word is None:
+            return None
+        if word == "--":
+            return k + 1 if k + 1 < len(args) else None
+        if not word.startswith("-") or word == "-":
+            return k
+        if not word.startswith("--"):
+            letter = next((j for j, c in enumerate(word[1:], 1) if c in _XARGS_VALUES), None)
+            if letter is not None and not word[letter + 1:]:
+                k += 1  # `-n 1`, `-I {}`: the next word is the value
+        k += 1
+    return None
+
+
 def _xargs(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """xargs runs its program with words from its input added (or put in place of `-I`'s string): a program that
+    reads its words as a command (a shell, a wrapper, eval, find, another xargs) or a name `-I` replaces runs
+    what the input says, which only the running line knows (`echo 'rm x' | xargs sh -c`)."""
     starts = _suffixes(base, args, found)
+    replaced = _xargs_replaced(args)
+    program_at = _xargs_program(args)
+    for i in starts if program_at is None else [program_at]:
+        name = args[i][0]
+        program = posixpath.basename(name or "")
+        if name is not None and (program in _WRAPPERS or program in _HANDLERS or program in _BUILTIN_RUNNERS
+                                 or any(r and r in name for r in replaced)):
+            found.opaque.append(f"{base} {program}: a command made of xargs's input")
     for i in starts:  # it runs the program with words read from its input as well
         if args[i][0] is not None:
             _record(found, " ".join([posixpath.basename(args[i][0] or ""), *(s or r for s, r in args[i + 1:]),
@@ -383,6 +433,9 @@ def _find_handler(base: str, args: list[Word], found: Found, depth: int, stdin: 
     _find(args, found, depth)
     return []
 
+
+# Programs that run a command from their words, besides _WRAPPERS and _HANDLERS' (for xargs: its input adds words).
+_BUILTIN_RUNNERS = frozenset({"parallel", "sem", "ssh", "watch", "su", "script", "run-parts"})
 
 _HANDLERS: dict[str, Handler] = {
     **{name: lambda b, a, f, d, i: _shell(b, a, f, d, i) for name in SHELLS},

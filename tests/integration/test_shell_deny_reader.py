@@ -144,3 +144,23 @@ def test_here_document_substitutions_are_read(line: str) -> None:
                                   "cat <<-EOF\n\tplain $x\n\tEOF", "cat <<-'E'\n\t$(rm x)\n\tE"])
 def test_plain_here_documents_are_allowed(line: str) -> None:
     assert not _denied(line), (line, programs(line))
+
+
+# A program xargs starts that reads its words as a command (a shell, a wrapper) or whose name -I replaces runs
+# what xargs's input says.
+XARGS = ["echo 'rm x' | xargs -I{} sh -c '{}'", "echo \"'rm x'\" | xargs sh -c", "echo rm x | xargs env",
+         "echo rm | xargs -I{} {} x", "echo rm | xargs -I {} {} x", "echo rm | xargs -IXX XX x",
+         "echo 'rm x' | xargs -n 1 bash", "echo rm x | xargs -P2 -n1 nice", "echo rm | xargs $o {} x",
+         "echo rm x | xargs /usr/bin/env", "echo 'rm x' | xargs -0 -I % bash -c %", "echo rm x | xargs --replace sudo",
+         "echo 'rm x' | xargs parallel"]
+
+
+@pytest.mark.parametrize("line", XARGS)
+def test_a_command_made_of_xargs_input_is_opaque(line: str) -> None:
+    assert _denied(line), (line, programs(line))
+
+
+@pytest.mark.parametrize("line", ["ls | xargs -I{} cp {} /tmp", "ls | xargs -I {} cp {} /tmp", "ls | xargs wc -l",
+                                  "ls | xargs -0 grep foo", "echo a | xargs"])
+def test_ordinary_xargs_is_allowed(line: str) -> None:
+    assert not _denied(line), (line, programs(line))
