@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .bashwords import node_text, static_word
+
 __all__ = ["Risk"]
 
 # Builtins that evaluate a word as arithmetic or as a variable name with a subscript.
@@ -49,6 +51,12 @@ class Risk:
             self.prompt = True
         elif kind == "heredoc_redirect" and _unread_heredoc(node):
             self.heredoc = True
+        if kind == "declaration_command":  # also an arithmetic context, above
+            self.startup += _declared_startup(node)
+        elif kind == "for_statement":  # `for PS4 in '$(rm x)'; do set -x; ...` assigns it too
+            variable = node.child_by_field_name("variable")
+            if variable is not None and _STARTUP.fullmatch(node_text(variable)):
+                self.startup.append(node_text(variable))
         elif kind in _LITERALS and (b"$(" in node.text or b"`" in node.text or b"\\x" in node.text
                                     or b"\\0" in node.text or b"\\u" in node.text):
             self.inner = True  # escapes may spell `$(` once decoded
@@ -124,3 +132,27 @@ def _unread_heredoc(redirect: Any) -> bool:
         if _HEREDOC_SUBSTITUTION.search(text.replace(b"\\\n", b"").decode("utf-8", "replace")):
             return True
     return False
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[.*\])?", re.S)
+
+
+def _declared_startup(node: Any) -> list[str]:
+    """The start-up variables `export`, `declare`, `local`, `readonly`, `typeset` set, each word read as bash reads
+    it (`export 'BASH_ENV=f'`, `export "BASH_ENV"=f`, `export BASH_E\\NV=f`), a name bash makes at run time
+    (`export $v=f`) counted as one, and a nameref's target (`declare -n r=BASH_ENV`)."""
+    out = []
+    for child in node.named_children:
+        if child.type == "variable_assignment":  # its name is seen on its own; a nameref's target is its value
+            value = child.child_by_field_name("value")
+            words = [] if value is None else [static_word(value)]
+        else:
+            # `export BASH_ENV` exports a value set some way no assignment shows (`for BASH_ENV in f`, `read`)
+            words = [node_text(child) if child.type == "variable_name" else static_word(child)]
+            if words[0] is None:
+                name = node_text(child).split("=", 1)[0]
+                if not _NAME.fullmatch(name):
+                    out.append(node_text(child))  # a name only the running shell knows may be BASH_ENV
+                continue
+        out += [w for w in words if w is not None and _STARTUP.fullmatch(w.lstrip("-"))]
+    return out

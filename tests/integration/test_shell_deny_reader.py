@@ -164,3 +164,22 @@ def test_a_command_made_of_xargs_input_is_opaque(line: str) -> None:
                                   "ls | xargs -0 grep foo", "echo a | xargs"])
 def test_ordinary_xargs_is_allowed(line: str) -> None:
     assert not _denied(line), (line, programs(line))
+
+
+# A start-up variable (BASH_ENV, ENV, PS4, ...) set through a declaration builtin, its words read as bash reads them.
+STARTUP = ["echo 'rm x' > f; export 'BASH_ENV=f'; bash -c :", "export \"BASH_ENV\"=f; bash -c :",
+           "export BASH_E\\NV=f; bash -c :", "v=BASH_ENV; export $v=f; bash -c :", "export \"$v\"; bash -c :",
+           "declare -n r=BASH_ENV; r=f; bash -c :", "readonly 'ENV=x'", "export $'BASH_ENV'=f",
+           "for BASH_ENV in f; do export BASH_ENV; bash -c :; done", "for PS4 in '$(rm x)'; do set -x; :; done",
+           "declare -x 'PS4=$(rm x)'", "local \"BASH_FUNC_ls%%=() { rm x; }\""]
+
+
+@pytest.mark.parametrize("line", STARTUP)
+def test_startup_variables_set_by_declarations_are_seen(line: str) -> None:
+    assert _denied(line), (line, programs(line))
+
+
+@pytest.mark.parametrize("line", ["export PATH=$PATH:x FOO=\"$(pwd)\"", "export FOO", "local a=1 b", "declare -A m",
+                                  "export 'a[1]=2'", "for i in 1 2; do :; done"])
+def test_ordinary_declarations_are_allowed(line: str) -> None:
+    assert not _denied(line), (line, programs(line))
