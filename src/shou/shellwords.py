@@ -46,7 +46,21 @@ _WRAPPERS = frozenset({
     "proxychains", "proxychains4", "torsocks", "then", "do", "else", "pkexec", "sg", "numactl", "cgexec",
     "systemd-run", "nocache", "eatmydata", "fakeroot", "chpst", "softlimit", "valgrind", "ssh-agent",
     "dbus-launch", "xvfb-run", "trickle", "schedtool", "cpulimit", "sem", "parallel", "rlwrap", "!", "{",
+    # setarch and the personality names it is installed as (`linux64 rm x`, `setarch x86_64 rm x`)
+    "setarch", "linux32", "linux64", "uname26", "i386", "i486", "i586", "i686", "x86_64", "ia64", "ppc", "ppc32",
+    "ppc64", "ppc64le", "s390", "s390x", "sparc", "sparc32", "sparc32bash", "sparc64", "mips", "mips32", "mips64",
+    "parisc", "parisc32", "parisc64", "aarch64", "arm", "armv7l", "arm64", "loongarch64", "riscv64",
+    # Others that run their words as a command (their options' values are harmless candidates).
+    "choom", "runcon", "start-stop-daemon", "fakechroot", "ld.so", "tini", "dumb-init", "catatonit", "su-exec",
+    "gosu", "setuidgid", "envuidgid", "envdir", "setlock", "pgrphack", "fghack", "lckdo", "with-lock-ex", "run-one",
+    "timelimit", "daemonize", "daemon", "nsjail", "bwrap", "proot", "schroot", "systemd-nspawn", "minijail0",
+    "sshpass", "mpirun", "mpiexec", "srun", "entr", "watchexec", "ccache", "distcc", "icecc", "perf", "gdb",
+    "heaptrack", "rr", "screen", "dtach", "abduco", "chronic", "ifne", "retry", "krun", "ip", "netns",
+    "capsh", "vipe", "caffeinate", "systemd-inhibit", "flatpak-spawn", "toolbox", "distrobox",
+    "wine", "qemu-x86_64", "qemu-aarch64", "box64", "box86", "aa-exec", "sandbox-exec", "newgrp",
 })
+# The dynamic loader runs a program given as its word: `/lib64/ld-linux-x86-64.so.2 /usr/bin/rm x`.
+_LOADER = re.compile(r"ld(?:-linux[^/]*|-musl[^/]*|64)?\.so(?:\.[0-9]+)*")
 _EXEC_FLAGS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
 Word = tuple[str | None, str]  # (the word as bash reads it, or None when only the running line knows; the text)
@@ -429,6 +443,40 @@ def _compgen(base: str, args: list[Word], found: Found, depth: int, stdin: list[
     return []
 
 
+def _attached(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """A wrapper whose program may be an option's attached value (`start-stop-daemon --exec=/bin/rm`, `-x/bin/rm`,
+    `--startas=`; `capsh --shell=/bin/rm`): each such value is read as a program, given the words after `--`."""
+    rest = next((k + 1 for k, (w, _) in enumerate(args) if w == "--"), len(args))
+    for word, raw in args:
+        text = word if word is not None else raw
+        value = text.split("=", 1)[1] if text.startswith("--") and "=" in text else (
+            text[2:] if len(text) > 2 and text.startswith("-") and text[1] != "-" else None)
+        if value is not None:
+            _run([(value if word is not None else None, value), *args[rest:]], found, depth, stdin)
+    return _suffixes(base, args, found)
+
+
+def _capsh(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """capsh runs bash (or its `--shell=`) with the words after `--`: `capsh -- -c 'rm x'`."""
+    rest = next((k + 1 for k, (w, _) in enumerate(args) if w == "--"), None)
+    if any(w is None or w == "==" for w, _ in args):
+        found.opaque.append(f"{base}: runs a program shou cannot read")
+    if rest is not None:
+        _shell("bash", args[rest:], found, depth, stdin)
+    return _attached(base, args, found, depth, stdin)
+
+
+def _parallel(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """GNU parallel (and sem, hyperfine) runs its command through a shell, and with no command runs each of its
+    arguments or input lines: every word is read as a shell line, and with none before `:::` or with only its
+    input to read, what it runs is unknown."""
+    _scripts(base, args, found, depth)
+    before = next((k for k, (w, _) in enumerate(args) if w in (":::", "::::", ":::+", "::::+")), len(args))
+    if base == "parallel" and not any(w is not None and not w.startswith("-") for w, _ in args[:before]):
+        found.opaque.append(f"{base}: runs commands from its arguments or input")
+    return _suffixes(base, args, found)
+
+
 def _find_handler(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
     _find(args, found, depth)
     return []
@@ -440,7 +488,9 @@ _BUILTIN_RUNNERS = frozenset({"parallel", "sem", "ssh", "watch", "su", "script",
 _HANDLERS: dict[str, Handler] = {
     **{name: lambda b, a, f, d, i: _shell(b, a, f, d, i) for name in SHELLS},
     **{name: _opaque("a shell whose language shou does not read") for name in OTHER_SHELLS},
-    "compgen": _compgen, "complete": _compgen,
+    "compgen": _compgen, "complete": _compgen, "start-stop-daemon": _attached, "capsh": _capsh,
+    # They run each command they are given as a shell line (`parallel 'rm {}' ::: x`, `hyperfine 'rm x'`).
+    **{name: _parallel for name in ("parallel", "sem", "hyperfine")},
     # `fc -s` (and `fc` with an editor) runs commands from the history, which `history -s` writes.
     "fc": _opaque("re-runs commands from the history"),
     "eval": _eval, "trap": _trap, "watch": _watch, "xargs": _xargs, "env": _env, "find": _find_handler,
@@ -457,7 +507,7 @@ def _through(base: str, args: list[Word], found: Found, depth: int, stdin: list[
     handler = _HANDLERS.get(base)
     if handler is not None:
         return handler(base, args, found, depth, stdin)
-    return _suffixes(base, args, found) if base in _WRAPPERS else []
+    return _suffixes(base, args, found) if base in _WRAPPERS or _LOADER.fullmatch(base) else []
 
 
 def _script(words: list[str | None], found: Found, depth: int, what: str) -> None:

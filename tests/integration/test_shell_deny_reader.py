@@ -183,3 +183,25 @@ def test_startup_variables_set_by_declarations_are_seen(line: str) -> None:
                                   "export 'a[1]=2'", "for i in 1 2; do :; done"])
 def test_ordinary_declarations_are_allowed(line: str) -> None:
     assert not _denied(line), (line, programs(line))
+
+
+# Wrappers that were missing from the table, with their option shapes.
+WRAPPED = ["linux64 rm x", "linux32 rm x", "setarch x86_64 rm x", "setarch x86_64 -R rm x", "i386 rm x", "x86_64 rm x",
+           "uname26 rm x", "choom -n 0 -- rm x", "runcon -t t rm x", "start-stop-daemon -S -x /bin/rm -- x",
+           "start-stop-daemon -S --exec=/bin/rm -- x", "start-stop-daemon -S -a /bin/rm", "start-stop-daemon -x/bin/rm",
+           "/lib64/ld-linux-x86-64.so.2 /usr/bin/rm x", "ld.so /bin/rm x", "/lib/ld-linux-aarch64.so.1 /bin/rm x",
+           "/lib/ld-musl-x86_64.so.1 /bin/rm x", "/lib64/ld-linux-x86-64.so.2 --argv0 a /bin/rm x", "fakechroot rm x",
+           "capsh -- -c 'rm x'", "capsh --caps= -- -c 'rm x'", "capsh --shell=/bin/rm -- x", "parallel 'rm {}' ::: x",
+           "parallel ::: 'rm x'", "echo 'rm x' | parallel", "hyperfine 'rm x'", "bwrap --bind / / rm x", "gosu u rm x",
+           "tini -- rm x", "perf stat rm x", "gdb --args rm x", "entr rm x"]
+
+
+@pytest.mark.parametrize("line", WRAPPED)
+def test_more_wrappers_are_looked_through(line: str) -> None:
+    assert _denied(line), (line, programs(line))
+
+
+@pytest.mark.parametrize("line", ["parallel gzip ::: a b", "ip addr", "perf stat make", "setarch x86_64 -R make",
+                                  "echo rm", "man rm", "ldd /bin/ls"])
+def test_wrapped_ordinary_lines_are_allowed(line: str) -> None:
+    assert not _denied(line), (line, programs(line))
