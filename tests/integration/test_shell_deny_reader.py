@@ -6,6 +6,7 @@ wrappers missing from the table."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +14,8 @@ from hypothesis import strategies as st
 
 from shou.permissions import Policy
 from shou.shellwords import programs
+
+from .conftest import tool_messages
 
 DENY = Policy(deny=["shell(rm *)", "shell(rm)", "shell(git push*)", "shell(rm -rf*)"])
 
@@ -205,3 +208,28 @@ def test_more_wrappers_are_looked_through(line: str) -> None:
                                   "echo rm", "man rm", "ldd /bin/ls"])
 def test_wrapped_ordinary_lines_are_allowed(line: str) -> None:
     assert not _denied(line), (line, programs(line))
+
+
+def test_denied_spellings_do_not_delete_through_the_cli(serve, shou, workspace: Path, tmp_path: Path) -> None:
+    """One spelling of each class, run by `shou run` with a scripted model in the bubblewrap sandbox: every one is
+    denied and the file survives, while a plain line does run there (so a kept file is no broken sandbox)."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "shou.toml").write_text(
+        'sandbox = "bubblewrap"\n[permissions]\ndeny = ["shell(rm *)", "shell(rm)"]\n')
+    (workspace / "victim.txt").write_text("keep me")
+    (workspace / "f").write_text("rm -f victim.txt\n")
+    lines = ["command 2>/dev/null rm -f victim.txt", "r{m,} -f victim.txt", "compgen -C 'rm -f victim.txt' a",
+             "a='$(rm -f victim.txt)'; echo ${a@P}", "cat <<EOF\n`rm -f victim.txt`\nEOF",
+             "echo 'rm -f victim.txt' | xargs -I{} sh -c '{}'", "export 'BASH_ENV=f'; bash -c :",
+             "linux64 rm -f victim.txt", "echo ran > ran.txt"]
+    turns: list[dict] = [{"tool_calls": [{"name": "shell", "arguments": {"command": line}, "id": f"c{n}"}
+                                         for n, line in enumerate(lines)]}, {"text": "done"}]
+    srv = serve(turns)
+    r = shou("run", "clean up", "--yes", server=srv, timeout=120)
+    assert r.returncode == 0, r.stderr
+    results = tool_messages(srv.requests[1])
+    assert len(results) == len(lines)
+    for line, result in zip(lines[:-1], results, strict=False):
+        assert "denied by policy" in result["content"], (line, result["content"])
+    assert (workspace / "victim.txt").read_text() == "keep me"
+    assert (workspace / "ran.txt").read_text() == "ran\n"  # the allowed line did run in the sandbox
