@@ -84,6 +84,7 @@ def redirect_text(redirect: Any) -> str | None:
 
 
 MAX_BRACE_WORDS = 1024  # words one brace expansion may make; more is unreadable
+MAX_BRACES, MAX_BRACED_WORD = 32, 2048  # unquoted `{` in a word, and its length with one; more is unreadable
 _SEQUENCE = re.compile(r"(-?[0-9]+|[A-Za-z])\.\.(-?[0-9]+|[A-Za-z])(?:\.\.(-?[0-9]+))?")
 
 Marked = list[tuple[str, bool]]  # a word's characters, each with whether quoting makes it literal
@@ -105,6 +106,12 @@ def brace_words(nodes: list[Any]) -> list[tuple[str | None, str]] | None:
         part, d = _marked(node)
         marked += part
         dynamic = dynamic or d
+    braces = sum(1 for c, lit in marked if c == "{" and not lit)
+    if not braces:
+        return None
+    # Bounds that keep the expansion's work small (each brace may rescan the word): honest words are far below.
+    if braces > MAX_BRACES or len(marked) > MAX_BRACED_WORD:
+        raise BraceUnreadable
     words = _expand(marked)
     if len(words) == 1 and words[0] == marked:
         return None

@@ -230,11 +230,6 @@ def _command(node: Any, found: Found, depth: int, risk: Risk, extra: list[Any]) 
     words = [w for w in words if not (w.end_byte in starts and _FD_WORD.fullmatch(node_text(w)))]
     if not words:  # only assignments: `a=rm` runs nothing (their substitutions are visited on their own)
         return
-    name = words[0]
-    if globbed(name):
-        found.opaque.append(f"{node_text(name)}: a program named by a glob")
-        _record(found, node_text(node))
-        return
     # Nodes that touch are one bash word the parser split (it splits at braces: `1{\\{.` became `1{` and `{.`).
     groups: list[list[Any]] = []
     for w in words:
@@ -242,6 +237,10 @@ def _command(node: Any, found: Found, depth: int, risk: Risk, extra: list[Any]) 
             groups[-1].append(w)
         else:
             groups.append([w])
+    if any(globbed(n) for n in groups[0]):
+        found.opaque.append(f"{''.join(node_text(n) for n in groups[0])}: a program named by a glob")
+        _record(found, node_text(node))
+        return
     argv: list[Word] = []
     for group in groups:
         text = "".join(node_text(w) for w in group)

@@ -233,3 +233,18 @@ def test_denied_spellings_do_not_delete_through_the_cli(serve, shou, workspace: 
         assert "denied by policy" in result["content"], (line, result["content"])
     assert (workspace / "victim.txt").read_text() == "keep me"
     assert (workspace / "ran.txt").read_text() == "ran\n"  # the allowed line did run in the sandbox
+
+
+@pytest.mark.parametrize("line", ["echo " + "{" * 30000, "echo " + "{a," * 15000, "echo " + "{,}" * 20000,
+                                  "echo " + "x{" * 20000 + "}" * 20000, "echo " + "{a..b}" * 10000])
+def test_brace_heavy_lines_are_decided_at_once_and_opaque(line: str) -> None:
+    import time
+
+    started = time.monotonic()
+    assert _denied(line)
+    assert time.monotonic() - started < 5, "a brace expansion that rescans its word must stay bounded"
+
+
+@pytest.mark.parametrize("line", ["r\\{x,}? x", "/bin/r{m,}? x"])
+def test_a_glob_in_a_split_program_name_is_opaque(line: str) -> None:
+    assert programs(line).opaque, line
