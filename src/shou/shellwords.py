@@ -2,7 +2,8 @@
 
 tree-sitter-bash parses the line; every command in the tree counts (pipelines, lists, subshells, `if`
 and `case` bodies, functions, command and process substitutions), each with its words as bash reads them
-(`\\rm`, `r''m`, `"rm"`, `$'\\x72m'` are `rm`; `/bin/rm` is `rm`). Wrappers are looked through to the
+(`\\rm`, `r''m`, `"rm"`, `$'\\x72m'` are `rm`; `/bin/rm` is `rm`; words after a redirect are the command's,
+`git 2>&1 push` is `git push`; braces are expanded, `r{m,} x` is `rm r x`). Wrappers are looked through to the
 program they run (`env`, `exec`, `command`, `nice`, `timeout`, `sudo`, `xargs`, `find -exec`, ...), and
 so are shells given their script statically (`bash -c '...'`, `bash <<< '...'`, a here-document, `eval`,
 `trap`). Where the program cannot be known before the line runs (a name made by an expansion such as `$a`
