@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bashwords import BraceUnreadable, brace_words, globbed, node_text, redirect_text, static_word, stdin_of
+from .bashwords import GLOB, BraceUnreadable, brace_words, globbed, node_text, redirect_text, static_word, stdin_of
 from .shellrisk import Risk
 
 __all__ = ["Found", "programs"]
@@ -74,6 +74,9 @@ class Found:
 
     commands: list[str] = field(default_factory=list)
     opaque: list[str] = field(default_factory=list)
+    # Commands known only up to a word the running line makes (`git $a x`, `xargs git`'s input): each as its
+    # known start, `git `; a rule that some command with that start could match matches it.
+    partial: list[str] = field(default_factory=list)
     budget: int = 0  # work left (nodes visited, characters of commands recorded); see _spend
 
 
@@ -278,11 +281,29 @@ def _run(argv: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
         base = posixpath.basename(head)
         args = argv[start + 1:]
         _record(found, " ".join([base, *(s if s is not None else r for s, r in args)]))
+        unknown = next((k for k, (s, r) in enumerate(args) if s is None or _unquoted_glob(r)), None)
+        if unknown is not None:
+            _partial(found, [base, *(s or "" for s, _ in args[:unknown])])
         todo.extend(start + 1 + i for i in _through(base, args, found, depth, stdin))
 
 
 Handler = Callable[[str, list[Word], Found, int, list[Any]], list[int]]
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+_QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"|\\.", re.S)
+
+
+def _unquoted_glob(raw: str) -> bool:
+    """Whether a word's text holds a glob outside quotes (`pu?h` is whatever file names match: `push`)."""
+    return bool(GLOB.search(_QUOTED.sub("", raw)))
+
+
+def _partial(found: Found, known: list[str]) -> None:
+    """Record a command whose words after `known` only the running line knows (see Found.partial)."""
+    start = " ".join(known) + " "
+    _spend(found, len(start))
+    found.partial.append(start)
 
 
 def _suffixes(base: str, args: list[Word], found: Found) -> list[int]:
@@ -395,6 +416,11 @@ def _xargs(base: str, args: list[Word], found: Found, depth: int, stdin: list[An
         if name is not None and (program in _WRAPPERS or program in _HANDLERS or program in _BUILTIN_RUNNERS
                                  or any(r and r in name for r in replaced)):
             found.opaque.append(f"{base} {program}: a command made of xargs's input")
+    for i in starts if program_at is None else [program_at]:  # its input adds words, or takes -I's places
+        words = [(s, r) for s, r in args[i:]]
+        at = next((k for k, (s, r) in enumerate(words) if s is None or any(x and x in s for x in replaced)), None)
+        if words and words[0][0] is not None:
+            _partial(found, [posixpath.basename(words[0][0] or ""), *(s or "" for s, _ in words[1:at])])
     for i in starts:  # it runs the program with words read from its input as well
         if args[i][0] is not None:
             _record(found, " ".join([posixpath.basename(args[i][0] or ""), *(s or r for s, r in args[i + 1:]),

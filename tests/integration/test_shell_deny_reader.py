@@ -248,3 +248,29 @@ def test_brace_heavy_lines_are_decided_at_once_and_opaque(line: str) -> None:
 @pytest.mark.parametrize("line", ["r\\{x,}? x", "/bin/r{m,}? x"])
 def test_a_glob_in_a_split_program_name_is_opaque(line: str) -> None:
     assert programs(line).opaque, line
+
+
+# A command known only up to a word the running line makes meets every rule some such command would meet.
+UNKNOWN_WORDS = ["a=push; git $a origin", "git \"$(echo push)\"", "echo push | xargs git",
+                 "echo push | xargs -I{} git {} origin", "git pu?h", "git pu[s]h origin", "echo push | xargs -n1 git",
+                 "git `echo push`", "b=sh; git pu$b"]
+
+
+@pytest.mark.parametrize("line", UNKNOWN_WORDS)
+def test_a_word_only_the_running_line_knows_meets_the_rules_it_could(line: str) -> None:
+    assert _denied(line), (line, programs(line))
+
+
+@pytest.mark.parametrize("line", ["git log $b", "ls | xargs git log", "cd $d && git status", "echo $HOME",
+                                  "git add *.py", "ls *.py", "git 'pu?h'", "git log -- *.py"])
+def test_unknown_words_after_what_a_rule_names_are_allowed(line: str) -> None:
+    assert not _denied(line), (line, programs(line))
+
+
+@given(st.text(alphabet="gitpush *?[]!-", max_size=12), st.text(alphabet="gitpush -", max_size=12),
+       st.text(alphabet="gitpush -", max_size=6))
+def test_glob_could_start_agrees_with_glob_match(pattern: str, start: str, rest: str) -> None:
+    from shou.glob import glob_could_start, glob_match
+
+    if glob_match(start + rest, pattern):
+        assert glob_could_start(start, pattern), (start, rest, pattern)
