@@ -212,7 +212,7 @@ def _place_redirected_words(statement: Any, extra: dict[int, list[Any]], found: 
     if target is None:  # `2>&1 git push`: only redirects, the command all in their words
         extra[statement.id] = words
         return
-    while target is not None and target.type in ("list", "pipeline") and target.named_child_count:
+    while target is not None and target.type in ("list", "pipeline", "negated_command") and target.named_child_count:
         target = target.named_children[-1]
     if target is None or target.type != "command":
         found.opaque.append(f"{node_text(words[0])}: words after a redirect shou cannot place")

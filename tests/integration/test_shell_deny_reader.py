@@ -34,6 +34,7 @@ REDIRECTED = [
     "git >& /dev/null push", "command -- 2>&1 rm x", "command <<EOF rm x\nbody\nEOF", "git <<EOF push\nb\nEOF",
     "git 0</dev/null push", "a && git &>> f push; b", "a | git >f push", "cat <<EOF >out; rm <<E2 x\nb\nEOF\nE2\n",
     "ls; git 2>/dev/null >/dev/null push", "(git >f push)", "if true; then git >f push; fi", "git >f push &",
+    "! git >f push", "a || ! git 2>&1 push",
 ]
 
 
@@ -45,6 +46,7 @@ def test_words_after_a_redirect_are_the_commands_words(line: str) -> None:
 @pytest.mark.parametrize(("line", "command"), [
     ("git 0</dev/null push", "git push"), ("git >f a 2>g b c", "git a b c"), ("make 2>&1 test", "make test"),
     ("x=1 {fd}>f ls -l", "ls -l"), ("ls -la 2>/dev/null", "ls -la"), ("git 2<&- status", "git status"),
+    ("! ls >f -la", "ls -la"),
 ])
 def test_a_redirect_and_its_descriptor_are_not_words(line: str, command: str) -> None:
     assert programs(line).commands == [command]
