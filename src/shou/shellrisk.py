@@ -32,6 +32,9 @@ _STARTUP = re.compile(r"(?:BASH_ENV|ENV|BASH_FUNC_.*|PS[0-4]|PROMPT_COMMAND|SHEL
                       r"(?:\[.*\])?(?:%%)?(?:\+?=.*)?", re.S)
 
 
+_NAMERS = frozenset({"read", "getopts", "mapfile", "readarray", "printf"})  # builtins that set a variable by name
+
+
 class Risk:
     """Collects, node by node, the marks of a line that can run a hidden command (see the module docstring)."""
 
@@ -49,6 +52,10 @@ class Risk:
             self.arith = True
         elif kind == "expansion" and _operators(node)[-2:] == ["@", "P"]:
             self.prompt = True
+        elif kind == "expansion" and {":=", "="} & set(_operators(node)):  # `${PS4:='$(rm x)'}` assigns PS4
+            name = next((c for c in node.children if c.type == "variable_name"), None)
+            if name is not None and _STARTUP.fullmatch(node_text(name)):
+                self.startup.append(node_text(name))
         elif kind == "heredoc_redirect" and _unread_heredoc(node):
             self.heredoc = True
         if kind == "declaration_command":  # also an arithmetic context, above
@@ -72,6 +79,16 @@ class Risk:
         base = name.rsplit("/", 1)[-1]
         if base in _ARITH_COMMANDS or (base == "printf" and any((w or r).startswith("-v") for w, r in argv[1:])):
             self.arith = True
+        # A builtin that sets variables named by its words (`v=PS4; read $v < f; set -x`): a name only the
+        # running shell knows may be a start-up variable. Found past wrappers (`builtin read $v`).
+        statics = [(w or "").rsplit("/", 1)[-1] for w, _ in argv]
+        setter = next((k for k, w in enumerate(statics) if w in _NAMERS), None)
+        if setter is not None:
+            rest = argv[setter + 1:]
+            if statics[setter] == "printf":  # only its -v NAME
+                rest = [rest[k + 1] for k, (w, _) in enumerate(rest[:-1]) if w == "-v"]
+            if any(w is None for w, _ in rest):
+                self.startup.append(f"{statics[setter]}: a variable named at run time")
         for word, raw in argv[1:]:
             text = word if word is not None else raw
             if _STARTUP.fullmatch(text.lstrip("-")):

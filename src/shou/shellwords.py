@@ -503,6 +503,13 @@ def _parallel(base: str, args: list[Word], found: Found, depth: int, stdin: list
     return _suffixes(base, args, found)
 
 
+def _jobs(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """`jobs -x rm x` runs `rm x` (its job specs replaced by process ids)."""
+    at = next((k for k, (w, r) in enumerate(args) if (w if w is not None else r).startswith("-") and "x" in (w or r)),
+              None)
+    return [] if at is None else [at + 1 + i for i in _suffixes(base, args[at + 1:], found)]
+
+
 def _find_handler(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
     _find(args, found, depth)
     return []
@@ -514,7 +521,7 @@ _BUILTIN_RUNNERS = frozenset({"parallel", "sem", "ssh", "watch", "su", "script",
 _HANDLERS: dict[str, Handler] = {
     **{name: lambda b, a, f, d, i: _shell(b, a, f, d, i) for name in SHELLS},
     **{name: _opaque("a shell whose language shou does not read") for name in OTHER_SHELLS},
-    "compgen": _compgen, "complete": _compgen, "start-stop-daemon": _attached, "capsh": _capsh,
+    "compgen": _compgen, "complete": _compgen, "jobs": _jobs, "start-stop-daemon": _attached, "capsh": _capsh,
     # They run each command they are given as a shell line (`parallel 'rm {}' ::: x`, `hyperfine 'rm x'`).
     **{name: _parallel for name in ("parallel", "sem", "hyperfine")},
     # `fc -s` (and `fc` with an editor) runs commands from the history, which `history -s` writes.

@@ -104,7 +104,8 @@ def test_brace_expansion_agrees_with_bash(word: str) -> None:
 # Builtins that run a string: compgen's (and complete's) -C command and -F function; fc re-runs the history.
 RUNNING_BUILTINS = ["compgen -C 'rm x' a", "compgen -C'rm x' a", "compgen -aC 'rm x' a", "compgen -W x -C 'rm x'",
                     "compgen -F f a", "history -s rm x; fc -s", "fc -e vi", "builtin compgen -C 'rm x' a",
-                    "compgen $o 'rm x'", "complete -C 'rm x' a", "compgen -W \"$w\" -C 'rm x' a"]
+                    "compgen $o 'rm x'", "complete -C 'rm x' a", "compgen -W \"$w\" -C 'rm x' a", "jobs -x rm x",
+                    "jobs -lx rm x"]
 
 
 @pytest.mark.parametrize("line", RUNNING_BUILTINS)
@@ -176,7 +177,8 @@ STARTUP = ["echo 'rm x' > f; export 'BASH_ENV=f'; bash -c :", "export \"BASH_ENV
            "export BASH_E\\NV=f; bash -c :", "v=BASH_ENV; export $v=f; bash -c :", "export \"$v\"; bash -c :",
            "declare -n r=BASH_ENV; r=f; bash -c :", "readonly 'ENV=x'", "export $'BASH_ENV'=f",
            "for BASH_ENV in f; do export BASH_ENV; bash -c :; done", "for PS4 in '$(rm x)'; do set -x; :; done",
-           "declare -x 'PS4=$(rm x)'", "local \"BASH_FUNC_ls%%=() { rm x; }\""]
+           "declare -x 'PS4=$(rm x)'", "local \"BASH_FUNC_ls%%=() { rm x; }\"", "v=PS4; read $v < f; set -x; :",
+           "builtin read \"$v\" < f", "printf -v \"$v\" %s x", "echo ${PS4:=x}; set -x", ": ${BASH_ENV=f}; bash -c :"]
 
 
 @pytest.mark.parametrize("line", STARTUP)
@@ -185,7 +187,8 @@ def test_startup_variables_set_by_declarations_are_seen(line: str) -> None:
 
 
 @pytest.mark.parametrize("line", ["export PATH=$PATH:x FOO=\"$(pwd)\"", "export FOO", "local a=1 b", "declare -A m",
-                                  "export 'a[1]=2'", "for i in 1 2; do :; done"])
+                                  "export 'a[1]=2'", "for i in 1 2; do :; done", "read -r line < f",
+                                  "while read -r a b; do echo $a; done < f", "printf '%s' \"$x\"", "echo ${x:=y}"])
 def test_ordinary_declarations_are_allowed(line: str) -> None:
     assert not _denied(line), (line, programs(line))
 
