@@ -5,10 +5,12 @@ line's programs with these."""
 from __future__ import annotations
 
 import codecs
+import itertools
 import re
 from typing import Any
 
-__all__ = ["globbed", "node_text", "quoted_word", "redirect_text", "static_word", "stdin_of"]
+__all__ = ["BraceUnreadable", "brace_words", "globbed", "node_text", "quoted_word", "redirect_text", "static_word",
+           "stdin_of"]
 
 GLOB = re.compile(r"(?<!\\)(?:[*?]|\[[^\]]+\])")  # `[` alone is the test command, no pattern
 
@@ -79,3 +81,152 @@ def redirect_text(redirect: Any) -> str | None:
         return "" if body is None else node_text(body)
     value = next((c for c in reversed(redirect.children) if c.type not in ("<<<",)), None)
     return None if value is None else static_word(value)
+
+
+MAX_BRACE_WORDS = 1024  # words one brace expansion may make; more is unreadable
+MAX_BRACES, MAX_BRACED_WORD = 32, 2048  # unquoted `{` in a word, and its length with one; more is unreadable
+_SEQUENCE = re.compile(r"(-?[0-9]+|[A-Za-z])\.\.(-?[0-9]+|[A-Za-z])(?:\.\.(-?[0-9]+))?")
+
+Marked = list[tuple[str, bool]]  # a word's characters, each with whether quoting makes it literal
+
+
+class BraceUnreadable(Exception):
+    """A brace expansion makes more words than MAX_BRACE_WORDS, or is one of bash's quirks shou does not model."""
+
+
+def brace_words(nodes: list[Any]) -> list[tuple[str | None, str]] | None:
+    """The words bash makes by brace expansion of the one word `nodes` spell together (`r{m,}` is `rm r`,
+    `pu{s,}h` is `push puh`), each as (the word as bash reads it or None, its text), or None when they hold no
+    unquoted brace expansion.
+    Raises BraceUnreadable past MAX_BRACE_WORDS or at a quirk (see _group). Bash expands braces before anything
+    else, on the word's unquoted characters only: `"{a,b}"` and `\\{a,b}` stay one word."""
+    marked: Marked = []
+    dynamic = False
+    for node in nodes:
+        part, d = _marked(node)
+        marked += part
+        dynamic = dynamic or d
+    braces = sum(1 for c, lit in marked if c == "{" and not lit)
+    if not braces:
+        return None
+    # Bounds that keep the expansion's work small (each brace may rescan the word): honest words are far below.
+    if braces > MAX_BRACES or len(marked) > MAX_BRACED_WORD:
+        raise BraceUnreadable
+    words = _expand(marked)
+    if len(words) == 1 and words[0] == marked:
+        return None
+    # A word left with no character, not even a quoted empty one (`{,rm}` makes `` and `rm`), is no word.
+    texts = ["".join(c for c, _ in w) for w in words if w]
+    # With a part only the running shell knows, each word's text (its expansion unexpanded) is what rules see.
+    return [(None, t) if dynamic else (t, t) for t in texts]
+
+
+def _marked(node: Any) -> tuple[Marked, bool]:
+    """`node`'s characters as bash reads them, marked literal where quoted or escaped; and whether some part is
+    only known at run time (kept as its source text, literal)."""
+    kind, text = node.type, node_text(node)
+    if kind == "word":
+        out: Marked = []
+        text = text.replace("\\\n", "")
+        i = 0
+        while i < len(text):
+            if text[i] == "\\" and i + 1 < len(text):
+                out.append((text[i + 1], True))
+                i += 2
+            else:
+                out.append((text[i], False))
+                i += 1
+        return out, False
+    if kind in ("number", "brace_expression"):
+        return [(c, False) for c in text], False
+    if kind in ("concatenation", "command_name"):
+        out, dynamic = [], False
+        for child in node.children:
+            part, d = _marked(child)
+            out += part
+            dynamic = dynamic or d
+        return out, dynamic
+    word = static_word(node)
+    if word == "":
+        return [("", True)], False  # `""{,b}`: the quoted empty part keeps its word
+    return [(c, True) for c in (text if word is None else word)], word is None
+
+
+def _expand(word: Marked) -> list[Marked]:
+    """Bash's brace expansion of one word: the first `{...}` holding a top-level comma or a sequence `a..b`
+    becomes its alternatives, each with the rest of the word expanded in turn."""
+    for open_at, (c, literal) in enumerate(word):
+        if c != "{" or literal:
+            continue
+        found = _group(word, open_at)
+        if found is None:
+            continue  # `{a}`, no closing brace: a later `{` may still open an expansion (`{{a,b}` is `{a {b`)
+        close, commas = found
+        inner = word[open_at + 1:close]
+        if commas:
+            bounds = [open_at, *commas, close]
+            alternatives = [word[a + 1:b] for a, b in itertools.pairwise(bounds)]
+        else:
+            alternatives = _sequence(inner) or []
+        head, tail = word[:open_at], _expand(word[close + 1:])
+        out: list[Marked] = []
+        for alternative in alternatives:
+            for middle in _expand(alternative):
+                for rest in tail:
+                    out.append(head + middle + rest)
+                    if len(out) > MAX_BRACE_WORDS:
+                        raise BraceUnreadable
+        return out
+    return [word]
+
+
+def _group(word: Marked, open_at: int) -> tuple[int, list[int]] | None:
+    """Where the brace opened at `open_at` closes and where its top-level commas are, or None when it is no
+    expansion (it never closes, or holds neither a comma nor a sequence). Raises BraceUnreadable where bash's
+    own scan differs and is not modelled: it looks on past a `}` whose group is no expansion (`{b},,}` is
+    `b} ` ``), and past a `}` right after the opening brace."""
+    depth, commas = 0, []
+    for j in range(open_at, len(word)):
+        ch, lit = word[j]
+        if lit:
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth:
+                continue
+            inner = word[open_at + 1:j]
+            if (commas or _sequence(inner) is not None) and j > open_at + 1:
+                if commas and ".." in "".join(c for c, lit in inner if not lit):
+                    raise BraceUnreadable
+                return j, commas
+            plain = "".join(c for c, lit in inner if not lit)
+            if any(c == "}" and not lit for c, lit in word[j + 1:]) or (".." in plain and "{" in plain):
+                raise BraceUnreadable  # and `x{..{a,b}}` is `x..a x..b`: bash drops a failed sequence's braces
+            return None
+        elif ch == "," and depth == 1:
+            commas.append(j)
+    return None
+
+
+def _sequence(inner: Marked) -> list[Marked] | None:
+    """`{1..3}`, `{a..c}`, `{1..9..2}` as bash expands them, or None when `inner` is no sequence."""
+    if any(lit for _, lit in inner):
+        return None
+    m = _SEQUENCE.fullmatch("".join(c for c, _ in inner))
+    if m is None:
+        return None
+    a, b, step = m.group(1), m.group(2), abs(int(m.group(3) or 1)) or 1
+    if a.lstrip("-").isdigit() != b.lstrip("-").isdigit():
+        return None
+    if a.lstrip("-").isdigit():
+        lo, hi = int(a), int(b)
+        if abs(hi - lo) // step > MAX_BRACE_WORDS:
+            raise BraceUnreadable
+        width = max(len(a), len(b)) if (a.lstrip("-").startswith("0") or b.lstrip("-").startswith("0")) else 0
+        values = [str(v).zfill(width) for v in range(lo, hi + (1 if hi >= lo else -1), step if hi >= lo else -step)]
+    else:
+        lo, hi = ord(a), ord(b)
+        values = [chr(v) for v in range(lo, hi + (1 if hi >= lo else -1), step if hi >= lo else -step)]
+    return [[(c, False) for c in v] for v in values]

@@ -13,7 +13,7 @@ import fnmatch
 import functools
 import re
 
-__all__ = ["glob_match"]
+__all__ = ["glob_could_start", "glob_match"]
 
 
 def _pieces(pattern: str) -> tuple[list[tuple[re.Pattern[str], int]], bool, bool, bool]:
@@ -91,3 +91,49 @@ def glob_match(text: str, pattern: str) -> bool:
             return False
         pos = found.end()
     return pos <= end
+
+
+def _tokens(pattern: str) -> list[re.Pattern[str] | None]:
+    """The pattern as one token per character it matches (a regex for one character), None for a star."""
+    out: list[re.Pattern[str] | None] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        if pattern[i] == "*":
+            out.append(None)
+            i += 1
+            continue
+        j = i + 1
+        if pattern[i] == "[":  # as _pieces reads a class; without a closing bracket a literal "["
+            k = j + (j < n and pattern[j] == "!")
+            k += k < n and pattern[k] == "]"
+            while k < n and pattern[k] != "]":
+                k += 1
+            if k < n:
+                j = k + 1
+        out.append(re.compile(fnmatch.translate(pattern[i:j])))
+        i = j
+    return out
+
+
+def glob_could_start(start: str, pattern: str) -> bool:
+    """Whether some text beginning with `start` matches `pattern`: the pattern is followed along `start`; a star
+    reached takes any rest, and a pattern still alive at its end can be finished by some text. Each state
+    without a star advances a character at a time, so at most len(pattern) + 1 characters are looked at."""
+    tokens = _tokens(pattern)
+
+    def closure(states: set[int]) -> set[int]:
+        out = set(states)
+        for i in sorted(states):
+            while i < len(tokens) and tokens[i] is None:
+                i += 1
+                out.add(i)
+        return out
+
+    states = closure({0})
+    for c in start:
+        if any(i < len(tokens) and tokens[i] is None for i in states):
+            return True
+        states = closure({i + 1 for i in states if i < len(tokens) and (t := tokens[i]) is not None and t.match(c)})
+        if not states:
+            return False
+    return True

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
-from .glob import glob_match
+from .glob import glob_could_start, glob_match
 
 __all__ = ["Decision", "Outcome", "Policy", "Rule", "main_argument"]
 
@@ -63,6 +63,12 @@ class Rule:
             return False
         # Not fnmatch: its regex backtracks, and the model picks the argument (src/shou/glob.py).
         return self.pattern is None or glob_match(argument, self.pattern)
+
+    def could_match(self, tool: str, start: str) -> bool:
+        """Whether the rule covers some call of `tool` whose main argument starts with `start`."""
+        if self.tool != tool and self.tool != "*":
+            return False
+        return self.pattern is None or glob_could_start(start, self.pattern)
 
     def __str__(self) -> str:
         return self.tool if self.pattern is None else f"{self.tool}({self.pattern})"
@@ -150,17 +156,17 @@ def commands_in(line: str) -> list[str]:
     return programs(line).commands
 
 
-def _views(tool: str, argument: str) -> tuple[list[str], list[str]]:
+def _views(tool: str, argument: str) -> tuple[list[str], list[str], list[str]]:
     """What deny and ask rules are matched against: the argument, and for a shell line each command it
     runs; and why some program of the line cannot be known before it runs (shou.shellwords)."""
     if tool in _HOST_OF:  # an IPv6 form of an IPv4 address reaches that address: rules on it apply
-        return [argument, *_embedded_ipv4(argument)], []
+        return [argument, *_embedded_ipv4(argument)], [], []
     if tool != "shell":
-        return [argument], []
+        return [argument], [], []
     from .shellwords import programs
 
     found = programs(argument)
-    return [argument, *found.commands], found.opaque
+    return [argument, *found.commands], found.opaque, found.partial
 
 
 def _host_rule(rule: Rule) -> Rule:
@@ -220,11 +226,13 @@ class Policy:
         argument = main_argument(tool, args, order, workspace)
         # For a shell line, deny and ask rules see each of its commands too: `true; rm -r x` and ` rm -r x`
         # are both an `rm -r x`.
-        views, opaque = _views(tool, argument)
+        views, opaque, partial = _views(tool, argument)
 
         def hit(rule: Rule) -> bool:
-            # A program only the running shell knows could be any: it meets every rule for the tool.
-            return (bool(opaque) and rule.tool in (tool, "*")) or any(rule.matches(tool, v) for v in views)
+            # A program only the running shell knows could be any: it meets every rule for the tool. A command
+            # known up to a word the running line makes (`git $a`) meets every rule some such command would.
+            return ((bool(opaque) and rule.tool in (tool, "*")) or any(rule.matches(tool, v) for v in views)
+                    or any(rule.could_match(tool, p) for p in partial))
 
         deny = next((r for r in self.rules["deny"] if hit(r)), None)
         if deny is not None:

@@ -2,7 +2,8 @@
 
 tree-sitter-bash parses the line; every command in the tree counts (pipelines, lists, subshells, `if`
 and `case` bodies, functions, command and process substitutions), each with its words as bash reads them
-(`\\rm`, `r''m`, `"rm"`, `$'\\x72m'` are `rm`; `/bin/rm` is `rm`). Wrappers are looked through to the
+(`\\rm`, `r''m`, `"rm"`, `$'\\x72m'` are `rm`; `/bin/rm` is `rm`; words after a redirect are the command's,
+`git 2>&1 push` is `git push`; braces are expanded, `r{m,} x` is `rm r x`). Wrappers are looked through to the
 program they run (`env`, `exec`, `command`, `nice`, `timeout`, `sudo`, `xargs`, `find -exec`, ...), and
 so are shells given their script statically (`bash -c '...'`, `bash <<< '...'`, a here-document, `eval`,
 `trap`). Where the program cannot be known before the line runs (a name made by an expansion such as `$a`
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bashwords import globbed, node_text, redirect_text, static_word, stdin_of
+from .bashwords import GLOB, BraceUnreadable, brace_words, globbed, node_text, redirect_text, static_word, stdin_of
 from .shellrisk import Risk
 
 __all__ = ["Found", "programs"]
@@ -46,9 +47,22 @@ _WRAPPERS = frozenset({
     "proxychains", "proxychains4", "torsocks", "then", "do", "else", "pkexec", "sg", "numactl", "cgexec",
     "systemd-run", "nocache", "eatmydata", "fakeroot", "chpst", "softlimit", "valgrind", "ssh-agent",
     "dbus-launch", "xvfb-run", "trickle", "schedtool", "cpulimit", "sem", "parallel", "rlwrap", "!", "{",
+    # setarch and the personality names it is installed as (`linux64 rm x`, `setarch x86_64 rm x`)
+    "setarch", "linux32", "linux64", "uname26", "i386", "i486", "i586", "i686", "x86_64", "ia64", "ppc", "ppc32",
+    "ppc64", "ppc64le", "s390", "s390x", "sparc", "sparc32", "sparc32bash", "sparc64", "mips", "mips32", "mips64",
+    "parisc", "parisc32", "parisc64", "aarch64", "arm", "armv7l", "arm64", "loongarch64", "riscv64",
+    # Others that run their words as a command (their options' values are harmless candidates).
+    "choom", "runcon", "start-stop-daemon", "fakechroot", "ld.so", "tini", "dumb-init", "catatonit", "su-exec",
+    "gosu", "setuidgid", "envuidgid", "envdir", "setlock", "pgrphack", "fghack", "lckdo", "with-lock-ex", "run-one",
+    "timelimit", "daemonize", "daemon", "nsjail", "bwrap", "proot", "schroot", "systemd-nspawn", "minijail0",
+    "sshpass", "mpirun", "mpiexec", "srun", "entr", "watchexec", "ccache", "distcc", "icecc", "perf", "gdb",
+    "heaptrack", "rr", "screen", "dtach", "abduco", "chronic", "ifne", "retry", "krun", "ip", "netns",
+    "capsh", "vipe", "caffeinate", "systemd-inhibit", "flatpak-spawn", "toolbox", "distrobox",
+    "wine", "qemu-x86_64", "qemu-aarch64", "box64", "box86", "aa-exec", "sandbox-exec", "newgrp",
 })
+# The dynamic loader runs a program given as its word: `/lib64/ld-linux-x86-64.so.2 /usr/bin/rm x`.
+_LOADER = re.compile(r"ld(?:-linux[^/]*|-musl[^/]*|64)?\.so(?:\.[0-9]+)*")
 _EXEC_FLAGS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
-_BRACES = re.compile(r"\{[^{}]*,[^{}]*\}")
 
 Word = tuple[str | None, str]  # (the word as bash reads it, or None when only the running line knows; the text)
 
@@ -60,6 +74,9 @@ class Found:
 
     commands: list[str] = field(default_factory=list)
     opaque: list[str] = field(default_factory=list)
+    # Commands known only up to a word the running line makes (`git $a x`, `xargs git`'s input): each as its
+    # known start, `git `; a rule that some command with that start could match matches it.
+    partial: list[str] = field(default_factory=list)
     budget: int = 0  # work left (nodes visited, characters of commands recorded); see _spend
 
 
@@ -118,13 +135,16 @@ def _line(line: str, found: Found, depth: int) -> None:
     if root.has_error:  # bash may still run the part before the mistake: read what parsed, vouch for nothing
         found.opaque.append("a line the bash parser cannot read")
     risk = Risk()
+    extra: dict[int, list[Any]] = {}  # a command's words the parser put in a redirect after it (by node id)
     stack = [root]
     while stack:
         node = stack.pop()
         _spend(found, 1)
         risk.see(node)
-        if node.type == "command":
-            _command(node, found, depth, risk)
+        if node.type == "redirected_statement":
+            _place_redirected_words(node, extra, found)
+        if node.type == "command" or (node.id in extra and node.type == "redirected_statement"):
+            _command(node, found, depth, risk, extra.get(node.id, []))
         stack.extend(reversed(node.children))
     found.opaque.extend(risk.reasons())
 
@@ -147,16 +167,98 @@ def _parse(source: bytes) -> Any:
     return tree.root_node
 
 
-def _command(node: Any, found: Found, depth: int, risk: Risk) -> None:
-    name = node.child_by_field_name("name")
-    if name is None:  # only assignments: `a=rm` runs nothing (their substitutions are visited on their own)
+_REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+_FD_WORD = re.compile(r"[0-9]+|\{[A-Za-z_][A-Za-z0-9_]*\}")  # `2>f`, `{fd}>f`: the redirect's descriptor
+
+
+def _redirect_words(redirect: Any) -> list[Any]:
+    """The words tree-sitter-bash hangs on a redirect that are not its own target: bash reads every word after a
+    redirect's target as the command's next argument (`git 2>&1 push` runs `git push`; `cmd <<E rm x` runs
+    `cmd rm x`), but the grammar makes them extra `destination`s of the redirect or `argument`s of a here-document."""
+    words: list[Any] = []
+    # `2<&-` and `>&-` close a descriptor and have no target: every word after them is the command's
+    closes = any(c.type in ("<&-", ">&-") for c in redirect.children)
+    targets = 1 if closes else 0
+    for i, child in enumerate(redirect.children):
+        fieldname = redirect.field_name_for_child(i)
+        if child.type in _REDIRECTS:
+            words += _redirect_words(child)
+        elif fieldname == "destination":
+            targets += 1
+            if targets > 1 or redirect.type != "file_redirect":
+                words.append(child)
+        elif fieldname == "argument":
+            words.append(child)
+    return words
+
+
+def _redirects(node: Any) -> list[Any]:
+    """Every redirect among `node`'s children, and those nested in them (a here-document's `>out`)."""
+    out = []
+    for child in node.children:
+        if child.type in _REDIRECTS:
+            out += [child, *_redirects(child)]
+    return out
+
+
+def _place_redirected_words(statement: Any, extra: dict[int, list[Any]], found: Found) -> None:
+    """Give the words a redirect of `statement` holds (see _redirect_words) to the command they belong to: the
+    statement's body, or the last command of a list or pipeline the grammar put under the redirect
+    (`a && git >f push` redirects and runs `git push`). Where no such command is found, the line is opaque."""
+    words = [w for r in statement.children_by_field_name("redirect") for w in _redirect_words(r)]
+    if not words:
         return
-    if globbed(name):
-        found.opaque.append(f"{node_text(name)}: a program named by a glob")
+    target = statement.child_by_field_name("body")
+    if target is None:  # `2>&1 git push`: only redirects, the command all in their words
+        extra[statement.id] = words
+        return
+    while target is not None and target.type in ("list", "pipeline", "negated_command") and target.named_child_count:
+        target = target.named_children[-1]
+    if target is None or target.type != "command":
+        found.opaque.append(f"{node_text(words[0])}: words after a redirect shou cannot place")
+        return
+    extra.setdefault(target.id, []).extend(words)
+
+
+def _command(node: Any, found: Found, depth: int, risk: Risk, extra: list[Any]) -> None:
+    """Read one command (or a redirected statement without one, whose words are all in its redirects) as bash
+    does: its name and arguments, with the words the parser put in a redirect (see _redirect_words) in their
+    place, and without a redirect's descriptor (`0<f`, `{fd}>f`)."""
+    parent = node.parent
+    redirects = _redirects(node)
+    if node.type == "command" and parent is not None and parent.type == "redirected_statement":
+        redirects += [n for r in parent.children_by_field_name("redirect") for n in (r, *_redirects(r))]
+    starts = {r.start_byte for r in redirects}
+    words = [c for i, c in enumerate(node.children) if node.field_name_for_child(i) in ("name", "argument")]
+    words = sorted(words + extra, key=lambda w: w.start_byte)
+    words = [w for w in words if not (w.end_byte in starts and _FD_WORD.fullmatch(node_text(w)))]
+    if not words:  # only assignments: `a=rm` runs nothing (their substitutions are visited on their own)
+        return
+    # Nodes that touch are one bash word the parser split (it splits at braces: `1{\\{.` became `1{` and `{.`).
+    groups: list[list[Any]] = []
+    for w in words:
+        if groups and groups[-1][-1].end_byte == w.start_byte:
+            groups[-1].append(w)
+        else:
+            groups.append([w])
+    if any(globbed(n) for n in groups[0]):
+        found.opaque.append(f"{''.join(node_text(n) for n in groups[0])}: a program named by a glob")
         _record(found, node_text(node))
         return
-    argv: list[Word] = [(static_word(name), node_text(name))]
-    argv += [(static_word(a), node_text(a)) for a in node.children_by_field_name("argument")]
+    argv: list[Word] = []
+    for group in groups:
+        text = "".join(node_text(w) for w in group)
+        try:  # bash expands braces inside a word first: `r{m,} x` runs `rm r x`, `git pu{s,}h` runs `git push puh`
+            expanded = brace_words(group)
+        except BraceUnreadable:
+            found.opaque.append(f"{text[:40]}: a brace expansion too large or odd to read")
+            expanded = [(None, text)]
+        if expanded is None:
+            pieces = [static_word(w) for w in group]
+            expanded = [(None if None in pieces else "".join(p or "" for p in pieces), text)]
+        argv += expanded
+    if not argv:
+        return
     risk.command(argv)
     _run(argv, found, depth, stdin_of(node))
 
@@ -176,17 +278,32 @@ def _run(argv: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
             found.opaque.append(f"{raw}: a program named by an expansion or a substitution")
             _record(found, " ".join(r for _, r in argv[start:]))
             continue
-        if _BRACES.fullmatch(head):  # {rm,-r,x} is `rm -r x`
-            _run([(w, w) for w in head[1:-1].split(",")] + argv[start + 1:], found, depth, stdin)
-            continue
         base = posixpath.basename(head)
         args = argv[start + 1:]
         _record(found, " ".join([base, *(s if s is not None else r for s, r in args)]))
+        unknown = next((k for k, (s, r) in enumerate(args) if s is None or _unquoted_glob(r)), None)
+        if unknown is not None:
+            _partial(found, [base, *(s or "" for s, _ in args[:unknown])])
         todo.extend(start + 1 + i for i in _through(base, args, found, depth, stdin))
 
 
 Handler = Callable[[str, list[Word], Found, int, list[Any]], list[int]]
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+_QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"|\\.", re.S)
+
+
+def _unquoted_glob(raw: str) -> bool:
+    """Whether a word's text holds a glob outside quotes (`pu?h` is whatever file names match: `push`)."""
+    return bool(GLOB.search(_QUOTED.sub("", raw)))
+
+
+def _partial(found: Found, known: list[str]) -> None:
+    """Record a command whose words after `known` only the running line knows (see Found.partial)."""
+    start = " ".join(known) + " "
+    _spend(found, len(start))
+    found.partial.append(start)
 
 
 def _suffixes(base: str, args: list[Word], found: Found) -> list[int]:
@@ -247,8 +364,63 @@ def _with_c(base: str, args: list[Word], found: Found, depth: int, stdin: list[A
     return _suffixes(base, args, found) if base in _WRAPPERS else []
 
 
+def _xargs_replaced(args: list[Word]) -> list[str]:
+    """The strings `xargs -I R` (`-IR`, `-i`, `--replace[=R]`) replaces with a line of its input."""
+    out = []
+    for k, (word, _) in enumerate(args):
+        if word is None:
+            continue
+        if word.startswith("-I"):
+            value = word[2:] or (args[k + 1][0] if k + 1 < len(args) else None)
+            out.append(value or "")
+        elif word.startswith("-i") or word == "--replace":
+            out.append(word[2:] or "{}")
+        elif word.startswith("--replace="):
+            out.append(word.split("=", 1)[1])
+    return out
+
+
+_XARGS_VALUES = "adEILnPs"  # xargs's short options that take a value (GNU, BSD)
+
+
+def _xargs_program(args: list[Word]) -> int | None:
+    """Where xargs's program is, past its options, or None when a word only the running shell knows comes first
+    (then every suffix is looked at)."""
+    k = 0
+    while k < len(args):
+        word = args[k][0]
+        if word is None:
+            return None
+        if word == "--":
+            return k + 1 if k + 1 < len(args) else None
+        if not word.startswith("-") or word == "-":
+            return k
+        if not word.startswith("--"):
+            letter = next((j for j, c in enumerate(word[1:], 1) if c in _XARGS_VALUES), None)
+            if letter is not None and not word[letter + 1:]:
+                k += 1  # `-n 1`, `-I {}`: the next word is the value
+        k += 1
+    return None
+
+
 def _xargs(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """xargs runs its program with words from its input added (or put in place of `-I`'s string): a program that
+    reads its words as a command (a shell, a wrapper, eval, find, another xargs) or a name `-I` replaces runs
+    what the input says, which only the running line knows (`echo 'rm x' | xargs sh -c`)."""
     starts = _suffixes(base, args, found)
+    replaced = _xargs_replaced(args)
+    program_at = _xargs_program(args)
+    for i in starts if program_at is None else [program_at]:
+        name = args[i][0]
+        program = posixpath.basename(name or "")
+        if name is not None and (program in _WRAPPERS or program in _HANDLERS or program in _BUILTIN_RUNNERS
+                                 or any(r and r in name for r in replaced)):
+            found.opaque.append(f"{base} {program}: a command made of xargs's input")
+    for i in starts if program_at is None else [program_at]:  # its input adds words, or takes -I's places
+        words = [(s, r) for s, r in args[i:]]
+        at = next((k for k, (s, r) in enumerate(words) if s is None or any(x and x in s for x in replaced)), None)
+        if words and words[0][0] is not None:
+            _partial(found, [posixpath.basename(words[0][0] or ""), *(s or "" for s, _ in words[1:at])])
     for i in starts:  # it runs the program with words read from its input as well
         if args[i][0] is not None:
             _record(found, " ".join([posixpath.basename(args[i][0] or ""), *(s or r for s, r in args[i + 1:]),
@@ -266,14 +438,94 @@ def _env(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]
     return _suffixes(base, args, found)
 
 
+_COMPGEN_VALUES = "oAGWFCXPS"  # compgen's and complete's options that take a value
+
+
+def _compgen(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """`compgen -C 'rm x' w` runs its `-C` command as a shell line (read like eval's); `-F f` calls a function by a
+    name (opaque: shou does not follow names to functions). `complete` takes the same options."""
+    i = 0
+    while i < len(args):
+        word = args[i][0]
+        if word is None:  # `compgen $o 'rm x'`: $o may be -C
+            found.opaque.append(f"{base}: given options only the running shell knows")
+            break
+        text = word
+        if text == "--" or not text.startswith("-"):
+            break
+        for k, letter in enumerate(text[1:], 1):
+            if letter not in _COMPGEN_VALUES:
+                continue
+            value = text[k + 1:] or (args[i + 1][0] if i + 1 < len(args) else "")
+            if not text[k + 1:]:
+                i += 1
+            if letter in "CF":
+                if letter == "F" or value is None:
+                    found.opaque.append(f"{base} -{letter}: runs a command or function shou cannot read")
+                else:
+                    _line(value, found, depth + 1)
+            break  # the option's value is the rest of this word or the next word (`-W x -C 'rm y'`)
+        i += 1
+    return []
+
+
+def _attached(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """A wrapper whose program may be an option's attached value (`start-stop-daemon --exec=/bin/rm`, `-x/bin/rm`,
+    `--startas=`; `capsh --shell=/bin/rm`): each such value is read as a program, given the words after `--`."""
+    rest = next((k + 1 for k, (w, _) in enumerate(args) if w == "--"), len(args))
+    for word, raw in args:
+        text = word if word is not None else raw
+        value = text.split("=", 1)[1] if text.startswith("--") and "=" in text else (
+            text[2:] if len(text) > 2 and text.startswith("-") and text[1] != "-" else None)
+        if value is not None:
+            _run([(value if word is not None else None, value), *args[rest:]], found, depth, stdin)
+    return _suffixes(base, args, found)
+
+
+def _capsh(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """capsh runs bash (or its `--shell=`) with the words after `--`: `capsh -- -c 'rm x'`."""
+    rest = next((k + 1 for k, (w, _) in enumerate(args) if w == "--"), None)
+    if any(w is None or w == "==" for w, _ in args):
+        found.opaque.append(f"{base}: runs a program shou cannot read")
+    if rest is not None:
+        _shell("bash", args[rest:], found, depth, stdin)
+    return _attached(base, args, found, depth, stdin)
+
+
+def _parallel(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """GNU parallel (and sem, hyperfine) runs its command through a shell, and with no command runs each of its
+    arguments or input lines: every word is read as a shell line, and with none before `:::` or with only its
+    input to read, what it runs is unknown."""
+    _scripts(base, args, found, depth)
+    before = next((k for k, (w, _) in enumerate(args) if w in (":::", "::::", ":::+", "::::+")), len(args))
+    if base == "parallel" and not any(w is not None and not w.startswith("-") for w, _ in args[:before]):
+        found.opaque.append(f"{base}: runs commands from its arguments or input")
+    return _suffixes(base, args, found)
+
+
+def _jobs(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """`jobs -x rm x` runs `rm x` (its job specs replaced by process ids)."""
+    at = next((k for k, (w, r) in enumerate(args) if (w if w is not None else r).startswith("-") and "x" in (w or r)),
+              None)
+    return [] if at is None else [at + 1 + i for i in _suffixes(base, args[at + 1:], found)]
+
+
 def _find_handler(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
     _find(args, found, depth)
     return []
 
 
+# Programs that run a command from their words, besides _WRAPPERS and _HANDLERS' (for xargs: its input adds words).
+_BUILTIN_RUNNERS = frozenset({"parallel", "sem", "ssh", "watch", "su", "script", "run-parts"})
+
 _HANDLERS: dict[str, Handler] = {
     **{name: lambda b, a, f, d, i: _shell(b, a, f, d, i) for name in SHELLS},
     **{name: _opaque("a shell whose language shou does not read") for name in OTHER_SHELLS},
+    "compgen": _compgen, "complete": _compgen, "jobs": _jobs, "start-stop-daemon": _attached, "capsh": _capsh,
+    # They run each command they are given as a shell line (`parallel 'rm {}' ::: x`, `hyperfine 'rm x'`).
+    **{name: _parallel for name in ("parallel", "sem", "hyperfine")},
+    # `fc -s` (and `fc` with an editor) runs commands from the history, which `history -s` writes.
+    "fc": _opaque("re-runs commands from the history"),
     "eval": _eval, "trap": _trap, "watch": _watch, "xargs": _xargs, "env": _env, "find": _find_handler,
     ".": _opaque("runs a script file shou cannot see"), "source": _opaque("runs a script file shou cannot see"),
     # A name that runs another program from now on.
@@ -288,7 +540,7 @@ def _through(base: str, args: list[Word], found: Found, depth: int, stdin: list[
     handler = _HANDLERS.get(base)
     if handler is not None:
         return handler(base, args, found, depth, stdin)
-    return _suffixes(base, args, found) if base in _WRAPPERS else []
+    return _suffixes(base, args, found) if base in _WRAPPERS or _LOADER.fullmatch(base) else []
 
 
 def _script(words: list[str | None], found: Found, depth: int, what: str) -> None:
