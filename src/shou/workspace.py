@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 
 from .errors import ToolError, UserError
+from .host_paths import HOME_FILES, HOME_FOLDERS, config_parts, host_parts, missing_host_files, read_only_tops
 from .private import DIR_MODE, FILE_MODE, check_owned, tighten_tree
 
 __all__ = [
@@ -77,138 +78,6 @@ def is_state_path(parts: tuple[str, ...]) -> bool:
     """Whether the path lies in a `.shou/` folder, at any depth (any letter case: some file systems fold it):
     a subfolder's `.shou/` is the state of whoever runs shou there later."""
     return any(p.casefold() == STATE_DIR for p in parts)
-
-
-def config_parts(workspace: Path) -> list[tuple[str, ...]]:
-    """Where the user's shou config folder (trusted settings, trust approvals) lies inside `workspace`, as
-    spelled and as resolved: [] when it is outside, `()` when it is the workspace itself."""
-    from .config import user_config_dir
-
-    found: list[tuple[str, ...]] = []
-    config = user_config_dir()
-    for candidate in (os.path.abspath(config), os.path.realpath(config)):
-        for base in (os.path.abspath(workspace), os.path.realpath(workspace)):
-            rel = os.path.relpath(candidate, base)
-            parts = tuple(p for p in rel.split("/") if p not in ("", "."))
-            if rel != ".." and not rel.startswith("../") and parts not in found:
-                found.append(parts)
-    return found
-
-
-# What the host runs or trusts in a home folder: shells' start-up files, ssh keys, git's config, and the folders
-# of user-installed Python packages (`~/.local`, whose usercustomize.py the next `shou` imports), settings
-# (`~/.config`) and shou's response cache (a cache that could be written would answer any tool call).
-HOME_FILES = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zprofile", ".zshenv", ".bash_logout",
-              ".inputrc", ".gitconfig", ".pam_environment")
-HOME_FOLDERS = (".ssh", ".local", ".config", ".cache/shou")
-
-
-def _inside_parts(path: str, workspace: Path) -> list[tuple[str, ...]]:
-    """`path`'s components below `workspace`, as spelled and as resolved (each against the workspace as given
-    and as resolved), or [] when it lies outside."""
-    found: list[tuple[str, ...]] = []
-    for candidate in (os.path.abspath(path), os.path.realpath(path)):
-        for base in (os.path.abspath(workspace), os.path.realpath(workspace)):
-            rel = os.path.relpath(candidate, base)
-            parts = tuple(p for p in rel.split("/") if p not in ("", "."))
-            if rel != ".." and not rel.startswith("../") and parts not in found:
-                found.append(parts)
-    return found
-
-
-def host_parts(workspace: Path) -> list[tuple[tuple[str, ...], bool]]:
-    """What the host runs code from or trusts that lies inside `workspace`, as (components, is a folder):
-    the Python running shou (its prefixes, shou's own package, the user site) and, when the home folder
-    is inside, its `HOME_FILES` and `HOME_FOLDERS`. Sandboxed code writing there would run on the host,
-    outside the sandbox, at the next `shou` (a `.pth` in a project's `.venv`) or the next login.
-
-    Of the other `sys.path` entries (a project's own `src/` of an editable install, `PYTHONPATH`, the working
-    folder of `python -m shou`) only the `sitecustomize.py` and `usercustomize.py` Python imports at every start
-    are listed: the project's code stays writable (its packages are not what shou imports: site-packages come
-    first), except shou's own package when shou runs from the workspace (working on shou itself). A module
-    named like one shou imports could still be put in the working folder of `python -m shou`: see SECURITY.md."""
-    import site
-    import sys
-
-    found: list[tuple[tuple[str, ...], bool]] = []
-
-    def add(path: str, folder: bool) -> None:
-        for parts in _inside_parts(path, workspace):
-            if (parts, folder) not in found:
-                found.append((parts, folder))
-
-    for prefix in {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}:
-        add(prefix, True)
-    add(os.path.dirname(os.path.abspath(__file__)), True)  # shou's own code
-    for entry in sys.path:
-        for name in ("sitecustomize.py", "usercustomize.py"):
-            add(os.path.join(entry or os.getcwd(), name), False)
-    with contextlib.suppress(Exception):  # site may be disabled (-S) or its user site unknown
-        add(site.getuserbase(), True)
-        add(site.getusersitepackages(), True)
-    for home in {os.path.expanduser("~"), os.path.realpath(os.path.expanduser("~"))}:
-        if home == "~" or not _inside_parts(home, workspace):
-            continue
-        for name in HOME_FILES:
-            add(os.path.join(home, name), False)
-        for name in HOME_FOLDERS:
-            add(os.path.join(home, name), True)
-    return found
-
-
-def _missing_file(workspace: Path, parts: tuple[str, ...], folder: bool) -> bool:
-    return not folder and not os.path.lexists(workspace.joinpath(*parts))
-
-
-def missing_host_files(workspace: Path) -> tuple[str, ...]:
-    """The start-up files of `host_parts` missing in the workspace (`HOME_FILES` in a workspace of `$HOME`, a
-    `sitecustomize.py` of a `sys.path` entry): the sandbox cannot bind them (see `read_only_tops`), so a file
-    the program makes there is removed after its call."""
-    return tuple(dict.fromkeys("/".join(parts) for parts, folder in host_parts(workspace)
-                               if parts and _missing_file(workspace, parts, folder)))
-
-
-def read_only_tops(workspace: Path) -> tuple[list[str], list[str]]:
-    """The workspace's top-level names a sandbox binds read-only, so that nothing the host trusts can be
-    written from inside (`config_parts`, `host_parts`), and the top-level files among them that are missing.
-
-    The whole top folder is bound, not just the path: else the program could rename a parent away and put a
-    folder of its own in its place. A missing top folder is made (empty, 0700: it may become ~/.ssh) so that
-    it can be bound. A missing file directly in the workspace is not made: an empty `.bash_profile` or
-    `.inputrc` would change what the host's shells read (bash then skips `.profile`, readline
-    `/etc/inputrc`); the sandbox removes such a file after each call instead (`git_protect.remove_planted`).
-    `UserError` when the workspace itself is one of them, or a top one is a symlink or no plain file or folder:
-    sandboxed code could redirect or replace it.
-    """
-    tops: list[str] = []
-    absent: list[str] = []
-    for parts in config_parts(workspace):
-        if not parts:
-            raise UserError(f"the workspace {workspace} is shou's own configuration folder; sandboxed code "
-                            "would be able to change trusted settings. Run shou in another folder")
-        if parts[0] not in tops:
-            tops.append(parts[0])
-    for parts, folder in host_parts(workspace):
-        if not parts:
-            raise UserError(f"the workspace {workspace} holds the Python that runs shou; sandboxed code would be "
-                            "able to change what shou runs. Run shou in another folder")
-        if _missing_file(workspace, parts, folder):
-            if "/".join(parts) not in absent:
-                absent.append("/".join(parts))
-        elif parts[0] not in tops:
-            tops.append(parts[0])
-    for top in tops:
-        with contextlib.suppress(FileExistsError):  # on the real path: root cannot create through an idmap
-            os.mkdir(workspace / top, 0o700)
-            with contextlib.suppress(OSError):  # the workspace owner's, not root's
-                owner = os.stat(workspace)
-                os.lchown(workspace / top, owner.st_uid, owner.st_gid)
-        st = os.lstat(workspace / top)
-        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-            raise UserError(f"{workspace / top} holds or leads to what the host runs or trusts (shell start-up "
-                            "files, Python packages, shou's configuration) but is not a plain file or folder (a "
-                            "symlink?): sandboxed code could redirect it. Run shou in another folder")
-    return tops, absent
 
 
 def _open_root(root: Path) -> int:
