@@ -183,23 +183,13 @@ def remove_planted(workspace: Path, protected: Protected) -> str:
             path = Path(workspace) / rel / name
             if f"{rel}/{name}" in protected.read_only or not os.path.lexists(path):
                 continue
-            with contextlib.suppress(OSError):
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path)
-                else:
-                    os.unlink(path)
+            if _remove(path):
                 removed.append(f"{rel}/{name}")
     startup = []
     for name in protected.absent:  # a start-up file made in the workspace: the host would run it
         path = Path(workspace) / name
-        if not os.path.lexists(path):
-            continue
-        with contextlib.suppress(OSError):
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-        startup.append(name)
+        if os.path.lexists(path) and _remove(path):
+            startup.append(name)
     notes = []
     if removed:
         notes.append(f"removed {', '.join(removed)}, which the program created: git would take the repository's "
@@ -208,6 +198,18 @@ def remove_planted(workspace: Path, protected: Protected) -> str:
         notes.append(f"removed {', '.join(startup)}, which the program created: the host would run it (a shell "
                      "start-up file, or Python's sitecustomize)")
     return "; ".join(notes)
+
+
+def _remove(path: Path) -> bool:
+    """Remove what the program made at `path` (a folder with all it holds; a link, not what it leads to)."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except OSError:
+        return False
+    return True
 
 
 def open_path_beneath(dir_fd: int, rel: str) -> int:

@@ -20,15 +20,7 @@ def config_parts(workspace: Path) -> list[tuple[str, ...]]:
     spelled and as resolved: [] when it is outside, `()` when it is the workspace itself."""
     from .config import user_config_dir
 
-    found: list[tuple[str, ...]] = []
-    config = user_config_dir()
-    for candidate in (os.path.abspath(config), os.path.realpath(config)):
-        for base in (os.path.abspath(workspace), os.path.realpath(workspace)):
-            rel = os.path.relpath(candidate, base)
-            parts = tuple(p for p in rel.split("/") if p not in ("", "."))
-            if rel != ".." and not rel.startswith("../") and parts not in found:
-                found.append(parts)
-    return found
+    return _inside_parts(str(user_config_dir()), workspace)
 
 
 # What the host runs or trusts in a home folder: shells' start-up files, ssh keys, git's config, and the folders
