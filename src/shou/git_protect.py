@@ -175,21 +175,18 @@ def _regular(path: Path) -> bool:
 
 def remove_planted(workspace: Path, protected: Protected) -> str:
     """Undo a `commondir` or `config.worktree` the sandboxed code made in a repository folder (git would
-    read its config and hooks from where they say), and a shell start-up file it made in a workspace of
-    `$HOME` (`Protected.absent`); a note naming what was removed, or ""."""
+    read its config and hooks from where they say), and a start-up file it made where the host would run it
+    (`Protected.absent`: a shell's in a workspace of `$HOME`, Python's `sitecustomize` in any of the forms Python
+    imports); a note naming what was removed, or "". Nothing is followed on the way: a folder on the way that
+    the program swapped for a link is what is removed, never what the link leads to."""
     removed = []
     for rel in protected.git_dirs:
         for name in PLANTABLE:
-            path = Path(workspace) / rel / name
-            if f"{rel}/{name}" in protected.read_only or not os.path.lexists(path):
-                continue
-            if _remove(path):
-                removed.append(f"{rel}/{name}")
+            if f"{rel}/{name}" not in protected.read_only:
+                removed += _remove_beneath(workspace, f"{rel}/{name}")
     startup = []
-    for name in protected.absent:  # a start-up file made in the workspace: the host would run it
-        path = Path(workspace) / name
-        if os.path.lexists(path) and _remove(path):
-            startup.append(name)
+    for rel in protected.absent:  # a start-up file made in the workspace: the host would run it
+        startup += _remove_beneath(workspace, rel, module=rel.endswith("customize.py"))
     notes = []
     if removed:
         notes.append(f"removed {', '.join(removed)}, which the program created: git would take the repository's "
@@ -200,13 +197,46 @@ def remove_planted(workspace: Path, protected: Protected) -> str:
     return "; ".join(notes)
 
 
-def _remove(path: Path) -> bool:
-    """Remove what the program made at `path` (a folder with all it holds; a link, not what it leads to)."""
+def _remove_beneath(workspace: Path, rel: str, *, module: bool = False) -> list[str]:
+    """Remove what the program made at the workspace path `rel` (a folder with all it holds), opening each
+    folder on the way without following a link; one on the way that is no folder now (the program put a link or
+    a file in its place) is removed instead. `module`: every form Python imports the module `rel` names by (its
+    `.pyc`, an extension module, a package folder) goes too. The workspace paths removed."""
+    parts = rel.split("/")
+    fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
+        for i, name in enumerate(parts[:-1]):
+            try:
+                inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                return []
+            except OSError:  # a link or a file where a folder was: the host would follow it
+                return ["/".join(parts[: i + 1])] if _unlink_at(fd, name) else []
+            os.close(fd)
+            fd = inner
+        last = parts[-1]
+        names = [last]
+        if module:
+            stem = last.removesuffix(".py")
+            with contextlib.suppress(OSError):
+                names = sorted(n for n in os.listdir(fd) if n == stem or n.startswith(stem + "."))
+        prefix = "/".join(parts[:-1])
+        return [f"{prefix}/{n}" if prefix else n for n in names if _unlink_at(fd, n)]
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+
+
+def _unlink_at(dir_fd: int, name: str) -> bool:
+    """Remove `name` in the folder `dir_fd` (a folder with all it holds; a link itself); False when there is
+    none or it cannot be removed."""
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(name, dir_fd=dir_fd)
         else:
-            os.unlink(path)
+            os.unlink(name, dir_fd=dir_fd)
     except OSError:
         return False
     return True

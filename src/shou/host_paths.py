@@ -85,7 +85,15 @@ def host_parts(workspace: Path) -> list[tuple[tuple[str, ...], bool]]:
 
 
 def _missing_file(workspace: Path, parts: tuple[str, ...], folder: bool) -> bool:
-    return not folder and not os.path.lexists(workspace.joinpath(*parts))
+    """Whether `parts` is a file that is not there, on a way of plain folders (or of none yet): a way through
+    a link of the person's own leads elsewhere, and what is removed later must never be followed (git_protect)."""
+    if folder or os.path.lexists(workspace.joinpath(*parts)):
+        return False
+    for i in range(1, len(parts)):
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISDIR(os.lstat(workspace.joinpath(*parts[:i])).st_mode):
+                return False
+    return True
 
 
 def missing_host_files(workspace: Path) -> tuple[str, ...]:
@@ -120,8 +128,10 @@ def read_only_tops(workspace: Path) -> tuple[list[str], list[str]]:
         if not parts:
             raise UserError(f"the workspace {workspace} holds the Python that runs shou; sandboxed code would be "
                             "able to change what shou runs. Run shou in another folder")
-        if _missing_file(workspace, parts, folder):
-            if "/".join(parts) not in absent:
+        if not folder and not os.path.lexists(workspace.joinpath(*parts)):
+            # missing: removed when the program makes it; behind a link of the person's own, the place it leads
+            # to is listed by its resolved spelling
+            if _missing_file(workspace, parts, folder) and "/".join(parts) not in absent:
                 absent.append("/".join(parts))
         elif parts[0] not in tops:
             tops.append(parts[0])

@@ -120,3 +120,31 @@ def test_shou_s_own_code_in_the_workspace_is_the_host_s(tmp_path: Path, monkeypa
     ws = package.parents[1]  # shou's own checkout (src/shou), as when working on shou with shou
     monkeypatch.setenv("SHOU_CONFIG_DIR", str(tmp_path / "config"))
     assert package.relative_to(ws).parts in {p for p, _ in host_parts(ws)}
+
+
+def test_what_is_planted_where_python_imports_from_is_removed_in_every_form_and_nothing_is_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Removing a planted sitecustomize.py followed a link the program put in place of its folder: a host file
+    # outside the workspace was deleted. And only `sitecustomize.py` itself was removed: a package folder, a
+    # .pyc or an extension module of that name is imported by Python just the same.
+    ws, host = tmp_path / "ws", tmp_path / "host"
+    for folder in (ws / "py", ws / "lib", ws / "other", host):
+        folder.mkdir(parents=True)
+    (host / "sitecustomize.py").write_text("# the host's own\n")
+    monkeypatch.setenv("SHOU_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setattr(sys, "path", [*sys.path, str(ws / "py"), str(ws / "lib")])
+    protected = protect(ws, absent=missing_host_files(ws))
+    assert "py/sitecustomize.py" in protected.absent and "lib/usercustomize.py" in protected.absent
+    # what sandboxed code does:
+    (ws / "py").rmdir()
+    (ws / "py").symlink_to(host)  # the host would import host/sitecustomize.py through it: removing it there
+    (ws / "lib" / "sitecustomize").mkdir()
+    (ws / "lib" / "sitecustomize" / "__init__.py").write_text("planted\n")
+    (ws / "lib" / "sitecustomize.pyc").write_bytes(b"planted")
+    (ws / "lib" / "usercustomize.cpython-311-x86_64-linux-gnu.so").write_bytes(b"planted")
+    (ws / "lib" / "sitecustomize_notes.txt").write_text("the project's\n")
+    note = remove_planted(ws, protected)
+    assert (host / "sitecustomize.py").read_text() == "# the host's own\n"  # never followed
+    assert not (ws / "py").is_symlink() and not (ws / "py").exists()  # the link the program made is what goes
+    assert sorted(p.name for p in (ws / "lib").iterdir()) == ["sitecustomize_notes.txt"], note
+    assert "lib/sitecustomize.pyc" in note and "py" in note
