@@ -3,6 +3,7 @@ refused, or the delete is; a run accepted (202) is never erased with the session
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,3 +73,52 @@ def test_a_delete_that_fails_gives_the_session_back_to_new_runs(tmp_path: Path, 
         _delete(a, "orig")
     assert b.queue.submit("run_x", "alice", "orig", "go on", {}).status == "queued"
     assert _delete(b, "orig")[0] == 409  # and a session with a run under way is not deleted
+
+
+def test_a_second_delete_cannot_erase_what_another_user_made_under_the_freed_name(
+        tmp_path: Path, url: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two deletes of alice's "orig" (a retry, two tabs, two replicas): B's had marked the session and was about
+    # to take its lock when A's ran whole; bob then took the freed name and ran there; B's delete went on and
+    # erased bob's session, runs and ownership.
+    import asyncio
+
+    from shou import Agent, ScriptedModel
+
+    a, b = two_replicas(tmp_path, url)
+    seen: dict[str, Any] = {}
+    real_lock = b.store.lock
+
+    def the_other_delete_and_bob(name: str) -> None:
+        seen["first"] = _delete(a, name)
+        if seen["first"][0] == 204:  # the name is free: bob takes it, and his run writes its log
+            b.queue.submit("run_bob", "bob", name, "bob's task", {})
+            asyncio.run(Agent(ScriptedModel([{"text": "bob's"}]), [], workspace=tmp_path,
+                              store=a.store).arun("bob's task", name))
+
+    def lock_after_the_other_delete_and_bob(name: str) -> Any:
+        meanwhile = threading.Thread(target=the_other_delete_and_bob, args=(name,))  # no event loop of B's
+        meanwhile.start()
+        meanwhile.join(60)
+        return real_lock(name)
+
+    monkeypatch.setattr(b.store, "lock", lock_after_the_other_delete_and_bob)
+    monkeypatch.setattr(a.store, "lock", real_lock)
+    second = _delete(b, "orig")
+    assert b.queue.session_owner("orig") in (None, "bob")
+    if seen["first"][0] == 204:
+        assert b.queue.session_owner("orig") == "bob" and b.store.exists("orig"), (seen, second)
+        assert b.queue.get("run_bob", "bob") is not None, "bob's run was erased by alice's delete"
+    else:
+        assert seen["first"][0] == 409 and "being deleted" in seen["first"][1], seen
+        assert second[0] == 204 and not b.store.exists("orig")
+
+
+def test_a_delete_while_a_fork_into_the_session_is_landing_is_refused(tmp_path: Path, url: str | None) -> None:
+    # A fork into "x" had taken the name (not yet copied); a delete of "x" forgot the name; the fork then landed,
+    # answered 201, and its history was nobody's: another user could take the name and read it.
+    a, b = two_replicas(tmp_path, url)
+    assert a.queue.adopt_session("x", "alice")  # the fork's first step, on replica A
+    status, text = _delete(b, "x")
+    assert status == 409 and "fork" in text, (status, text)
+    a.queue.end_fork("x")  # the fork is over
+    assert b.queue.session_owner("x") == "alice"

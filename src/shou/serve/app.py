@@ -140,9 +140,15 @@ async def delete_session(request: Request) -> Response:
     user = srv.user(request)
     name = request.path_params["name"]
     srv.own_session(name, user)
-    # marked in the transaction that finds no run under way, so a run cannot be accepted between the two
-    if not srv.queue.begin_delete(name):
-        raise HTTPException(409, f"session {name!r} has a run under way; cancel it first")
+    # marked in the transaction that finds it theirs with nothing under way, so that a run, a fork or another
+    # delete cannot come between the check and the delete
+    why = srv.queue.begin_delete(name, user)
+    if why == "gone":
+        raise HTTPException(404, f"no session {name!r}")
+    if why:
+        raise HTTPException(409, {"running": f"session {name!r} has a run under way; cancel it first",
+                                  "forking": f"a fork into {name!r} is under way; try again when it is done",
+                                  "deleting": f"session {name!r} is being deleted"}[why])
     try:
         lock = srv.store.lock(name)
     except SessionBusy as e:

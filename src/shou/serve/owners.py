@@ -10,13 +10,16 @@ store is asked between the two transactions: SQLite's store may commit first, wh
 the queue's). Before this count, a fork that failed could let go of a name while another was landing under
 it, which then belonged to nobody.
 
-A session's delete marks its row first (`deleting`), in the transaction that finds no run under way there, with
-the row locked: a run asked for meanwhile either came first (the delete is refused) or finds the mark (refused).
-Before, a run accepted between the delete's check and its end ran, and was then erased with the session.
+A session's delete marks its row first (`deleting`, when), in the transaction that finds it still the caller's
+with no run, fork or other delete under way there, with the row locked: a run asked for meanwhile either came
+first (the delete is refused) or finds the mark (refused). Before, a run accepted between the delete's check
+and its end ran, and was then erased with the session; and a second delete of the same session, racing the
+first, could erase the session another user made under the freed name.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -27,7 +30,9 @@ from ..events import WAITING
 # The session's id, unique forever (a uuid4 given when it is made): what its browser context, interpreter
 # and spilled outputs are kept under, since its name can be taken again once it is deleted.
 _COLUMNS = {"sid": "sid TEXT NOT NULL DEFAULT ''", "forking": "forking INTEGER NOT NULL DEFAULT 0",
-            "forked": "forked INTEGER NOT NULL DEFAULT 0", "deleting": "deleting INTEGER NOT NULL DEFAULT 0"}
+            "forked": "forked INTEGER NOT NULL DEFAULT 0",
+            "deleting": "deleting DOUBLE PRECISION NOT NULL DEFAULT 0"}  # when a delete marked it (0: none)
+STALE_DELETE = 300.0  # seconds after which a delete's mark is taken to be one that died
 _UNDER_WAY = ("queued", "running", *WAITING)  # a run's statuses that a session's delete must wait for
 
 
@@ -103,17 +108,28 @@ class SessionOwners:
             self._x("DELETE FROM serve_sessions WHERE name = %s AND forking = 0 AND forked = %s AND NOT EXISTS "
                     "(SELECT 1 FROM serve_runs WHERE session = %s)", (session, row[1], session))
 
-    def begin_delete(self, session: str) -> bool:
-        """Mark `session` as being deleted, unless a run is under way there (False). Asking again is harmless
-        (a delete that did not finish, e.g. its process killed, may be asked for again)."""
+    def begin_delete(self, session: str, user: str) -> str:
+        """Mark `user`'s `session` as being deleted: "" when done; else why not ("running": a run is under way
+        there, "forking": a fork into it is, "deleting": another delete is, "gone": it is not theirs now).
+
+        A mark left by a delete that never finished (its process killed) is taken over after `STALE_DELETE`
+        seconds, so the session can still be deleted."""
         with self._tx():
-            self._x("SELECT 1 FROM serve_sessions WHERE name = %s FOR UPDATE", (session,))  # a run's submit waits
+            row = self._x("SELECT username, forking, deleting FROM serve_sessions WHERE name = %s FOR UPDATE",
+                          (session,)).fetchone()  # a run's submit, a fork's join and another delete wait
+            if row is None or row[0] != user:
+                return "gone"
+            if row[1]:
+                return "forking"
+            now = time.time()
+            if row[2] and now - float(row[2]) < STALE_DELETE:
+                return "deleting"
             spots = ", ".join(["%s"] * len(_UNDER_WAY))
             if self._x(f"SELECT 1 FROM serve_runs WHERE session = %s AND status IN ({spots}) LIMIT 1",
                        (session, *_UNDER_WAY)).fetchone() is not None:
-                return False
-            self._x("UPDATE serve_sessions SET deleting = 1 WHERE name = %s", (session,))
-        return True
+                return "running"
+            self._x("UPDATE serve_sessions SET deleting = %s WHERE name = %s", (now, session))
+        return ""
 
     def end_delete(self, session: str) -> None:
         """Take the mark of a delete that failed off (the session is kept, and takes runs again)."""
