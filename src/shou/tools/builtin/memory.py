@@ -130,4 +130,6 @@ def search_memory(query: str, ctx: ToolContext, top_k: int = 5, tags: list[str] 
     if not found:
         return ToolResult("No memories match; try other words, or there is nothing saved on this yet.",
                           details=details)
-    return ToolResult("\n".join(_line(m) for m in found), details=details)
+    # What the model saved itself may come from what it read: outside content, as recall gives it (request.py)
+    return ToolResult("\n".join(_line(m) for m in found), details=details,
+                      untrusted=any(m.source == "agent" for m in found))
