@@ -229,3 +229,81 @@ def test_folders_named_like_shou_s_own_are_seen_by_diff_and_undo(serve, shou, wo
     u = shou("undo", "cf")
     assert u.returncode == 0, u.stdout + u.stderr
     assert not any((workspace / p).exists() for p in (".Shou/a", ".GIT/b", "sub/.shou/c"))
+
+
+def _two_alike(workspace: Path) -> tuple[bytes, bytes]:
+    """Two files too big to keep, of one size, time and mode, different bytes (as `cp -p`, `touch -d`, `tar x`
+    or `rsync -t` leave them)."""
+    a, b = os.urandom(2 * 2**20), os.urandom(2 * 2**20)
+    (workspace / "A.bin").write_bytes(a)
+    (workspace / "B.bin").write_bytes(b)
+    t = 1_700_000_000_000_000_000
+    for name in ("A.bin", "B.bin"):
+        os.utime(workspace / name, ns=(t, t))
+    return a, b
+
+
+def test_two_moved_files_alike_in_size_time_and_mode_go_back_each_to_its_own_path(
+        serve, shou, workspace: Path) -> None:
+    # Matched by size, time and mode only, undo swapped them: A.bin got B's bytes, silently.
+    a, b = _two_alike(workspace)
+    srv = serve([call("shell", command="mv A.bin zz.bin && mv B.bin aa.bin"), {"text": "moved"}])
+    assert shou("run", "move", "--session", "sw", server=srv, SHOU_CHECKPOINT_MAX_MB="1").returncode == 0
+    u = shou("undo", "sw")
+    assert u.returncode == 0 and "Traceback" not in u.stderr, u.stdout + u.stderr
+    assert (workspace / "A.bin").read_bytes() == a and (workspace / "B.bin").read_bytes() == b
+    assert not (workspace / "zz.bin").exists() and not (workspace / "aa.bin").exists()
+
+
+def test_a_copy_that_looks_like_a_deleted_file_is_not_taken_for_it(serve, shou, workspace: Path) -> None:
+    # `rm A.bin && cp -p B.bin C.bin`: C.bin has A's size, time and mode (and, on ext4, often A's freed inode
+    # number): undo "restored" A.bin with B's bytes. C.bin is not A.bin: it is kept, and said so.
+    _, b = _two_alike(workspace)
+    srv = serve([call("shell", command="rm A.bin && cp -p B.bin C.bin"), {"text": "done"}])
+    assert shou("run", "x", "--session", "cp", server=srv, SHOU_CHECKPOINT_MAX_MB="1").returncode == 0
+    u = shou("undo", "cp")
+    assert "Traceback" not in u.stderr, u.stdout + u.stderr
+    assert not (workspace / "A.bin").exists(), "undo 'restored' A.bin with B.bin's bytes: " + u.stdout + u.stderr
+    assert (workspace / "C.bin").read_bytes() == b and (workspace / "B.bin").read_bytes() == b
+    assert "kept C.bin" in u.stderr and "A.bin" in u.stderr, u.stderr
+
+
+def test_a_big_file_moved_onto_a_kept_file_is_moved_back_and_the_kept_file_restored(
+        serve, shou, workspace: Path) -> None:
+    # `mv big.bin notes.txt`: undo put back notes.txt from its checkpoint over the only copy of big.bin.
+    big = os.urandom(2 * 2**20)
+    (workspace / "big.bin").write_bytes(big)
+    (workspace / "notes.txt").write_text("old notes\n")
+    srv = serve([call("shell", command="mv big.bin notes.txt"), {"text": "moved"}])
+    assert shou("run", "x", "--session", "ov", server=srv, SHOU_CHECKPOINT_MAX_MB="1").returncode == 0
+    u = shou("undo", "ov")
+    assert u.returncode == 0 and "Traceback" not in u.stderr, u.stdout + u.stderr
+    assert (workspace / "big.bin").read_bytes() == big
+    assert (workspace / "notes.txt").read_text() == "old notes\n"
+
+
+def test_a_big_file_moved_onto_a_kept_file_is_kept_when_its_old_path_is_taken(
+        serve, shou, workspace: Path) -> None:
+    big = os.urandom(2 * 2**20)
+    (workspace / "big.bin").write_bytes(big)
+    (workspace / "notes.txt").write_text("old notes\n")
+    srv = serve([call("shell", command="mv big.bin notes.txt"), {"text": "moved"}])
+    assert shou("run", "x", "--session", "ov2", server=srv, SHOU_CHECKPOINT_MAX_MB="1").returncode == 0
+    (workspace / "big.bin").write_text("made again outside shou\n")
+    u = shou("undo", "ov2", "--force")
+    assert "Traceback" not in u.stderr, u.stdout + u.stderr
+    assert (workspace / "notes.txt").read_bytes() == big, u.stdout + u.stderr  # the only copy: not overwritten
+    assert (workspace / "big.bin").read_text() == "made again outside shou\n"
+    assert "notes.txt" in u.stderr and "big.bin" in u.stderr, u.stderr
+
+
+def test_a_state_from_an_older_journal_with_no_inode_never_moves_a_file() -> None:
+    # Journals written before the inode was kept: a file of the same size, time and mode only looks alike.
+    from shou.checkpoints.restore import _matches
+
+    old = {"size": 5, "mode": 0o644, "mtime": 7, "big": True}
+    assert _matches((5, 7, 0o644, 42, 1), old) == "alike"
+    assert _matches((5, 7, 0o644, 42, 1), {**old, "ino": 42, "seen": 2}) == "same"
+    assert _matches((5, 7, 0o644, 42, 3), {**old, "ino": 42, "seen": 2}) == "alike"  # made since: inode reused
+    assert _matches((5, 7, 0o644, 42, None), {**old, "ino": 42, "seen": 2}) == "alike"  # no birth time known
+    assert _matches((6, 7, 0o644, 42, 1), {**old, "ino": 42, "seen": 2}) is None

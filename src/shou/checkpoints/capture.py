@@ -16,6 +16,7 @@ import contextlib
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,7 +40,9 @@ Sig = tuple[int, int, int, int]  # size, mtime_ns, inode, mode
 def _state(data: bytes | None, st: os.stat_result, sha: str | None) -> State:
     mode = stat.S_IMODE(st.st_mode)
     if data is None and sha is None:
-        return {"size": st.st_size, "mode": mode, "mtime": st.st_mtime_ns, "big": True}
+        # which file it is (inode, and a time it was there): undo tells it if a command moves it (`_unkept`)
+        return {"size": st.st_size, "mode": mode, "mtime": st.st_mtime_ns, "big": True, "ino": st.st_ino,
+                "seen": time.time_ns()}
     # the time too: a state shou kept only by size and time (too big then, under a smaller cap or past a
     # command's budget) is compared with this one by them
     return {"sha": sha, "size": st.st_size, "mode": mode, "mtime": st.st_mtime_ns}
@@ -118,7 +121,7 @@ class CallRecorder:
         """Record the scan before a command (as a blob), durably, before the command runs: killed during it,
         the process leaves what `recover` needs to record its changes later."""
         files = {p: [*sig, (kept.get(p) or {}).get("sha")] for p, sig in before.files.items()}
-        manifest = self.book.put_blob(dumps({"files": files, "complete": before.complete}))
+        manifest = self.book.put_blob(dumps({"files": files, "complete": before.complete, "at": before.at}))
         self._record({"k": "scan", **self.head, "manifest": manifest})
 
     def command(self, before: Scan, kept: dict[str, State], after: Scan) -> list[str]:
@@ -136,38 +139,43 @@ class CallRecorder:
         for rel in changed:
             prior: State = None
             if rel in before.files:
-                prior = kept.get(rel) or _unkept(before.files[rel])
+                prior = kept.get(rel) or _unkept(before.files[rel], before.at)
             with contextlib.suppress(OSError, UserError):
                 self._append("before", rel, prior)
             self.after(rel)
         return changed
 
 
-def _unkept(sig: Sig) -> State:
-    size, mtime, _, mode = sig
-    return {"size": size, "mode": mode, "mtime": mtime, "big": True}
+def _unkept(sig: Sig, at: int | None) -> State:
+    """A file whose content was not kept: what says which file it was, so that undo can tell it when a command
+    moved it (`mv` keeps the inode, size, time and mode; a file made after `at`, the time the scan began, is
+    not it even when its inode number is the freed one's)."""
+    size, mtime, ino, mode = sig
+    return {"size": size, "mode": mode, "mtime": mtime, "big": True, "ino": ino, "seen": at}
 
 
 class Scan:
     """The workspace's regular files by path, each as (size, mtime_ns, inode, mode); `complete` is False when
     the walk stopped at its bound."""
 
-    def __init__(self, files: dict[str, Sig], complete: bool) -> None:
+    def __init__(self, files: dict[str, Sig], complete: bool, at: int | None = None) -> None:
         self.files = files
         self.complete = complete
+        self.at = at  # when the scan began (ns since the epoch), None when not known
 
 
 def scan(root: Path, limit: int = SCAN_LIMIT) -> Scan:
     """List the workspace's regular files (bounded, following no symlink, skipping shou's `.shou/` and git's
     `.git/` folders)."""
     files: dict[str, Sig] = {}
+    at = time.time_ns()
     skip = _skipped(str(root))
     for seen, (rel, st) in enumerate(_walk(str(root), "", skip), 1):
         if seen > limit:
-            return Scan(files, False)
+            return Scan(files, False, at)
         if st is not None:
             files[rel] = (st.st_size, st.st_mtime_ns, st.st_ino, stat.S_IMODE(st.st_mode))
-    return Scan(files, True)
+    return Scan(files, True, at)
 
 
 def _skipped(root: str) -> set[tuple[int, int]]:
@@ -271,4 +279,5 @@ def _manifest(book: Book, r: Record) -> tuple[Scan, dict[str, State]]:
         files[path] = (size, mtime, ino, mode)
         if sha:
             kept[path] = {"sha": sha, "size": size, "mode": mode}
-    return Scan(files, bool(m.get("complete"))), kept
+    at = m.get("at")
+    return Scan(files, bool(m.get("complete")), at if isinstance(at, int) else None), kept

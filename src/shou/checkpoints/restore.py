@@ -6,13 +6,15 @@ last left there (changed outside shou since), unless forced. Paths are opened th
 them (workspace.py: one component at a time, no symlink followed), since the workspace is untrusted.
 
 A file whose prior content shou could not keep (too big, or past a command's budget) and that a command moved
-(`mv`: the same size, modification time and mode, under a path the run created) is moved back, not lost: the
-path the run created is never removed while it holds the only copy of what undo cannot put back otherwise.
+(`mv`: the same inode, size, modification time and mode, under another path of the run's) is moved back, not
+lost; a path that holds, or may hold, the only copy of what undo cannot put back otherwise is never removed or
+overwritten.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import difflib
 import os
 from dataclasses import dataclass, field
@@ -82,52 +84,118 @@ def _unkept(book: Book, target: State) -> bool:
 
 
 def _moves_back(book: Book, plans: list[PathPlan], out: Outcome) -> set[str]:
-    """Move back each file whose prior content was not kept and that the run moved to a path it created (found
-    by size, modification time and mode, as `mv` keeps them); a created path that holds such a file while its
-    old path is taken again is kept, and said so. Returns the paths dealt with."""
+    """Move back each file whose prior content was not kept and that the run moved (`mv`) to another path of
+    the plan, one it created or one it overwrote: found by inode, size, modification time and mode, which `mv`
+    keeps, and a birth time before the file was last seen. The holder of such a file is never removed or
+    overwritten while the file's old path is taken, nor while it only looks alike (a copy, a move across file
+    systems, no inode or birth time known, more than one match): it may hold the only copy, and is kept and
+    said so. Returns the paths dealt with (an overwritten path moved back is then restored as any other)."""
     lost = {p.path: p.target for p in plans if _unkept(book, p.target)}
     if not lost:
         return set()
+    root = book.workspace
     done: set[str] = set()
+    moves: dict[str, tuple[str, tuple[int, int, int, int, int | None]]] = {}  # holder -> (home, signature)
+    created = {p.path for p in plans if p.target is None}
     for p in plans:
-        if p.target is not None or p.path in done:
-            continue
-        sig = _signature(book.workspace, p.path)
+        sig = _signature(root, p.path)
         if sig is None:
             continue
-        home = next((path for path, t in lost.items() if path not in done and _matches(sig, t)), None)
-        if home is None:
-            continue
-        done.add(p.path)
-        try:
-            with _locked(book.workspace, p.path, home):
-                if current_state(book, book.workspace, home) is not None:  # a file (or something) is there again
-                    out.lost.append(f"{home}: its old content was not kept, and {p.path} (kept as it is) seems to "
-                                    f"hold it; {home} is taken again")
-                    continue
-                _rename(book.workspace, p.path, home)
-        except (ToolError, OSError) as e:
-            out.lost.append(f"{home}: {e}; {p.path}, which seems to hold it, is kept as it is")
-            continue
-        done.add(home)
-        out.restored.append(home)
-        out.removed.append(p.path)
+        same = [h for h, t in lost.items() if h != p.path and _matches(sig, t) == "same"]
+        alike = [h for h, t in lost.items() if h != p.path and _matches(sig, t) == "alike"]
+        if len(same) == 1:
+            moves[p.path] = (same[0], sig)
+        elif same or alike:
+            done.add(p.path)  # neither removed nor overwritten: it may be all that is left of one of them
+            out.lost.append(f"kept {p.path} as it is: it may hold what {' or '.join(sorted(same + alike))} held, "
+                            "which shou could not keep")
+    moved = True
+    while moves and moved:  # a chain (b moved to c, then a to b) goes back from its free end
+        moved = False
+        for holder, (home, sig) in list(moves.items()):
+            try:
+                with _locked(root, holder, home):
+                    if current_state(book, root, home) is not None or _signature(root, holder) != sig:
+                        continue  # taken (for now), or changed since
+                    _rename(root, holder, home)
+            except (ToolError, OSError) as e:
+                del moves[holder]
+                done.add(holder)
+                out.lost.append(f"{home}: {e}; {holder}, which holds its old content, is kept as it is")
+                continue
+            del moves[holder]
+            moved = True
+            done.add(home)
+            out.restored.append(home)
+            if holder in created:
+                done.add(holder)
+                out.removed.append(holder)
+    for holder, (home, _) in moves.items():
+        done.add(holder)
+        out.lost.append(f"{home}: its old content was not kept, and {holder} (kept as it is) holds it; {home} is "
+                        "taken")
     return done
 
 
-def _signature(root: Path, path: str) -> tuple[int, int, int] | None:
-    """(size, modification time in ns, mode) of the workspace file `path`, None when there is none."""
+def _signature(root: Path, path: str) -> tuple[int, int, int, int, int | None] | None:
+    """(size, modification time in ns, mode, inode, birth time in ns or None when unknown) of the workspace file
+    `path`, None when there is none."""
     try:
         with open_file(root, path) as f:
-            return f.stat.st_size, f.stat.st_mtime_ns, f.stat.st_mode & 0o7777
+            st = f.stat
+            return st.st_size, st.st_mtime_ns, st.st_mode & 0o7777, st.st_ino, _birth(f.fd, st)
     except (NotFound, ToolError, OSError):
         return None
 
 
-def _matches(sig: tuple[int, int, int], target: State) -> bool:
+def _matches(sig: tuple[int, int, int, int, int | None], target: State) -> str | None:
+    """"same": the file `sig` describes is the one `target` was (its inode, size, time and mode, and not made
+    after it was seen); "alike": it only looks like it (size, time and mode); None: neither."""
     if target is None or target.get("mtime") is None:
-        return False
-    return sig == (target.get("size"), target.get("mtime"), int(target.get("mode", -1)) & 0o7777)
+        return None
+    size, mtime, mode, ino, born = sig
+    if (size, mtime, mode) != (target.get("size"), target.get("mtime"), int(target.get("mode", -1)) & 0o7777):
+        return None
+    seen = target.get("seen")
+    # A new file can be given the inode number a deleted one freed (ext4 does so at once): only a file made
+    # before the old one was last seen is it. Not known (an old journal, a system that keeps no birth time):
+    # it only looks alike, and is kept, not moved.
+    if ino == target.get("ino") and born is not None and isinstance(seen, int) and born <= seen:
+        return "same"
+    return "alike"  # a copy, a move across file systems, a new file given the freed inode number
+
+
+class _StatxTime(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_int64), ("nsec", ctypes.c_uint32), ("reserved", ctypes.c_int32)]
+
+
+class _Statx(ctypes.Structure):
+    _fields_ = [("mask", ctypes.c_uint32), ("blksize", ctypes.c_uint32), ("attributes", ctypes.c_uint64),
+                ("nlink", ctypes.c_uint32), ("uid", ctypes.c_uint32), ("gid", ctypes.c_uint32),
+                ("mode", ctypes.c_uint16), ("spare0", ctypes.c_uint16), ("ino", ctypes.c_uint64),
+                ("size", ctypes.c_uint64), ("blocks", ctypes.c_uint64), ("attributes_mask", ctypes.c_uint64),
+                ("atime", _StatxTime), ("btime", _StatxTime), ("ctime", _StatxTime), ("mtime", _StatxTime),
+                ("rest", ctypes.c_uint64 * 32)]  # room past what the kernel fills (256 bytes)
+
+
+def _birth(fd: int, st: os.stat_result) -> int | None:
+    """When the open file `fd` was made (ns since the epoch), None when the system does not say."""
+    born = getattr(st, "st_birthtime", None)
+    if born is not None:
+        return int(born * 1e9)
+    statx = getattr(_LIBC, "statx", None) if _LIBC is not None else None
+    if statx is None:
+        return None
+    buf = _Statx()
+    if statx(fd, b"", 0x1000, 0x800, ctypes.byref(buf)) != 0 or not buf.mask & 0x800:  # AT_EMPTY_PATH, STATX_BTIME
+        return None
+    return buf.btime.sec * 1_000_000_000 + buf.btime.nsec
+
+
+try:
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:
+    _LIBC = None
 
 
 def _locked(root: Path, *paths: str) -> contextlib.ExitStack:
