@@ -24,11 +24,11 @@ import threading
 from pathlib import Path
 
 from .errors import ToolError, UserError
-from .host_paths import HOME_FILES, HOME_FOLDERS, config_parts, host_parts, missing_host_files, read_only_tops
+from .host_paths import HOME_FILES, HOME_FOLDERS, config_parts, hidden_config, host_parts, missing_host_files, read_only_tops
 from .private import DIR_MODE, FILE_MODE, check_owned, tighten_tree
 
 __all__ = [
-    "HOME_FILES", "HOME_FOLDERS", "STATE_DIR", "NotFound", "Opened", "check_state_file", "config_parts", "host_parts",
+    "HOME_FILES", "HOME_FOLDERS", "STATE_DIR", "NotFound", "Opened", "check_state_file", "config_parts", "hidden_config", "host_parts",
     "is_state_path", "missing_host_files", "open_beneath", "open_file", "open_state", "read_bytes_beneath",
     "read_only_tops", "read_state_text", "relative_parts", "save_output", "state_database", "state_dir",
     "write_bytes_beneath", "write_lock",
