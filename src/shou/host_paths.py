@@ -12,7 +12,8 @@ from pathlib import Path
 
 from .errors import UserError
 
-__all__ = ["HOME_FILES", "HOME_FOLDERS", "config_parts", "hidden_config", "host_parts", "missing_host_files", "read_only_tops"]
+__all__ = ["HOME_FILES", "HOME_FOLDERS", "config_parts", "hidden_config", "host_parts", "missing_host_files",
+           "read_only_tops"]
 
 
 def config_parts(workspace: Path) -> list[tuple[str, ...]]:

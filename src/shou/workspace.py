@@ -25,15 +25,43 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ToolError, UserError
-from .host_paths import (HOME_FILES, HOME_FOLDERS, config_parts, hidden_config, host_parts, missing_host_files,
-                         read_only_tops)
+from .host_paths import (
+    HOME_FILES,
+    HOME_FOLDERS,
+    config_parts,
+    hidden_config,
+    host_parts,
+    missing_host_files,
+    read_only_tops,
+)
 from .private import DIR_MODE, FILE_MODE, check_owned, tighten_tree
 
 __all__ = [
-    "HOME_FILES", "HOME_FOLDERS", "STATE_DIR", "NotFound", "Opened", "check_state_file", "config_parts", "config_matcher", "hidden_config", "host_parts", "in_config",
-    "is_state_path", "missing_host_files", "open_beneath", "open_file", "open_state", "read_bytes_beneath",
-    "read_only_tops", "read_state_text", "relative_parts", "save_output", "state_database", "state_dir",
-    "write_bytes_beneath", "write_lock",
+    "HOME_FILES",
+    "HOME_FOLDERS",
+    "STATE_DIR",
+    "NotFound",
+    "Opened",
+    "check_state_file",
+    "config_matcher",
+    "config_parts",
+    "hidden_config",
+    "host_parts",
+    "in_config",
+    "is_state_path",
+    "missing_host_files",
+    "open_beneath",
+    "open_file",
+    "open_state",
+    "read_bytes_beneath",
+    "read_only_tops",
+    "read_state_text",
+    "relative_parts",
+    "save_output",
+    "state_database",
+    "state_dir",
+    "write_bytes_beneath",
+    "write_lock",
 ]
 
 STATE_DIR = ".shou"
@@ -220,7 +248,8 @@ class Opened:
 def open_file(root: Path, path: str, *, write: bool = False, create: bool = False) -> Opened:
     """Open the regular file `path` of the workspace for reading (or also writing), confined.
 
-    Reading and writing refuse the user's config folder; writing refuses `.shou/` and files with other hard links; `create` makes the file and its folders.
+    Reading and writing refuse the user's config folder; writing refuses `.shou/` and files with other hard
+    links; `create` makes the file and its folders.
     """
     parts = relative_parts(root, path)
     shown = "/".join(parts) or "."

@@ -106,7 +106,8 @@ async def test_the_config_folder_cannot_be_read(sb: Sandbox, home: Path, leak: s
         assert "SECRET" not in r.stdout + r.stderr, r
         assert "approvals.key" not in r.stdout and "shou.toml" not in r.stdout, r
         leaked = home / "leak.bin"
-        assert not leaked.exists() or b"S\x00E\x00C" not in leaked.read_bytes() and b"SECRET" not in leaked.read_bytes()
+        data = leaked.read_bytes() if leaked.exists() else b""
+        assert b"SECRET" not in data and b"S\x00E\x00C" not in data, r
     # the rest of .config/ and the workspace are as before
     r = await sb.run(["bash", "-c", "cat .config/other/settings; ls -A .config; echo ok > notes.txt; cat notes.txt"])
     assert r.stdout.split() == ["visible", "other", "shou", "ok"], r

@@ -18,7 +18,16 @@ import os
 import re
 
 from ...errors import ToolError
-from ...workspace import Opened, config_matcher, in_config, open_beneath, open_file, relative_parts, write_bytes_beneath, write_lock
+from ...workspace import (
+    Opened,
+    config_matcher,
+    in_config,
+    open_beneath,
+    open_file,
+    relative_parts,
+    write_bytes_beneath,
+    write_lock,
+)
 from ..base import ToolContext, ToolResult, tool
 from ..globbing import Glob, Walk
 from ..linewindow import read_window
