@@ -12,7 +12,8 @@ from pathlib import Path
 
 from .errors import UserError
 
-__all__ = ["HOME_FILES", "HOME_FOLDERS", "config_parts", "host_parts", "missing_host_files", "read_only_tops"]
+__all__ = ["HOME_FILES", "HOME_FOLDERS", "config_parts", "hidden_config", "host_parts", "missing_host_files",
+           "read_only_tops"]
 
 
 def config_parts(workspace: Path) -> list[tuple[str, ...]]:
@@ -21,6 +22,31 @@ def config_parts(workspace: Path) -> list[tuple[str, ...]]:
     from .config import user_config_dir
 
     return _inside_parts(str(user_config_dir()), workspace)
+
+
+def hidden_config(workspace: Path) -> list[str]:
+    """The config folder's paths inside `workspace` (`config_parts`) that a sandbox covers with an empty
+    read-only folder, so that sandboxed code cannot read its keys and settings (the read-only bind of the top
+    folder, `read_only_tops`, only stops writes): each one that is a real folder, reached through no symlink.
+    One missing cannot be made from inside: its top folder is read-only there."""
+    found: list[str] = []
+    for parts in config_parts(workspace):
+        if not parts:
+            continue
+        path = str(workspace)
+        for name in parts:
+            path = os.path.join(path, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                break
+            if not stat.S_ISDIR(mode):
+                break
+        else:
+            rel = "/".join(parts)
+            if rel not in found:
+                found.append(rel)
+    return found
 
 
 # What the host runs or trusts in a home folder: shells' start-up files, ssh keys, git's config, and the folders

@@ -21,17 +21,47 @@ import os
 import secrets
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ToolError, UserError
-from .host_paths import HOME_FILES, HOME_FOLDERS, config_parts, host_parts, missing_host_files, read_only_tops
+from .host_paths import (
+    HOME_FILES,
+    HOME_FOLDERS,
+    config_parts,
+    hidden_config,
+    host_parts,
+    missing_host_files,
+    read_only_tops,
+)
 from .private import DIR_MODE, FILE_MODE, check_owned, tighten_tree
 
 __all__ = [
-    "HOME_FILES", "HOME_FOLDERS", "STATE_DIR", "NotFound", "Opened", "check_state_file", "config_parts", "host_parts",
-    "is_state_path", "missing_host_files", "open_beneath", "open_file", "open_state", "read_bytes_beneath",
-    "read_only_tops", "read_state_text", "relative_parts", "save_output", "state_database", "state_dir",
-    "write_bytes_beneath", "write_lock",
+    "HOME_FILES",
+    "HOME_FOLDERS",
+    "STATE_DIR",
+    "NotFound",
+    "Opened",
+    "check_state_file",
+    "config_matcher",
+    "config_parts",
+    "hidden_config",
+    "host_parts",
+    "in_config",
+    "is_state_path",
+    "missing_host_files",
+    "open_beneath",
+    "open_file",
+    "open_state",
+    "read_bytes_beneath",
+    "read_only_tops",
+    "read_state_text",
+    "relative_parts",
+    "save_output",
+    "state_database",
+    "state_dir",
+    "write_bytes_beneath",
+    "write_lock",
 ]
 
 STATE_DIR = ".shou"
@@ -72,6 +102,23 @@ def relative_parts(root: Path, path: str) -> tuple[str, ...]:
     if any(len(p.encode("utf-8", "surrogateescape")) > 255 for p in parts):
         raise ToolError(f"path {path!r} cannot be used: a name in it is longer than 255 bytes")
     return parts
+
+
+def in_config(root: Path, parts: tuple[str, ...]) -> bool:
+    """Whether the workspace path `parts` lies in the user's shou config folder (`config_parts`), in any
+    letter case (some file systems fold it)."""
+    return config_matcher(root)(parts)
+
+
+def config_matcher(root: Path) -> Callable[[tuple[str, ...]], bool]:
+    """`in_config` for many paths of one workspace: the config folder's place is looked up once."""
+    folders = [tuple(p.casefold() for p in c) for c in config_parts(root)]
+
+    def inside(parts: tuple[str, ...]) -> bool:
+        folded = tuple(p.casefold() for p in parts)
+        return any(folded[: len(c)] == c for c in folders)
+
+    return inside
 
 
 def is_state_path(parts: tuple[str, ...]) -> bool:
@@ -201,16 +248,19 @@ class Opened:
 def open_file(root: Path, path: str, *, write: bool = False, create: bool = False) -> Opened:
     """Open the regular file `path` of the workspace for reading (or also writing), confined.
 
-    Writing refuses `.shou/` and files with other hard links; `create` makes the file and its folders.
+    Reading and writing refuse the user's config folder; writing refuses `.shou/` and files with other hard
+    links; `create` makes the file and its folders.
     """
     parts = relative_parts(root, path)
     shown = "/".join(parts) or "."
     if write and is_state_path(parts):
         raise ToolError(f"{shown!r} is inside .shou/, where shou keeps its own state (session log, memory, the "
                         "rules a person writes); the file tools cannot write there")
-    if write and any(parts[: len(c)] == c for c in config_parts(root)):
-        raise ToolError(f"{shown!r} is inside shou's user configuration folder (the person's trusted settings); "
-                        "the file tools cannot write there")
+    if in_config(root, parts):
+        # Not read either: it holds the key that signs approvals and the person's API keys, and what a tool
+        # reads reaches the model, the session log and whoever `shou serve` shows them to.
+        raise ToolError(f"{shown!r} is inside shou's user configuration folder (the person's trusted settings, "
+                        "keys and approvals); the file tools cannot read or write there")
     if write and any(parts[: len(c)] == c for c, _ in host_parts(root)):
         raise ToolError(f"{shown!r} is something the host runs code from or trusts (a shell start-up file, ~/.ssh, "
                         "the Python packages that run shou, shou's cache); the file tools cannot write there")

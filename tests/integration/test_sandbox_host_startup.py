@@ -78,3 +78,40 @@ async def test_the_host_start_up_files_cannot_be_written(sb: Sandbox, home: Path
     assert (home / ".bashrc").read_text() == "# mine\n", r
     for rel in PLANTED:
         assert not (home / rel).exists(), (rel, r)
+
+
+# Review 47, finding 6: the config folder's top folder was bound read-only but readable, so one command
+# (`cp .config/shou/approvals.key leak.bin`) copied the key that signs approvals, and the API keys in
+# shou.toml, into a workspace file that `shou serve`'s files API hands to any token holder.
+LEAKS = {
+    "cat": "cat .config/shou/approvals.key",
+    "cp": "cp .config/shou/approvals.key leak.bin; cat leak.bin",
+    "iconv": "iconv -t utf-16le .config/shou/shou.toml > leak.bin; cat leak.bin",
+    "ls": "ls -A .config/shou",
+    "find": "find .config -name '*.key' -o -name shou.toml",
+}
+
+
+@pytest.mark.parametrize("leak", list(LEAKS))
+async def test_the_config_folder_cannot_be_read(sb: Sandbox, home: Path, leak: str) -> None:
+    await sb.run(["true"])  # a warm sandbox made before the folder was: replaced once it is there
+    config = home / ".config" / "shou"
+    config.mkdir(parents=True)
+    (config / "approvals.key").write_bytes(b"SECRET-APPROVALS-KEY")
+    (config / "shou.toml").write_text('api_key = "SECRET-API-KEY"\n')
+    (home / ".config" / "other").mkdir()
+    (home / ".config" / "other" / "settings").write_text("visible\n")
+    for _ in range(2):  # the warm sandbox's second call too
+        r = await sb.run(["bash", "-c", LEAKS[leak]])
+        assert "SECRET" not in r.stdout + r.stderr, r
+        assert "approvals.key" not in r.stdout and "shou.toml" not in r.stdout, r
+        leaked = home / "leak.bin"
+        data = leaked.read_bytes() if leaked.exists() else b""
+        assert b"SECRET" not in data and b"S\x00E\x00C" not in data, r
+    # the rest of .config/ and the workspace are as before
+    r = await sb.run(["bash", "-c", "cat .config/other/settings; ls -A .config; echo ok > notes.txt; cat notes.txt"])
+    assert r.stdout.split() == ["visible", "other", "shou", "ok"], r
+    assert (config / "approvals.key").read_bytes() == b"SECRET-APPROVALS-KEY"
+    # still not writable
+    r = await sb.run(["bash", "-c", "echo x > .config/shou/new; mv .config/shou .config/gone; ls -A .config"])
+    assert not (config / "new").exists() and config.is_dir(), r

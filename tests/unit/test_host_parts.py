@@ -12,7 +12,9 @@ import pytest
 
 from shou.errors import ToolError, UserError
 from shou.git_protect import Protected, protect, remove_planted
-from shou.workspace import host_parts, missing_host_files, open_file, read_only_tops
+from shou.tools.base import Tool, ToolContext
+from shou.tools.builtin.files import edit_file, list_files, read_file
+from shou.workspace import hidden_config, host_parts, missing_host_files, open_file, read_only_tops
 
 
 @pytest.fixture
@@ -148,3 +150,48 @@ def test_what_is_planted_where_python_imports_from_is_removed_in_every_form_and_
     assert not (ws / "py").is_symlink() and not (ws / "py").exists()  # the link the program made is what goes
     assert sorted(p.name for p in (ws / "lib").iterdir()) == ["sitecustomize_notes.txt"], note
     assert "lib/sitecustomize.pyc" in note and "py" in note
+
+
+# Review 47, finding 6: the file tools refused only writes inside the config folder, so read_file showed the
+# key that signs approvals and the API keys in shou.toml to the model (and the session log).
+async def _call(t: Tool, ws: Path, **args: object) -> object:
+    return await t.call(t.validate(args), ToolContext(workspace=ws))
+
+
+@pytest.fixture
+def config_ws(home_ws: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    config = home_ws / ".config" / "shou"
+    config.mkdir(parents=True)
+    (config / "approvals.key").write_bytes(b"SECRET-APPROVALS-KEY")
+    (config / "shou.toml").write_text('api_key = "SECRET"\n')
+    (home_ws / ".config" / "other.toml").write_text("visible\n")
+    monkeypatch.setenv("SHOU_CONFIG_DIR", str(config))
+    return home_ws
+
+
+@pytest.mark.parametrize("path", [".config/shou/approvals.key", ".config/shou/shou.toml", ".Config/SHOU/shou.toml"])
+async def test_the_file_tools_do_not_read_the_config_folder(config_ws: Path, path: str) -> None:
+    with pytest.raises(ToolError, match="configuration folder"):
+        open_file(config_ws, path)
+    with pytest.raises(ToolError, match="configuration folder"):
+        await _call(read_file, config_ws, path=path)
+    with pytest.raises(ToolError, match="configuration folder"):
+        await _call(edit_file, config_ws, path=path, old="SECRET", new="x")
+    assert "visible" in str(await _call(read_file, config_ws, path=".config/other.toml"))
+
+
+@pytest.mark.parametrize("pattern", ["**/*", ".config/**", ".config/shou/*", "**/*.key", "**/shou.toml"])
+async def test_list_files_leaves_the_config_folder_out(config_ws: Path, pattern: str) -> None:
+    shown = str(await _call(list_files, config_ws, pattern=pattern))
+    assert not [line for line in shown.splitlines() if line.startswith(".config/shou")], shown
+    if pattern.startswith(".config/**") or pattern == "**/*":
+        assert ".config/other.toml" in shown
+
+
+def test_hidden_config_names_the_folder_only_when_it_is_a_real_one(config_ws: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    assert hidden_config(config_ws) == [".config/shou"]
+    monkeypatch.setenv("SHOU_CONFIG_DIR", str(config_ws / ".config" / "none"))
+    assert hidden_config(config_ws) == []
+    monkeypatch.setenv("SHOU_CONFIG_DIR", str(tmp_path / "config"))
+    assert hidden_config(config_ws) == []

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ..git_protect import GIT_ENV, Protected, open_path_beneath, protect, remove_planted
-from ..workspace import missing_host_files, read_only_tops, state_dir
+from ..workspace import hidden_config, missing_host_files, read_only_tops, state_dir
 from .base import ExecResult, ExitReason, Limits, new_output_path
 from .bubblewrap_warm import WarmSlot, run_warm
 from .cgroup import CgroupHold, RunCgroup
@@ -106,14 +106,16 @@ class BubblewrapSandbox:
     def command(self, argv: list[str], limits: Limits, *, workspace_fd: int | None,
                 masks: tuple[tuple[int, str], ...] = (), files: dict[str, int] | None = None,
                 sync_fds: tuple[int, int] | None = None, seccomp_fd: int | None = None,
-                pinned: tuple[tuple[int, str], ...] = (), executor: bool = False) -> list[str]:
+                pinned: tuple[tuple[int, str], ...] = (), executor: bool = False,
+                hidden: tuple[str, ...] = ()) -> list[str]:
         """The full command line: [setpriv] bwrap ... sh-init (rlimits) argv.
 
         `workspace_fd` is an open directory fd bound at /workspace (None binds nothing: used by the
         probe); `pinned` are (fd, name) folders bound read-write over themselves (before the masks, which
         may lie inside them); `masks` are (fd, name) files bound read-only over the workspace's own; `files` maps
         names under /code to open fds whose content is copied in; `seccomp_fd` holds the filter of
-        `seccomp.py`; `sync_fds` (info, block) are the pipe ends bwrap reports its child's pid on and holds
+        `seccomp.py`; `hidden` are workspace folders covered (after the masks) by an empty read-only one;
+        `sync_fds` (info, block) are the pipe ends bwrap reports its child's pid on and holds
         that child on until the caller has moved it into the run's cgroup (`CgroupHold`). With `executor`,
         `argv` is a warm sandbox's resident executor (`bubblewrap_warm.py`): the namespace's PID 1 itself,
         setting each call's rlimits, with a /code and a POSIX message queue folder it empties between calls.
@@ -137,7 +139,7 @@ class BubblewrapSandbox:
         cmd += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--size", size,
                 "--tmpfs", "/tmp"]
         if workspace_fd is not None:
-            cmd += _workspace_args(workspace_fd, masks, pinned)
+            cmd += _workspace_args(workspace_fd, masks, pinned, hidden)
         if files:
             cmd += ["--dir", "/code"]
             for name, fd in files.items():
@@ -246,7 +248,8 @@ class BubblewrapSandbox:
         cgroup = RunCgroup.create(limits.memory_mb * 1024 * 1024, limits.processes) if self.use_cgroup else None
         hold = CgroupHold(cgroup) if cgroup is not None else None
         cmd = self.command(argv, limits, workspace_fd=ws_fd, masks=tuple(masks), files=code, seccomp_fd=seccomp_fd,
-                           pinned=tuple(pinned), sync_fds=hold.child_fds if hold else None, executor=executor)
+                           pinned=tuple(pinned), sync_fds=hold.child_fds if hold else None, executor=executor,
+                           hidden=tuple(hidden_config(self.workspace)))
         return cmd, tuple(fds), cgroup, protected, hold
 
     async def run(self, argv: list[str], *, stdin: bytes | None = None, limits: Limits | None = None,
@@ -354,8 +357,8 @@ class Started:
             allowance.charge(disk)
 
 
-def _workspace_args(workspace_fd: int, masks: tuple[tuple[int, str], ...], pinned: tuple[tuple[int, str], ...]
-                    ) -> list[str]:
+def _workspace_args(workspace_fd: int, masks: tuple[tuple[int, str], ...], pinned: tuple[tuple[int, str], ...],
+                    hidden: tuple[str, ...] = ()) -> list[str]:
     """bwrap's arguments for the workspace at /workspace, its repository folders pinned and its masks."""
     args = ["--bind-fd", str(workspace_fd), "/workspace", "--chdir", "/workspace"]
     # shou's own state (the session log, spilled outputs) is not the program's to read or rewrite.
@@ -364,6 +367,10 @@ def _workspace_args(workspace_fd: int, masks: tuple[tuple[int, str], ...], pinne
         args += ["--bind-fd", str(fd), f"/workspace/{name}"]
     for fd, name in masks:
         args += ["--ro-bind-fd", str(fd), f"/workspace/{name}"]
+    # The user's shou config folder (API keys, the key that signs approvals) is not the program's to read:
+    # the read-only bind of its top folder (a mask) stops writes, this empty folder over it stops reads.
+    for rel in hidden:
+        args += ["--tmpfs", f"/workspace/{rel}", "--remount-ro", f"/workspace/{rel}"]
     return args
 
 

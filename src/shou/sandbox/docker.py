@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 from ..git_protect import GIT_ENV, Protected, protect, remove_planted
-from ..workspace import STATE_DIR, missing_host_files, read_only_tops, state_dir
+from ..workspace import STATE_DIR, hidden_config, missing_host_files, read_only_tops, state_dir
 from .base import ExecResult, Limits, OutputCapture, new_output_path
 from .bubblewrap import SANDBOX_UID
 from .docker_binds import PinnedBinds
@@ -216,7 +216,13 @@ class DockerSandbox:
             # shou's own state is hidden, as in the bubblewrap sandbox.
             # The engine copies the mode of the image's own /tmp (root's 0755 in some): make it the user's.
             "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={tmp_mb}m,mode=1777,uid={uid},gid={gid}",
-                      f"{WORKSPACE_DIR}/{STATE_DIR}": "ro,nosuid,nodev,size=64k"},
+                      f"{WORKSPACE_DIR}/{STATE_DIR}": "ro,nosuid,nodev,size=64k",
+                      # The user's shou config folder (API keys, the key that signs approvals) is not the
+                      # program's to read: its top folder's read-only bind stops writes, an empty read-only
+                      # folder over it stops reads. Bound as an empty copy (no right to mount), the top
+                      # folder shows none of it already, and has no place for this mount.
+                      **({f"{WORKSPACE_DIR}/{rel}": "ro,nosuid,nodev,noexec,size=4k"
+                          for rel in hidden_config(self.workspace)} if binds.mount else {})},
             "mem_limit": limits.memory_mb * MiB,
             "memswap_limit": limits.memory_mb * MiB,  # equal to mem_limit: no swap
             "nano_cpus": 1_000_000_000,
@@ -329,7 +335,8 @@ class DockerSandbox:
         # Made with the sandbox's own limits (the executor sets each call's rlimits, never past these).
         key = (image, self.limits.memory_mb, self.limits.processes, self.limits.network, protected,
                signature(self.workspace, (*protected.git_dirs, *READ_ONLY_FILES, *protected.read_only,
-                                          *read_only_tops(self.workspace)[0], *protected.absent)),
+                                          *read_only_tops(self.workspace)[0], *protected.absent,
+                                          *hidden_config(self.workspace))),
                asyncio.get_running_loop())
         warm = self._warm
         if warm is not None and warm.busy:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..glob import glob_match
@@ -75,10 +76,12 @@ class Glob:
 class Walk:
     """A bounded walk from an open folder: no symlink followed, `skip` folders left out, matches collected."""
 
-    def __init__(self, glob: Glob, *, limit: int, seconds: float, skip: frozenset[str]) -> None:
+    def __init__(self, glob: Glob, *, limit: int, seconds: float, skip: frozenset[str],
+                 skip_paths: Callable[[tuple[str, ...]], bool] | None = None) -> None:
         self.glob = glob
         self.limit = limit
         self.skip = skip
+        self.skip_paths = skip_paths  # left out, with all below it: given the path from the workspace root
         self.deadline = time.monotonic() + seconds
         self.seconds = seconds
         self.found: list[str] = []
@@ -111,6 +114,8 @@ class Walk:
                 except OSError:
                     continue
                 here = (*rel, entry.name)
+                if self.skip_paths is not None and self.skip_paths((*self.glob.fixed, *here)):
+                    continue
                 is_dir = stat.S_ISDIR(mode)
                 if self.glob.match(here):
                     shown = "/".join((prefix, *here) if prefix else here)

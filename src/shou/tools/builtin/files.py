@@ -18,7 +18,16 @@ import os
 import re
 
 from ...errors import ToolError
-from ...workspace import Opened, open_beneath, open_file, relative_parts, write_bytes_beneath, write_lock
+from ...workspace import (
+    Opened,
+    config_matcher,
+    in_config,
+    open_beneath,
+    open_file,
+    relative_parts,
+    write_bytes_beneath,
+    write_lock,
+)
 from ..base import ToolContext, ToolResult, tool
 from ..globbing import Glob, Walk
 from ..linewindow import read_window
@@ -200,12 +209,15 @@ def list_files(ctx: ToolContext, pattern: str = "**/*") -> str:
         glob = Glob.parse(pattern)
     except ValueError as e:
         raise ToolError(f"pattern {pattern!r} is not a valid glob: {e}") from None
+    if in_config(ctx.workspace, glob.fixed):
+        return f"no files match {pattern!r} (shou's user configuration folder is not the file tools' to show)"
     try:
         start = open_beneath(ctx.workspace, glob.fixed, os.O_RDONLY | os.O_DIRECTORY) if glob.fixed else \
             os.open(ctx.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except ToolError:
         return f"no files match {pattern!r}"
-    walk = Walk(glob, limit=MAX_SCAN, seconds=SCAN_SECONDS, skip=SKIP_DIRS)
+    walk = Walk(glob, limit=MAX_SCAN, seconds=SCAN_SECONDS, skip=SKIP_DIRS,
+                skip_paths=config_matcher(ctx.workspace))
     walk.run(start)
     found = sorted(walk.found)
     if walk.stopped:
