@@ -230,6 +230,15 @@ class Redactor:
             return text
         return self._pattern.sub(REDACTED, text)
 
+    def in_bytes(self, data: bytes) -> bytes:
+        """`data` (a file's bytes, text or not) with every secret value replaced as spelled in UTF-8, longest
+        first (the same object when it holds none)."""
+        for value in self.values:
+            spelled = value.encode("utf-8", "surrogatepass")
+            if spelled in data:
+                data = data.replace(spelled, REDACTED.encode())
+        return data
+
     def value(self, value: Any) -> Any:
         """Strings, messages, tool calls, lists and dicts, with secrets replaced (other values as they are).
         What holds no secret comes back as the same object: every event passes here, so the common case

@@ -276,7 +276,7 @@ def artifacts_of(rows: Iterable[tuple[int, Event]], workspace: Path, base_url: s
     does not serve (`.shou/`, the person's configuration folder) is never an artifact, whatever the log says."""
     from ..errors import ToolError
     from ..workspace import NotFound, open_file, relative_parts
-    from .files_api import MAX_FILE_BYTES, content_type, redacted, refused
+    from .files_api import MAX_FILE_BYTES, content_type, refused
 
     out = []
     for path in written_paths(rows):
@@ -288,7 +288,7 @@ def artifacts_of(rows: Iterable[tuple[int, Event]], workspace: Path, base_url: s
                 data = f.read(INLINE_BYTES) if size <= INLINE_BYTES else b""
         except (NotFound, ToolError, OSError):  # gone since, or outside the fence now: nothing to hand back
             continue
-        data = redacted(data, redactor)
+        data = redactor.in_bytes(data) if redactor is not None else data
         name = shown.rsplit("/", 1)[-1]
         link = f"{base_url}/v1/files/content?path={quote(shown, safe='/')}"
         kind = content_type(name, data).split(";", 1)[0] if data or not size else "application/octet-stream"

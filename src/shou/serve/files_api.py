@@ -29,7 +29,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..errors import ToolError
-from ..redact import REDACTED, Redactor
 from ..trust import read_closing
 from ..wellformed import well_formed_text
 from ..workspace import (
@@ -74,17 +73,6 @@ def refused(workspace: Path, parts: tuple[str, ...]) -> str | None:
     if any(parts[: len(c)] == c for c in config_parts(workspace)):
         return f"{shown!r} is inside shou's user configuration folder (the person's settings and keys): not served"
     return None
-
-
-def redacted(data: bytes, redactor: Redactor | None) -> bytes:
-    """A file's bytes with every secret `redactor` knows replaced (longest first), as a tool's result is."""
-    if redactor is None:
-        return data
-    for value in redactor.values:
-        spelled = value.encode("utf-8", "surrogatepass")
-        if spelled in data:
-            data = data.replace(spelled, REDACTED.encode())
-    return data
 
 
 def _entries(workspace: Path, parts: tuple[str, ...]) -> tuple[list[dict[str, Any]], bool]:
@@ -168,7 +156,7 @@ async def file_content(request: Request) -> Response:
     path = request.query_params.get("path", "")
     _parts(srv.workspace, path)
     shown, data = await asyncio.to_thread(_read, srv.workspace, path)
-    data = redacted(data, srv.redactor)
+    data = srv.redactor.in_bytes(data)  # as a file tool's result is
     headers = {"Content-Security-Policy": _CONTENT_CSP, "Cache-Control": "no-store"}
     if request.query_params.get("download") in ("1", "true"):
         name = shown.rsplit("/", 1)[-1]
