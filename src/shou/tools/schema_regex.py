@@ -15,6 +15,8 @@ import json
 import re
 from typing import Any
 
+from ..jsonfile import depth
+
 __all__ = ["MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "UnsafePattern", "install", "safe_schema", "unsafe_pattern"]
 
 MAX_SCHEMA_BYTES = 64_000  # of a tool's schema as JSON: it goes to the model with every request, too
@@ -83,7 +85,7 @@ def safe_schema(schema: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
         return None, "its input schema is not plain JSON"
     if size > MAX_SCHEMA_BYTES:
         return None, f"its input schema is {size:,} bytes (the most is {MAX_SCHEMA_BYTES:,})"
-    if _depth(schema) > MAX_SCHEMA_DEPTH:
+    if depth(schema) > MAX_SCHEMA_DEPTH:
         return None, f"its input schema nests deeper than {MAX_SCHEMA_DEPTH} levels"
     linear = install()
     return _without_unsafe(schema, linear), ""
@@ -116,16 +118,6 @@ def unsafe_pattern(schema: Any, linear: bool) -> str | None:
         if (why := unsafe_pattern(item, linear)) is not None:
             return why
     return None
-
-
-def _depth(value: Any, level: int = 0) -> int:
-    if level > MAX_SCHEMA_DEPTH:
-        return level
-    if isinstance(value, dict):
-        return max((_depth(v, level + 1) for v in value.values()), default=level)
-    if isinstance(value, list):
-        return max((_depth(v, level + 1) for v in value), default=level)
-    return level
 
 
 def _checkable(pattern: Any, linear: bool) -> bool:
