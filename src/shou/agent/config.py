@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..context.builder import ContextPolicy
 from ..errors import UserError
 from ..events import Event
-from ..known_secrets import secrets_of
+from ..known_secrets import environment_version, secrets_of
 from ..models.base import Model, ModelSettings
 from ..models.capabilities import supports_vision
 from ..models.named import model_named
@@ -365,8 +365,6 @@ def made_config(model: Any, tools: Any, instructions: str | None, fields: Mappin
     same objects (the model, each tool, the settings, the store...) and equal plain values, in a process whose
     environment's secrets have not changed since; the objects are held by the entry, so an id is never taken by
     another object while the entry lives. Anything unusual (an unhashable value) is simply made anew."""
-    from ..known_secrets import environment_version
-
     values = []
     for k, v in fields.items():
         if isinstance(v, _MUTABLE):
