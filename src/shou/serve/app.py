@@ -33,7 +33,7 @@ from .docs import docs_page
 from .files_api import file_content, list_folder, run_screenshot, upload_file
 from .fork_api import fork_session_route
 from .info_api import server_config, usage
-from .jobs import Refused
+from .jobs import Job, Refused
 from .leftovers import close_leftovers
 from .schema import AnswerIn, Decision, RunRequest, openapi
 from .server import SSE_HEADERS, Server, error, read_json, store_errors, whole_number
@@ -69,23 +69,28 @@ async def create_run(request: Request) -> Response:
     return JSONResponse(job.public(), 202)
 
 
+def _as_logged(srv: Server, job: Job) -> Job:
+    """`job` as its session's log has it: its end may be in the log (a stream has shown it) a moment before the
+    replica that ran it records it in the queue, and a client that saw the end must never read "running"."""
+    if job.status not in ("queued", "running"):
+        return job
+    end = srv.runner.logged_end(job)
+    if end is None:
+        return job
+    return dataclasses.replace(job, status=end.status, answer=end.answer, error=end.error or "",
+                               usage=usage_json(end.usage), finished=time.time())
+
+
 async def list_runs(request: Request) -> Response:
     srv: Server = request.app.state.server
     user = srv.user(request)
-    return JSONResponse({"runs": [j.public() for j in srv.queue.runs(user)]})
+    return JSONResponse({"runs": [_as_logged(srv, j).public() for j in srv.queue.runs(user)]})
 
 
 async def get_run(request: Request) -> Response:
     srv: Server = request.app.state.server
     job = srv.job(request, srv.user(request))
-    if job.status in ("queued", "running"):
-        # Its end may be in the log (a stream has shown it) a moment before the replica that ran it records it
-        # in the queue: the run is answered as the log says, so a client that saw the end never reads "running".
-        end = srv.runner.logged_end(job)
-        if end is not None:
-            job = dataclasses.replace(job, status=end.status, answer=end.answer, error=end.error or "",
-                                      usage=usage_json(end.usage), finished=time.time())
-    return JSONResponse(job.public())
+    return JSONResponse(_as_logged(srv, job).public())
 
 
 async def run_stream(request: Request) -> Response:

@@ -315,7 +315,7 @@ class Runner:
 
     def logged_end(self, job: Job) -> RunFinished | None:
         """The end of run `job` as its session's log has it (None: not ended there)."""
-        ends = [e for _, e in self.store.run_rows(job.session, job.run_id)
+        ends = [e for _, e in self.store.run_end(job.session, job.run_id)
                 if isinstance(e, RunFinished) and e.run_id == job.run_id and not e.parent]
         return ends[-1] if ends else None
 

@@ -240,6 +240,12 @@ class PostgresStore(SessionLocks, StoreBasics):
                            (_text(session), after, run_id, len(run_id) + 1, run_id + "."))
         return decoded(found)
 
+    def run_end(self, session: str, run_id: str) -> list[tuple[int, Event]]:
+        """`(id, event)` of the `run_finished` rows of run `run_id` itself (not its sub-runs) in `session`."""
+        found = self._read("SELECT id, data FROM events WHERE session = %s AND run_id = %s AND "
+                           "type = 'run_finished' ORDER BY id", (_text(session), _text(run_id)))
+        return decoded(found)
+
     def sessions(self) -> list[SessionInfo]:
         """All sessions, most recently updated first."""
         found = self._read(

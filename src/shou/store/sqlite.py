@@ -293,6 +293,15 @@ class SQLiteStore(StoreBasics):
         return decoded(cur.fetchall())
 
     @_explained
+    def run_end(self, session: str, run_id: str) -> list[tuple[int, Event]]:
+        """`(id, event)` of the `run_finished` rows of run `run_id` itself (not its sub-runs) in `session`:
+        what a poll of a running run needs, without reading all its events."""
+        self.commit()
+        cur = self._db.execute("SELECT id, data FROM events WHERE session = ? AND run_id = ? AND "
+                               "type = 'run_finished' ORDER BY id", (session, run_id))
+        return decoded(cur.fetchall())
+
+    @_explained
     def delete(self, session: str) -> None:
         """Remove `session` and all its events."""
         self.commit()
