@@ -15,92 +15,50 @@ matching every deny rule for `shell` (or, without one, every ask rule). A deny l
 
 from __future__ import annotations
 
-import functools
 import posixpath
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from .bashwords import GLOB, BraceUnreadable, brace_words, globbed, node_text, redirect_text, static_word, stdin_of
+from .shellparse import (
+    _FD_WORD,
+    Found,
+    Word,
+    _Exhausted,
+    _parse,
+    _parser,
+    _partial,
+    _place_redirected_words,
+    _record,
+    _redirects,
+    _spend,
+)
+from .shellprograms import (
+    _BUILTIN_RUNNERS,
+    _COMPGEN_VALUES,
+    _EXEC_FLAGS,
+    _LOADER,
+    _WRAPPERS,
+    OTHER_SHELLS,
+    SHELLS,
+    Handler,
+    _dash_c,
+    _env,
+    _jobs,
+    _opaque,
+    _suffixes,
+    _xargs_program,
+    _xargs_replaced,
+)
 from .shellrisk import Risk
 
 __all__ = ["Found", "programs"]
 
-SHELLS = frozenset({"sh", "bash", "rbash"})  # read as bash reads them
-# Shells whose syntax is not bash's (or that bash's parser would misread): what they run is not known.
-OTHER_SHELLS = frozenset({"dash", "zsh", "ksh", "ksh93", "mksh", "pdksh", "oksh", "loksh", "ash", "yash", "posh",
-                          "fish", "tcsh", "csh", "rc", "es", "elvish", "nu", "xonsh", "osh", "ysh"})
 MAX_DEPTH = 4  # shells inside shells; deeper is opaque
 MAX_LINE = 64 * 1024  # characters; a longer line is opaque
 # Work a line may take, in nodes visited and characters of commands recorded: linear in its size, so the
 # worst line is decided in a fraction of a second (wrappers make every suffix of their words a command).
 WORK_PER_CHAR, WORK_BASE = 24, 200_000
-PARSE_READS_PER_BYTE = 32
-MAX_WRAPPED = 256  # words after a wrapper; more is opaque (each suffix is a possible command)
-# Programs that run the rest of their words as a command. Their options are not parsed (a table of them
-# misses some: `exec -la z rm`, `setpriv --ruid 0 rm`): every suffix of their words may be the command.
-_WRAPPERS = frozenset({
-    "env", "exec", "command", "builtin", "nohup", "setsid", "unbuffer", "time", "nice", "ionice", "timeout",
-    "stdbuf", "sudo", "doas", "chroot", "flock", "xargs", "busybox", "coproc", "unshare", "nsenter", "setpriv",
-    "chrt", "taskset", "strace", "ltrace", "prlimit", "firejail", "runuser", "catchsegv", "faketime",
-    "proxychains", "proxychains4", "torsocks", "then", "do", "else", "pkexec", "sg", "numactl", "cgexec",
-    "systemd-run", "nocache", "eatmydata", "fakeroot", "chpst", "softlimit", "valgrind", "ssh-agent",
-    "dbus-launch", "xvfb-run", "trickle", "schedtool", "cpulimit", "sem", "parallel", "rlwrap", "!", "{",
-    # setarch and the personality names it is installed as (`linux64 rm x`, `setarch x86_64 rm x`)
-    "setarch", "linux32", "linux64", "uname26", "i386", "i486", "i586", "i686", "x86_64", "ia64", "ppc", "ppc32",
-    "ppc64", "ppc64le", "s390", "s390x", "sparc", "sparc32", "sparc32bash", "sparc64", "mips", "mips32", "mips64",
-    "parisc", "parisc32", "parisc64", "aarch64", "arm", "armv7l", "arm64", "loongarch64", "riscv64",
-    # Others that run their words as a command (their options' values are harmless candidates).
-    "choom", "runcon", "start-stop-daemon", "fakechroot", "ld.so", "tini", "dumb-init", "catatonit", "su-exec",
-    "gosu", "setuidgid", "envuidgid", "envdir", "setlock", "pgrphack", "fghack", "lckdo", "with-lock-ex", "run-one",
-    "timelimit", "daemonize", "daemon", "nsjail", "bwrap", "proot", "schroot", "systemd-nspawn", "minijail0",
-    "sshpass", "mpirun", "mpiexec", "srun", "entr", "watchexec", "ccache", "distcc", "icecc", "perf", "gdb",
-    "heaptrack", "rr", "screen", "dtach", "abduco", "chronic", "ifne", "retry", "krun", "ip", "netns",
-    "capsh", "vipe", "caffeinate", "systemd-inhibit", "flatpak-spawn", "toolbox", "distrobox",
-    "wine", "qemu-x86_64", "qemu-aarch64", "box64", "box86", "aa-exec", "sandbox-exec", "newgrp",
-})
-# The dynamic loader runs a program given as its word: `/lib64/ld-linux-x86-64.so.2 /usr/bin/rm x`.
-_LOADER = re.compile(r"ld(?:-linux[^/]*|-musl[^/]*|64)?\.so(?:\.[0-9]+)*")
-_EXEC_FLAGS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
-
-Word = tuple[str | None, str]  # (the word as bash reads it, or None when only the running line knows; the text)
-
-
-@dataclass
-class Found:
-    """The commands of a line (each `program arg...`, the program by its name) and, when some program
-    cannot be known statically, why (`opaque`)."""
-
-    commands: list[str] = field(default_factory=list)
-    opaque: list[str] = field(default_factory=list)
-    # Commands known only up to a word the running line makes (`git $a x`, `xargs git`'s input): each as its
-    # known start, `git `; a rule that some command with that start could match matches it.
-    partial: list[str] = field(default_factory=list)
-    budget: int = 0  # work left (nodes visited, characters of commands recorded); see _spend
-
-
-class _Exhausted(Exception):
-    """The line needs more work to read than any honest line does (a deliberate parser DoS)."""
-
-
-def _spend(found: Found, cost: int) -> None:
-    found.budget -= cost
-    if found.budget < 0:
-        raise _Exhausted
-
-
-def _record(found: Found, command: str) -> None:
-    _spend(found, len(command) + 1)
-    found.commands.append(command)
-
-
-@functools.cache
-def _parser() -> Any:
-    import tree_sitter
-    import tree_sitter_bash
-
-    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 
 def programs(line: str) -> Found:
@@ -147,77 +105,6 @@ def _line(line: str, found: Found, depth: int) -> None:
             _command(node, found, depth, risk, extra.get(node.id, []))
         stack.extend(reversed(node.children))
     found.opaque.extend(risk.reasons())
-
-
-def _parse(source: bytes) -> Any:
-    """The parsed tree of `source`, or `_Exhausted` past a work bound linear in its size: tree-sitter's error
-    recovery is quadratic on some input (`x[a][a]...` took seconds). The parser re-reads the text as it
-    works, so it is fed a byte at a time and the reads counted (an honest line takes under ten per byte);
-    past the bound it is told the text ended."""
-    reads, limit = 0, PARSE_READS_PER_BYTE * len(source) + 10_000
-
-    def read(offset: int, _point: Any) -> bytes:
-        nonlocal reads
-        reads += 1
-        return b"" if reads > limit else source[offset:offset + 1]
-
-    tree = _parser().parse(read)
-    if reads > limit:
-        raise _Exhausted
-    return tree.root_node
-
-
-_REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
-_FD_WORD = re.compile(r"[0-9]+|\{[A-Za-z_][A-Za-z0-9_]*\}")  # `2>f`, `{fd}>f`: the redirect's descriptor
-
-
-def _redirect_words(redirect: Any) -> list[Any]:
-    """The words tree-sitter-bash hangs on a redirect that are not its own target: bash reads every word after a
-    redirect's target as the command's next argument (`git 2>&1 push` runs `git push`; `cmd <<E rm x` runs
-    `cmd rm x`), but the grammar makes them extra `destination`s of the redirect or `argument`s of a here-document."""
-    words: list[Any] = []
-    # `2<&-` and `>&-` close a descriptor and have no target: every word after them is the command's
-    closes = any(c.type in ("<&-", ">&-") for c in redirect.children)
-    targets = 1 if closes else 0
-    for i, child in enumerate(redirect.children):
-        fieldname = redirect.field_name_for_child(i)
-        if child.type in _REDIRECTS:
-            words += _redirect_words(child)
-        elif fieldname == "destination":
-            targets += 1
-            if targets > 1 or redirect.type != "file_redirect":
-                words.append(child)
-        elif fieldname == "argument":
-            words.append(child)
-    return words
-
-
-def _redirects(node: Any) -> list[Any]:
-    """Every redirect among `node`'s children, and those nested in them (a here-document's `>out`)."""
-    out = []
-    for child in node.children:
-        if child.type in _REDIRECTS:
-            out += [child, *_redirects(child)]
-    return out
-
-
-def _place_redirected_words(statement: Any, extra: dict[int, list[Any]], found: Found) -> None:
-    """Give the words a redirect of `statement` holds (see _redirect_words) to the command they belong to: the
-    statement's body, or the last command of a list or pipeline the grammar put under the redirect
-    (`a && git >f push` redirects and runs `git push`). Where no such command is found, the line is opaque."""
-    words = [w for r in statement.children_by_field_name("redirect") for w in _redirect_words(r)]
-    if not words:
-        return
-    target = statement.child_by_field_name("body")
-    if target is None:  # `2>&1 git push`: only redirects, the command all in their words
-        extra[statement.id] = words
-        return
-    while target is not None and target.type in ("list", "pipeline", "negated_command") and target.named_child_count:
-        target = target.named_children[-1]
-    if target is None or target.type != "command":
-        found.opaque.append(f"{node_text(words[0])}: words after a redirect shou cannot place")
-        return
-    extra.setdefault(target.id, []).extend(words)
 
 
 def _command(node: Any, found: Found, depth: int, risk: Risk, extra: list[Any]) -> None:
@@ -287,41 +174,12 @@ def _run(argv: list[Word], found: Found, depth: int, stdin: list[Any]) -> None:
         todo.extend(start + 1 + i for i in _through(base, args, found, depth, stdin))
 
 
-Handler = Callable[[str, list[Word], Found, int, list[Any]], list[int]]
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-
-
 _QUOTED = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"|\\.", re.S)
 
 
 def _unquoted_glob(raw: str) -> bool:
     """Whether a word's text holds a glob outside quotes (`pu?h` is whatever file names match: `push`)."""
     return bool(GLOB.search(_QUOTED.sub("", raw)))
-
-
-def _partial(found: Found, known: list[str]) -> None:
-    """Record a command whose words after `known` only the running line knows (see Found.partial)."""
-    start = " ".join(known) + " "
-    _spend(found, len(start))
-    found.partial.append(start)
-
-
-def _suffixes(base: str, args: list[Word], found: Found) -> list[int]:
-    """Where among a wrapper's words its command may start: at every word that is not an option or an
-    assignment (an option's value could be the program's name, and the program could be any later word)."""
-    if len(args) > MAX_WRAPPED:
-        found.opaque.append(f"{base}: a wrapper given too many words to read")
-        return []
-    texts = [w if w is not None else r for w, r in args]
-    return [i for i, t in enumerate(texts) if not t.startswith("-") and not _ASSIGNMENT.match(t)]
-
-
-def _opaque(why: str) -> Handler:
-    def handle(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
-        found.opaque.append(f"{base}: {why}")
-        return []
-
-    return handle
 
 
 def _scripts(base: str, args: list[Word], found: Found, depth: int, letters: str = "") -> None:
@@ -364,45 +222,6 @@ def _with_c(base: str, args: list[Word], found: Found, depth: int, stdin: list[A
     return _suffixes(base, args, found) if base in _WRAPPERS else []
 
 
-def _xargs_replaced(args: list[Word]) -> list[str]:
-    """The strings `xargs -I R` (`-IR`, `-i`, `--replace[=R]`) replaces with a line of its input."""
-    out = []
-    for k, (word, _) in enumerate(args):
-        if word is None:
-            continue
-        if word.startswith("-I"):
-            value = word[2:] or (args[k + 1][0] if k + 1 < len(args) else None)
-            out.append(value or "")
-        elif word.startswith("-i") or word == "--replace":
-            out.append(word[2:] or "{}")
-        elif word.startswith("--replace="):
-            out.append(word.split("=", 1)[1])
-    return out
-
-
-_XARGS_VALUES = "adEILnPs"  # xargs's short options that take a value (GNU, BSD)
-
-
-def _xargs_program(args: list[Word]) -> int | None:
-    """Where xargs's program is, past its options, or None when a word only the running shell knows comes first
-    (then every suffix is looked at)."""
-    k = 0
-    while k < len(args):
-        word = args[k][0]
-        if word is None:
-            return None
-        if word == "--":
-            return k + 1 if k + 1 < len(args) else None
-        if not word.startswith("-") or word == "-":
-            return k
-        if not word.startswith("--"):
-            letter = next((j for j, c in enumerate(word[1:], 1) if c in _XARGS_VALUES), None)
-            if letter is not None and not word[letter + 1:]:
-                k += 1  # `-n 1`, `-I {}`: the next word is the value
-        k += 1
-    return None
-
-
 def _xargs(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
     """xargs runs its program with words from its input added (or put in place of `-I`'s string): a program that
     reads its words as a command (a shell, a wrapper, eval, find, another xargs) or a name `-I` replaces runs
@@ -426,19 +245,6 @@ def _xargs(base: str, args: list[Word], found: Found, depth: int, stdin: list[An
             _record(found, " ".join([posixpath.basename(args[i][0] or ""), *(s or r for s, r in args[i + 1:]),
                                      "<input>"]))
     return starts
-
-
-def _env(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
-    for word, raw in args:
-        text = word if word is not None else raw
-        split = text.startswith("--s") or (text.startswith("-") and not text.startswith("--") and "S" in text)
-        if split or (word is None and raw.startswith("-")):  # -S, -iS'...', --split-string=, --sp ...
-            found.opaque.append("env -S: a command line split at run time")
-            return []
-    return _suffixes(base, args, found)
-
-
-_COMPGEN_VALUES = "oAGWFCXPS"  # compgen's and complete's options that take a value
 
 
 def _compgen(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
@@ -503,20 +309,10 @@ def _parallel(base: str, args: list[Word], found: Found, depth: int, stdin: list
     return _suffixes(base, args, found)
 
 
-def _jobs(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
-    """`jobs -x rm x` runs `rm x` (its job specs replaced by process ids)."""
-    at = next((k for k, (w, r) in enumerate(args) if (w if w is not None else r).startswith("-") and "x" in (w or r)),
-              None)
-    return [] if at is None else [at + 1 + i for i in _suffixes(base, args[at + 1:], found)]
-
-
 def _find_handler(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
     _find(args, found, depth)
     return []
 
-
-# Programs that run a command from their words, besides _WRAPPERS and _HANDLERS' (for xargs: its input adds words).
-_BUILTIN_RUNNERS = frozenset({"parallel", "sem", "ssh", "watch", "su", "script", "run-parts"})
 
 _HANDLERS: dict[str, Handler] = {
     **{name: lambda b, a, f, d, i: _shell(b, a, f, d, i) for name in SHELLS},
@@ -549,12 +345,6 @@ def _script(words: list[str | None], found: Found, depth: int, what: str) -> Non
         found.opaque.append(f"{what} of words only the running shell knows")
     elif words:
         _line(" ".join(w or "" for w in words), found, depth + 1)
-
-
-def _dash_c(args: list[Word]) -> int | None:
-    """Where the first option cluster holding `c` is (`-c`, `-xc`), if any."""
-    return next((i for i, (w, _) in enumerate(args) if w is not None and w.startswith("-")
-                 and not w.startswith("--") and "c" in w[1:]), None)
 
 
 def _shell(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:

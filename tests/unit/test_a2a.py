@@ -18,7 +18,7 @@ from shou.a2a.spec import RemoteAgentSpec
 from shou.config import load_settings
 from shou.errors import ConfigError
 from shou.known_secrets import secrets_of
-from shou.serve.a2a_handler import decision_of, session_for
+from shou.serve.a2a_requests import decision_of, session_for
 
 
 class Canned(httpx.AsyncBaseTransport):

@@ -21,17 +21,16 @@ queue and the log alone (shou.serve.a2a_tasks): any replica, after any restart, 
   REST stream's `Last-Event-ID` does: nothing is missed, nothing repeated.
 - Cancel is the run's cancel; the answer waits up to `CANCEL_WAIT` seconds for the run to stop.
 - Another user's task is not found; every call needs a token (shou.serve.a2a_routes).
-- A request with a NUL character in any of its strings is invalid params, as the REST API refuses one.
+- A request with a NUL character in any of its strings is invalid params, as the REST API refuses one
+  (shou.serve.a2a_requests reads and checks a request before any method acts on it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import uuid
 from collections.abc import AsyncGenerator
-from typing import Annotated, Any
+from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import RequestHandler, validate_request_params
@@ -56,7 +55,6 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import (
-    ContentTypeNotSupportedError,
     InvalidParamsError,
     InvalidRequestError,
     PushNotificationNotSupportedError,
@@ -65,18 +63,18 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from a2a.utils.task import apply_history_length, validate_history_length
-from google.protobuf.json_format import MessageToDict, SerializeToJsonError
-from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, create_model
+from google.protobuf.json_format import MessageToDict
+from pydantic import ValidationError
 
 from ..agent.limits import MAX_TASK_CHARS
 from ..events import ApprovalRequested, Event, InputRequested, RunFinished
 from ..store.locks import SessionBusy
 from .a2a_card import agent_card
+from .a2a_requests import _Metadata, check_request, decision_of, message_text, session_for
 from .a2a_tasks import artifacts_of, context_of, ending_status, is_final, pending_calls, task_of, update_of
 from .answering import answer_question
 from .deciding import decide_calls
 from .jobs import Job, Refused
-from .schema import RunOptions
 from .server import Server, whole_number
 from .stream import run_events
 
@@ -85,101 +83,7 @@ __all__ = ["CANCEL_WAIT", "ShouRequestHandler", "session_for"]
 CANCEL_WAIT = 15.0
 ENDED = frozenset({TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED,
                    TaskState.TASK_STATE_REJECTED})
-_YES = frozenset({"approve", "approved", "allow", "allowed", "yes", "y", "ok"})
-_NO = frozenset({"deny", "denied", "reject", "rejected", "no", "n"})
 A2AEvent = Task | Message | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
-
-
-def _number(value: Any) -> Any:
-    """A limit must be a JSON number. protobuf's Struct holds every number as a double (5 comes as 5.0), and
-    pydantic's lax mode would also take `true` as 1 and "5" as 5. A whole double is given on as an int, so that
-    1e300 meets the field's upper bound (and its message) rather than pydantic's "exceeded maximum size"."""
-    if value is None:
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError("must be a number")
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-def _limit(name: str) -> Any:
-    """RunOptions' field `name` (its type and bounds: the REST API's), taking numbers only."""
-    field = RunOptions.model_fields[name]
-    return Annotated[field.annotation, BeforeValidator(_number)], field
-
-
-# What a message's metadata may ask. Other keys are the caller's own and left alone (extra="ignore").
-_Metadata = create_model("_Metadata", __config__=ConfigDict(extra="ignore"),
-                         agent=(Annotated[str | None, Field(max_length=200)], None),
-                         **{name: _limit(name) for name in ("max_steps", "token_budget", "max_cost")})
-
-
-def check_request(params: Any) -> None:
-    """Invalid params for what the REST API does not take either (shou.serve.schema), before anything else looks
-    at the request: a number that is not finite, or a NUL character in any string of it (an id, a part's text, a
-    metadata key or value, at any depth): no person means one, and PostgreSQL's text can neither keep it nor be
-    asked about it (its error, not the caller's, was the answer)."""
-    try:
-        tree = MessageToDict(params)
-    except SerializeToJsonError:
-        # Python's json.loads, which the SDK parses with, takes NaN, Infinity and 1e400 (as inf); protobuf's Struct
-        # keeps them but cannot give them back, so every later look at the metadata or a data part would fail
-        raise InvalidParamsError(message="a number of the request is not finite (NaN, Infinity, or past 1.8e308): "
-                                         "JSON has no such number") from None
-    todo: list[tuple[str, Any]] = [("", tree)]
-    while todo:
-        where, value = todo.pop()
-        if isinstance(value, str):
-            if "\x00" in value:
-                raise InvalidParamsError(message=f"{where[:200] or 'a string'} must not contain the NUL character "
-                                                 "(\\u0000)")
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                if "\x00" in key:
-                    raise InvalidParamsError(message=f"a key of {where[:200] or 'the request'} must not contain the "
-                                                     "NUL character (\\u0000)")
-                todo.append((f"{where}.{key}" if where else key, item))
-        elif isinstance(value, list):
-            todo.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
-
-
-def session_for(user: str, context_id: str) -> str:
-    """The session of `user`'s context `context_id`: a name that says neither, and that another user's same
-    `contextId` never meets."""
-    digest = hashlib.sha256(f"{user}\x00{context_id}".encode("utf-8", "surrogatepass")).hexdigest()
-    return f"a2a-{digest[:24]}"
-
-
-def message_text(message: Message) -> str:
-    """The task a message asks: its text parts, and its data parts as JSON, one after another."""
-    texts = []
-    for part in message.parts:
-        kind = part.WhichOneof("content")
-        if kind == "text":
-            texts.append(part.text)
-        elif kind == "data":
-            texts.append(json.dumps(MessageToDict(part.data), ensure_ascii=False))
-        else:
-            raise ContentTypeNotSupportedError(
-                "file parts are not taken: put the file in the workspace (PUT /v1/files/content?path=...) and "
-                "name its path in the text")
-    return "\n".join(texts)
-
-
-def decision_of(message: Message) -> tuple[bool, str, str]:
-    """`(allow, reason, call_id)` a message to a task waiting for approval gives (call_id "" for all)."""
-    for part in message.parts:
-        if part.WhichOneof("content") == "data":
-            data = MessageToDict(part.data)
-            if isinstance(data, dict) and isinstance(data.get("approve", data.get("allow")), bool):
-                return (bool(data.get("approve", data.get("allow"))), str(data.get("reason") or ""),
-                        str(data.get("call_id") or ""))
-    text = " ".join(p.text for p in message.parts if p.WhichOneof("content") == "text").strip()
-    word, _, rest = text.partition(" ")
-    word = word.strip(".,!:;").lower()
-    if word in _YES or word in _NO:
-        return word in _YES, rest.strip(), ""
-    raise InvalidParamsError(message="this task waits for approval of a call: reply \"approve\" or \"deny\" (a "
-                                     "reason may follow), or send a data part {\"approve\": true|false}")
 
 
 class ShouRequestHandler(RequestHandler):
