@@ -40,7 +40,7 @@ Sig = tuple[int, int, int, int]  # size, mtime_ns, inode, mode
 def _state(data: bytes | None, st: os.stat_result, sha: str | None) -> State:
     mode = stat.S_IMODE(st.st_mode)
     if data is None and sha is None:
-        # which file it is (inode, and a time it was there): undo tells it if a command moves it (`_unkept`)
+        # which file it is (inode, and a time it was there): undo tells it if a command moves it (`_identity_only`)
         return {"size": st.st_size, "mode": mode, "mtime": st.st_mtime_ns, "big": True, "ino": st.st_ino,
                 "seen": time.time_ns()}
     # the time too: a state shou kept only by size and time (too big then, under a smaller cap or past a
@@ -139,14 +139,14 @@ class CallRecorder:
         for rel in changed:
             prior: State = None
             if rel in before.files:
-                prior = kept.get(rel) or _unkept(before.files[rel], before.at)
+                prior = kept.get(rel) or _identity_only(before.files[rel], before.at)
             with contextlib.suppress(OSError, UserError):
                 self._append("before", rel, prior)
             self.after(rel)
         return changed
 
 
-def _unkept(sig: Sig, at: int | None) -> State:
+def _identity_only(sig: Sig, at: int | None) -> State:
     """A file whose content was not kept: what says which file it was, so that undo can tell it when a command
     moved it (`mv` keeps the inode, size, time and mode; a file made after `at`, the time the scan began, is
     not it even when its inode number is the freed one's)."""

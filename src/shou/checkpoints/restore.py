@@ -75,7 +75,7 @@ def undo(book: Book, chosen: list[Change], *, force: bool = False) -> Outcome:
     return out
 
 
-def _unkept(book: Book, target: State) -> bool:
+def _not_restorable(book: Book, target: State) -> bool:
     """Whether the file `target` describes cannot be made again from a checkpoint."""
     if target is None:
         return False
@@ -90,7 +90,7 @@ def _moves_back(book: Book, plans: list[PathPlan], out: Outcome) -> set[str]:
     overwritten while the file's old path is taken, nor while it only looks alike (a copy, a move across file
     systems, no inode or birth time known, more than one match): it may hold the only copy, and is kept and
     said so. Returns the paths dealt with (an overwritten path moved back is then restored as any other)."""
-    lost = {p.path: p.target for p in plans if _unkept(book, p.target)}
+    lost = {p.path: p.target for p in plans if _not_restorable(book, p.target)}
     if not lost:
         return set()
     root = book.workspace
