@@ -212,7 +212,8 @@ class BubblewrapSandbox:
         """The command, the fds it inherits (the caller closes them after spawning), the cgroup, what of
         the repository is protected, and the hold that moves the sandbox into the cgroup once spawned."""
         state_dir(self.workspace)  # a real folder, made by shou, before the program could make a link there
-        protected = protect(self.workspace, absent=missing_host_files(self.workspace))
+        tops, _ = read_only_tops(self.workspace)
+        protected = protect(self.workspace, absent=missing_host_files(self.workspace), skip=tuple(tops))
         source = self._source()
         ws_fd = os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         fds: list[int] = [ws_fd]
