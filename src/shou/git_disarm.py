@@ -82,9 +82,10 @@ def unlink_at(dir_fd: int, name: str) -> bool:
     return True
 
 
-def disarm(workspace: Path, repositories: list[str]) -> str:
-    """Disarm the repository folders (workspace-relative) that the program made; a note naming each one and
-    what was removed from it, or ""."""
+def disarm(workspace: Path, repositories: list[str], keep: frozenset[tuple[int, int]] = frozenset()) -> str:
+    """Disarm the repository folders (workspace-relative) that the program made, but a folder that is one of
+    `keep` (device, inode: the person's) once opened; a note naming each one and what was removed from it,
+    or ""."""
     if not repositories:
         return ""
     # Without git on the host nothing there can obey a config: it is left as written (hooks are still disarmed).
@@ -95,7 +96,8 @@ def disarm(workspace: Path, repositories: list[str]) -> str:
             with contextlib.suppress(OSError):
                 fd = open_folder_beneath(workspace, rel)
                 try:
-                    changes = _disarm_one(fd, rel, git, Path(scratch))
+                    st = os.fstat(fd)  # what was opened, should a program still running have moved folders since
+                    changes = [] if (st.st_dev, st.st_ino) in keep else _disarm_one(fd, rel, git, Path(scratch))
                 finally:
                     os.close(fd)
                 if changes:

@@ -61,9 +61,11 @@ class Protected:
     read_only: tuple[str, ...]
     # Start-up files missing in the workspace (`workspace.missing_host_files`): removed when the program makes them.
     absent: tuple[str, ...] = ()
-    # Every repository folder found before the call (`.` for the workspace itself): one found after it that is
-    # not among them is the program's, and is disarmed (`git_disarm`). None: not looked for, nothing disarmed.
-    repositories: tuple[str, ...] | None = None
+    # Every repository folder found before the call, by identity (device, inode): one found after it that is
+    # none of them is the program's, and is disarmed (`git_disarm`). By identity, not path: the program may
+    # move a person's `proj` away (the pins move with it) and make a `proj/.git` of its own in its place.
+    # None: not looked for, nothing disarmed.
+    repositories: frozenset[tuple[int, int]] | None = None
     # The workspace's top names left out of the walk: bound read-only, nothing can be planted there.
     skip: tuple[str, ...] = ()
 
@@ -229,7 +231,16 @@ def _protect(workspace: Path, make_missing: bool, absent: tuple[str, ...], skip:
     # The workspace itself needs no pin: it is the bind everything else lies in.
     real_dirs = [rel for rel in dirs if rel != "." and not os.path.islink(workspace / rel)]
     return Protected(tuple(sorted(set(real_dirs), key=lambda r: (r.count("/"), r))), tuple(dict.fromkeys(found)),
-                     absent, tuple(dirs) if nested else None, skip)
+                     absent, _identities(workspace, dirs) if nested else None, skip)
+
+
+def _identities(workspace: Path, dirs: list[str]) -> frozenset[tuple[int, int]]:
+    found = set()
+    for rel in dirs:
+        with contextlib.suppress(OSError):
+            st = os.lstat(workspace / rel)
+            found.add((st.st_dev, st.st_ino))
+    return frozenset(found)
 
 
 def _regular(path: Path) -> bool:
@@ -250,7 +261,7 @@ def remove_planted(workspace: Path, protected: Protected) -> str:
         for name in PLANTABLE:
             if f"{rel}/{name}" not in protected.read_only:
                 removed += _remove_beneath(workspace, f"{rel}/{name}")
-    made = disarm(workspace, _made(workspace, protected))
+    made = disarm(workspace, _made(workspace, protected), protected.repositories or frozenset())
     startup = []
     for rel in protected.absent:  # a start-up file made in the workspace: the host would run it
         startup += _remove_beneath(workspace, rel, module=rel.endswith("customize.py"))
@@ -268,12 +279,12 @@ def _made(workspace: Path, protected: Protected) -> list[str]:
     """The repository folders in the workspace now that were not there when `protected` was made."""
     if protected.repositories is None:
         return []
+    real = Path(os.path.realpath(workspace))
     try:
-        dirs, _ = _git_dirs(Path(os.path.realpath(workspace)), frozenset(protected.skip))
+        dirs, _ = _git_dirs(real, frozenset(protected.skip))
     except (OSError, ValueError):
         return []
-    before = set(protected.repositories)
-    return [rel for rel in dirs if rel not in before]
+    return [rel for rel in dirs if not _identities(real, [rel]) <= protected.repositories]
 
 
 def _remove_beneath(workspace: Path, rel: str, *, module: bool = False) -> list[str]:

@@ -138,6 +138,25 @@ async def test_the_persons_nested_repositories_are_read_only(backend: str, attac
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("backend", CONTAINMENT)
+async def test_a_persons_repository_moved_away_is_not_taken_for_new(backend: str, workspace: Path,
+                                                                     tmp_path: Path) -> None:
+    # The pins move with the folder: the program moves `proj` away and makes a `proj/.git` of its own.
+    subprocess.run(["git", "init", "-q", str(workspace / "proj")], check=True)
+    subprocess.run(["git", "-C", str(workspace / "proj"), "config", "alias.st", "status"], check=True)
+    person = (workspace / "proj" / ".git" / "config").read_bytes()
+    marker = tmp_path / "PWNED"
+    box = make(backend, workspace, Limits(timeout=60))
+    try:
+        r = await box.run(["bash", "-c", "mv proj moved && " + lay_out("proj/.git", bad_config(marker))])
+    finally:
+        release(box)
+    assert r.ok, r.for_model()
+    assert (workspace / "moved" / ".git" / "config").read_bytes() == person
+    assert "alias" not in (workspace / "proj" / ".git" / "config").read_text()
+    assert "proj/.git (removed alias.st" in (r.note or "") and "moved/" not in (r.note or ""), r.note
+
+
 async def test_a_repository_made_in_one_warm_call_is_read_only_in_the_next(workspace: Path, tmp_path: Path) -> None:
     marker = tmp_path / "PWNED"
     box = make("bubblewrap", workspace, Limits(timeout=60))
