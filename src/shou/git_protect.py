@@ -99,7 +99,18 @@ def _git_dirs(workspace: Path, skip: frozenset[str], nested: bool = True) -> tup
                 dirs.append(shared)
     for gitdir in list(dict.fromkeys(dirs)):
         dirs += _modules(workspace, gitdir, MODULE_DEPTH)
+    for gitdir in list(dict.fromkeys(dirs)):
+        dirs += _worktrees(workspace, gitdir)
     return list(dict.fromkeys(dirs)), files
+
+
+def _worktrees(workspace: Path, gitdir: str) -> list[str]:
+    """The folders of a repository's linked worktrees (`worktrees/<name>`), wherever the worktrees lie: git
+    reads each one's `config.worktree` for the worktree whose `.git` file names it (outside the workspace too)."""
+    root = os.path.join(workspace, gitdir, "worktrees")
+    with contextlib.suppress(OSError), os.scandir(root) as it:
+        return [_at(gitdir, f"worktrees/{e.name}") for e in it if e.is_dir(follow_symlinks=False)]
+    return []
 
 
 def _walk(workspace: Path, skip: frozenset[str], nested: bool) -> tuple[list[str], list[str]]:

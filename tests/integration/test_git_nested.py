@@ -157,6 +157,29 @@ async def test_a_persons_repository_moved_away_is_not_taken_for_new(backend: str
     assert "proj/.git (removed alias.st" in (r.note or "") and "moved/" not in (r.note or ""), r.note
 
 
+@pytest.mark.parametrize("backend", CONTAINMENT)
+async def test_a_linked_worktrees_config_cannot_be_planted(backend: str, workspace: Path, tmp_path: Path) -> None:
+    # The person's repository in the workspace has a linked worktree outside it, reading config.worktree.
+    proj, outside, marker = workspace / "proj", tmp_path / "outside", tmp_path / "PWNED"
+    subprocess.run(["git", "init", "-q", str(proj)], check=True)
+    for key, value in (("core.repositoryFormatVersion", "1"), ("extensions.worktreeConfig", "true")):
+        subprocess.run(["git", "-C", str(proj), "config", key, value], check=True)
+    subprocess.run(["git", "-C", str(proj), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q",
+                    "--allow-empty", "-m", "x"], check=True)
+    subprocess.run(["git", "-C", str(proj), "worktree", "add", "-q", str(outside)], check=True)
+    box = make(backend, workspace, Limits(timeout=60))
+    try:
+        r = await box.run(["bash", "-c", f"printf '[core]\\n\\tfsmonitor = \"touch {marker}\"\\n' > "
+                                         "proj/.git/worktrees/outside/config.worktree"])
+    finally:
+        release(box)
+    home = tmp_path / "home"
+    home.mkdir()
+    host_git(outside, home, "status")
+    assert not marker.exists(), r.for_model()
+    assert not (proj / ".git" / "worktrees" / "outside" / "config.worktree").exists()
+
+
 async def test_a_repository_made_in_one_warm_call_is_read_only_in_the_next(workspace: Path, tmp_path: Path) -> None:
     marker = tmp_path / "PWNED"
     box = make("bubblewrap", workspace, Limits(timeout=60))
