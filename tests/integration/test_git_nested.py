@@ -192,3 +192,24 @@ async def test_a_repository_made_in_one_warm_call_is_read_only_in_the_next(works
     assert "Read-only file system" in second.stderr, second.for_model()
     assert "alias" not in (workspace / "sub" / ".git" / "config").read_text()
     assert stat.S_ISREG((workspace / "sub" / ".git" / "config").lstat().st_mode)
+
+
+async def test_a_stateful_interpreters_repository_is_disarmed_after_each_cell(workspace: Path, tmp_path: Path) -> None:
+    from shou.sandbox.stateful import StatefulPython
+
+    marker = tmp_path / "PWNED"
+    box = make("bubblewrap", workspace, Limits(timeout=60))
+    kernel = StatefulPython(box)  # type: ignore[arg-type]
+    code = (f"import subprocess\nsubprocess.run(['bash', '-c', {lay_out('sub/.git', bad_config(marker))!r}], "
+            "check=True)")
+    try:
+        first = await kernel.execute(code)
+        second = await kernel.execute(code)  # the interpreter's own sandbox: sub/.git/config is writable in it
+    finally:
+        await kernel.close()
+        release(box)
+    home = tmp_path / "home"
+    home.mkdir()
+    run_git_everyway(workspace / "sub", home)
+    assert not marker.exists(), (first.for_model(), second.for_model())
+    assert "disarmed" in first.note and "disarmed" in second.note, (first.for_model(), second.for_model())
