@@ -19,7 +19,9 @@ out as one would be taken for the repository).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import resource
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +29,8 @@ from pathlib import Path
 from .errors import UserError
 from .git_disarm import disarm, unlink_at
 
-__all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "Protected", "is_git_control_path", "open_path_beneath", "protect",
-           "protected_paths", "remove_planted"]
+__all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "Protected", "fd_room", "is_git_control_path", "open_path_beneath",
+           "open_pin", "protect", "protected_paths", "remove_planted"]
 
 # Inside a git folder: what git reads to decide what to run, and where the rest of it lives.
 GIT_CONTROL_NAMES = frozenset({"config", "config.worktree", "hooks", "commondir"})
@@ -327,6 +329,33 @@ def _remove_beneath(workspace: Path, rel: str, *, module: bool = False) -> list[
         return []
     finally:
         os.close(fd)
+
+
+def fd_room(count: int) -> None:
+    """Make room for `count` more open files (a sandbox holds one for each bind of each repository while it
+    starts), raising this process's soft limit as far as its hard one allows. `UserError` when it cannot:
+    a bind left out for want of a file descriptor would leave a repository writable."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = len(os.listdir("/proc/self/fd")) + count + 256  # and what spawning the sandbox opens
+    if needed <= soft:
+        return
+    if hard != resource.RLIM_INFINITY and needed > hard:
+        raise UserError(f"the workspace holds {count} git paths to protect, more than this process may have files "
+                        f"open (ulimit -n: {hard}); the command was not run. Raise the limit, or run shou in a "
+                        "folder that holds fewer repositories")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+def open_pin(dir_fd: int, rel: str) -> int | None:
+    """`open_path_beneath`, or None when `rel` is missing or a link or file stands on the way (nothing to
+    bind there); an error that says nothing of `rel` (no file descriptor left) is raised: never a bind quietly
+    left out."""
+    try:
+        return open_path_beneath(dir_fd, rel)
+    except OSError as e:
+        if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+            raise
+        return None
 
 
 def open_path_beneath(dir_fd: int, rel: str) -> int:

@@ -117,3 +117,19 @@ def test_every_repository_of_the_workspace_is_protected_and_only_new_ones_disarm
     assert all(f"{rel} (removed alias.x from config)" in note for rel in ("new/.git", "proj/inner", "laid")), note
     assert (ws / "proj" / ".git" / "config").read_bytes() == person
     assert remove_planted(ws, Protected((), ())) == ""  # none looked for before: nothing is taken for new
+
+
+def test_room_for_the_binds_of_many_repositories_or_a_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import resource
+
+    from shou.errors import UserError
+    from shou.git_protect import fd_room
+
+    set_to: list[tuple[int, int]] = []
+    monkeypatch.setattr(resource, "setrlimit", lambda _which, limits: set_to.append(limits))
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (1024, 100_000))
+    fd_room(3000)  # raised: a bind left out for want of a descriptor would leave a repository writable
+    assert set_to and 3000 < set_to[0][0] <= 100_000
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (1024, 2048))
+    with pytest.raises(UserError, match="ulimit"):
+        fd_room(3000)
