@@ -97,7 +97,7 @@ def disarm(workspace: Path, repositories: list[str], keep: frozenset[tuple[int, 
                 fd = open_folder_beneath(workspace, rel)
                 try:
                     st = os.fstat(fd)  # what was opened, should a program still running have moved folders since
-                    changes = [] if (st.st_dev, st.st_ino) in keep else _disarm_one(fd, rel, git, Path(scratch))
+                    changes = [] if (st.st_dev, st.st_ino) in keep else _disarm_one(fd, git, Path(scratch))
                 finally:
                     os.close(fd)
                 if changes:
@@ -108,7 +108,7 @@ def disarm(workspace: Path, repositories: list[str], keep: frozenset[tuple[int, 
             "their config and hooks name")
 
 
-def _disarm_one(repo_fd: int, rel: str, git: str | None, scratch: Path) -> list[str]:
+def _disarm_one(repo_fd: int, git: str | None, scratch: Path) -> list[str]:
     """Clean the config files of the repository folder `repo_fd` and disarm its hooks; what was done."""
     changes = []
     if git is not None:
@@ -161,7 +161,10 @@ def _clean_config(dir_fd: int, name: str, shown: str, git: str, scratch: Path) -
     removed = sorted({k for k, _ in entries if not is_allowed(k)})
     if not removed:
         return ""
-    _replace_at(dir_fd, name, write_config(git, kept, scratch), st)
+    try:
+        _replace_at(dir_fd, name, write_config(git, kept, scratch), st)
+    except OSError:  # no clean one could be written: no config at all rather than the program's
+        return _remove_unreadable(dir_fd, name, shown)
     return f"removed {', '.join(removed)} from {shown}"
 
 
@@ -185,6 +188,8 @@ def read_config(git: str, data: bytes, scratch: Path) -> list[tuple[str, str | N
     try:
         done = subprocess.run([git, "config", "--file", str(path), "--list", "-z"], capture_output=True,
                               env=_git_env(scratch), cwd=scratch, timeout=_GIT_TIMEOUT, check=False)
+    except (OSError, subprocess.SubprocessError):  # git gone or stuck: as unreadable (the config is removed)
+        return None
     finally:
         path.unlink()
     if done.returncode != 0:
@@ -203,8 +208,10 @@ def write_config(git: str, entries: list[tuple[str, str | None]], scratch: Path)
     try:
         for key, value in entries:
             # a setting with no value means true (`[core] bare`); `--add` needs one
-            subprocess.run([git, "config", "--file", str(path), "--add", key, "true" if value is None else value],
-                           capture_output=True, env=_git_env(scratch), cwd=scratch, timeout=_GIT_TIMEOUT, check=False)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a setting git is stuck on is left out
+                subprocess.run([git, "config", "--file", str(path), "--add", key, "true" if value is None else value],
+                               capture_output=True, env=_git_env(scratch), cwd=scratch, timeout=_GIT_TIMEOUT,
+                               check=False)
         return path.read_bytes()
     finally:
         path.unlink()
