@@ -2,11 +2,13 @@
 
 An allow rule such as `git status` trusts git, and git runs what its configuration names
 (`core.fsmonitor`, `core.pager`, `core.hooksPath`, filter drivers, aliases) and the hooks it finds. If the
-model could write those, a narrow rule would run arbitrary code. So the config and hooks of the
-workspace's repository are bound read-only in the sandbox (and the repository folder over itself, so that
-it cannot be renamed away from those binds; a `commondir` the program makes is removed after the call),
-and `is_git_control_path` makes the file tools refuse them (at any depth, and the `.git` file that could
-point git at a folder of the model's).
+model could write those, a narrow rule would run arbitrary code. So the config and hooks of every
+repository in the workspace (the top one and any other found by one walk of its folders: a person's folder
+may hold several) are bound read-only in the sandbox (and each repository folder over itself, so that it
+cannot be renamed away from those binds; a `commondir` the program makes is removed after the call), and
+`is_git_control_path` makes the file tools refuse them (at any depth, and the `.git` file that could point
+git at a folder of the model's). A repository the program makes is disarmed after its call (`git_disarm`):
+the person's git on the host would obey it outside any sandbox.
 
 Git inside the sandbox also gets `GIT_ENV`, settings that outrank every config file: no fsmonitor, no
 descent into submodules (a repository the program made and registered in the index as a submodule
@@ -17,16 +19,18 @@ out as one would be taken for the repository).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-import shutil
+import resource
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UserError
+from .git_disarm import disarm, unlink_at
 
-__all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "Protected", "is_git_control_path", "open_path_beneath", "protect",
-           "protected_paths", "remove_planted"]
+__all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "Protected", "fd_room", "is_git_control_path", "open_path_beneath",
+           "open_pin", "protect", "protected_paths", "remove_planted"]
 
 # Inside a git folder: what git reads to decide what to run, and where the rest of it lives.
 GIT_CONTROL_NAMES = frozenset({"config", "config.worktree", "hooks", "commondir"})
@@ -59,6 +63,13 @@ class Protected:
     read_only: tuple[str, ...]
     # Start-up files missing in the workspace (`workspace.missing_host_files`): removed when the program makes them.
     absent: tuple[str, ...] = ()
+    # Every repository folder found before the call, by identity (device, inode): one found after it that is
+    # none of them is the program's, and is disarmed (`git_disarm`). By identity, not path: the program may
+    # move a person's `proj` away (the pins move with it) and make a `proj/.git` of its own in its place.
+    # None: not looked for, nothing disarmed.
+    repositories: frozenset[tuple[int, int]] | None = None
+    # The workspace's top names left out of the walk: bound read-only, nothing can be planted there.
+    skip: tuple[str, ...] = ()
 
 
 def _inside(workspace: Path, path: Path) -> str | None:
@@ -77,30 +88,91 @@ def _pointer(path: Path) -> str | None:
     return None
 
 
-def _git_dirs(workspace: Path) -> tuple[list[str], list[str]]:
-    """The repository folders git would use inside the workspace, and the `.git` file if there is one."""
-    top = workspace / ".git"
-    files: list[str] = []
-    dirs: list[str] = []
-    if not os.path.lexists(top):
-        return dirs, files
-    if os.path.isfile(top) and not os.path.islink(top):
-        files.append(".git")
-        named = _pointer(top)
-        candidate = (workspace / named) if named else None
-    else:
-        candidate = top if os.path.isdir(top) else None  # a link to a folder: where it leads
-    rel = _inside(workspace, candidate) if candidate is not None else None
-    if rel is not None and os.path.isdir(workspace / rel):
-        dirs.append(rel)
+def _git_dirs(workspace: Path, skip: frozenset[str], nested: bool = True) -> tuple[list[str], list[str]]:
+    """The repository folders git would use inside the workspace (`.` for the workspace itself), and the
+    `.git` files: one walk of its folders (`nested`: all of them, else the top one only), then each
+    repository's `commondir` and submodules."""
+    dirs, files = _walk(workspace, skip, nested)
+    for rel in list(dirs):
         common = _pointer(workspace / rel / "commondir")
         if common:
             shared = _inside(workspace, workspace / rel / common)
             if shared is not None and os.path.isdir(workspace / shared):
                 dirs.append(shared)
-        for gitdir in list(dirs):
-            dirs += _modules(workspace, gitdir, MODULE_DEPTH)
+    for gitdir in list(dict.fromkeys(dirs)):
+        dirs += _modules(workspace, gitdir, MODULE_DEPTH)
+    for gitdir in list(dict.fromkeys(dirs)):
+        dirs += _worktrees(workspace, gitdir)
+    return list(dict.fromkeys(dirs)), files
+
+
+def _worktrees(workspace: Path, gitdir: str) -> list[str]:
+    """The folders of a repository's linked worktrees (`worktrees/<name>`), wherever the worktrees lie: git
+    reads each one's `config.worktree` for the worktree whose `.git` file names it (outside the workspace too)."""
+    root = os.path.join(workspace, gitdir, "worktrees")
+    with contextlib.suppress(OSError), os.scandir(root) as it:
+        return [_at(gitdir, f"worktrees/{e.name}") for e in it if e.is_dir(follow_symlinks=False)]
+    return []
+
+
+def _walk(workspace: Path, skip: frozenset[str], nested: bool) -> tuple[list[str], list[str]]:
+    """The repository folders and `.git` files found in one walk of the workspace's folders, following no
+    link, leaving out shou's `.shou` and the top names in `skip`, and not entering a repository folder."""
+    dirs: list[str] = []
+    files: list[str] = []
+    stack = ["."]
+    top = str(workspace)
+    while stack:
+        rel = stack.pop()
+        try:  # string paths: a walk of thousands of folders spends a third of its time in pathlib
+            with os.scandir(top if rel == "." else f"{top}/{rel}") as it:
+                entries = {e.name: e for e in it}
+        except OSError:  # removed meanwhile, or no folder now
+            continue
+        if ".git" in entries and (found := _dotgit(workspace, rel, entries[".git"], files)) is not None:
+            dirs.append(found)
+        if _looks_bare(entries):
+            dirs.append(rel)
+            continue  # its insides are git's (its submodules: `_modules`)
+        if nested:
+            left_out = skip | {".shou"} if rel == "." else frozenset()
+            stack += [_at(rel, e.name) for e in entries.values()
+                      if e.name != ".git" and e.name not in left_out and e.is_dir(follow_symlinks=False)]
     return dirs, files
+
+
+def _at(rel: str, name: str) -> str:
+    return name if rel == "." else f"{rel}/{name}"
+
+
+def _looks_bare(entries: dict[str, os.DirEntry[str]]) -> bool:
+    """Whether a folder holding `entries` is a repository folder to git (a bare repository, or a linked
+    worktree's folder, whose `commondir` says where its objects and refs are)."""
+    head = entries.get("HEAD")
+    if head is None or head.is_dir():
+        return False
+    if "commondir" in entries:
+        return True
+    objects, refs = entries.get("objects"), entries.get("refs")
+    return objects is not None and refs is not None and objects.is_dir() and refs.is_dir()
+
+
+def _dotgit(workspace: Path, rel: str, entry: os.DirEntry[str], files: list[str]) -> str | None:
+    """The repository folder a `.git` in the workspace folder `rel` stands for, when inside the workspace:
+    itself (a folder), where it leads (a link) or the folder it names (a `.git` file, which joins `files`)."""
+    path = workspace / rel / ".git"
+    if entry.is_symlink():
+        candidate: Path | None = path  # a link to a folder: where it leads
+    elif entry.is_dir(follow_symlinks=False):
+        return _at(rel, ".git")
+    elif entry.is_file(follow_symlinks=False):
+        files.append(_at(rel, ".git"))
+        named = _pointer(path)
+        candidate = (workspace / rel / named) if named else None  # relative to the folder holding it
+    else:
+        return None
+    target = _inside(workspace, candidate) if candidate is not None else None
+    return target if target is not None and os.path.isdir(workspace / target) else None
 
 
 def _modules(workspace: Path, gitdir: str, depth: int) -> list[str]:
@@ -122,25 +194,32 @@ def protected_paths(workspace: Path, *, make_missing: bool = True) -> list[str]:
     """Workspace-relative, resolved paths the sandbox must see read-only: each repository folder's
     `config` and `hooks` (with `make_missing`, made empty when missing, so that nothing new can appear
     there), its `commondir` and `config.worktree` when present, and a `.git` file."""
-    return list(protect(workspace, make_missing=make_missing).read_only)
+    # The top repository's only: the file tools refuse a `.git` folder's config and hooks at any depth
+    # (`is_git_control_path`), and a walk of a workspace of $HOME on each write would cost seconds.
+    return list(protect(workspace, make_missing=make_missing, nested=False).read_only)
 
 
-def protect(workspace: Path, *, make_missing: bool = True, absent: tuple[str, ...] = ()) -> Protected:
-    """The repository folders to pin and the paths to bind read-only (see `protected_paths`); `absent`: the
-    start-up files missing in the workspace to remove when the program makes them (`workspace.missing_host_files`).
+def protect(workspace: Path, *, make_missing: bool = True, absent: tuple[str, ...] = (), skip: tuple[str, ...] = (),
+            nested: bool = True) -> Protected:
+    """The repository folders to pin and the paths to bind read-only (see `protected_paths`), of every
+    repository in the workspace (`nested`; else the top one's only) but those under the top names in `skip`
+    (bound read-only whole: `host_paths.read_only_tops`; a writable pin in one would open it to writes);
+    `absent`: the start-up files missing in the workspace to remove when the program makes them
+    (`workspace.missing_host_files`).
 
     Raises `UserError` when the workspace changes under our feet (a link swapped for a file while it is
     read): sandboxed code running in parallel is doing that, and the call is refused rather than half-protected.
     """
     try:
-        return _protect(Path(os.path.realpath(workspace)), make_missing, absent)
+        return _protect(Path(os.path.realpath(workspace)), make_missing, absent, skip, nested)
     except (OSError, ValueError) as e:
         raise UserError(f"the workspace's repository changed while the sandbox was being prepared ({e}); "
                         "the command was not run. Stop whatever is rewriting .git and try again") from None
 
 
-def _protect(workspace: Path, make_missing: bool, absent: tuple[str, ...]) -> Protected:
-    dirs, found = _git_dirs(workspace)
+def _protect(workspace: Path, make_missing: bool, absent: tuple[str, ...], skip: tuple[str, ...],
+             nested: bool) -> Protected:
+    dirs, found = _git_dirs(workspace, frozenset(skip), nested)
     for rel in dirs:
         gitdir = workspace / rel
         owner = os.stat(gitdir)
@@ -160,11 +239,21 @@ def _protect(workspace: Path, make_missing: bool, absent: tuple[str, ...]) -> Pr
                     with contextlib.suppress(OSError):  # the repository's owner's, not root's
                         os.lchown(path, owner.st_uid, owner.st_gid)
             if os.path.lexists(path):
-                found.append(f"{rel}/{name}")
-        found += [f"{rel}/{name}" for name in PLANTABLE if _regular(gitdir / name)]
-    real_dirs = [rel for rel in dirs if not os.path.islink(workspace / rel)]
+                found.append(_at(rel, name))
+        found += [_at(rel, name) for name in PLANTABLE if _regular(gitdir / name)]
+    # The workspace itself needs no pin: it is the bind everything else lies in.
+    real_dirs = [rel for rel in dirs if rel != "." and not os.path.islink(workspace / rel)]
     return Protected(tuple(sorted(set(real_dirs), key=lambda r: (r.count("/"), r))), tuple(dict.fromkeys(found)),
-                     absent)
+                     absent, _identities(workspace, dirs) if nested else None, skip)
+
+
+def _identities(workspace: Path, dirs: list[str]) -> frozenset[tuple[int, int]]:
+    found = set()
+    for rel in dirs:
+        with contextlib.suppress(OSError):
+            st = os.lstat(workspace / rel)
+            found.add((st.st_dev, st.st_ino))
+    return frozenset(found)
 
 
 def _regular(path: Path) -> bool:
@@ -177,17 +266,19 @@ def remove_planted(workspace: Path, protected: Protected) -> str:
     """Undo a `commondir` or `config.worktree` the sandboxed code made in a repository folder (git would
     read its config and hooks from where they say), and a start-up file it made where the host would run it
     (`Protected.absent`: a shell's in a workspace of `$HOME`, Python's `sitecustomize` in any of the forms Python
-    imports); a note naming what was removed, or "". Nothing is followed on the way: a folder on the way that
-    the program swapped for a link is what is removed, never what the link leads to."""
+    imports), and disarm each repository folder it made (`git_disarm.disarm`: one not in
+    `Protected.repositories`); a note naming what was removed, or "". Nothing is followed on the way: a folder
+    on the way that the program swapped for a link is what is removed, never what the link leads to."""
     removed = []
     for rel in protected.git_dirs:
         for name in PLANTABLE:
             if f"{rel}/{name}" not in protected.read_only:
                 removed += _remove_beneath(workspace, f"{rel}/{name}")
+    made = disarm(workspace, _made(workspace, protected), protected.repositories or frozenset())
     startup = []
     for rel in protected.absent:  # a start-up file made in the workspace: the host would run it
         startup += _remove_beneath(workspace, rel, module=rel.endswith("customize.py"))
-    notes = []
+    notes = [made] if made else []
     if removed:
         notes.append(f"removed {', '.join(removed)}, which the program created: git would take the repository's "
                      "config and hooks from where it points")
@@ -195,6 +286,18 @@ def remove_planted(workspace: Path, protected: Protected) -> str:
         notes.append(f"removed {', '.join(startup)}, which the program created: the host would run it (a shell "
                      "start-up file, or Python's sitecustomize)")
     return "; ".join(notes)
+
+
+def _made(workspace: Path, protected: Protected) -> list[str]:
+    """The repository folders in the workspace now that were not there when `protected` was made."""
+    if protected.repositories is None:
+        return []
+    real = Path(os.path.realpath(workspace))
+    try:
+        dirs, _ = _git_dirs(real, frozenset(protected.skip))
+    except (OSError, ValueError):
+        return []
+    return [rel for rel in dirs if not _identities(real, [rel]) <= protected.repositories]
 
 
 def _remove_beneath(workspace: Path, rel: str, *, module: bool = False) -> list[str]:
@@ -211,7 +314,7 @@ def _remove_beneath(workspace: Path, rel: str, *, module: bool = False) -> list[
             except FileNotFoundError:
                 return []
             except OSError:  # a link or a file where a folder was: the host would follow it
-                return ["/".join(parts[: i + 1])] if _unlink_at(fd, name) else []
+                return ["/".join(parts[: i + 1])] if unlink_at(fd, name) else []
             os.close(fd)
             fd = inner
         last = parts[-1]
@@ -221,25 +324,38 @@ def _remove_beneath(workspace: Path, rel: str, *, module: bool = False) -> list[
             with contextlib.suppress(OSError):
                 names = sorted(n for n in os.listdir(fd) if n == stem or n.startswith(stem + "."))
         prefix = "/".join(parts[:-1])
-        return [f"{prefix}/{n}" if prefix else n for n in names if _unlink_at(fd, n)]
+        return [f"{prefix}/{n}" if prefix else n for n in names if unlink_at(fd, n)]
     except OSError:
         return []
     finally:
         os.close(fd)
 
 
-def _unlink_at(dir_fd: int, name: str) -> bool:
-    """Remove `name` in the folder `dir_fd` (a folder with all it holds; a link itself); False when there is
-    none or it cannot be removed."""
+def fd_room(count: int) -> None:
+    """Make room for `count` more open files (a sandbox holds one for each bind of each repository while it
+    starts), raising this process's soft limit as far as its hard one allows. `UserError` when it cannot:
+    a bind left out for want of a file descriptor would leave a repository writable."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = len(os.listdir("/proc/self/fd")) + count + 256  # and what spawning the sandbox opens
+    if needed <= soft:
+        return
+    if hard != resource.RLIM_INFINITY and needed > hard:
+        raise UserError(f"the workspace holds {count} git paths to protect, more than this process may have files "
+                        f"open (ulimit -n: {hard}); the command was not run. Raise the limit, or run shou in a "
+                        "folder that holds fewer repositories")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+def open_pin(dir_fd: int, rel: str) -> int | None:
+    """`open_path_beneath`, or None when `rel` is missing or a link or file stands on the way (nothing to
+    bind there); an error that says nothing of `rel` (no file descriptor left) is raised: never a bind quietly
+    left out."""
     try:
-        st = os.lstat(name, dir_fd=dir_fd)
-        if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(name, dir_fd=dir_fd)
-        else:
-            os.unlink(name, dir_fd=dir_fd)
-    except OSError:
-        return False
-    return True
+        return open_path_beneath(dir_fd, rel)
+    except OSError as e:
+        if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+            raise
+        return None
 
 
 def open_path_beneath(dir_fd: int, rel: str) -> int:

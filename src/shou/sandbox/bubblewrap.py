@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
-from ..git_protect import GIT_ENV, Protected, open_path_beneath, protect, remove_planted
+from ..git_protect import GIT_ENV, Protected, fd_room, open_pin, protect, remove_planted
 from ..workspace import hidden_config, missing_host_files, read_only_tops, state_dir
 from .base import ExecResult, ExitReason, Limits, new_output_path
 from .bubblewrap_warm import WarmSlot, run_warm
@@ -212,7 +212,9 @@ class BubblewrapSandbox:
         """The command, the fds it inherits (the caller closes them after spawning), the cgroup, what of
         the repository is protected, and the hold that moves the sandbox into the cgroup once spawned."""
         state_dir(self.workspace)  # a real folder, made by shou, before the program could make a link there
-        protected = protect(self.workspace, absent=missing_host_files(self.workspace))
+        tops, _ = read_only_tops(self.workspace)
+        protected = protect(self.workspace, absent=missing_host_files(self.workspace), skip=tuple(tops))
+        fd_room(len(protected.git_dirs) + len(protected.read_only))  # before any is open: a refusal leaks none
         source = self._source()
         ws_fd = os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         fds: list[int] = [ws_fd]
@@ -226,14 +228,12 @@ class BubblewrapSandbox:
         masks += self._config_masks(ws_fd, fds)
         pinned = []
         for rel in protected.git_dirs:  # so that .git cannot be renamed away from the binds in it
-            with contextlib.suppress(OSError):
-                fd = open_path_beneath(ws_fd, rel)
+            if (fd := open_pin(ws_fd, rel)) is not None:
                 fds.append(fd)
                 if stat.S_ISDIR(os.fstat(fd).st_mode):
                     pinned.append((fd, rel))
         for rel in protected.read_only:  # a repository's config and hooks (git_protect.py)
-            with contextlib.suppress(OSError):
-                fd = open_path_beneath(ws_fd, rel)
+            if (fd := open_pin(ws_fd, rel)) is not None:
                 fds.append(fd)
                 masks.append((fd, rel))
         code: dict[str, int] = {}

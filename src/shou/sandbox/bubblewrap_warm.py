@@ -108,10 +108,10 @@ class WarmSlot:
         """The warm sandbox for a call with `limits`, or None when the call needs a sandbox of its own."""
         if self.failed or self._starting:
             return None
-        protected = protect(sb.workspace, absent=missing_host_files(sb.workspace))
         # The same read-only tops as a per-call sandbox's (`_config_masks`); a missing start-up file
         # (protected.absent) that appears, or a top swapped, makes a new sandbox.
         tops, _ = read_only_tops(sb.workspace)
+        protected = protect(sb.workspace, absent=missing_host_files(sb.workspace), skip=tuple(tops))
         # The config folder hidden under an empty one (`hidden_config`): made or swapped, a new sandbox.
         rels = (*protected.git_dirs, "shou.toml", ".env", *protected.read_only, *tops, *protected.absent,
                 *hidden_config(sb.workspace))

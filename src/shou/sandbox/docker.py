@@ -252,7 +252,8 @@ class DockerSandbox:
         """The workspace's settings files and a repository's config and hooks, read-only, and its
         repository folders over themselves (so that they cannot be renamed away), all from sources no
         program can redirect (`docker_binds.py`)."""
-        protected = protect(self.workspace, absent=missing_host_files(self.workspace))
+        tops, _ = read_only_tops(self.workspace)
+        protected = protect(self.workspace, absent=missing_host_files(self.workspace), skip=tuple(tops))
         self._protected = protected
         binds = {}
         for rel in protected.git_dirs:
@@ -264,7 +265,6 @@ class DockerSandbox:
         # What the host trusts or runs code from (shou's config, its Python, a home's start-up files), by top
         # folder as in the bubblewrap sandbox (`workspace.read_only_tops`). Without the right to mount, a
         # folder is bound as an empty read-only one: the program sees none of it.
-        tops, _ = read_only_tops(self.workspace)
         for rel in (*READ_ONLY_FILES, *protected.read_only, *tops):
             path = pinned.add(rel, read_only=True)
             if path is not None:
@@ -331,11 +331,12 @@ class DockerSandbox:
         replaced."""
         if not self.warm or image in self._cold_images or self._warming:
             return None
-        protected = protect(self.workspace, absent=missing_host_files(self.workspace))
+        tops, _ = read_only_tops(self.workspace)
+        protected = protect(self.workspace, absent=missing_host_files(self.workspace), skip=tuple(tops))
         # Made with the sandbox's own limits (the executor sets each call's rlimits, never past these).
         key = (image, self.limits.memory_mb, self.limits.processes, self.limits.network, protected,
                signature(self.workspace, (*protected.git_dirs, *READ_ONLY_FILES, *protected.read_only,
-                                          *read_only_tops(self.workspace)[0], *protected.absent,
+                                          *tops, *protected.absent,
                                           *hidden_config(self.workspace))),
                asyncio.get_running_loop())
         warm = self._warm

@@ -1,0 +1,274 @@
+"""Repositories that sandboxed code made in the workspace, disarmed after its call.
+
+The sandbox keeps the person's repositories read-only where git takes orders from (`git_protect`), but
+the program may make a new one anywhere it can write: `git init sub`, a `sub/.git/config` written by
+hand, a `.git` file naming a folder it laid out, a folder laid out as a bare repository. Inside the sandbox
+`GIT_ENV` keeps git from obeying it; on the host, the person (or their editor, which runs `git status` in
+every repository it finds) runs git there later, outside any sandbox, and git runs what that config names
+(`core.fsmonitor`, `core.pager`, filter drivers, aliases, `include.path`, ...) and the hooks it finds.
+
+So after each call every repository folder that was not there before it is disarmed: its config files keep
+only settings that run nothing (`ALLOWED`), read and rewritten by the host's own git (never a parser of
+ours, which could read a file differently from git), and its hooks lose their execute bits (git ignores a
+hook it cannot execute; the content stays).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["ALLOWED", "disarm", "is_allowed", "open_folder_beneath", "unlink_at"]
+
+# Settings that name no program, no file to read more settings from and no place to take hooks from.
+ALLOWED = frozenset({
+    "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates", "core.ignorecase",
+    "core.precomposeunicode", "core.symlinks", "core.autocrlf", "core.eol", "extensions.objectformat",
+    "extensions.refstorage", "extensions.worktreeconfig", "user.name", "user.email", "init.defaultbranch",
+    "lfs.repositoryformatversion",
+})
+# The same for settings of a named remote, branch or submodule (`remote.<name>.url`).
+ALLOWED_NAMED = {
+    "remote": frozenset({"url", "pushurl", "fetch", "tagopt", "prune"}),
+    "branch": frozenset({"remote", "merge", "rebase", "pushremote"}),
+    "submodule": frozenset({"url", "active", "branch"}),
+}
+CONFIG_LIMIT = 2**20  # a config is a few hundred bytes; a bigger one is removed, not read
+_GIT_TIMEOUT = 30
+
+
+def is_allowed(key: str) -> bool:
+    """Whether a config key as `git config --list` spells it (section and name lower case) runs nothing."""
+    section, _, rest = key.partition(".")
+    if "." not in rest:
+        return key in ALLOWED
+    return rest.rpartition(".")[2] in ALLOWED_NAMED.get(section, frozenset())
+
+
+def open_folder_beneath(workspace: Path | int, rel: str) -> int:
+    """An fd of the folder `rel` beneath `workspace` (a path or an open folder), opening each folder on the
+    way without following a link: a program still running cannot lead us out of the workspace. OSError when
+    one on the way is no folder."""
+    fd = os.open(workspace if isinstance(workspace, Path) else ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,
+                 dir_fd=None if isinstance(workspace, Path) else workspace)
+    try:
+        for name in (p for p in rel.split("/") if p not in ("", ".")):
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def unlink_at(dir_fd: int, name: str) -> bool:
+    """Remove `name` in the folder `dir_fd` (a folder with all it holds; a link itself); False when there is
+    none or it cannot be removed."""
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(name, dir_fd=dir_fd)
+        else:
+            os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        return False
+    return True
+
+
+def disarm(workspace: Path, repositories: list[str], keep: frozenset[tuple[int, int]] = frozenset()) -> str:
+    """Disarm the repository folders (workspace-relative) that the program made, but a folder that is one of
+    `keep` (device, inode: the person's) once opened; a note naming each one and what was removed from it,
+    or ""."""
+    if not repositories:
+        return ""
+    # Without git on the host nothing there can obey a config: it is left as written (hooks are still disarmed).
+    git = shutil.which("git")
+    done = []
+    with tempfile.TemporaryDirectory(prefix="shou-git-") as scratch:
+        for rel in repositories:
+            with contextlib.suppress(OSError):
+                fd = open_folder_beneath(workspace, rel)
+                try:
+                    st = os.fstat(fd)  # what was opened, should a program still running have moved folders since
+                    changes = [] if (st.st_dev, st.st_ino) in keep else _disarm_one(fd, git, Path(scratch))
+                finally:
+                    os.close(fd)
+                if changes:
+                    done.append(f"{rel} ({'; '.join(changes)})")
+    if not done:
+        return ""
+    return (f"disarmed the git repositories the program made: {', '.join(done)}; git on the host would run what "
+            "their config and hooks name")
+
+
+def _disarm_one(repo_fd: int, git: str | None, scratch: Path) -> list[str]:
+    """Clean the config files of the repository folder `repo_fd` and disarm its hooks; what was done."""
+    changes = []
+    if git is not None:
+        for folder, name in _config_files(repo_fd):
+            with contextlib.suppress(OSError):
+                fd = open_folder_beneath(repo_fd, folder)
+                try:
+                    change = _clean_config(fd, name, name if folder == "." else f"{folder}/{name}", git, scratch)
+                finally:
+                    os.close(fd)
+                if change:
+                    changes.append(change)
+    changes += _disarm_hooks(repo_fd)
+    return changes
+
+
+def _config_files(repo_fd: int) -> list[tuple[str, str]]:
+    """(folder, name) of each config file git may read in a repository folder: its `config` and
+    `config.worktree`, and each linked worktree's `config.worktree` (submodules are repository folders of
+    their own)."""
+    files = [(".", "config"), (".", "config.worktree")]
+    with contextlib.suppress(OSError):
+        wt = open_folder_beneath(repo_fd, "worktrees")
+        try:
+            files += [(f"worktrees/{e.name}", "config.worktree") for e in os.scandir(wt)
+                      if e.is_dir(follow_symlinks=False)]
+        finally:
+            os.close(wt)
+    return files
+
+
+def _clean_config(dir_fd: int, name: str, shown: str, git: str, scratch: Path) -> str:
+    """Keep only the allowed settings of the config file `name` in `dir_fd` (`shown` in the note); what was
+    done ("" for nothing)."""
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return ""
+    if not stat.S_ISREG(st.st_mode) or st.st_size > CONFIG_LIMIT:
+        return _remove_unreadable(dir_fd, name, shown)
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since it was looked at
+            return _remove_unreadable(dir_fd, name, shown)
+        data = f.read(CONFIG_LIMIT)
+    entries = read_config(git, data, scratch)
+    if entries is None:
+        return _remove_unreadable(dir_fd, name, shown)
+    kept = [(k, v) for k, v in entries if is_allowed(k)]
+    removed = sorted({k for k, _ in entries if not is_allowed(k)})
+    if not removed:
+        return ""
+    try:
+        _replace_at(dir_fd, name, write_config(git, kept, scratch), st)
+    except OSError:  # no clean one could be written: no config at all rather than the program's
+        return _remove_unreadable(dir_fd, name, shown)
+    return f"removed {', '.join(removed)} from {shown}"
+
+
+def _remove_unreadable(dir_fd: int, name: str, shown: str) -> str:
+    # Git takes a missing config as an empty one: nothing of it is lost that git could have read.
+    return f"removed {shown}, which git cannot read (a missing config is empty to git)" if unlink_at(
+        dir_fd, name) else ""
+
+
+def _git_env(scratch: Path) -> dict[str, str]:
+    """Git with no settings but the file it is given: none of the host's, none of the environment's."""
+    return {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(scratch), "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"}
+
+
+def read_config(git: str, data: bytes, scratch: Path) -> list[tuple[str, str | None]] | None:
+    """The settings of a config file's bytes, as git reads them (`--file` follows no `include`), in order;
+    a setting with no value (`[core] bare`) has None. None when git cannot read it."""
+    path = scratch / f"in-{secrets.token_hex(6)}"
+    path.write_bytes(data)
+    try:
+        done = subprocess.run([git, "config", "--file", str(path), "--list", "-z"], capture_output=True,
+                              env=_git_env(scratch), cwd=scratch, timeout=_GIT_TIMEOUT, check=False)
+    except (OSError, subprocess.SubprocessError):  # git gone or stuck: as unreadable (the config is removed)
+        return None
+    finally:
+        path.unlink()
+    if done.returncode != 0:
+        return None
+    entries: list[tuple[str, str | None]] = []
+    for item in done.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]:
+        key, sep, value = item.partition("\n")
+        entries.append((key, value if sep else None))
+    return entries
+
+
+def write_config(git: str, entries: list[tuple[str, str | None]], scratch: Path) -> bytes:
+    """A config file holding `entries`, as git writes it (one that git refuses to write is left out)."""
+    path = scratch / f"out-{secrets.token_hex(6)}"
+    path.write_bytes(b"")
+    try:
+        for key, value in entries:
+            # a setting with no value means true (`[core] bare`); `--add` needs one
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a setting git is stuck on is left out
+                subprocess.run([git, "config", "--file", str(path), "--add", key, "true" if value is None else value],
+                               capture_output=True, env=_git_env(scratch), cwd=scratch, timeout=_GIT_TIMEOUT,
+                               check=False)
+        return path.read_bytes()
+    finally:
+        path.unlink()
+
+
+def _replace_at(dir_fd: int, name: str, data: bytes, like: os.stat_result) -> None:
+    """Put `data` in place of `name` in `dir_fd` at once (a new file renamed over it), with its owner and mode."""
+    tmp = f".{name}.shou-{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            with contextlib.suppress(OSError):  # the repository's owner's, not root's
+                os.fchown(f.fileno(), like.st_uid, like.st_gid)
+            os.fchmod(f.fileno(), stat.S_IMODE(like.st_mode) & 0o666)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+
+
+def _disarm_hooks(repo_fd: int) -> list[str]:
+    """Take the execute bits off each hook (a link there, which git would follow to a program, is removed;
+    `hooks` itself too when a link)."""
+    try:
+        if stat.S_ISLNK(os.lstat("hooks", dir_fd=repo_fd).st_mode):
+            return ["removed the link hooks"] if unlink_at(repo_fd, "hooks") else []
+        fd = open_folder_beneath(repo_fd, "hooks")
+    except OSError:
+        return []
+    changes = []
+    try:
+        for entry in os.scandir(fd):
+            if entry.is_symlink():
+                if unlink_at(fd, entry.name):
+                    changes.append(f"removed the link hooks/{entry.name}")
+            elif entry.name.endswith(".sample"):
+                continue  # git's examples (`git init` copies them): git runs no hook by that name
+            elif entry.is_file(follow_symlinks=False) and _no_exec(fd, entry.name):
+                changes.append(f"made hooks/{entry.name} not executable")
+    finally:
+        os.close(fd)
+    return changes
+
+
+def _no_exec(dir_fd: int, name: str) -> bool:
+    """Clear the execute bits of the file `name`, reached without following a link; whether any were set."""
+    with contextlib.suppress(OSError):
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode) or not mode & 0o111:
+                return False
+            # An O_PATH fd cannot be fchmod-ed; its /proc name is that very file, whatever the program renames.
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(mode) & ~0o111)
+            return True
+        finally:
+            os.close(fd)
+    return False
