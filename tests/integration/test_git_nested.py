@@ -75,14 +75,17 @@ def run_git_everyway(root: Path, home: Path) -> None:
     host_git(root, home, "checkout", "-q", "-b", "other")
 
 
-@pytest.mark.parametrize("backend", CONTAINMENT)
-@pytest.mark.parametrize("attack", ["git-init", "by-hand", "include", "gitdir-file", "bare", "hooks", "new-top"])
+# `git init` runs only where git is: the Docker image has none (the by-hand attacks cover Docker).
+MADE = [(backend, attack) for backend in CONTAINMENT
+        for attack in ("git-init", "by-hand", "include", "gitdir-file", "bare", "hooks", "new-top")
+        if not (attack == "git-init" and backend.startswith("docker"))]
+
+
+@pytest.mark.parametrize(("backend", "attack"), MADE)
 async def test_a_repository_the_program_makes_runs_nothing_on_the_host(backend: str, attack: str,
                                                                        workspace: Path, tmp_path: Path) -> None:
     marker = tmp_path / "PWNED"
     program, folder = attacks(marker)[attack]
-    if attack == "git-init" and backend.startswith("docker"):
-        pytest.skip("the Docker image has no git (the by-hand attacks cover Docker)")
     box = make(backend, workspace, Limits(timeout=60))
     try:
         r = await box.run(["bash", "-c", program])
