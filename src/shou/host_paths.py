@@ -57,12 +57,17 @@ HOME_FILES = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", "
 HOME_FOLDERS = (".ssh", ".local", ".config", ".cache/shou")
 
 
-def _inside_parts(path: str, workspace: Path) -> list[tuple[str, ...]]:
+def _bases(workspace: Path) -> tuple[str, ...]:
+    """The workspace as given and as resolved (resolved once: a sandboxed call asks about ~20 host paths)."""
+    return tuple(dict.fromkeys((os.path.abspath(workspace), os.path.realpath(workspace))))
+
+
+def _inside_parts(path: str, workspace: Path, bases: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """`path`'s components below `workspace`, as spelled and as resolved (each against the workspace as given
-    and as resolved), or [] when it lies outside."""
+    and as resolved: `bases`, when the caller has them), or [] when it lies outside."""
     found: list[tuple[str, ...]] = []
-    for candidate in (os.path.abspath(path), os.path.realpath(path)):
-        for base in (os.path.abspath(workspace), os.path.realpath(workspace)):
+    for candidate in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+        for base in bases or _bases(workspace):
             rel = os.path.relpath(candidate, base)
             parts = tuple(p for p in rel.split("/") if p not in ("", "."))
             if rel != ".." and not rel.startswith("../") and parts not in found:
@@ -85,9 +90,10 @@ def host_parts(workspace: Path) -> list[tuple[tuple[str, ...], bool]]:
     import sys
 
     found: list[tuple[tuple[str, ...], bool]] = []
+    bases = _bases(workspace)
 
     def add(path: str, folder: bool) -> None:
-        for parts in _inside_parts(path, workspace):
+        for parts in _inside_parts(path, workspace, bases):
             if (parts, folder) not in found:
                 found.append((parts, folder))
 
@@ -101,7 +107,7 @@ def host_parts(workspace: Path) -> list[tuple[tuple[str, ...], bool]]:
         add(site.getuserbase(), True)
         add(site.getusersitepackages(), True)
     for home in {os.path.expanduser("~"), os.path.realpath(os.path.expanduser("~"))}:
-        if home == "~" or not _inside_parts(home, workspace):
+        if home == "~" or not _inside_parts(home, workspace, bases):
             continue
         for name in HOME_FILES:
             add(os.path.join(home, name), False)
@@ -124,8 +130,8 @@ def _missing_file(workspace: Path, parts: tuple[str, ...], folder: bool) -> bool
 
 def missing_host_files(workspace: Path) -> tuple[str, ...]:
     """The start-up files of `host_parts` missing in the workspace (`HOME_FILES` in a workspace of `$HOME`, a
-    `sitecustomize.py` of a `sys.path` entry): the sandbox cannot bind them (see `read_only_tops`), so a file
-    the program makes there is removed after its call."""
+    `sitecustomize.py` of a `sys.path` entry): the sandbox cannot bind them (see `read_only_tops`, whose second
+    list is these, for a caller that needs both), so a file the program makes there is removed after its call."""
     return tuple(dict.fromkeys("/".join(parts) for parts, folder in host_parts(workspace)
                                if parts and _missing_file(workspace, parts, folder)))
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ..git_protect import GIT_ENV, Protected, fd_room, open_pin, protect, remove_planted
-from ..workspace import hidden_config, missing_host_files, read_only_tops, state_dir
+from ..workspace import hidden_config, read_only_tops, state_dir
 from .base import ExecResult, ExitReason, Limits, new_output_path
 from .bubblewrap_warm import WarmSlot, run_warm
 from .cgroup import CgroupHold, RunCgroup
@@ -212,8 +212,8 @@ class BubblewrapSandbox:
         """The command, the fds it inherits (the caller closes them after spawning), the cgroup, what of
         the repository is protected, and the hold that moves the sandbox into the cgroup once spawned."""
         state_dir(self.workspace)  # a real folder, made by shou, before the program could make a link there
-        tops, _ = read_only_tops(self.workspace)
-        protected = protect(self.workspace, absent=missing_host_files(self.workspace), skip=tuple(tops))
+        tops, absent = read_only_tops(self.workspace)  # its missing start-up files: `missing_host_files`
+        protected = protect(self.workspace, absent=tuple(absent), skip=tuple(tops))
         fd_room(len(protected.git_dirs) + len(protected.read_only))  # before any is open: a refusal leaks none
         source = self._source()
         ws_fd = os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)

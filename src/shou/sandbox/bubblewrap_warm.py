@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..git_protect import protect, remove_planted
-from ..workspace import hidden_config, missing_host_files, read_only_tops, state_dir
+from ..workspace import hidden_config, read_only_tops, state_dir
 from .base import ExecResult, Limits, OutputCapture, new_output_path
 from .process import HOST_ENV, Finished, close_fds, exec_result, kill_group, processes_of
 from .quota import DiskAllowance
@@ -110,8 +110,8 @@ class WarmSlot:
             return None
         # The same read-only tops as a per-call sandbox's (`_config_masks`); a missing start-up file
         # (protected.absent) that appears, or a top swapped, makes a new sandbox.
-        tops, _ = read_only_tops(sb.workspace)
-        protected = protect(sb.workspace, absent=missing_host_files(sb.workspace), skip=tuple(tops))
+        tops, absent = read_only_tops(sb.workspace)  # its missing start-up files: `missing_host_files`
+        protected = protect(sb.workspace, absent=tuple(absent), skip=tuple(tops))
         # The config folder hidden under an empty one (`hidden_config`): made or swapped, a new sandbox.
         rels = (*protected.git_dirs, "shou.toml", ".env", *protected.read_only, *tops, *protected.absent,
                 *hidden_config(sb.workspace))

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 from ..git_protect import GIT_ENV, Protected, protect, remove_planted
-from ..workspace import STATE_DIR, hidden_config, missing_host_files, read_only_tops, state_dir
+from ..workspace import STATE_DIR, hidden_config, read_only_tops, state_dir
 from .base import ExecResult, Limits, OutputCapture, new_output_path
 from .bubblewrap import SANDBOX_UID
 from .docker_binds import PinnedBinds
@@ -252,8 +252,8 @@ class DockerSandbox:
         """The workspace's settings files and a repository's config and hooks, read-only, and its
         repository folders over themselves (so that they cannot be renamed away), all from sources no
         program can redirect (`docker_binds.py`)."""
-        tops, _ = read_only_tops(self.workspace)
-        protected = protect(self.workspace, absent=missing_host_files(self.workspace), skip=tuple(tops))
+        tops, absent = read_only_tops(self.workspace)  # its missing start-up files: `missing_host_files`
+        protected = protect(self.workspace, absent=tuple(absent), skip=tuple(tops))
         self._protected = protected
         binds = {}
         for rel in protected.git_dirs:
@@ -331,8 +331,8 @@ class DockerSandbox:
         replaced."""
         if not self.warm or image in self._cold_images or self._warming:
             return None
-        tops, _ = read_only_tops(self.workspace)
-        protected = protect(self.workspace, absent=missing_host_files(self.workspace), skip=tuple(tops))
+        tops, absent = read_only_tops(self.workspace)  # its missing start-up files: `missing_host_files`
+        protected = protect(self.workspace, absent=tuple(absent), skip=tuple(tops))
         # Made with the sandbox's own limits (the executor sets each call's rlimits, never past these).
         key = (image, self.limits.memory_mb, self.limits.processes, self.limits.network, protected,
                signature(self.workspace, (*protected.git_dirs, *READ_ONLY_FILES, *protected.read_only,
