@@ -18,11 +18,12 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from .errors import ToolError
 
-__all__ = ["NotFound", "Opened", "open_beneath", "relative_parts"]
+__all__ = ["NotFound", "Opened", "open_beneath", "open_folder", "relative_parts"]
 
 class NotFound(ToolError):
     """The path (or a folder on the way) does not exist."""
@@ -99,6 +100,29 @@ def _refusal(dir_fd: int, name: str, shown: str, e: OSError) -> ToolError:
         return ToolError(f"{shown!r} is {_KINDS.get(stat.S_IFMT(mode), 'not a regular file')}; the file tools "
                          "only read and write regular files")
     return ToolError(f"cannot open {shown!r}: {e.strerror or e}")
+
+
+def open_folder(start: Path | int, parts: Iterable[str], *, make: bool = False) -> int:
+    """An fd of the folder `parts` beneath `start` (a path, or an open folder, which stays open), each folder on
+    the way opened without following a symlink (made first when `make`): a program running meanwhile cannot lead
+    the caller out of the tree. OSError (raw, for callers that are no file tool) when one on the way is missing
+    (and not made), a link or no folder. `.` and empty components are skipped."""
+    fd = (os.open(start, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if isinstance(start, Path)
+          else os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=start))
+    try:
+        for name in parts:
+            if name in ("", "."):
+                continue
+            if make:
+                with contextlib.suppress(FileExistsError):  # what is there is checked by the open
+                    os.mkdir(name, 0o777, dir_fd=fd)
+            inner = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def open_beneath(root: Path, parts: tuple[str, ...], flags: int, *, make_parents: bool = False,

@@ -24,6 +24,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .beneath import open_folder
+
 __all__ = ["ALLOWED", "disarm", "is_allowed", "open_folder_beneath", "unlink_at"]
 
 # Settings that name no program, no file to read more settings from and no place to take hooks from.
@@ -52,20 +54,9 @@ def is_allowed(key: str) -> bool:
 
 
 def open_folder_beneath(workspace: Path | int, rel: str) -> int:
-    """An fd of the folder `rel` beneath `workspace` (a path or an open folder), opening each folder on the
-    way without following a link: a program still running cannot lead us out of the workspace. OSError when
-    one on the way is no folder."""
-    fd = os.open(workspace if isinstance(workspace, Path) else ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,
-                 dir_fd=None if isinstance(workspace, Path) else workspace)
-    try:
-        for name in (p for p in rel.split("/") if p not in ("", ".")):
-            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    """An fd of the folder `rel` (slash-separated) beneath `workspace` (a path or an open folder), no link
+    followed on the way (`beneath.open_folder`). OSError when one on the way is no folder."""
+    return open_folder(workspace, rel.split("/"))
 
 
 def unlink_at(dir_fd: int, name: str) -> bool:

@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..beneath import open_folder
 from ..errors import ToolError
 from ..workspace import NotFound, open_beneath, open_file, relative_parts, write_lock
 from .capture import current_state
@@ -209,30 +210,12 @@ def _locked(root: Path, *paths: str) -> contextlib.ExitStack:
 def _rename(root: Path, src: str, dst: str) -> None:
     """Move the workspace file `src` to `dst` (its folders made), no symlink followed on either way."""
     s, d = relative_parts(root, src), relative_parts(root, dst)
-    src_dir, dst_dir = _folder(root, s[:-1], make=False), _folder(root, d[:-1], make=True)
+    src_dir, dst_dir = open_folder(root, s[:-1]), open_folder(root, d[:-1], make=True)
     try:
         os.rename(s[-1], d[-1], src_dir_fd=src_dir, dst_dir_fd=dst_dir)
     finally:
         os.close(src_dir)
         os.close(dst_dir)
-
-
-def _folder(root: Path, parts: tuple[str, ...], *, make: bool) -> int:
-    """An fd of the workspace folder `parts` (made when `make`), each component opened without following a
-    symlink (one there is an error, not a way out of the workspace)."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for name in parts:
-            if make:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o777, dir_fd=fd)
-            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _restore(book: Book, path: str, target: State, out: Outcome) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..beneath import open_folder as folder_beneath
 from ..errors import ToolError
 from ..messages import Message
 from ..trust import digest
@@ -39,7 +40,6 @@ MAX_CHARS = 8_000  # of each
 MAX_CHECKED = 256  # folders one run looks in
 MAX_WALK = 20_000  # folders `shou trust` walks
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def looked_at(name: str) -> bool:
@@ -141,18 +141,9 @@ def read_folder(workspace: Path, folder: tuple[str, ...]) -> dict[str, bytes]:
 def open_folder(workspace: Path, folder: tuple[str, ...]) -> int | None:
     """`folder` below the workspace, opened without following a symlink on the way, or None."""
     try:
-        fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return folder_beneath(workspace, folder)
     except OSError:
         return None
-    for name in folder:
-        try:
-            nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        fd = nxt
-    return fd
 
 
 def nested_files(workspace: Path, notes: list[str] | None = None) -> dict[Path, bytes]:
