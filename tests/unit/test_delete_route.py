@@ -4,7 +4,6 @@ refused, or the delete is; a run accepted (202) is never erased with the session
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,31 +15,16 @@ from shou.serve.jobs import Refused
 from ..fixtures.replicas import call_route, two_replicas
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """Where the replicas' database is: a SQLite file, or a PostgreSQL cluster of the test's own."""
-    if request.param == "sqlite":
-        yield None
-        return
-    from ..fixtures.postgres import start_postgres
-
-    server = start_postgres()
-    try:
-        yield server.database("replicas")
-    finally:
-        server.stop()
-
-
 def _delete(srv: Any, name: str) -> tuple[int, str]:
     return call_route(app.delete_session, srv, "DELETE", f"/v1/sessions/{name}", {"name": name})
 
 
 def test_a_run_asked_for_while_its_session_is_being_deleted_is_refused_not_erased(
-        tmp_path: Path, url: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, replica_db: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     # Replica A's delete found no run under way, then took the session's lock; replica B accepted a run for the
     # session in between (202), and A's delete then erased that run's row with the session's: it ran (its
     # model was called) and left no trace. Paced here at the delete's lock, where both versions pass.
-    a, b = two_replicas(tmp_path, url)
+    a, b = two_replicas(tmp_path, replica_db)
     asked: dict[str, Any] = {}
     real_lock = a.store.lock
 
@@ -61,9 +45,9 @@ def test_a_run_asked_for_while_its_session_is_being_deleted_is_refused_not_erase
     assert b.queue.submit("run_after", "alice", "orig", "again", {}).status == "queued"
 
 
-def test_a_delete_that_fails_gives_the_session_back_to_new_runs(tmp_path: Path, url: str | None,
+def test_a_delete_that_fails_gives_the_session_back_to_new_runs(tmp_path: Path, replica_db: str | None,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    a, b = two_replicas(tmp_path, url)
+    a, b = two_replicas(tmp_path, replica_db)
 
     def broken(name: str) -> None:
         raise OSError("disk gone")
@@ -76,7 +60,7 @@ def test_a_delete_that_fails_gives_the_session_back_to_new_runs(tmp_path: Path, 
 
 
 def test_a_second_delete_cannot_erase_what_another_user_made_under_the_freed_name(
-        tmp_path: Path, url: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, replica_db: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     # Two deletes of alice's "orig" (a retry, two tabs, two replicas): B's had marked the session and was about
     # to take its lock when A's ran whole; bob then took the freed name and ran there; B's delete went on and
     # erased bob's session, runs and ownership.
@@ -84,7 +68,7 @@ def test_a_second_delete_cannot_erase_what_another_user_made_under_the_freed_nam
 
     from shou import Agent, ScriptedModel
 
-    a, b = two_replicas(tmp_path, url)
+    a, b = two_replicas(tmp_path, replica_db)
     seen: dict[str, Any] = {}
     real_lock = b.store.lock
 
@@ -113,10 +97,10 @@ def test_a_second_delete_cannot_erase_what_another_user_made_under_the_freed_nam
         assert second[0] == 204 and not b.store.exists("orig")
 
 
-def test_a_delete_while_a_fork_into_the_session_is_landing_is_refused(tmp_path: Path, url: str | None) -> None:
+def test_a_delete_while_a_fork_into_the_session_is_landing_is_refused(tmp_path: Path, replica_db: str | None) -> None:
     # A fork into "x" had taken the name (not yet copied); a delete of "x" forgot the name; the fork then landed,
     # answered 201, and its history was nobody's: another user could take the name and read it.
-    a, b = two_replicas(tmp_path, url)
+    a, b = two_replicas(tmp_path, replica_db)
     assert a.queue.adopt_session("x", "alice")  # the fork's first step, on replica A
     status, text = _delete(b, "x")
     assert status == 409 and "fork" in text, (status, text)

@@ -7,12 +7,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-
-import pytest
 
 from shou import Agent, ScriptedModel
 from shou.serve.app import get_run, list_runs
@@ -22,23 +19,8 @@ from shou.serve.server import Server
 from ..fixtures.replicas import call_route, replica
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """Where the replica's database is: a SQLite file, or a PostgreSQL cluster of the test's own."""
-    if request.param == "sqlite":
-        yield None
-        return
-    from ..fixtures.postgres import start_postgres
-
-    server = start_postgres()
-    try:
-        yield server.database("logged")
-    finally:
-        server.stop()
-
-
-def _serving(tmp_path: Path, url: str | None) -> Any:
-    srv = replica(tmp_path, url)
+def _serving(tmp_path: Path, replica_db: str | None) -> Any:
+    srv = replica(tmp_path, replica_db)
     # the two parts of a server these routes use: the runner's reading of the log, and finding the caller's run
     runner = SimpleNamespace(store=srv.store)
     runner.logged_end = functools.partial(Runner.logged_end, runner)
@@ -54,8 +36,8 @@ async def _run_logged_only(srv: Any, tmp_path: Path, run_id: str, session: str) 
         pass
 
 
-def _check(tmp_path: Path, url: str | None) -> None:
-    srv = _serving(tmp_path, url)
+def _check(tmp_path: Path, replica_db: str | None) -> None:
+    srv = _serving(tmp_path, replica_db)
     job = srv.queue.submit("run_logged1", "alice", "s-logged", "hi", {})
     other = srv.queue.submit("run_waiting1", "alice", "s-waiting", "hi", {})
     asyncio.run(_run_logged_only(srv, tmp_path, job.run_id, job.session))
@@ -72,12 +54,12 @@ def _check(tmp_path: Path, url: str | None) -> None:
     assert status == 200 and json.loads(body)["status"] == "completed"
 
 
-def test_the_runs_list_and_one_run_answer_as_the_log_says(tmp_path: Path, url: str | None) -> None:
-    _check(tmp_path, url)
+def test_the_runs_list_and_one_run_answer_as_the_log_says(tmp_path: Path, replica_db: str | None) -> None:
+    _check(tmp_path, replica_db)
 
 
-def test_run_end_reads_only_the_runs_own_end(tmp_path: Path, url: str | None) -> None:
-    srv = replica(tmp_path, url)
+def test_run_end_reads_only_the_runs_own_end(tmp_path: Path, replica_db: str | None) -> None:
+    srv = replica(tmp_path, replica_db)
     asyncio.run(_run_logged_only(srv, tmp_path, "run_x1", "s1"))
     asyncio.run(_run_logged_only(srv, tmp_path, "run_x2", "s1"))
     ends = srv.store.run_end("s1", "run_x1")

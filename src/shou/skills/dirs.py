@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..beneath import open_folder
+
 MAX_LISTED = 100  # other files use_skill lists
 MAX_DEPTH = 6
 
@@ -15,16 +17,7 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 def open_dir(root: Path, parts: tuple[str, ...]) -> int:
     """`root/parts...` as an open folder, following no symlink below `root` (`OSError` otherwise)."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for name in parts:
-            nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return open_folder(root, parts)
 
 
 def lmode(dir_fd: int, name: str) -> int:
