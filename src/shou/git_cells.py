@@ -71,8 +71,9 @@ class Tidy:
         real = Path(os.path.realpath(self.workspace))
         restored = [x for rel, kept in self.kept.items() for x in _restore(real, rel, kept)]
         if restored:
-            note = "; ".join(x for x in (note, f"put back {some(restored)} of repositories made while the "
-                                               "interpreter ran, which the program changed") if x)
+            note = "; ".join(x for x in (note, f"put back {some(restored)}, which the program changed: git on the "
+                                               "host would run what they name (the repository appeared after the "
+                                               "interpreter started, so it is not read-only to it)") if x)
         return note
 
 

@@ -41,12 +41,14 @@ ATTACKS: dict[str, tuple[bool, str, tuple[str, ...]]] = {
     # 3: a repository inside a folder laid out as a bare one, three levels down
     "in-bare": (False, laid("x") + " && " + laid("x/a/b/lib/.git"), ("x/a/b/lib", "x")),
     # 4: layouts git accepts that the walk did not: HEAD a link, objects and refs executable files, HEAD as
-    # a folder where the other marks are; a submodule's folder with a HEAD link
+    # a folder where the other marks are; a submodule's folder with a HEAD link (named by a `.git` link to a
+    # `.git` file, finding 5)
     "head-link": (False, "mkdir src && " + laid("src", WORKTREE, LINK_HEAD), ("src",)),
     "exec-files": (False, "echo 'ref: refs/heads/main' > HEAD && : > objects && : > refs && chmod +x objects refs && "
                    f"printf '{TOP_WORKTREE}' > config", (".",)),
     "module-head-link": (False, laid("sub/.git") + " && " + laid("sub/.git/modules/m", head=LINK_HEAD) +
-                         " && mkdir -p sub/m && echo 'gitdir: ../.git/modules/m' > sub/m/.git", ("sub/m", "sub")),
+                         " && mkdir -p sub/m && echo 'gitdir: ../.git/modules/m' > sub/m/pointer && "
+                         "ln -s pointer sub/m/.git", ("sub/m", "sub")),
     # 5: pointers read otherwise than git reads them, or leading into the person's .git
     "trailing-space": (False, laid("store ", head=LINK_HEAD) + " && mkdir sub && printf 'gitdir: ../store \\n' > "
                        "sub/.git", ("sub",)),
