@@ -8,9 +8,9 @@ the disarming. So the walk over-approximates: a folder is a candidate when it ho
 (of any type) and one named `objects`, `refs` or `commondir` (of any type); every `.git` folder is one,
 and what any `.git` file, `.git` link or `commondir` names (read as git reads it, and also with whitespace
 stripped) when that lies in the workspace. Every folder is entered, candidates too (a repository inside a
-folder laid out as a bare one is still found), but for the object stores of a folder inside a `.git`
-(`.git/objects`, `.git/lfs`, `.git/modules/x/objects`: objects by the thousand; git never runs from there,
-and a pointer into one is followed anyway).
+folder laid out as a bare one is still found), but for git's own stores in a repository folder inside a
+`.git` (`.git/objects`, `.git/refs`, `.git/logs`, `.git/modules/x/objects`, ...: files by the thousand; git
+never runs from there, and a pointer into one is followed anyway).
 
 The walk records what it saw by identity (device of the workspace, inode), so that a later walk can tell a
 folder the program made from a person's folder it laid out as a repository (`git_protect.remove_planted`).
@@ -31,6 +31,9 @@ LIMIT = 1_000_000  # entries read in one walk; past it the walk stops and says s
 # The entries that make a folder a candidate: `HEAD` with any one of the others.
 MARKS = ("HEAD", "objects", "refs", "commondir")
 _POINTER_BYTES = 1 << 16
+# In a repository folder inside a `.git`: objects, refs and logs by the thousand, left out of the walk (a
+# pointer into one is followed all the same).
+_GITS_OWN = frozenset({b"objects", b"lfs", b"refs", b"logs", b"hooks", b"info", b"rr-cache"})
 
 Identity = tuple[int, int]
 
@@ -137,8 +140,8 @@ class _Walk:
         for name, entry in entries.items():
             if rel == b"." and (name in self.skip or (not self.nested and name != b".git")):
                 continue
-            if inside_git and name in (b"objects", b"lfs"):
-                continue  # object stores (git's, git-lfs'): git reads no setting there, never runs from there
+            if inside_git and name in _GITS_OWN:
+                continue  # git's own stores: git reads no setting there, never runs from there
             try:
                 if entry.is_dir(follow_symlinks=False):
                     self.stack.append((_at(rel, name), entry.inode()))
