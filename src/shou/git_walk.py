@@ -160,16 +160,16 @@ class _Walk:
                 self.add(here, entry.inode())
                 return
             self.scan.files.append(_text(here))
-            if entry.is_symlink():
-                target = self.inside(entry.path, follow=True)
-                if target is not None and os.path.isdir(self.path(target)):
-                    self.lead(target)
-                    return
-            self.pointer(rel, entry, dotgit=True)
-            if entry.is_symlink():
-                real = self.inside(entry.path, follow=True)
-                if real is not None:
-                    self.pointer(os.path.dirname(real) or b".", entry, dotgit=True)
+            if not entry.is_symlink():
+                self.pointer(rel, entry, dotgit=True)
+                return
+            # A link is resolved only inside the workspace (one leading out names what the program cannot write).
+            target = self.inside(entry.path, follow=True)
+            if target is not None and os.path.isdir(self.path(target)):
+                self.lead(target)
+            elif target is not None:  # to a `.git` file: git reads it from the link's folder; its own folder too
+                self.pointer(rel, entry, dotgit=True)
+                self.pointer(os.path.dirname(target) or b".", entry, dotgit=True)
         except (OSError, ValueError):
             self.scan.unreadable.append(_text(here))
 

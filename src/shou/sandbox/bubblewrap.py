@@ -379,8 +379,10 @@ class Started:
                 await self.proc.wait()
         if self.cgroup:
             self.cgroup.remove()
-        # What a thread of the program wrote after the last cell's tidy: undone now that nothing runs.
-        self.tidy()
+        # What a thread of the program wrote after the last cell's tidy: undone now that nothing runs (a workspace
+        # gone meanwhile is no reason to leave the rest of the stop undone).
+        with contextlib.suppress(OSError):
+            self.tidy()
         if self._charge is not None:
             allowance, disk = self._charge
             self._charge = None
