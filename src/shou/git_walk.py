@@ -5,7 +5,8 @@ enter, or a `commondir` naming where they are; it reads `.git` files and `common
 of ours that copies git's risks being narrower than git in one corner (a `HEAD` link, `objects` an
 executable file, a trailing space in a pointer, a name that is no UTF-8), and each corner was a way round
 the disarming. So the walk over-approximates: a folder is a candidate when it holds an entry named `HEAD`
-(of any type) and one named `objects`, `refs` or `commondir` (of any type); every `.git` folder is one,
+(of any type) and one named `objects`, `refs` or `commondir` (of any type), or both an `objects` and a
+`refs` (a folder a linked worktree's `commondir` names, whose config git reads); every `.git` folder is one,
 and what any `.git` file, `.git` link or `commondir` names (read as git reads it, and also with whitespace
 stripped) when that lies in the workspace. Every folder is entered, candidates too (a repository inside a
 folder laid out as a bare one is still found), but for git's own stores in a repository folder inside a
@@ -68,8 +69,10 @@ class Scan:
 
 
 def is_candidate(names: set[str] | dict[str, object]) -> bool:
-    """Whether a folder holding entries of these names could be a repository folder to git."""
-    return "HEAD" in names and any(n in names for n in MARKS[1:])
+    """Whether a folder holding entries of these names could be a repository folder to git: a `HEAD` with an
+    `objects`, `refs` or `commondir`, or an `objects` with a `refs` (what a `commondir` may name: git reads the
+    config and hooks there)."""
+    return ("HEAD" in names and any(n in names for n in MARKS[1:])) or ("objects" in names and "refs" in names)
 
 
 def pointer_readings(data: bytes, dotgit: bool) -> list[bytes]:
@@ -129,7 +132,8 @@ class _Walk:
         if b"HEAD" in entries or b"objects" in entries or b"refs" in entries or b"commondir" in entries:
             self.scan.marks[ident] = {name: _inode(entries[key]) for name in MARKS
                                       if (key := os.fsencode(name)) in entries}
-        candidate = b"HEAD" in entries and (b"objects" in entries or b"refs" in entries or b"commondir" in entries)
+        candidate = (b"HEAD" in entries and (b"objects" in entries or b"refs" in entries or b"commondir" in entries)
+                     ) or (b"objects" in entries and b"refs" in entries)
         if candidate:
             self.add(rel, ino)
         if (dotgit := entries.get(b".git")) is not None:

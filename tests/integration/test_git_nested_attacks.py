@@ -216,3 +216,24 @@ async def test_a_thread_the_cell_left_running_writes_no_repository_between_cells
     if (workspace / "sub").exists():
         run_git_everyway(workspace / "sub", home)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("backend", CONTAINMENT)
+async def test_a_commondir_naming_a_persons_folder_laid_out_as_a_common_dir(backend: str, workspace: Path,
+                                                                           tmp_path: Path) -> None:
+    # A worktree's folder (HEAD, commondir) whose commondir names a person's folder that has objects and refs
+    # but no HEAD: git reads the config there. That folder is a candidate before the call too, so pinned.
+    marker = tmp_path / "PWNED"
+    for name in ("objects", "refs/heads"):
+        (workspace / "src" / name).mkdir(parents=True)
+    program = ("mkdir -p w2 w && echo 'ref: refs/heads/main' > w2/HEAD && echo ../src > w2/commondir && "
+               "echo 'gitdir: ../w2' > w/.git; " + f"printf '{ARMED}' > src/config".replace("M", str(marker)))
+    box = make(backend, workspace, Limits(timeout=60))
+    try:
+        r = await box.run(["bash", "-c", program])
+    finally:
+        release(box)
+    home = tmp_path / "home"
+    home.mkdir()
+    run_git_everyway(workspace / "w", home)
+    assert not marker.exists(), r.for_model()

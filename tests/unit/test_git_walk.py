@@ -55,7 +55,8 @@ def armed(path: Path) -> bool:
 
 def test_a_candidate_is_head_with_objects_refs_or_commondir_of_any_type() -> None:
     assert is_candidate({"HEAD", "objects"}) and is_candidate({"HEAD", "refs"}) and is_candidate({"HEAD", "commondir"})
-    assert not is_candidate({"HEAD", "config"}) and not is_candidate({"objects", "refs"})
+    assert is_candidate({"objects", "refs"})  # what a commondir names
+    assert not is_candidate({"HEAD", "config"}) and not is_candidate({"objects", "config"})
 
 
 def test_pointers_are_read_as_git_reads_them_and_stripped() -> None:
