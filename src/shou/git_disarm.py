@@ -26,7 +26,8 @@ from pathlib import Path
 
 from .beneath import open_folder
 
-__all__ = ["ALLOWED", "disarm", "is_allowed", "open_folder_beneath", "unlink_at"]
+__all__ = ["ALLOWED", "disarm", "is_allowed", "no_exec", "open_folder_beneath", "read_config", "replace_at", "some",
+           "unlink_at", "write_config"]
 
 # Settings that name no program, no file to read more settings from and no place to take hooks from.
 ALLOWED = frozenset({
@@ -84,7 +85,7 @@ def disarm(workspace: Path, repositories: list[str], keep: frozenset[tuple[int, 
     done = []
     with tempfile.TemporaryDirectory(prefix="shou-git-") as scratch:
         for rel in repositories:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):
                 fd = open_folder_beneath(workspace, rel)
                 try:
                     st = os.fstat(fd)  # what was opened, should a program still running have moved folders since
@@ -92,11 +93,18 @@ def disarm(workspace: Path, repositories: list[str], keep: frozenset[tuple[int, 
                 finally:
                     os.close(fd)
                 if changes:
-                    done.append(f"{rel} ({'; '.join(changes)})")
+                    done.append(f"{rel} ({some(changes)})")
     if not done:
         return ""
-    return (f"disarmed the git repositories the program made: {', '.join(done)}; git on the host would run what "
+    return (f"disarmed the git repositories the program made: {some(done)}; git on the host would run what "
             "their config and hooks name")
+
+
+def some(items: list[str], most: int = 10) -> str:
+    """At most `most` of `items`, then how many more: a note stays short however much the program made (and
+    printable: a name that is no UTF-8 shows its odd bytes as U+FFFD)."""
+    shown = ", ".join(i.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for i in items[:most])
+    return f"{shown} and {len(items) - most} more" if len(items) > most else shown
 
 
 def _disarm_one(repo_fd: int, git: str | None, scratch: Path) -> list[str]:
@@ -152,11 +160,15 @@ def _clean_config(dir_fd: int, name: str, shown: str, git: str, scratch: Path) -
     removed = sorted({k for k, _ in entries if not is_allowed(k)})
     if not removed:
         return ""
+    data = write_config(kept)
+    # Read back by the host's git: the kept settings exactly, or no config at all (git takes none as empty).
+    if read_config(git, data, scratch) != kept:
+        return _remove_unreadable(dir_fd, name, shown)
     try:
-        _replace_at(dir_fd, name, write_config(git, kept, scratch), st)
+        replace_at(dir_fd, name, data, st)
     except OSError:  # no clean one could be written: no config at all rather than the program's
         return _remove_unreadable(dir_fd, name, shown)
-    return f"removed {', '.join(removed)} from {shown}"
+    return f"removed {some(removed)} from {shown}"
 
 
 def _remove_unreadable(dir_fd: int, name: str, shown: str) -> str:
@@ -192,23 +204,30 @@ def read_config(git: str, data: bytes, scratch: Path) -> list[tuple[str, str | N
     return entries
 
 
-def write_config(git: str, entries: list[tuple[str, str | None]], scratch: Path) -> bytes:
-    """A config file holding `entries`, as git writes it (one that git refuses to write is left out)."""
-    path = scratch / f"out-{secrets.token_hex(6)}"
-    path.write_bytes(b"")
-    try:
-        for key, value in entries:
-            # a setting with no value means true (`[core] bare`); `--add` needs one
-            with contextlib.suppress(subprocess.TimeoutExpired):  # a setting git is stuck on is left out
-                subprocess.run([git, "config", "--file", str(path), "--add", key, "true" if value is None else value],
-                               capture_output=True, env=_git_env(scratch), cwd=scratch, timeout=_GIT_TIMEOUT,
-                               check=False)
-        return path.read_bytes()
-    finally:
-        path.unlink()
+def write_config(entries: list[tuple[str, str | None]]) -> bytes:
+    """A config file holding `entries` (keys as `git config --list` spells them; None: a setting with no value),
+    in one pass: `[section "sub"]` headers and quoted values with git's escapes. The caller reads it back with
+    git (`read_config`), which is what decides: a key this cannot spell comes back otherwise."""
+    lines = []
+    current = None
+    for key, value in entries:
+        section, _, rest = key.partition(".")
+        sub, _, name = rest.rpartition(".")
+        header = f'[{section} "{_escape(sub, sub=True)}"]' if "." in rest else f"[{section}]"
+        if header != current:
+            lines.append(header)
+            current = header
+        lines.append(f"\t{name}" if value is None else f'\t{name} = "{_escape(value)}"')
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape") if lines else b""
 
 
-def _replace_at(dir_fd: int, name: str, data: bytes, like: os.stat_result) -> None:
+def _escape(text: str, *, sub: bool = False) -> str:
+    """Git's escapes inside double quotes (a subsection name knows only backslash and quote)."""
+    text = text.replace("\\", "\\\\").replace('"', '\\"')
+    return text if sub else text.replace("\n", "\\n").replace("\t", "\\t").replace("\b", "\\b")
+
+
+def replace_at(dir_fd: int, name: str, data: bytes, like: os.stat_result) -> None:
     """Put `data` in place of `name` in `dir_fd` at once (a new file renamed over it), with its owner and mode."""
     tmp = f".{name}.shou-{secrets.token_hex(4)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
@@ -242,14 +261,14 @@ def _disarm_hooks(repo_fd: int) -> list[str]:
                     changes.append(f"removed the link hooks/{entry.name}")
             elif entry.name.endswith(".sample"):
                 continue  # git's examples (`git init` copies them): git runs no hook by that name
-            elif entry.is_file(follow_symlinks=False) and _no_exec(fd, entry.name):
+            elif entry.is_file(follow_symlinks=False) and no_exec(fd, entry.name):
                 changes.append(f"made hooks/{entry.name} not executable")
     finally:
         os.close(fd)
     return changes
 
 
-def _no_exec(dir_fd: int, name: str) -> bool:
+def no_exec(dir_fd: int, name: str) -> bool:
     """Clear the execute bits of the file `name`, reached without following a link; whether any were set."""
     with contextlib.suppress(OSError):
         fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)

@@ -3,12 +3,14 @@
 An allow rule such as `git status` trusts git, and git runs what its configuration names
 (`core.fsmonitor`, `core.pager`, `core.hooksPath`, filter drivers, aliases) and the hooks it finds. If the
 model could write those, a narrow rule would run arbitrary code. So the config and hooks of every
-repository in the workspace (the top one and any other found by one walk of its folders: a person's folder
-may hold several) are bound read-only in the sandbox (and each repository folder over itself, so that it
-cannot be renamed away from those binds; a `commondir` the program makes is removed after the call), and
+repository in the workspace (the top one and any other found by one walk of its folders, `git_walk`, which
+takes for a repository whatever git could: a person's folder may hold several) are bound read-only in the
+sandbox (and each repository folder over itself, so that it cannot be renamed away from those binds; a
+`commondir` the program makes is removed after the call), and
 `is_git_control_path` makes the file tools refuse them (at any depth, and the `.git` file that could point
 git at a folder of the model's). A repository the program makes is disarmed after its call (`git_disarm`):
-the person's git on the host would obey it outside any sandbox.
+the person's git on the host would obey it outside any sandbox. What is new is told by comparing a walk after
+the call with the one before it, by identity (`remove_planted`); an error never turns that off.
 
 Git inside the sandbox also gets `GIT_ENV`, settings that outrank every config file: no fsmonitor, no
 descent into submodules (a repository the program made and registered in the index as a submodule
@@ -23,11 +25,12 @@ import errno
 import os
 import resource
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UserError
-from .git_disarm import disarm, unlink_at
+from .git_disarm import disarm, open_folder_beneath, some, unlink_at
+from .git_walk import LIMIT, MARKS, Scan, is_candidate, scan
 
 __all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "Protected", "fd_room", "is_git_control_path", "open_path_beneath",
            "open_pin", "protect", "protected_paths", "remove_planted"]
@@ -41,7 +44,6 @@ for _i, (_key, _value) in enumerate(_GIT_SETTINGS):
 # Read by git when present, but only worth binding read-only then: where missing, the sandbox must not make
 # them (a mount point would have to be created in the user's repository), so `remove_planted` undoes them.
 PLANTABLE = ("commondir", "config.worktree")
-MODULE_DEPTH = 4  # submodules of submodules: .git/modules/a/modules/b/...
 
 
 def is_git_control_path(parts: tuple[str, ...]) -> bool:
@@ -70,6 +72,9 @@ class Protected:
     repositories: frozenset[tuple[int, int]] | None = None
     # The workspace's top names left out of the walk: bound read-only, nothing can be planted there.
     skip: tuple[str, ...] = ()
+    # The walk this was made from (`git_walk.scan`): what `remove_planted` compares the walk after the call with.
+    # Not compared: the warm sandboxes keep one sandbox while the pins are the same.
+    before: Scan | None = field(default=None, compare=False, hash=False)
 
 
 def _inside(workspace: Path, path: Path) -> str | None:
@@ -80,114 +85,8 @@ def _inside(workspace: Path, path: Path) -> str | None:
     return None if rel == ".." or rel.startswith("../") or rel == "." else rel
 
 
-def _pointer(path: Path) -> str | None:
-    """The folder a `.git` file (`gitdir: X`) or `commondir` file names, as written."""
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        text = path.read_bytes()[:4096].decode().strip()
-        return text.removeprefix("gitdir:").strip() if path.name == ".git" else text
-    return None
-
-
-def _git_dirs(workspace: Path, skip: frozenset[str], nested: bool = True) -> tuple[list[str], list[str]]:
-    """The repository folders git would use inside the workspace (`.` for the workspace itself), and the
-    `.git` files: one walk of its folders (`nested`: all of them, else the top one only), then each
-    repository's `commondir` and submodules."""
-    dirs, files = _walk(workspace, skip, nested)
-    for rel in list(dirs):
-        common = _pointer(workspace / rel / "commondir")
-        if common:
-            shared = _inside(workspace, workspace / rel / common)
-            if shared is not None and os.path.isdir(workspace / shared):
-                dirs.append(shared)
-    for gitdir in list(dict.fromkeys(dirs)):
-        dirs += _modules(workspace, gitdir, MODULE_DEPTH)
-    for gitdir in list(dict.fromkeys(dirs)):
-        dirs += _worktrees(workspace, gitdir)
-    return list(dict.fromkeys(dirs)), files
-
-
-def _worktrees(workspace: Path, gitdir: str) -> list[str]:
-    """The folders of a repository's linked worktrees (`worktrees/<name>`), wherever the worktrees lie: git
-    reads each one's `config.worktree` for the worktree whose `.git` file names it (outside the workspace too)."""
-    root = os.path.join(workspace, gitdir, "worktrees")
-    with contextlib.suppress(OSError), os.scandir(root) as it:
-        return [_at(gitdir, f"worktrees/{e.name}") for e in it if e.is_dir(follow_symlinks=False)]
-    return []
-
-
-def _walk(workspace: Path, skip: frozenset[str], nested: bool) -> tuple[list[str], list[str]]:
-    """The repository folders and `.git` files found in one walk of the workspace's folders, following no
-    link, leaving out shou's `.shou` and the top names in `skip`, and not entering a repository folder."""
-    dirs: list[str] = []
-    files: list[str] = []
-    stack = ["."]
-    top = str(workspace)
-    while stack:
-        rel = stack.pop()
-        try:  # string paths: a walk of thousands of folders spends a third of its time in pathlib
-            with os.scandir(top if rel == "." else f"{top}/{rel}") as it:
-                entries = {e.name: e for e in it}
-        except OSError:  # removed meanwhile, or no folder now
-            continue
-        if ".git" in entries and (found := _dotgit(workspace, rel, entries[".git"], files)) is not None:
-            dirs.append(found)
-        if _looks_bare(entries):
-            dirs.append(rel)
-            continue  # its insides are git's (its submodules: `_modules`)
-        if nested:
-            left_out = skip | {".shou"} if rel == "." else frozenset()
-            stack += [_at(rel, e.name) for e in entries.values()
-                      if e.name != ".git" and e.name not in left_out and e.is_dir(follow_symlinks=False)]
-    return dirs, files
-
-
 def _at(rel: str, name: str) -> str:
     return name if rel == "." else f"{rel}/{name}"
-
-
-def _looks_bare(entries: dict[str, os.DirEntry[str]]) -> bool:
-    """Whether a folder holding `entries` is a repository folder to git (a bare repository, or a linked
-    worktree's folder, whose `commondir` says where its objects and refs are)."""
-    head = entries.get("HEAD")
-    if head is None or head.is_dir():
-        return False
-    if "commondir" in entries:
-        return True
-    objects, refs = entries.get("objects"), entries.get("refs")
-    return objects is not None and refs is not None and objects.is_dir() and refs.is_dir()
-
-
-def _dotgit(workspace: Path, rel: str, entry: os.DirEntry[str], files: list[str]) -> str | None:
-    """The repository folder a `.git` in the workspace folder `rel` stands for, when inside the workspace:
-    itself (a folder), where it leads (a link) or the folder it names (a `.git` file, which joins `files`)."""
-    path = workspace / rel / ".git"
-    if entry.is_symlink():
-        candidate: Path | None = path  # a link to a folder: where it leads
-    elif entry.is_dir(follow_symlinks=False):
-        return _at(rel, ".git")
-    elif entry.is_file(follow_symlinks=False):
-        files.append(_at(rel, ".git"))
-        named = _pointer(path)
-        candidate = (workspace / rel / named) if named else None  # relative to the folder holding it
-    else:
-        return None
-    target = _inside(workspace, candidate) if candidate is not None else None
-    return target if target is not None and os.path.isdir(workspace / target) else None
-
-
-def _modules(workspace: Path, gitdir: str, depth: int) -> list[str]:
-    """The submodules' repository folders kept under `gitdir/modules/` (names may contain slashes)."""
-    found: list[str] = []
-    root = workspace / gitdir / "modules"
-    if depth <= 0 or os.path.islink(root) or not os.path.isdir(root):
-        return found
-    for entry, subdirs, _ in os.walk(root):  # os.walk follows no links to folders
-        rel = os.path.relpath(entry, workspace)
-        if entry != str(root) and os.path.isfile(os.path.join(entry, "HEAD")):
-            found.append(rel)
-            found += _modules(workspace, rel, depth - 1)
-            subdirs.clear()  # a repository folder's own insides are not more submodules
-    return found
 
 
 def protected_paths(workspace: Path, *, make_missing: bool = True) -> list[str]:
@@ -219,10 +118,22 @@ def protect(workspace: Path, *, make_missing: bool = True, absent: tuple[str, ..
 
 def _protect(workspace: Path, make_missing: bool, absent: tuple[str, ...], skip: tuple[str, ...],
              nested: bool) -> Protected:
-    dirs, found = _git_dirs(workspace, frozenset(skip), nested)
+    walk = scan(workspace, frozenset(skip), nested=nested)
+    if walk.truncated:  # a repository past the bound would be left unpinned
+        raise UserError(f"the workspace holds more than {LIMIT} files and folders: too many to find every git "
+                        "repository in before each sandboxed call; the command was not run. Run shou in a "
+                        "smaller folder")
+    dirs = sorted(walk.dirs, key=lambda r: (r.count("/"), r))
+    found = list(walk.files)
     for rel in dirs:
         gitdir = workspace / rel
-        owner = os.stat(gitdir)
+        try:
+            owner = os.stat(gitdir)
+        except OSError:
+            continue  # gone since the walk: nothing there to protect
+        # Only a folder laid out as one (or a `.git`) gets an empty config and hooks: a folder that is a
+        # candidate only because a pointer names it must not fill with files of ours.
+        shaped = rel.rpartition("/")[2] == ".git" or is_candidate(walk.marks.get(walk.dirs[rel], {}))
         for name, is_dir in (("config", False), ("hooks", True)):
             path = gitdir / name
             if os.path.islink(path):
@@ -230,30 +141,25 @@ def _protect(workspace: Path, make_missing: bool, absent: tuple[str, ...], skip:
                 if target is not None and os.path.exists(workspace / target):
                     found.append(target)  # the link stays as it is; what it leads to is bound read-only
                 continue
-            if make_missing and not os.path.lexists(path):
-                with contextlib.suppress(OSError):
-                    if is_dir:
-                        os.mkdir(path, 0o755)
-                    else:
-                        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
-                    with contextlib.suppress(OSError):  # the repository's owner's, not root's
-                        os.lchown(path, owner.st_uid, owner.st_gid)
+            if make_missing and shaped and not os.path.lexists(path):
+                _make(path, is_dir, owner)
             if os.path.lexists(path):
                 found.append(_at(rel, name))
         found += [_at(rel, name) for name in PLANTABLE if _regular(gitdir / name)]
     # The workspace itself needs no pin: it is the bind everything else lies in.
     real_dirs = [rel for rel in dirs if rel != "." and not os.path.islink(workspace / rel)]
-    return Protected(tuple(sorted(set(real_dirs), key=lambda r: (r.count("/"), r))), tuple(dict.fromkeys(found)),
-                     absent, _identities(workspace, dirs) if nested else None, skip)
+    return Protected(tuple(real_dirs), tuple(dict.fromkeys(found)), absent,
+                     frozenset(walk.dirs.values()) if nested else None, skip, walk if nested else None)
 
 
-def _identities(workspace: Path, dirs: list[str]) -> frozenset[tuple[int, int]]:
-    found = set()
-    for rel in dirs:
-        with contextlib.suppress(OSError):
-            st = os.lstat(workspace / rel)
-            found.add((st.st_dev, st.st_ino))
-    return frozenset(found)
+def _make(path: Path, is_dir: bool, owner: os.stat_result) -> None:
+    with contextlib.suppress(OSError):
+        if is_dir:
+            os.mkdir(path, 0o755)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        with contextlib.suppress(OSError):  # the repository's owner's, not root's
+            os.lchown(path, owner.st_uid, owner.st_gid)
 
 
 def _regular(path: Path) -> bool:
@@ -266,19 +172,18 @@ def remove_planted(workspace: Path, protected: Protected) -> str:
     """Undo a `commondir` or `config.worktree` the sandboxed code made in a repository folder (git would
     read its config and hooks from where they say), and a start-up file it made where the host would run it
     (`Protected.absent`: a shell's in a workspace of `$HOME`, Python's `sitecustomize` in any of the forms Python
-    imports), and disarm each repository folder it made (`git_disarm.disarm`: one not in
-    `Protected.repositories`); a note naming what was removed, or "". Nothing is followed on the way: a folder
-    on the way that the program swapped for a link is what is removed, never what the link leads to."""
+    imports), and disarm what it made git could take for a repository (`_after_call`); a note naming what was
+    removed, or "". Nothing is followed on the way: a folder on the way that the program swapped for a link is
+    what is removed, never what the link leads to."""
     removed = []
     for rel in protected.git_dirs:
         for name in PLANTABLE:
             if f"{rel}/{name}" not in protected.read_only:
                 removed += _remove_beneath(workspace, f"{rel}/{name}")
-    made = disarm(workspace, _made(workspace, protected), protected.repositories or frozenset())
+    notes = _after_call(workspace, protected)
     startup = []
     for rel in protected.absent:  # a start-up file made in the workspace: the host would run it
         startup += _remove_beneath(workspace, rel, module=rel.endswith("customize.py"))
-    notes = [made] if made else []
     if removed:
         notes.append(f"removed {', '.join(removed)}, which the program created: git would take the repository's "
                      "config and hooks from where it points")
@@ -288,16 +193,58 @@ def remove_planted(workspace: Path, protected: Protected) -> str:
     return "; ".join(notes)
 
 
-def _made(workspace: Path, protected: Protected) -> list[str]:
-    """The repository folders in the workspace now that were not there when `protected` was made."""
-    if protected.repositories is None:
+def _after_call(workspace: Path, protected: Protected) -> list[str]:
+    """Walk the workspace again and compare with the walk before the call (`Protected.before`), by identity: a
+    candidate folder (`git_walk`) that did not exist then is disarmed (`git_disarm.disarm`); a folder that existed
+    but is a candidate only now (the program put a `HEAD`, `objects`, ... in a person's folder) loses those of
+    its `MARKS` entries that are new, and nothing else. Notes; one says so plainly when the walk was incomplete."""
+    before = protected.before
+    if before is None:
         return []
     real = Path(os.path.realpath(workspace))
     try:
-        dirs, _ = _git_dirs(real, frozenset(protected.skip))
-    except (OSError, ValueError):
+        after = scan(real, frozenset(protected.skip))
+    except (OSError, ValueError, RecursionError) as e:
+        return [f"the workspace could not be searched for git repositories the program made ({e}): any there "
+                "is NOT disarmed; check before running git in it"]
+    had = set(before.dirs.values())
+    made = [rel for rel, ident in after.dirs.items() if ident not in before.folders]
+    grown = {rel: ident for rel, ident in after.dirs.items() if ident in before.folders and ident not in had}
+    notes = []
+    if disarmed := disarm(real, made, protected.repositories or frozenset()):
+        notes.append(disarmed)
+    unmarked = [x for rel, ident in grown.items() for x in _unmark(real, rel, ident, before.marks.get(ident, {}))]
+    if unmarked:
+        notes.append(f"removed {some(unmarked)}, which the program created: they made a folder look like a git "
+                     "repository to git on the host")
+    if why := after.incomplete(before.unreadable):
+        notes.append(f"the search for git repositories the program made was incomplete ({why}): a repository "
+                     "there may NOT be disarmed; check before running git in it")
+    return notes
+
+
+def _unmark(workspace: Path, rel: str, ident: tuple[int, int], old: dict[str, int]) -> list[str]:
+    """Remove the entries among `MARKS` of the folder `rel` that are not the ones it held before (`old`: name to
+    inode); the workspace paths removed."""
+    try:
+        fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if rel == "." else \
+            open_folder_beneath(workspace, rel)
+    except OSError:
         return []
-    return [rel for rel in dirs if not _identities(real, [rel]) <= protected.repositories]
+    try:
+        if os.fstat(fd).st_ino != ident[1]:
+            return []  # moved since the walk: another folder is there now
+        gone = []
+        for name in MARKS:
+            try:
+                ino = os.lstat(name, dir_fd=fd).st_ino
+            except OSError:
+                continue
+            if old.get(name) != ino and unlink_at(fd, name):
+                gone.append(_at(rel, name))
+        return gone
+    finally:
+        os.close(fd)
 
 
 def _remove_beneath(workspace: Path, rel: str, *, module: bool = False) -> list[str]:
@@ -371,3 +318,4 @@ def open_path_beneath(dir_fd: int, rel: str) -> int:
         return os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
     finally:
         os.close(fd)
+

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from shou.errors import UserError
 from shou.sandbox.base import Limits
 
 from .test_sandbox_privileges import BACKENDS, ROOT, make, own_file_system, release
@@ -82,15 +81,16 @@ async def test_an_existing_commondir_is_read_only(backend: str, workspace: Path)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-async def test_a_garbled_repository_pointer_is_a_clear_error(backend: str, workspace: Path) -> None:
-    # A name git cannot use (here a NUL byte; a link swapped mid-way gives EINVAL) used to be a traceback.
+async def test_a_garbled_repository_pointer_is_no_traceback(backend: str, workspace: Path) -> None:
+    # A NUL byte in a pointer used to be a traceback (then a refusal). Git reads it as a C string ("a", which is
+    # not there): so does the walk (git_walk.pointer_readings), and the call runs.
     (workspace / ".git").write_bytes(b"gitdir: a\0b\n")
     sb = make(backend, workspace, Limits(timeout=60))
     try:
-        with pytest.raises(UserError, match="repository changed while the sandbox was being prepared"):
-            await sb.run(["true"])
+        r = await sb.run(["true"])
     finally:
         release(sb)
+    assert r.ok, r.for_model()
 
 
 @pytest.mark.parametrize("user", ["default", "65534:65534"])  # as root: pinned mounts; else private copies

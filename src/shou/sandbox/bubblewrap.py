@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
+from ..git_cells import Tidy
 from ..git_protect import GIT_ENV, Protected, fd_room, open_pin, protect, remove_planted
 from ..workspace import hidden_config, read_only_tops, state_dir
 from .base import ExecResult, ExitReason, Limits, new_output_path
@@ -250,6 +251,15 @@ class BubblewrapSandbox:
         cmd = self.command(argv, limits, workspace_fd=ws_fd, masks=tuple(masks), files=code, seccomp_fd=seccomp_fd,
                            pinned=tuple(pinned), sync_fds=hold.child_fds if hold else None, executor=executor,
                            hidden=tuple(hidden_config(self.workspace)))
+        if len(cmd) > BWRAP_MAX_ARGS:  # bwrap would refuse ("Exceeded maximum number of arguments")
+            close_fds(tuple(fds))
+            if hold:
+                hold.close()
+            if cgroup:
+                cgroup.remove()
+            raise UserError(f"the workspace holds {len(protected.git_dirs)} git repositories, each of whose config "
+                            "and hooks the sandbox binds read-only: more binds than bubblewrap takes. The command "
+                            "was not run; run shou in a folder that holds fewer repositories")
         return cmd, tuple(fds), cgroup, protected, hold
 
     async def run(self, argv: list[str], *, stdin: bytes | None = None, limits: Limits | None = None,
@@ -309,7 +319,8 @@ class BubblewrapSandbox:
         disk = allowance.watch(self.workspace, limits.disk_mb * 2**20, limits.inodes)
         started = Started(proc, cgroup, asyncio.ensure_future(disk.guard(lambda: kill_group(proc.pid))),
                           (allowance, disk), limits.memory_mb)
-        started.tidy = functools.partial(remove_planted, self.workspace, protected)
+        tidy = Tidy(self.workspace, protected)
+        started.tidy, started.begin = tidy, tidy.begin
         return started
 
     async def run_code(self, language: str, code: str, *, limits: Limits | None = None) -> ExecResult:
@@ -317,6 +328,9 @@ class BubblewrapSandbox:
         effective = (limits or self.limits).within(self.limits)
         argv, files = program(language, code, effective)
         return await self.run(argv, limits=effective, files=files)
+
+
+BWRAP_MAX_ARGS = 9000  # bubblewrap's MAX_ARGS
 
 
 class Started:
@@ -329,6 +343,8 @@ class Started:
         self.limits_mb = limits_mb
         # Undoes what the process planted in the repository (protect.remove_planted), after each of its calls.
         self.tidy: Callable[[], str] = lambda: ""
+        # Takes the walk of the workspace that the next `tidy` compares with: before each cell.
+        self.begin: Callable[[], None] = lambda: None
         self.cgroup = cgroup
         self.watcher = watcher
         self._charge = charge
@@ -341,16 +357,32 @@ class Started:
             return "memory", f"the memory limit is {self.limits_mb} MB" if self.limits_mb else "out of memory"
         return "killed", ""
 
+    def pause(self) -> bool:
+        """Freeze all of it between calls (its cgroup's freezer): whether it is frozen (no cgroup v2: not)."""
+        return self.cgroup is not None and self.cgroup.freeze(True)
+
+    def resume(self) -> None:
+        """Thaw what `pause` froze."""
+        if self.cgroup is not None:
+            self.cgroup.freeze(False)
+
     async def stop(self) -> None:
-        """Kill the process group and the cgroup's processes, and reap."""
+        """Kill the process group and the cgroup's processes (a frozen one too), tidy, and reap."""
         if self.watcher is not None:
             self.watcher.cancel()
         kill_group(self.proc.pid)
+        if self.cgroup:  # killed first, then thawed: a frozen process dies on waking, running nothing more
+            self.cgroup.kill_all()
+            self.resume()
         with contextlib.suppress(TimeoutError, ProcessLookupError):
             async with asyncio.timeout(5):
                 await self.proc.wait()
         if self.cgroup:
             self.cgroup.remove()
+        # What a thread of the program wrote after the last cell's tidy: undone now that nothing runs (a workspace
+        # gone meanwhile is no reason to leave the rest of the stop undone).
+        with contextlib.suppress(OSError):
+            self.tidy()
         if self._charge is not None:
             allowance, disk = self._charge
             self._charge = None

@@ -24,7 +24,7 @@ from base64 import b64encode
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..git_protect import protect, remove_planted
+from ..git_protect import Protected, protect, remove_planted
 from ..workspace import hidden_config, read_only_tops, state_dir
 from .base import ExecResult, Limits, OutputCapture, new_output_path
 from .process import HOST_ENV, Finished, close_fds, exec_result, kill_group, processes_of
@@ -103,6 +103,9 @@ class WarmSlot:
         self.warm: WarmBubblewrap | None = None
         self.failed = False  # no python3 here, or bwrap refused the executor: calls get a sandbox each
         self._starting = False
+        # The walk of the workspace made for the coming call (`get`): what its tidy compares with. Not the
+        # sandbox's key's, which is as old as the sandbox: a repository the person made since is theirs.
+        self.protected: Protected | None = None
 
     async def get(self, sb: BubblewrapSandbox, limits: Limits) -> WarmBubblewrap | None:
         """The warm sandbox for a call with `limits`, or None when the call needs a sandbox of its own."""
@@ -112,6 +115,7 @@ class WarmSlot:
         # (protected.absent) that appears, or a top swapped, makes a new sandbox.
         tops, absent = read_only_tops(sb.workspace)  # its missing start-up files: `missing_host_files`
         protected = protect(sb.workspace, absent=tuple(absent), skip=tuple(tops))
+        self.protected = protected
         # The config folder hidden under an empty one (`hidden_config`): made or swapped, a new sandbox.
         rels = (*protected.git_dirs, "shou.toml", ".env", *protected.read_only, *tops, *protected.absent,
                 *hidden_config(sb.workspace))
@@ -149,7 +153,9 @@ class WarmSlot:
 async def run_warm(sb: BubblewrapSandbox, warm: WarmBubblewrap, argv: list[str], stdin: bytes | None,
                    limits: Limits, files: dict[str, bytes] | None, allowance: DiskAllowance) -> ExecResult:
     """Run one call in the warm sandbox: the same result, notes and bookkeeping as a per-call sandbox's."""
-    protected = warm.key[3]
+    # The pins are the sandbox's (its key's); the walk to compare with is this call's own.
+    protected = replace(warm.key[3], repositories=fresh.repositories, before=fresh.before) if (
+        fresh := sb.warm_slot.protected) is not None else warm.key[3]
     state_dir(sb.workspace)
     entries = {**(files or {}), **({STDIN_FILE: stdin} if stdin is not None else {})}
     limit = rlimits(limits)

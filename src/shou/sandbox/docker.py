@@ -254,6 +254,13 @@ class DockerSandbox:
         program can redirect (`docker_binds.py`)."""
         tops, absent = read_only_tops(self.workspace)  # its missing start-up files: `missing_host_files`
         protected = protect(self.workspace, absent=tuple(absent), skip=tuple(tops))
+        for rel in (*protected.git_dirs, *protected.read_only):
+            # The engine's `-v source:target:mode` cannot spell a ':', and its API (JSON) no name that is not UTF-8.
+            if ":" in rel or not _utf8(rel):
+                shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                raise UserError(f"{self.workspace / shown} is a git repository's folder or file the container must "
+                                "see read-only, but Docker cannot bind a path holding ':' or bytes that are not "
+                                "UTF-8; the command was not run. Rename or remove it, or use the bubblewrap sandbox")
         self._protected = protected
         binds = {}
         for rel in protected.git_dirs:
@@ -356,7 +363,11 @@ class DockerSandbox:
         self._warming = True
         try:
             binds = self.pinned_binds()
-            config = self.container_config(["true"], self.limits, "<code>", image=image, binds=binds)
+            try:
+                config = self.container_config(["true"], self.limits, "<code>", image=image, binds=binds)
+            except BaseException:  # a path Docker cannot bind (UserError): the pins made so far are let go
+                binds.close()
+                raise
             self._protected = protected
             self._warm = await WarmContainer.start(client, config, binds, key, int(self.user.split(":")[0]))
         except WarmFailed:
@@ -422,3 +433,9 @@ def _write_code_dir(files: dict[str, bytes], stdin: bytes | None) -> Path:
     return root
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a file name's undecodable bytes (surrogate escapes)
+        return False
+    return True

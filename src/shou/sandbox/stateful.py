@@ -100,6 +100,11 @@ class StatefulPython:
             proc = self._handle.proc
             start = time.perf_counter()
             note, self._restart_note = self._restart_note, ""
+            # The walk this cell's tidy compares with (`git_cells.Tidy`), taken while the interpreter is frozen
+            # (`pause`, after the previous cell): nothing of the program's runs until it is thawed.
+            for step in ("begin", "resume"):
+                if callable(hook := getattr(self._handle, step, None)):
+                    hook()
             try:
                 proc.stdin.write(json.dumps({"code": code, "tools": tools or []}).encode() + b"\n")
                 await proc.stdin.drain()
@@ -139,6 +144,9 @@ class StatefulPython:
                                   note="; ".join(x for x in ("the interpreter crashed during this call", why) if x))
             error = reply.get("error")
             stderr = str(reply.get("stderr", "")) + (error or "")
+            pause = getattr(self._handle, "pause", None)
+            if callable(pause):  # a thread the cell left running writes nothing until the next cell's walk
+                pause()
             tidy = getattr(self._handle, "tidy", None)
             if callable(tidy) and (planted := tidy()):
                 note = "; ".join(x for x in (note, planted) if x)

@@ -1,0 +1,169 @@
+"""`git_protect.remove_planted` for a long-lived sandboxed process (the stateful interpreter), one cell at a time.
+
+The process's binds are fixed when it starts, but a cell is one call: what the program may leave for the
+host's git is judged against the workspace as it was when the cell started (`Tidy.begin`), not when the
+process did. Otherwise a repository the person makes (or clones) on the host while the interpreter lives would
+be taken for the program's, and its settings and hooks stripped.
+
+Such a repository is not pinned in the process (its binds were made before it existed), so the program could
+write its config or hooks during a cell. `begin` keeps what git reads there (config files, `commondir`, hooks'
+identities) and the tidy after the cell puts the files back and takes the execute bits off a changed hook.
+
+What a thread or process the program left running could write between two cells: the sandbox freezes the
+interpreter between cells (its cgroup's freezer, v1 or v2; `Started.pause`), and kills it before thawing it
+when it stops. Where there is no freezer (no cgroup), that write is in the next cell's "before" and taken for
+the person's: that window remains. Stopping the interpreter tidies once more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import UserError
+from .git_disarm import no_exec, open_folder_beneath, replace_at, some, unlink_at
+from .git_protect import Protected, protect, remove_planted
+
+__all__ = ["Tidy"]
+
+# What git reads in a repository folder to decide what to run: kept byte for byte in an unpinned one.
+KEPT_FILES = ("config", "config.worktree", "commondir")
+_KEEP_LIMIT = 1 << 20  # a bigger file is not kept: it is put back as nothing (git takes none as empty)
+
+
+@dataclass
+class _Kept:
+    """A repository folder of the person's that the process has no pins for, as it was when a cell began."""
+
+    ino: int
+    # A regular file's bytes; (inode, mode) of anything else there; None: nothing there.
+    files: dict[str, bytes | tuple[int, int] | None] = field(default_factory=dict)
+    hooks: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+
+
+class Tidy:
+    """Call `begin` before each cell and the object after it (a note, or ""); see the module's docstring."""
+
+    def __init__(self, workspace: Path, protected: Protected) -> None:
+        self.workspace = workspace
+        self.pins = protected  # the process's own
+        self.protected = protected
+        self.kept: dict[str, _Kept] = {}
+
+    def begin(self) -> None:
+        """Take the walk the next tidy compares with, and keep what git reads in each repository found that the
+        process has no pins for."""
+        try:
+            fresh = protect(self.workspace, make_missing=False, absent=self.pins.absent, skip=self.pins.skip)
+        except UserError:  # too big a workspace now, or changing: the previous walk stays
+            return
+        self.protected = Protected(self.pins.git_dirs, tuple(dict.fromkeys((*self.pins.read_only, *fresh.read_only))),
+                                   self.pins.absent, fresh.repositories, self.pins.skip, fresh.before)
+        pinned = set(self.pins.git_dirs)
+        real = Path(os.path.realpath(self.workspace))
+        self.kept = {rel: kept for rel in fresh.git_dirs if rel not in pinned and (kept := _keep(real, rel))}
+
+    def __call__(self) -> str:
+        note = remove_planted(self.workspace, self.protected)
+        real = Path(os.path.realpath(self.workspace))
+        restored = [x for rel, kept in self.kept.items() for x in _restore(real, rel, kept)]
+        if restored:
+            note = "; ".join(x for x in (note, f"put back {some(restored)}, which the program changed: git on the "
+                                               "host would run what they name (the repository appeared after the "
+                                               "interpreter started, so it is not read-only to it)") if x)
+        return note
+
+
+def _keep(workspace: Path, rel: str) -> _Kept | None:
+    try:
+        fd = open_folder_beneath(workspace, rel)
+    except (OSError, ValueError):
+        return None
+    try:
+        kept = _Kept(os.fstat(fd).st_ino)
+        for name in KEPT_FILES:
+            kept.files[name] = _state(fd, name)
+        kept.hooks = _hooks(fd)
+        return kept
+    finally:
+        os.close(fd)
+
+
+def _state(dir_fd: int, name: str) -> bytes | tuple[int, int] | None:
+    """A regular file's bytes, (inode, mode) of anything else (a link, a folder, a file too big to keep), or None."""
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _KEEP_LIMIT:
+            return (st.st_ino, st.st_mode)
+        with open(f"/proc/self/fd/{fd}", "rb") as f:  # this very file, whatever was renamed since
+            return f.read(_KEEP_LIMIT + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _hooks(repo_fd: int) -> dict[str, tuple[int, int, int, int]]:
+    """Each hook's identity and state: (inode, mode, size, modification time)."""
+    found = {}
+    with contextlib.suppress(OSError):
+        fd = open_folder_beneath(repo_fd, "hooks")
+        try:
+            for entry in os.scandir(fd):
+                st = entry.stat(follow_symlinks=False)
+                found[entry.name] = (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns)
+        finally:
+            os.close(fd)
+    return found
+
+
+def _restore(workspace: Path, rel: str, kept: _Kept) -> list[str]:
+    """Put back the kept files of the folder `rel` and disarm a hook that changed; the paths restored."""
+    try:
+        fd = open_folder_beneath(workspace, rel)
+    except (OSError, ValueError):
+        return []
+    done = []
+    try:
+        if os.fstat(fd).st_ino != kept.ino:
+            return []  # another folder there now: the walk after the call judged it
+        for name, data in kept.files.items():
+            if _state(fd, name) == data:
+                continue
+            unlink_at(fd, name)  # a folder or link there now: removed, never followed
+            if isinstance(data, bytes):
+                with contextlib.suppress(OSError):
+                    replace_at(fd, name, data, os.stat(fd))
+            # else nothing was there, or what was (a link of the person's) cannot be made again: none is
+            # safe, as git reads a missing config as empty
+            done.append(f"{rel}/{name}")
+        done += [f"{rel}/hooks/{name}" for name in _changed_hooks(fd, kept.hooks)]
+    finally:
+        os.close(fd)
+    return done
+
+
+def _changed_hooks(repo_fd: int, before: dict[str, tuple[int, int, int, int]]) -> list[str]:
+    """Hooks new or changed since `before`: a link removed, a file made not executable."""
+    changed = []
+    now = _hooks(repo_fd)
+    with contextlib.suppress(OSError):
+        if stat.S_ISLNK(os.lstat("hooks", dir_fd=repo_fd).st_mode):
+            return ["(a link)"] if unlink_at(repo_fd, "hooks") else []
+        fd = open_folder_beneath(repo_fd, "hooks")
+        try:
+            for name, state in now.items():
+                if before.get(name) == state:
+                    continue
+                if (stat.S_ISLNK(state[1]) and unlink_at(fd, name)) or no_exec(fd, name):
+                    changed.append(name)
+        finally:
+            os.close(fd)
+    return changed
