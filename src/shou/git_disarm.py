@@ -125,7 +125,7 @@ def disarm(workspace: Path, repositories: list[str], keep: frozenset[tuple[int, 
     # Without git on the host nothing there can obey a config: it is left as written (hooks are still disarmed).
     git = shutil.which("git")
     done, failed = [], []
-    budget = [CONFIG_CAP]
+    budget = [CONFIG_CAP, 0]  # config files still to read; those removed unread past the cap
     with tempfile.TemporaryDirectory(prefix="shou-git-") as scratch:
         for rel in repositories:
             try:
@@ -148,6 +148,9 @@ def disarm(workspace: Path, repositories: list[str], keep: frozenset[tuple[int, 
     if done:
         notes.append(f"disarmed the git repositories the program made: {some(done)}; git on the host would run "
                      "what their config and hooks name")
+    if budget[1]:
+        notes.append(f"{budget[1]} config files past the first {CONFIG_CAP} were removed unread: too many to read "
+                     "in one call")
     if failed:
         notes.append(f"{some(failed)} could not be disarmed; do not run git in it")
     return "; ".join(notes)
@@ -163,7 +166,8 @@ def some(items: list[str], most: int = 10) -> str:
 def _disarm_one(repo_fd: int, git: str | None, scratch: Path, keep: frozenset[tuple[int, int]],
                 budget: list[int]) -> list[str]:
     """Clean the config files of the repository folder `repo_fd` (reading at most `budget[0]` of them, which it
-    lowers), drop a `commondir` naming no repository folder of `keep`, and disarm its hooks; what was done."""
+    lowers; `budget[1]` counts those removed unread), drop a `commondir` naming no repository folder of `keep`,
+    and disarm its hooks; what was done."""
     changes = []
     for folder, name in _config_files(repo_fd):
         shown = name if folder == "." else f"{folder}/{name}"
@@ -175,8 +179,9 @@ def _disarm_one(repo_fd: int, git: str | None, scratch: Path, keep: frozenset[tu
         try:
             if budget[0] <= 0 and _exists(fd, name):
                 # Past the cap the program made these by the hundred: gone unread, so no call pays more than it.
-                change = (f"removed {shown} unread (too many config files to read in one call)" if unlink_at(fd, name)
-                          else f"could not remove {shown}")
+                if removed := unlink_at(fd, name):
+                    budget[1] += 1
+                change = f"removed {shown} unread" if removed else f"could not remove {shown}"
             elif git is not None:
                 if _exists(fd, name):
                     budget[0] -= 1
