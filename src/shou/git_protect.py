@@ -125,7 +125,9 @@ def _protect(workspace: Path, make_missing: bool, absent: tuple[str, ...], skip:
                         "repository in before each sandboxed call; the command was not run. Run shou in a "
                         "smaller folder")
     dirs = sorted(walk.dirs, key=lambda r: (r.count("/"), r))
-    found = list(walk.files)
+    # A `.git` link git cannot follow (a chain past the kernel's bound) is no bind source either: it points git
+    # nowhere, and a bind of it would fail the whole sandbox.
+    found = [rel for rel in walk.files if _followable(workspace / rel)]
     for rel in dirs:
         try:
             found += _pins(workspace, rel, make_missing, walk)
@@ -163,6 +165,14 @@ def _pins(workspace: Path, rel: str, make_missing: bool, walk: Scan) -> list[str
         if os.path.lexists(path):
             found.append(_at(rel, name))
     return found + [_at(rel, name) for name in PLANTABLE if _regular(gitdir / name)]
+
+
+def _followable(path: Path) -> bool:
+    try:
+        resolve(os.fsencode(path))
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _make(path: Path, is_dir: bool, owner: os.stat_result) -> None:
