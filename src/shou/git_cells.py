@@ -7,12 +7,17 @@ be taken for the program's, and its settings and hooks stripped.
 
 Such a repository is not pinned in the process (its binds were made before it existed), so the program could
 write its config or hooks during a cell. `begin` keeps what git reads there (config files, `commondir`, hooks'
-identities) and the tidy after the cell puts the files back and takes the execute bits off a changed hook.
+identities), by the identity (device, inode) of the repository folder, and the tidy after the cell finds the
+folder by that identity wherever the program moved it (a rename kept the path-keyed state from applying),
+puts the files back and takes the execute bits off a changed hook.
 
-What a thread or process the program left running could write between two cells: the sandbox freezes the
-interpreter between cells (its cgroup's freezer, v1 or v2; `Started.pause`), and kills it before thawing it
-when it stops. Where there is no freezer (no cgroup), that write is in the next cell's "before" and taken for
-the person's: that window remains. Stopping the interpreter tidies once more.
+A repository the program made in an earlier cell stays the program's (`Tidy.ours`): what a thread of it
+writes there between cells is disarmed at the next cell's end. What a thread or process the program left
+running writes between two cells is NOT judged until then: the interpreter is not frozen (a frozen one is left
+behind, unkillable, when shou's process dies). A repository such a thread makes before the next cell begins
+is in that cell's "before" and taken for the person's (as one the person makes on the host then must be);
+one made after the last cell is disarmed when the interpreter stops (`Started.stop` tidies once more). That
+window remains: a repository sits in the workspace, armed, from the thread's write until then.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 from .errors import UserError
 from .git_disarm import no_exec, open_folder_beneath, replace_at, some, unlink_at
 from .git_protect import Protected, protect, remove_planted
+from .git_walk import Scan
 
 __all__ = ["Tidy"]
 
@@ -39,6 +45,7 @@ class _Kept:
     """A repository folder of the person's that the process has no pins for, as it was when a cell began."""
 
     ino: int
+    rel: str  # where it was when the cell began (the note's name when it cannot be found by identity)
     # A regular file's bytes; (inode, mode) of anything else there; None: nothing there.
     files: dict[str, bytes | tuple[int, int] | None] = field(default_factory=dict)
     hooks: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
@@ -51,7 +58,8 @@ class Tidy:
         self.workspace = workspace
         self.pins = protected  # the process's own
         self.protected = protected
-        self.kept: dict[str, _Kept] = {}
+        self.kept: dict[tuple[int, int], _Kept] = {}
+        self.ours: set[tuple[int, int]] = set()  # repository folders the program made in an earlier cell
 
     def begin(self) -> None:
         """Take the walk the next tidy compares with, and keep what git reads in each repository found that the
@@ -60,16 +68,30 @@ class Tidy:
             fresh = protect(self.workspace, make_missing=False, absent=self.pins.absent, skip=self.pins.skip)
         except UserError:  # too big a workspace now, or changing: the previous walk stays
             return
+        before = fresh.before
+        if before is not None and self.ours:  # the program's stay new to each walk: judged again at the cell's end
+            before = Scan({r: i for r, i in before.dirs.items() if i not in self.ours}, before.files,
+                          before.folders - self.ours, before.marks, before.entries, before.unreadable, before.truncated)
+        repositories = None if fresh.repositories is None else fresh.repositories - self.ours
         self.protected = Protected(self.pins.git_dirs, tuple(dict.fromkeys((*self.pins.read_only, *fresh.read_only))),
-                                   self.pins.absent, fresh.repositories, self.pins.skip, fresh.before)
+                                   self.pins.absent, repositories, self.pins.skip, before)
         pinned = set(self.pins.git_dirs)
         real = Path(os.path.realpath(self.workspace))
-        self.kept = {rel: kept for rel in fresh.git_dirs if rel not in pinned and (kept := _keep(real, rel))}
+        found = fresh.before.dirs if fresh.before is not None else {}
+        # By the walk's identity of the folder (what the walk after the cell reports), not by its path.
+        self.kept = {ident: kept for rel in fresh.git_dirs if rel not in pinned and (ident := found.get(rel))
+                     and ident not in self.ours and (kept := _keep(real, rel))}
 
     def __call__(self) -> str:
-        note = remove_planted(self.workspace, self.protected)
+        seen: list[Scan] = []
+        note = remove_planted(self.workspace, self.protected, seen)
+        before = self.protected.before
+        if seen and before is not None:
+            self.ours |= {i for i in seen[0].dirs.values() if i not in before.folders}
         real = Path(os.path.realpath(self.workspace))
-        restored = [x for rel, kept in self.kept.items() for x in _restore(real, rel, kept)]
+        # Where each kept folder is now, by identity: the program may have renamed it.
+        now = {ident: rel for rel, ident in seen[0].dirs.items()} if seen else {}
+        restored = [x for ident, kept in self.kept.items() for x in _restore(real, now.get(ident, kept.rel), kept)]
         if restored:
             note = "; ".join(x for x in (note, f"put back {some(restored)}, which the program changed: git on the "
                                                "host would run what they name (the repository appeared after the "
@@ -83,7 +105,7 @@ def _keep(workspace: Path, rel: str) -> _Kept | None:
     except (OSError, ValueError):
         return None
     try:
-        kept = _Kept(os.fstat(fd).st_ino)
+        kept = _Kept(os.fstat(fd).st_ino, rel)
         for name in KEPT_FILES:
             kept.files[name] = _state(fd, name)
         kept.hooks = _hooks(fd)

@@ -10,7 +10,14 @@ every repository it finds) runs git there later, outside any sandbox, and git ru
 So after each call every repository folder that was not there before it is disarmed: its config files keep
 only settings that run nothing (`ALLOWED`), read and rewritten by the host's own git (never a parser of
 ours, which could read a file differently from git), and its hooks lose their execute bits (git ignores a
-hook it cannot execute; the content stays).
+hook it cannot execute; the content stays; a hook that is one of several links to a file is unlinked instead,
+as the file may be a person's script). A `commondir` naming a folder that was no repository folder before the
+call is removed (git would take config and hooks from there); one naming a person's repository (a worktree the
+program added with `git worktree add`) stays.
+
+The work is bounded (`CONFIG_CAP` config files read per call, two runs of git each); past it, a new
+repository's config files are removed unread. An error in one repository never leaves the others armed: that
+one is named in the note as not disarmed.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from .beneath import open_folder
+from .git_walk import pointer_readings, resolve
 
 __all__ = ["ALLOWED", "disarm", "is_allowed", "no_exec", "open_folder_beneath", "read_config", "replace_at", "some",
            "unlink_at", "write_config"]
@@ -43,7 +51,9 @@ ALLOWED_NAMED = {
     "submodule": frozenset({"url", "active", "branch"}),
 }
 CONFIG_LIMIT = 2**20  # a config is a few hundred bytes; a bigger one is removed, not read
+CONFIG_CAP = 100  # config files read (by git, twice each) in one call; past it they are removed unread
 _GIT_TIMEOUT = 30
+_REMOVE_DEPTH = 256  # folders removed below one name; deeper, it is left and said (never a recursion)
 
 
 def is_allowed(key: str) -> bool:
@@ -62,42 +72,88 @@ def open_folder_beneath(workspace: Path | int, rel: str) -> int:
 
 def unlink_at(dir_fd: int, name: str) -> bool:
     """Remove `name` in the folder `dir_fd` (a folder with all it holds; a link itself); False when there is
-    none or it cannot be removed."""
+    none or it cannot be removed (a folder deeper than `_REMOVE_DEPTH` among them)."""
     try:
         st = os.lstat(name, dir_fd=dir_fd)
         if stat.S_ISDIR(st.st_mode):
-            shutil.rmtree(name, dir_fd=dir_fd)
-        else:
-            os.unlink(name, dir_fd=dir_fd)
-    except OSError:
+            return _remove_tree(dir_fd, name)
+        os.unlink(name, dir_fd=dir_fd)
+    except (OSError, ValueError):
         return False
     return True
 
 
+def _remove_tree(dir_fd: int, name: str) -> bool:
+    """Remove the folder `name` with all it holds, without recursion (Python 3.11's `shutil.rmtree` recurses once
+    a level, and a folder 1,500 deep raised RecursionError), each folder opened beneath its parent without
+    following a link; whether it is gone."""
+    stack: list[tuple[int, str, int]] = []  # (parent fd, name, its fd): the open path from `dir_fd` down
+    try:
+        stack.append((dir_fd, name, os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                            dir_fd=dir_fd)))
+        while stack:
+            parent, here, fd = stack[-1]
+            sub = None
+            for entry in os.scandir(fd):
+                if entry.is_dir(follow_symlinks=False):
+                    sub = entry.name
+                    break
+                os.unlink(entry.name, dir_fd=fd)
+            if sub is not None:
+                if len(stack) >= _REMOVE_DEPTH:
+                    return False
+                stack.append((fd, sub, os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                               dir_fd=fd)))
+                continue
+            stack.pop()
+            os.close(fd)
+            os.rmdir(here, dir_fd=parent)
+        return True
+    except OSError:
+        return False
+    finally:
+        for _, _, fd in stack:
+            os.close(fd)
+
+
 def disarm(workspace: Path, repositories: list[str], keep: frozenset[tuple[int, int]] = frozenset()) -> str:
     """Disarm the repository folders (workspace-relative) that the program made, but a folder that is one of
-    `keep` (device, inode: the person's) once opened; a note naming each one and what was removed from it,
-    or ""."""
+    `keep` (device, inode: the person's, the repository folders before the call) once opened; a note naming each
+    one and what was removed from it, and any that could not be disarmed, or ""."""
     if not repositories:
         return ""
     # Without git on the host nothing there can obey a config: it is left as written (hooks are still disarmed).
     git = shutil.which("git")
-    done = []
+    done, failed = [], []
+    budget = [CONFIG_CAP, 0]  # config files still to read; those removed unread past the cap
     with tempfile.TemporaryDirectory(prefix="shou-git-") as scratch:
         for rel in repositories:
-            with contextlib.suppress(OSError, ValueError):
+            try:
                 fd = open_folder_beneath(workspace, rel)
-                try:
-                    st = os.fstat(fd)  # what was opened, should a program still running have moved folders since
-                    changes = [] if (st.st_dev, st.st_ino) in keep else _disarm_one(fd, git, Path(scratch))
-                finally:
-                    os.close(fd)
-                if changes:
-                    done.append(f"{rel} ({some(changes)})")
-    if not done:
-        return ""
-    return (f"disarmed the git repositories the program made: {some(done)}; git on the host would run what "
-            "their config and hooks name")
+            except (OSError, ValueError):
+                continue  # gone (or a link now): nothing there git would read as this folder
+            try:
+                st = os.fstat(fd)  # what was opened, should a program still running have moved folders since
+                changes = [] if (st.st_dev, st.st_ino) in keep else _disarm_one(fd, git, Path(scratch), keep, budget)
+            except Exception:  # one repository's error (or a bug) never leaves the others armed
+                failed.append(rel)
+                continue
+            finally:
+                os.close(fd)
+            if any(c.startswith("could not") for c in changes):
+                failed.append(rel)
+            if changes:
+                done.append(f"{rel} ({some(changes)})")
+    notes = []
+    if done:
+        notes.append(f"disarmed the git repositories the program made: {some(done)}; git on the host would run "
+                     "what their config and hooks name")
+    if budget[1]:
+        notes.append(f"{budget[1]} config files past the first {CONFIG_CAP} were removed unread: too many to read "
+                     "in one call")
+    if failed:
+        notes.append(f"{some(failed)} could not be disarmed; do not run git in it")
+    return "; ".join(notes)
 
 
 def some(items: list[str], most: int = 10) -> str:
@@ -107,21 +163,63 @@ def some(items: list[str], most: int = 10) -> str:
     return f"{shown} and {len(items) - most} more" if len(items) > most else shown
 
 
-def _disarm_one(repo_fd: int, git: str | None, scratch: Path) -> list[str]:
-    """Clean the config files of the repository folder `repo_fd` and disarm its hooks; what was done."""
+def _disarm_one(repo_fd: int, git: str | None, scratch: Path, keep: frozenset[tuple[int, int]],
+                budget: list[int]) -> list[str]:
+    """Clean the config files of the repository folder `repo_fd` (reading at most `budget[0]` of them, which it
+    lowers; `budget[1]` counts those removed unread), drop a `commondir` naming no repository folder of `keep`,
+    and disarm its hooks; what was done."""
     changes = []
-    if git is not None:
-        for folder, name in _config_files(repo_fd):
-            with contextlib.suppress(OSError):
-                fd = open_folder_beneath(repo_fd, folder)
-                try:
-                    change = _clean_config(fd, name, name if folder == "." else f"{folder}/{name}", git, scratch)
-                finally:
-                    os.close(fd)
-                if change:
-                    changes.append(change)
+    for folder, name in _config_files(repo_fd):
+        shown = name if folder == "." else f"{folder}/{name}"
+        try:
+            fd = open_folder_beneath(repo_fd, folder)
+        except (OSError, ValueError):
+            continue
+        change = ""
+        try:
+            if budget[0] <= 0 and _exists(fd, name):
+                # Past the cap the program made these by the hundred: gone unread, so no call pays more than it.
+                if removed := unlink_at(fd, name):
+                    budget[1] += 1
+                change = f"removed {shown} unread" if removed else f"could not remove {shown}"
+            elif git is not None:
+                if _exists(fd, name):
+                    budget[0] -= 1
+                change = _clean_config(fd, name, shown, git, scratch)
+        except FileNotFoundError:
+            change = ""  # gone meanwhile: nothing there for git to read
+        except (OSError, ValueError, RecursionError):
+            change = f"could not clean {shown}"
+        finally:
+            os.close(fd)
+        if change:
+            changes.append(change)
+    changes += _foreign_commondir(repo_fd, keep)
     changes += _disarm_hooks(repo_fd)
     return changes
+
+
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except OSError:
+        return False
+    return True
+
+
+def _foreign_commondir(repo_fd: int, keep: frozenset[tuple[int, int]]) -> list[str]:
+    """Remove the folder's `commondir` unless each reading of it names a repository folder of `keep` (a linked
+    worktree of the person's repository that the program added keeps it); what was done."""
+    if not _exists(repo_fd, "commondir"):
+        return []
+    try:
+        keeps = _names_kept(repo_fd, keep)
+    except (OSError, ValueError, RecursionError):
+        keeps = False  # unreadable, dangling, a chain of links: not the person's repository's
+    if keeps:
+        return []
+    return ["removed commondir (it named no repository of the person's)"] if unlink_at(repo_fd, "commondir") else [
+        "could not remove commondir"]
 
 
 def _config_files(repo_fd: int) -> list[tuple[str, str]]:
@@ -174,7 +272,7 @@ def _clean_config(dir_fd: int, name: str, shown: str, git: str, scratch: Path) -
 def _remove_unreadable(dir_fd: int, name: str, shown: str) -> str:
     # Git takes a missing config as an empty one: nothing of it is lost that git could have read.
     return f"removed {shown}, which git cannot read (a missing config is empty to git)" if unlink_at(
-        dir_fd, name) else ""
+        dir_fd, name) else f"could not remove {shown}"
 
 
 def _git_env(scratch: Path) -> dict[str, str]:
@@ -244,6 +342,22 @@ def replace_at(dir_fd: int, name: str, data: bytes, like: os.stat_result) -> Non
         raise
 
 
+def _names_kept(repo_fd: int, keep: frozenset[tuple[int, int]]) -> bool:
+    """Whether every reading of the folder's `commondir` names a folder of `keep` (OSError when one names none)."""
+    fd = os.open("commondir", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=repo_fd)
+    try:
+        data = os.read(fd, 1 << 16) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    finally:
+        os.close(fd)
+    here = os.fsencode(os.readlink(f"/proc/self/fd/{repo_fd}"))  # the folder's path now, as git would start there
+    readings = pointer_readings(data, dotgit=False)
+    for named in readings:
+        st = os.stat(resolve(os.path.join(here, named)))
+        if (st.st_dev, st.st_ino) not in keep:
+            return False
+    return bool(readings)
+
+
 def _disarm_hooks(repo_fd: int) -> list[str]:
     """Take the execute bits off each hook (a link there, which git would follow to a program, is removed;
     `hooks` itself too when a link)."""
@@ -261,24 +375,29 @@ def _disarm_hooks(repo_fd: int) -> list[str]:
                     changes.append(f"removed the link hooks/{entry.name}")
             elif entry.name.endswith(".sample"):
                 continue  # git's examples (`git init` copies them): git runs no hook by that name
-            elif entry.is_file(follow_symlinks=False) and no_exec(fd, entry.name):
-                changes.append(f"made hooks/{entry.name} not executable")
+            elif entry.is_file(follow_symlinks=False) and (done := no_exec(fd, entry.name)):
+                changes.append(done.format(f"hooks/{entry.name}"))
     finally:
         os.close(fd)
     return changes
 
 
-def no_exec(dir_fd: int, name: str) -> bool:
-    """Clear the execute bits of the file `name`, reached without following a link; whether any were set."""
+def no_exec(dir_fd: int, name: str) -> str:
+    """Clear the execute bits of the hook file `name`, reached without following a link, or unlink it when it has
+    other names (a hard link to a person's script, whose mode is theirs: the hook's name goes, the file stays);
+    what was done ("{}" standing for the hook), "" when it was not executable."""
     with contextlib.suppress(OSError):
         fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
         try:
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode) or not mode & 0o111:
-                return False
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
+                return ""
+            if st.st_nlink > 1:
+                os.unlink(name, dir_fd=dir_fd)
+                return "removed {} (another name of a file elsewhere, whose mode stays)"
             # An O_PATH fd cannot be fchmod-ed; its /proc name is that very file, whatever the program renames.
-            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(mode) & ~0o111)
-            return True
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~0o111)
+            return "made {} not executable"
         finally:
             os.close(fd)
-    return False
+    return ""

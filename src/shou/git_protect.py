@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .errors import UserError
 from .git_disarm import disarm, open_folder_beneath, some, unlink_at
-from .git_walk import LIMIT, MARKS, Scan, is_candidate, scan
+from .git_walk import LIMIT, Scan, resolve, scan
 
 __all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "Protected", "fd_room", "is_git_control_path", "open_path_beneath",
            "open_pin", "protect", "protected_paths", "remove_planted"]
@@ -79,8 +79,9 @@ class Protected:
 
 def _inside(workspace: Path, path: Path) -> str | None:
     """`path` resolved, relative to the (resolved) workspace, or None when it lies outside it."""
-    # A link swapped for a file mid-way makes readlink fail (EINVAL): the caller says the workspace moved.
-    real = os.path.realpath(path)
+    # A link swapped for a file mid-way makes readlink fail (EINVAL): the caller says the workspace moved. A chain
+    # of links longer than the kernel follows is OSError too (bounded, never recursion: `git_walk.resolve`).
+    real = os.fsdecode(resolve(os.fsencode(path)))
     rel = os.path.relpath(real, workspace)
     return None if rel == ".." or rel.startswith("../") or rel == "." else rel
 
@@ -111,7 +112,7 @@ def protect(workspace: Path, *, make_missing: bool = True, absent: tuple[str, ..
     """
     try:
         return _protect(Path(os.path.realpath(workspace)), make_missing, absent, skip, nested)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise UserError(f"the workspace's repository changed while the sandbox was being prepared ({e}); "
                         "the command was not run. Stop whatever is rewriting .git and try again") from None
 
@@ -124,32 +125,54 @@ def _protect(workspace: Path, make_missing: bool, absent: tuple[str, ...], skip:
                         "repository in before each sandboxed call; the command was not run. Run shou in a "
                         "smaller folder")
     dirs = sorted(walk.dirs, key=lambda r: (r.count("/"), r))
-    found = list(walk.files)
+    # A `.git` link git cannot follow (a chain past the kernel's bound) is no bind source either: it points git
+    # nowhere, and a bind of it would fail the whole sandbox.
+    found = [rel for rel in walk.files if _followable(workspace / rel)]
     for rel in dirs:
-        gitdir = workspace / rel
         try:
-            owner = os.stat(gitdir)
-        except OSError:
-            continue  # gone since the walk: nothing there to protect
-        # Only a folder laid out as one (or a `.git`) gets an empty config and hooks: a folder that is a
-        # candidate only because a pointer names it must not fill with files of ours.
-        shaped = rel.rpartition("/")[2] == ".git" or is_candidate(walk.marks.get(walk.dirs[rel], {}))
-        for name, is_dir in (("config", False), ("hooks", True)):
-            path = gitdir / name
-            if os.path.islink(path):
-                target = _inside(workspace, path)
-                if target is not None and os.path.exists(workspace / target):
-                    found.append(target)  # the link stays as it is; what it leads to is bound read-only
-                continue
-            if make_missing and shaped and not os.path.lexists(path):
-                _make(path, is_dir, owner)
-            if os.path.lexists(path):
-                found.append(_at(rel, name))
-        found += [_at(rel, name) for name in PLANTABLE if _regular(gitdir / name)]
+            found += _pins(workspace, rel, make_missing, walk)
+        except (OSError, ValueError, RecursionError):
+            # One folder's trouble (a link chain past the kernel's bound) must not unpin the others: its config
+            # and hooks are left out, but the folder itself is still pinned (it is in `dirs`).
+            continue
     # The workspace itself needs no pin: it is the bind everything else lies in.
     real_dirs = [rel for rel in dirs if rel != "." and not os.path.islink(workspace / rel)]
     return Protected(tuple(real_dirs), tuple(dict.fromkeys(found)), absent,
                      frozenset(walk.dirs.values()) if nested else None, skip, walk if nested else None)
+
+
+def _pins(workspace: Path, rel: str, make_missing: bool, walk: Scan) -> list[str]:
+    """The paths of the repository folder `rel` to bind read-only (see `protected_paths`)."""
+    gitdir = workspace / rel
+    try:
+        owner = os.stat(gitdir)
+    except FileNotFoundError:
+        return []  # gone since the walk: nothing there to protect
+    # Only a `.git` folder, or one git itself takes for a repository (a HEAD there), gets an empty config and
+    # hooks: a person's folder that merely holds `objects` and `refs`, or that a pointer names, must not fill
+    # with files of ours.
+    shaped = rel.rpartition("/")[2] == ".git" or "HEAD" in walk.marks.get(walk.dirs[rel], {})
+    found = []
+    for name, is_dir in (("config", False), ("hooks", True)):
+        path = gitdir / name
+        if os.path.islink(path):
+            target = _inside(workspace, path)
+            if target is not None and os.path.exists(workspace / target):
+                found.append(target)  # the link stays as it is; what it leads to is bound read-only
+            continue
+        if make_missing and shaped and not os.path.lexists(path):
+            _make(path, is_dir, owner)
+        if os.path.lexists(path):
+            found.append(_at(rel, name))
+    return found + [_at(rel, name) for name in PLANTABLE if _regular(gitdir / name)]
+
+
+def _followable(path: Path) -> bool:
+    try:
+        resolve(os.fsencode(path))
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _make(path: Path, is_dir: bool, owner: os.stat_result) -> None:
@@ -168,19 +191,20 @@ def _regular(path: Path) -> bool:
     return False
 
 
-def remove_planted(workspace: Path, protected: Protected) -> str:
+def remove_planted(workspace: Path, protected: Protected, seen: list[Scan] | None = None) -> str:
     """Undo a `commondir` or `config.worktree` the sandboxed code made in a repository folder (git would
     read its config and hooks from where they say), and a start-up file it made where the host would run it
     (`Protected.absent`: a shell's in a workspace of `$HOME`, Python's `sitecustomize` in any of the forms Python
     imports), and disarm what it made git could take for a repository (`_after_call`); a note naming what was
     removed, or "". Nothing is followed on the way: a folder on the way that the program swapped for a link is
-    what is removed, never what the link leads to."""
+    what is removed, never what the link leads to. `seen` gets the walk after the call (`git_cells`: where the
+    repository folders are now, by identity)."""
     removed = []
     for rel in protected.git_dirs:
         for name in PLANTABLE:
             if f"{rel}/{name}" not in protected.read_only:
                 removed += _remove_beneath(workspace, f"{rel}/{name}")
-    notes = _after_call(workspace, protected)
+    notes = _after_call(workspace, protected, seen)
     startup = []
     for rel in protected.absent:  # a start-up file made in the workspace: the host would run it
         startup += _remove_beneath(workspace, rel, module=rel.endswith("customize.py"))
@@ -193,27 +217,36 @@ def remove_planted(workspace: Path, protected: Protected) -> str:
     return "; ".join(notes)
 
 
-def _after_call(workspace: Path, protected: Protected) -> list[str]:
+def _after_call(workspace: Path, protected: Protected, seen: list[Scan] | None = None) -> list[str]:
     """Walk the workspace again and compare with the walk before the call (`Protected.before`), by identity: a
     candidate folder (`git_walk`) that did not exist then is disarmed (`git_disarm.disarm`); a folder that existed
-    but is a candidate only now (the program put a `HEAD`, `objects`, ... in a person's folder) loses those of
-    its `MARKS` entries that are new, and nothing else. Notes; one says so plainly when the walk was incomplete."""
+    but is a candidate only now (the program put a `HEAD` or `commondir` in a person's folder) loses those two
+    entries when they are new, and nothing else (`_unmark`). Notes; one says so plainly when the walk was incomplete."""
     before = protected.before
     if before is None:
         return []
     real = Path(os.path.realpath(workspace))
     try:
         after = scan(real, frozenset(protected.skip))
-    except (OSError, ValueError, RecursionError) as e:
+    except Exception as e:  # said plainly, never a traceback that switches the tidy off
         return [f"the workspace could not be searched for git repositories the program made ({e}): any there "
                 "is NOT disarmed; check before running git in it"]
+    if seen is not None:
+        seen.append(after)
     had = set(before.dirs.values())
     made = [rel for rel, ident in after.dirs.items() if ident not in before.folders]
     grown = {rel: ident for rel, ident in after.dirs.items() if ident in before.folders and ident not in had}
     notes = []
     if disarmed := disarm(real, made, protected.repositories or frozenset()):
         notes.append(disarmed)
-    unmarked = [x for rel, ident in grown.items() for x in _unmark(real, rel, ident, before.marks.get(ident, {}))]
+    unmarked, failed = [], []
+    for rel, ident in grown.items():
+        try:
+            unmarked += _unmark(real, rel, ident, before.marks.get(ident, {}))
+        except Exception:  # one folder's error never leaves the others as they are
+            failed.append(rel)
+    if failed:
+        notes.append(f"{some(failed)} could not be disarmed; do not run git in it")
     if unmarked:
         notes.append(f"removed {some(unmarked)}, which the program created: they made a folder look like a git "
                      "repository to git on the host")
@@ -223,9 +256,14 @@ def _after_call(workspace: Path, protected: Protected) -> list[str]:
     return notes
 
 
+# What makes a person's folder a repository to git that the program may add: never `objects` or `refs` (a
+# folder of the agent's work may bear those names, and without a HEAD or commondir git takes no folder for one).
+_UNMARKED = ("HEAD", "commondir")
+
+
 def _unmark(workspace: Path, rel: str, ident: tuple[int, int], old: dict[str, int]) -> list[str]:
-    """Remove the entries among `MARKS` of the folder `rel` that are not the ones it held before (`old`: name to
-    inode); the workspace paths removed."""
+    """Remove the entries `HEAD` and `commondir` of the folder `rel` that are not the ones it held before (`old`:
+    name to inode); the workspace paths removed."""
     try:
         fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if rel == "." else \
             open_folder_beneath(workspace, rel)
@@ -235,7 +273,7 @@ def _unmark(workspace: Path, rel: str, ident: tuple[int, int], old: dict[str, in
         if os.fstat(fd).st_ino != ident[1]:
             return []  # moved since the walk: another folder is there now
         gone = []
-        for name in MARKS:
+        for name in _UNMARKED:
             try:
                 ino = os.lstat(name, dir_fd=fd).st_ino
             except OSError:

@@ -5,34 +5,42 @@ enter, or a `commondir` naming where they are; it reads `.git` files and `common
 of ours that copies git's risks being narrower than git in one corner (a `HEAD` link, `objects` an
 executable file, a trailing space in a pointer, a name that is no UTF-8), and each corner was a way round
 the disarming. So the walk over-approximates: a folder is a candidate when it holds an entry named `HEAD`
-(of any type) and one named `objects`, `refs` or `commondir` (of any type), or both an `objects` and a
-`refs` (a folder a linked worktree's `commondir` names, whose config git reads); every `.git` folder is one,
-and what any `.git` file, `.git` link or `commondir` names (read as git reads it, and also with whitespace
-stripped) when that lies in the workspace. Every folder is entered, candidates too (a repository inside a
-folder laid out as a bare one is still found), but for git's own stores in a repository folder inside a
-`.git` (`.git/objects`, `.git/refs`, `.git/logs`, `.git/modules/x/objects`, ...: files by the thousand; git
-never runs from there, and a pointer into one is followed anyway).
+(of any type) and one named `objects`, `refs` or `commondir` (of any type); every `.git` folder is one, and
+what any `.git` file, `.git` link or `commondir` names (read as git reads it, and also with whitespace
+stripped) when that lies in the workspace. A folder with `objects` and `refs` but no `HEAD` is not one by its
+layout (a person's package may hold those names, and pinning or tidying it damaged their files): git reaches
+it only through a `commondir`, which makes it a candidate by the pointer rule.
+
+Every folder is entered, candidates too (a repository inside a folder laid out as a bare one is still found),
+but for git's own stores (`objects`, `refs`, `logs`, ...: files by the thousand) in a folder holding a `HEAD`
+inside a `.git`: git refuses a submodule's folder nested in a repository folder, and never runs from there
+(a pointer into one is followed anyway). Under a folder with no `HEAD` (`.git/modules/lib` before git made
+it a repository) they are entered: git may later take a folder there for a submodule's.
 
 The walk records what it saw by identity (device of the workspace, inode), so that a later walk can tell a
 folder the program made from a person's folder it laid out as a repository (`git_protect.remove_planted`).
-Errors on one entry never end the walk; a walk that could not read a folder or that reached `LIMIT`
-entries says so (`Scan.incomplete`).
+Errors on one entry (a link chain too long, a name the system refuses, even a bug) never end the walk; a walk
+that could not read a folder or that reached `LIMIT` entries says so (`Scan.incomplete`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LIMIT", "MARKS", "Scan", "is_candidate", "pointer_readings", "scan"]
+__all__ = ["LIMIT", "MARKS", "Scan", "is_candidate", "pointer_readings", "resolve", "scan"]
 
 LIMIT = 1_000_000  # entries read in one walk; past it the walk stops and says so
 # The entries that make a folder a candidate: `HEAD` with any one of the others.
 MARKS = ("HEAD", "objects", "refs", "commondir")
 _POINTER_BYTES = 1 << 16
-# In a repository folder inside a `.git`: objects, refs and logs by the thousand, left out of the walk (a
+# The links the kernel follows in one path (MAXSYMLINKS): a longer chain is one git cannot follow either.
+_MAX_LINKS = 40
+# In a folder holding `HEAD` inside a `.git`: objects, refs and logs by the thousand, left out of the walk (a
 # pointer into one is followed all the same).
 _GITS_OWN = frozenset({b"objects", b"lfs", b"refs", b"logs", b"hooks", b"info", b"rr-cache"})
 
@@ -70,9 +78,41 @@ class Scan:
 
 def is_candidate(names: set[str] | dict[str, object]) -> bool:
     """Whether a folder holding entries of these names could be a repository folder to git: a `HEAD` with an
-    `objects`, `refs` or `commondir`, or an `objects` with a `refs` (what a `commondir` may name: git reads the
-    config and hooks there)."""
-    return ("HEAD" in names and any(n in names for n in MARKS[1:])) or ("objects" in names and "refs" in names)
+    `objects`, `refs` or `commondir` (a folder a `commondir` names is one by the pointer, not by this)."""
+    return "HEAD" in names and any(n in names for n in MARKS[1:])
+
+
+def resolve(path: bytes) -> bytes:
+    """`os.path.realpath` (not strict) without recursion and bounded as the kernel bounds it: OSError (ELOOP)
+    past `_MAX_LINKS` links. Python 3.11's own recurses once a link, and a chain of thousands of links raised
+    RecursionError out of the walk."""
+    pending = list(reversed(os.path.abspath(path).split(b"/")))
+    resolved = b"/"
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part in (b"", b"."):
+            continue
+        if part == b"..":
+            resolved = os.path.dirname(resolved)
+            continue
+        here = os.path.join(resolved, part)
+        try:
+            mode = os.lstat(here).st_mode
+        except OSError:  # missing (or unreadable): the rest is taken as spelled, as realpath does
+            resolved = here
+            continue
+        if not stat.S_ISLNK(mode):
+            resolved = here
+            continue
+        links += 1
+        if links > _MAX_LINKS:
+            raise OSError(errno.ELOOP, "too many levels of symbolic links", path)
+        target = os.readlink(here)
+        if target.startswith(b"/"):
+            resolved = b"/"
+        pending.extend(reversed(target.split(b"/")))
+    return resolved
 
 
 def pointer_readings(data: bytes, dotgit: bool) -> list[bytes]:
@@ -114,7 +154,10 @@ class _Walk:
             if self.scan.entries >= self.limit:
                 self.scan.truncated = True
                 break
-            self.folder(rel, ino)
+            try:
+                self.folder(rel, ino)
+            except Exception:  # one folder's error (or a bug) never ends the walk: it is named
+                self.scan.unreadable.append(_text(rel))
         return self.scan
 
     def folder(self, rel: bytes, ino: int) -> None:
@@ -132,14 +175,15 @@ class _Walk:
         if b"HEAD" in entries or b"objects" in entries or b"refs" in entries or b"commondir" in entries:
             self.scan.marks[ident] = {name: _inode(entries[key]) for name in MARKS
                                       if (key := os.fsencode(name)) in entries}
-        candidate = (b"HEAD" in entries and (b"objects" in entries or b"refs" in entries or b"commondir" in entries)
-                     ) or (b"objects" in entries and b"refs" in entries)
+        candidate = b"HEAD" in entries and (b"objects" in entries or b"refs" in entries or b"commondir" in entries)
         if candidate:
             self.add(rel, ino)
         if (dotgit := entries.get(b".git")) is not None:
-            self.dotgit(rel, dotgit)
+            self.guarded(rel, lambda: self.dotgit(rel, dotgit))
         if (common := entries.get(b"commondir")) is not None:
-            self.pointer(rel, common, dotgit=False)
+            self.guarded(_at(rel, b"commondir"), lambda: self.pointer(rel, common, dotgit=False))
+        # Only under a HEAD: a folder without one (`.git/modules/lib` before git fills it) may later become a
+        # submodule's repository folder, and a repository planted in its `info` would be taken for that one's.
         inside_git = candidate and b".git" in rel.split(b"/")
         for name, entry in entries.items():
             if rel == b"." and (name in self.skip or (not self.nested and name != b".git")):
@@ -151,6 +195,13 @@ class _Walk:
                     self.stack.append((_at(rel, name), entry.inode()))
             except OSError:
                 self.scan.unreadable.append(_text(_at(rel, name)))
+
+    def guarded(self, rel: bytes, step: Callable[[], None]) -> None:
+        """Run one step of the walk; an error there (or a bug) makes `rel` unreadable, never ends the walk."""
+        try:
+            step()
+        except Exception:  # failing closed: the walk says it is incomplete
+            self.scan.unreadable.append(_text(rel))
 
     def add(self, rel: bytes, ino: int) -> None:
         self.scan.dirs.setdefault(_text(rel), (self.dev, ino))
@@ -185,7 +236,8 @@ class _Walk:
         for named in pointer_readings(data, dotgit):
             try:
                 target = self.inside(os.path.join(self.path(rel), named), follow=True)
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
+                self.scan.unreadable.append(_text(_at(rel, os.fsencode(entry.name))))
                 continue
             if target is not None and os.path.isdir(self.path(target)):
                 self.lead(target)
@@ -203,7 +255,7 @@ class _Walk:
     def inside(self, path: bytes, *, follow: bool) -> bytes | None:
         """`path` (links resolved) relative to the workspace, or None when it lies outside it, is the workspace's
         top itself taken as `.`, or lies under a top name left out of the walk."""
-        real = os.path.realpath(path) if follow else os.path.normpath(path)
+        real = resolve(path) if follow else os.path.normpath(path)
         rel = os.path.relpath(real, self.top)
         if rel == b".":
             return b"."

@@ -55,7 +55,8 @@ def armed(path: Path) -> bool:
 
 def test_a_candidate_is_head_with_objects_refs_or_commondir_of_any_type() -> None:
     assert is_candidate({"HEAD", "objects"}) and is_candidate({"HEAD", "refs"}) and is_candidate({"HEAD", "commondir"})
-    assert is_candidate({"objects", "refs"})  # what a commondir names
+    # A person's folder may hold these two (a package, a game's data): a candidate only when a pointer names it.
+    assert not is_candidate({"objects", "refs"})
     assert not is_candidate({"HEAD", "config"}) and not is_candidate({"objects", "config"})
 
 
@@ -129,7 +130,9 @@ def test_the_top_made_to_look_bare_loses_what_made_it_so_and_the_persons_reposit
     (ws / "objects").mkdir()
     lay_out(ws / "sub" / ".git")
     note = remove_planted(ws, protected)
-    assert not (ws / "HEAD").exists() and not (ws / "objects").exists(), note
+    # The new HEAD goes; a new objects/ stays (without HEAD git takes no folder for a repository: it may be the
+    # agent's work)
+    assert not (ws / "HEAD").exists() and (ws / "objects").is_dir(), note
     assert (ws / "refs" / "mine").read_text() == "theirs"
     assert not armed(ws / "sub" / ".git"), note
     assert "proj/.git" in protect(ws).git_dirs  # the next call pins the person's repository

@@ -357,23 +357,13 @@ class Started:
             return "memory", f"the memory limit is {self.limits_mb} MB" if self.limits_mb else "out of memory"
         return "killed", ""
 
-    def pause(self) -> bool:
-        """Freeze all of it between calls (its cgroup's freezer): whether it is frozen (no cgroup v2: not)."""
-        return self.cgroup is not None and self.cgroup.freeze(True)
-
-    def resume(self) -> None:
-        """Thaw what `pause` froze."""
-        if self.cgroup is not None:
-            self.cgroup.freeze(False)
-
     async def stop(self) -> None:
-        """Kill the process group and the cgroup's processes (a frozen one too), tidy, and reap."""
+        """Kill the process group and the cgroup's processes, tidy, and reap."""
         if self.watcher is not None:
             self.watcher.cancel()
         kill_group(self.proc.pid)
-        if self.cgroup:  # killed first, then thawed: a frozen process dies on waking, running nothing more
+        if self.cgroup:
             self.cgroup.kill_all()
-            self.resume()
         with contextlib.suppress(TimeoutError, ProcessLookupError):
             async with asyncio.timeout(5):
                 await self.proc.wait()

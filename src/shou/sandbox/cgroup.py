@@ -57,8 +57,7 @@ class RunCgroup:
             if (ROOT / "memory").is_dir():  # v1
                 for controller, files in (("memory", {"memory.limit_in_bytes": memory_bytes,
                                                       "memory.memsw.limit_in_bytes": memory_bytes}),
-                                          ("pids", {"pids.max": max_pids}),
-                                          ("freezer", {})):  # `freeze`, where there is one
+                                          ("pids", {"pids.max": max_pids})):
                     parent = _own_path(controller)
                     if parent is None:
                         continue
@@ -120,27 +119,6 @@ class RunCgroup:
                 found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
         return sorted(found)
 
-    def freeze(self, frozen: bool) -> bool:
-        """Freeze (or thaw) every process inside, threads too (v2, or v1's freezer controller); whether that is
-        done (False: no freezer here)."""
-        if (d := self.dirs.get("unified")) is not None:
-            control, value, events, done = d / "cgroup.freeze", "1" if frozen else "0", d / "cgroup.events", "frozen 1"
-        elif (d := self.dirs.get("freezer")) is not None:
-            control = events = d / "freezer.state"
-            value, done = ("FROZEN", "FROZEN") if frozen else ("THAWED", "")
-        else:
-            return False
-        try:
-            control.write_text(value)
-            deadline = time.monotonic() + 1.0  # the kernel freezes each task at its next return to user space
-            while frozen and time.monotonic() < deadline:
-                if done in events.read_text().split("\n"):
-                    return True
-                time.sleep(0.002)
-        except OSError:
-            return False
-        return not frozen
-
     def kill_all(self) -> None:
         """SIGKILL every process left inside."""
         for pid in self.pids():
@@ -185,7 +163,7 @@ def sweep_stale() -> None:
 
 def _parents() -> list[Path]:
     if (ROOT / "memory").is_dir():
-        return [ROOT / c / p.lstrip("/") for c in ("memory", "pids", "freezer") if (p := _own_path(c)) is not None]
+        return [ROOT / c / p.lstrip("/") for c in ("memory", "pids") if (p := _own_path(c)) is not None]
     own = _own_path("")
     return [ROOT / own.lstrip("/")] if own is not None else []
 

@@ -100,11 +100,11 @@ class StatefulPython:
             proc = self._handle.proc
             start = time.perf_counter()
             note, self._restart_note = self._restart_note, ""
-            # The walk this cell's tidy compares with (`git_cells.Tidy`), taken while the interpreter is frozen
-            # (`pause`, after the previous cell): nothing of the program's runs until it is thawed.
-            for step in ("begin", "resume"):
-                if callable(hook := getattr(self._handle, step, None)):
-                    hook()
+            # The walk this cell's tidy compares with (`git_cells.Tidy`). The interpreter is not frozen between
+            # cells (a frozen one outlives a killed shou: its SIGKILL from --die-with-parent stays pending), so
+            # what a thread of it writes meanwhile is judged at the next cell's end, or when it stops.
+            if callable(begin := getattr(self._handle, "begin", None)):
+                begin()
             try:
                 proc.stdin.write(json.dumps({"code": code, "tools": tools or []}).encode() + b"\n")
                 await proc.stdin.drain()
@@ -144,9 +144,6 @@ class StatefulPython:
                                   note="; ".join(x for x in ("the interpreter crashed during this call", why) if x))
             error = reply.get("error")
             stderr = str(reply.get("stderr", "")) + (error or "")
-            pause = getattr(self._handle, "pause", None)
-            if callable(pause):  # a thread the cell left running writes nothing until the next cell's walk
-                pause()
             tidy = getattr(self._handle, "tidy", None)
             if callable(tidy) and (planted := tidy()):
                 note = "; ".join(x for x in (note, planted) if x)
