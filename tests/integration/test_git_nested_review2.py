@@ -141,20 +141,19 @@ DEEP = ("python3 -c \"import os\nfor t in 'abc':\n    os.makedirs(t + '/.git/obj
 
 
 @pytest.mark.parametrize("backend", CONTAINMENT)
-async def test_a_config_too_deep_to_remove_is_named_and_the_others_disarmed(backend: str, workspace: Path,
-                                                                           tmp_path: Path) -> None:
+async def test_a_config_too_deep_to_remove_is_named_and_the_others_disarmed(backend: str, deep_tmp: Path,
+                                                                       tmp_path: Path) -> None:
     # r2_rmtree_recursion_skips_disarm.sh
+    workspace = deep_tmp / "ws"
+    workspace.mkdir()
     marker = tmp_path / "PWNED"
-    try:
-        r, again = await call(backend, workspace, DEEP + " && " + laid("m/.git").replace("M", str(marker)))
-        assert r.ok and again.ok, (r.for_model(), again.for_model())
-        assert "could not be disarmed" in (r.note or "") and "a/.git" in (r.note or ""), r.note
-        home = home_of(tmp_path)
-        for name in ("m", "a"):
-            run_git_everyway(workspace / name, home)
-        assert not marker.exists(), r.note
-    finally:
-        subprocess.run(["rm", "-rf", str(workspace)], check=True)  # pytest's own removal recurses once a level
+    r, again = await call(backend, workspace, DEEP + " && " + laid("m/.git").replace("M", str(marker)))
+    assert r.ok and again.ok, (r.for_model(), again.for_model())
+    assert "could not be disarmed" in (r.note or "") and "a/.git" in (r.note or ""), r.note
+    home = home_of(tmp_path)
+    for name in ("m", "a"):
+        run_git_everyway(workspace / name, home)
+    assert not marker.exists(), r.note
 
 
 @pytest.mark.parametrize("backend", CONTAINMENT)

@@ -102,8 +102,8 @@ FOUND = {"nul-pointer": "armed/.git", "nul-commondir": "c", "in-bare": "x/y/z/li
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_a_repository_the_program_lays_out_is_found_and_disarmed(layout: str, tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
+def test_a_repository_the_program_lays_out_is_found_and_disarmed(layout: str, deep_tmp: Path) -> None:
+    ws = deep_tmp / "ws"
     subprocess.run(["git", "init", "-q", str(ws)], check=True)
     (ws / "src").mkdir()  # a folder of the person's, the program lays a repository out in
     protected = protect(ws)
@@ -116,7 +116,6 @@ def test_a_repository_the_program_lays_out_is_found_and_disarmed(layout: str, tm
     # disarmed (a new folder), or no more a repository (a folder of the person's: its new HEAD... removed)
     assert not armed(folder) or not (folder / "HEAD").exists(), note
     assert not armed(ws / "armed" / ".git"), note
-    subprocess.run(["rm", "-rf", str(ws)], check=True)  # pytest's own removal recurses once a level
 
 
 def test_the_top_made_to_look_bare_loses_what_made_it_so_and_the_persons_repositories_stay_pinned(

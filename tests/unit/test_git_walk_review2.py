@@ -135,29 +135,26 @@ def test_a_link_chain_past_the_kernels_bound_is_unreadable_not_a_traceback(tmp_p
     protect(ws)  # and the next call is prepared
 
 
-def test_a_config_too_deep_to_remove_is_named_and_the_rest_disarmed(tmp_path: Path) -> None:
+def test_a_config_too_deep_to_remove_is_named_and_the_rest_disarmed(tmp_path: Path, deep_tmp: Path) -> None:
     # r2: shutil.rmtree recursed through a config folder 1,500 deep: the tidy died, `m` stayed armed
-    ws = tmp_path / "ws"
+    ws = deep_tmp / "ws"
     ws.mkdir()
-    try:
-        protected = protect(ws)
-        for name in "abc":
-            lay_out(ws / name / ".git")
-            os.unlink(ws / name / ".git" / "config")
-            deep(ws / name / ".git" / "config", 1500)
-        lay_out(ws / "m" / ".git")
-        note = remove_planted(ws, protected)
-        assert not armed(ws / "m" / ".git"), note
-        assert "could not be disarmed" in note and "a/.git" in note, note
-        home = tmp_path / "home"
-        home.mkdir()
-        env = {"PATH": os.environ["PATH"], "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1"}
-        for name in "abcm":  # git cannot read a config that is a folder: it runs nothing
-            subprocess.run(["git", "-c", "safe.directory=*", "-C", str(ws / name), "status"], env=env,
-                           capture_output=True, check=False, cwd=tmp_path)
-        assert not (tmp_path / "PWNED").exists() and not (ws / "m" / "PWNED").exists()
-    finally:
-        subprocess.run(["rm", "-rf", str(ws)], check=True)  # pytest's own removal recurses once a level
+    protected = protect(ws)
+    for name in "abc":
+        lay_out(ws / name / ".git")
+        os.unlink(ws / name / ".git" / "config")
+        deep(ws / name / ".git" / "config", 1500)
+    lay_out(ws / "m" / ".git")
+    note = remove_planted(ws, protected)
+    assert not armed(ws / "m" / ".git"), note
+    assert "could not be disarmed" in note and "a/.git" in note, note
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1"}
+    for name in "abcm":  # git cannot read a config that is a folder: it runs nothing
+        subprocess.run(["git", "-c", "safe.directory=*", "-C", str(ws / name), "status"], env=env,
+                       capture_output=True, check=False, cwd=tmp_path)
+    assert not (tmp_path / "PWNED").exists() and not (ws / "m" / "PWNED").exists()
 
 
 def test_the_config_files_read_in_one_call_are_bounded(tmp_path: Path) -> None:
