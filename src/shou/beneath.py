@@ -5,7 +5,8 @@ The path is resolved on its spelling first (`.` and `..`; nothing is followed, s
 then walked one component at a time from an open folder, each step `openat(..., O_NOFOLLOW)`: a symlink
 anywhere on the way is refused, and a process swapping a folder for a symlink at the same moment cannot
 redirect the open. Only a regular file (or a folder, when asked) is given back; a FIFO, a device or a socket is
-refused in words the model can act on.
+refused in words the model can act on. Removing a tree a program made (`remove_at`, `remove_tree`) walks the
+same way, one folder open at a time and without recursion, so no depth a program can make stops it.
 
 It stands alone because it is the mechanism, with no opinion on which paths may be opened: what the model's
 file tools may read or write (the user's config folder, `.shou/`, a repository's git control files, what the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import stat
 from collections.abc import Iterable
@@ -23,7 +25,8 @@ from pathlib import Path
 
 from .errors import ToolError
 
-__all__ = ["NotFound", "Opened", "open_beneath", "open_folder", "relative_parts"]
+__all__ = ["NotFound", "Opened", "lexists_at", "open_beneath", "open_folder", "relative_parts", "remove_at",
+           "remove_tree"]
 
 class NotFound(ToolError):
     """The path (or a folder on the way) does not exist."""
@@ -123,6 +126,90 @@ def open_folder(start: Path | int, parts: Iterable[str], *, make: bool = False) 
         os.close(fd)
         raise
     return fd
+
+
+def remove_at(dir_fd: int, name: str, *, most_depth: int | None = None) -> bool:
+    """Remove `name` in the folder `dir_fd`: a file or a link itself, or a folder with all it holds; whether it
+    is gone. No link is followed, and nothing recurses: Python 3.11's `shutil.rmtree` recurses once a level, and
+    a tree 1,500 deep (any sandboxed program can make one) raised RecursionError, not OSError. One folder is
+    open at a time; going up, the parent is opened as `..` and must be the folder gone down from (a folder moved
+    meanwhile stops the removal). `most_depth`: give up (False) below that many levels (bounded work)."""
+    try:
+        if not stat.S_ISDIR(os.lstat(name, dir_fd=dir_fd).st_mode):
+            os.unlink(name, dir_fd=dir_fd)
+            return True
+        return _remove_folder(dir_fd, name, most_depth)
+    except (OSError, ValueError):
+        return False
+
+
+def remove_tree(path: Path | str, *, most_depth: int | None = None) -> bool:
+    """`remove_at` of a path: its last name in its parent folder (the parent reached as named); whether it is
+    gone (True when there was nothing)."""
+    parent, name = os.path.split(os.path.normpath(path))
+    try:
+        fd = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return not os.path.lexists(path)
+    try:
+        return remove_at(fd, name, most_depth=most_depth) or not lexists_at(fd, name)
+    finally:
+        os.close(fd)
+
+
+def lexists_at(dir_fd: int, name: str) -> bool:
+    """Whether the folder `dir_fd` holds `name` (a link itself counts)."""
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except OSError:
+        return False
+    return True
+
+
+def _remove_folder(dir_fd: int, name: str, most_depth: int | None) -> bool:
+    up: list[tuple[str, tuple[int, int]]] = []  # the folders gone down through: name, and its parent's identity
+    top = os.fstat(dir_fd)
+    up.append((name, (top.st_dev, top.st_ino)))
+    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        while True:
+            sub, more = _clear_some(fd)
+            if sub is not None:
+                if most_depth is not None and len(up) >= most_depth:
+                    return False
+                here = os.fstat(fd)
+                inner = os.open(sub, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+                up.append((sub, (here.st_dev, here.st_ino)))
+            elif not more:  # empty now: remove it from its parent
+                here_name, parent = up.pop()
+                if not up:
+                    os.rmdir(here_name, dir_fd=dir_fd)
+                    return True
+                outer = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = outer
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) != parent:
+                    return False
+                os.rmdir(here_name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _clear_some(fd: int) -> tuple[str | None, bool]:
+    """Unlink up to 1,024 entries of the folder `fd` that are no folders, the scan closed before the first
+    unlink: the name of a folder among those read (or None), and whether more may be left to read."""
+    with os.scandir(fd) as entries:
+        batch = [(e.name, e.is_dir(follow_symlinks=False)) for e in itertools.islice(entries, 1024)]
+    sub = None
+    for entry, is_dir in batch:
+        if is_dir:
+            sub = sub or entry
+        else:
+            os.unlink(entry, dir_fd=fd)
+    return sub, len(batch) == 1024
 
 
 def open_beneath(root: Path, parts: tuple[str, ...], flags: int, *, make_parents: bool = False,

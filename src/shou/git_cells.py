@@ -28,8 +28,9 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .beneath import open_folder
 from .errors import UserError
-from .git_disarm import no_exec, open_folder_beneath, replace_at, some, unlink_at
+from .git_disarm import no_exec, replace_at, some, unlink_at
 from .git_protect import Protected, protect, remove_planted
 from .git_walk import Scan
 
@@ -101,7 +102,7 @@ class Tidy:
 
 def _keep(workspace: Path, rel: str) -> _Kept | None:
     try:
-        fd = open_folder_beneath(workspace, rel)
+        fd = open_folder(workspace, rel.split("/"))
     except (OSError, ValueError):
         return None
     try:
@@ -136,7 +137,7 @@ def _hooks(repo_fd: int) -> dict[str, tuple[int, int, int, int]]:
     """Each hook's identity and state: (inode, mode, size, modification time)."""
     found = {}
     with contextlib.suppress(OSError):
-        fd = open_folder_beneath(repo_fd, "hooks")
+        fd = open_folder(repo_fd, ("hooks",))
         try:
             for entry in os.scandir(fd):
                 st = entry.stat(follow_symlinks=False)
@@ -149,7 +150,7 @@ def _hooks(repo_fd: int) -> dict[str, tuple[int, int, int, int]]:
 def _restore(workspace: Path, rel: str, kept: _Kept) -> list[str]:
     """Put back the kept files of the folder `rel` and disarm a hook that changed; the paths restored."""
     try:
-        fd = open_folder_beneath(workspace, rel)
+        fd = open_folder(workspace, rel.split("/"))
     except (OSError, ValueError):
         return []
     done = []
@@ -179,7 +180,7 @@ def _changed_hooks(repo_fd: int, before: dict[str, tuple[int, int, int, int]]) -
     with contextlib.suppress(OSError):
         if stat.S_ISLNK(os.lstat("hooks", dir_fd=repo_fd).st_mode):
             return ["(a link)"] if unlink_at(repo_fd, "hooks") else []
-        fd = open_folder_beneath(repo_fd, "hooks")
+        fd = open_folder(repo_fd, ("hooks",))
         try:
             for name, state in now.items():
                 if before.get(name) == state:

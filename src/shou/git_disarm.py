@@ -29,12 +29,13 @@ import shutil
 import stat
 import subprocess
 import tempfile
+from functools import partial
 from pathlib import Path
 
-from .beneath import open_folder
+from .beneath import lexists_at, open_folder, remove_at
 from .git_walk import pointer_readings, resolve
 
-__all__ = ["ALLOWED", "disarm", "is_allowed", "no_exec", "open_folder_beneath", "read_config", "replace_at", "some",
+__all__ = ["ALLOWED", "disarm", "is_allowed", "no_exec", "read_config", "replace_at", "some",
            "unlink_at", "write_config"]
 
 # Settings that name no program, no file to read more settings from and no place to take hooks from.
@@ -64,56 +65,9 @@ def is_allowed(key: str) -> bool:
     return rest.rpartition(".")[2] in ALLOWED_NAMED.get(section, frozenset())
 
 
-def open_folder_beneath(workspace: Path | int, rel: str) -> int:
-    """An fd of the folder `rel` (slash-separated) beneath `workspace` (a path or an open folder), no link
-    followed on the way (`beneath.open_folder`). OSError when one on the way is no folder."""
-    return open_folder(workspace, rel.split("/"))
-
-
-def unlink_at(dir_fd: int, name: str) -> bool:
-    """Remove `name` in the folder `dir_fd` (a folder with all it holds; a link itself); False when there is
-    none or it cannot be removed (a folder deeper than `_REMOVE_DEPTH` among them)."""
-    try:
-        st = os.lstat(name, dir_fd=dir_fd)
-        if stat.S_ISDIR(st.st_mode):
-            return _remove_tree(dir_fd, name)
-        os.unlink(name, dir_fd=dir_fd)
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def _remove_tree(dir_fd: int, name: str) -> bool:
-    """Remove the folder `name` with all it holds, without recursion (Python 3.11's `shutil.rmtree` recurses once
-    a level, and a folder 1,500 deep raised RecursionError), each folder opened beneath its parent without
-    following a link; whether it is gone."""
-    stack: list[tuple[int, str, int]] = []  # (parent fd, name, its fd): the open path from `dir_fd` down
-    try:
-        stack.append((dir_fd, name, os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                            dir_fd=dir_fd)))
-        while stack:
-            parent, here, fd = stack[-1]
-            sub = None
-            for entry in os.scandir(fd):
-                if entry.is_dir(follow_symlinks=False):
-                    sub = entry.name
-                    break
-                os.unlink(entry.name, dir_fd=fd)
-            if sub is not None:
-                if len(stack) >= _REMOVE_DEPTH:
-                    return False
-                stack.append((fd, sub, os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                               dir_fd=fd)))
-                continue
-            stack.pop()
-            os.close(fd)
-            os.rmdir(here, dir_fd=parent)
-        return True
-    except OSError:
-        return False
-    finally:
-        for _, _, fd in stack:
-            os.close(fd)
+# What the tidy removes is bounded (it runs on the event loop): a folder deeper than `_REMOVE_DEPTH` is left
+# and named, never a recursion.
+unlink_at = partial(remove_at, most_depth=_REMOVE_DEPTH)
 
 
 def disarm(workspace: Path, repositories: list[str], keep: frozenset[tuple[int, int]] = frozenset()) -> str:
@@ -129,7 +83,7 @@ def disarm(workspace: Path, repositories: list[str], keep: frozenset[tuple[int, 
     with tempfile.TemporaryDirectory(prefix="shou-git-") as scratch:
         for rel in repositories:
             try:
-                fd = open_folder_beneath(workspace, rel)
+                fd = open_folder(workspace, rel.split("/"))
             except (OSError, ValueError):
                 continue  # gone (or a link now): nothing there git would read as this folder
             try:
@@ -172,18 +126,18 @@ def _disarm_one(repo_fd: int, git: str | None, scratch: Path, keep: frozenset[tu
     for folder, name in _config_files(repo_fd):
         shown = name if folder == "." else f"{folder}/{name}"
         try:
-            fd = open_folder_beneath(repo_fd, folder)
+            fd = open_folder(repo_fd, folder.split("/"))
         except (OSError, ValueError):
             continue
         change = ""
         try:
-            if budget[0] <= 0 and _exists(fd, name):
+            if budget[0] <= 0 and lexists_at(fd, name):
                 # Past the cap the program made these by the hundred: gone unread, so no call pays more than it.
                 if removed := unlink_at(fd, name):
                     budget[1] += 1
                 change = f"removed {shown} unread" if removed else f"could not remove {shown}"
             elif git is not None:
-                if _exists(fd, name):
+                if lexists_at(fd, name):
                     budget[0] -= 1
                 change = _clean_config(fd, name, shown, git, scratch)
         except FileNotFoundError:
@@ -199,18 +153,10 @@ def _disarm_one(repo_fd: int, git: str | None, scratch: Path, keep: frozenset[tu
     return changes
 
 
-def _exists(dir_fd: int, name: str) -> bool:
-    try:
-        os.lstat(name, dir_fd=dir_fd)
-    except OSError:
-        return False
-    return True
-
-
 def _foreign_commondir(repo_fd: int, keep: frozenset[tuple[int, int]]) -> list[str]:
     """Remove the folder's `commondir` unless each reading of it names a repository folder of `keep` (a linked
     worktree of the person's repository that the program added keeps it); what was done."""
-    if not _exists(repo_fd, "commondir"):
+    if not lexists_at(repo_fd, "commondir"):
         return []
     try:
         keeps = _names_kept(repo_fd, keep)
@@ -228,7 +174,7 @@ def _config_files(repo_fd: int) -> list[tuple[str, str]]:
     their own)."""
     files = [(".", "config"), (".", "config.worktree")]
     with contextlib.suppress(OSError):
-        wt = open_folder_beneath(repo_fd, "worktrees")
+        wt = open_folder(repo_fd, ("worktrees",))
         try:
             files += [(f"worktrees/{e.name}", "config.worktree") for e in os.scandir(wt)
                       if e.is_dir(follow_symlinks=False)]
@@ -364,7 +310,7 @@ def _disarm_hooks(repo_fd: int) -> list[str]:
     try:
         if stat.S_ISLNK(os.lstat("hooks", dir_fd=repo_fd).st_mode):
             return ["removed the link hooks"] if unlink_at(repo_fd, "hooks") else []
-        fd = open_folder_beneath(repo_fd, "hooks")
+        fd = open_folder(repo_fd, ("hooks",))
     except OSError:
         return []
     changes = []

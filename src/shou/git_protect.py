@@ -28,8 +28,9 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .beneath import open_folder
 from .errors import UserError
-from .git_disarm import disarm, open_folder_beneath, some, unlink_at
+from .git_disarm import disarm, some, unlink_at
 from .git_walk import LIMIT, Scan, resolve, scan
 
 __all__ = ["GIT_CONTROL_NAMES", "GIT_ENV", "Protected", "fd_room", "is_git_control_path", "open_path_beneath",
@@ -266,7 +267,7 @@ def _unmark(workspace: Path, rel: str, ident: tuple[int, int], old: dict[str, in
     name to inode); the workspace paths removed."""
     try:
         fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if rel == "." else \
-            open_folder_beneath(workspace, rel)
+            open_folder(workspace, rel.split("/"))
     except OSError:
         return []
     try:

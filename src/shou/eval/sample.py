@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..beneath import remove_tree
 from ..errors import ConfigError, UserError
 from ..events import ModelResponse, RunFinished, RunResumed, RunStarted
 from .cases import Case, bind, fixture_path_problem
@@ -131,7 +132,9 @@ async def _agent_for(sample: Sample, env: SampleEnv, ws: Path, names: list[str])
                 answered(_responses(agent, names))
             return agent
         await _close(agent, env)
-        await asyncio.to_thread(shutil.rmtree, ws)
+        if not await asyncio.to_thread(remove_tree, ws):  # an agent's tree may be any depth: no recursion
+            raise UserError(f"the workspace {ws} an earlier attempt left could not be removed; remove it, and "
+                            "run again")
     await asyncio.to_thread(_fixture, ws, sample.case.files)
     agent = await _make(env, sample, ws)
     for name in names:  # a shared store may hold the sessions of an attempt whose workspace is gone
