@@ -192,12 +192,17 @@ def _skipped(root: str) -> set[tuple[int, int]]:
 
 
 def _walk(top: str, prefix: str, skip: set[tuple[int, int]]) -> Iterator[tuple[str, os.stat_result | None]]:
-    try:
-        entries = list(os.scandir(top))
-    except OSError:
-        return
-    for entry in entries:
-        rel = prefix + entry.name
+    """Every folder (with None) and regular file below `top`, each folder before what it holds. The walk keeps
+    its own stack: a generator that recursed once a level raised RecursionError on a tree 1,500 deep, which any
+    command can make, and no command could then be run or undone."""
+    stack = [(prefix, iter(_entries(top)))]
+    while stack:
+        here, entries = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        rel = here + entry.name
         try:
             st = entry.stat(follow_symlinks=False)
         except OSError:
@@ -207,9 +212,17 @@ def _walk(top: str, prefix: str, skip: set[tuple[int, int]]) -> Iterator[tuple[s
             if (st.st_dev, st.st_ino) in skip or entry.name == ".git":
                 continue
             yield rel, None
-            yield from _walk(entry.path, rel + "/", skip)
+            stack.append((rel + "/", iter(_entries(entry.path))))
         elif stat.S_ISREG(st.st_mode):
             yield rel, st
+
+
+def _entries(folder: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as it:
+            return list(it)
+    except OSError:
+        return []
 
 
 _KEPT: dict[tuple[str, str, Sig], str] = {}  # (workspace, path, signature) -> blob: a file unchanged is not reread
