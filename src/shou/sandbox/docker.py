@@ -19,25 +19,34 @@ engine refuses to extract archives into a read-only root filesystem.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
-import stat
 import tempfile
 import time
 from dataclasses import replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
-from ..git_protect import GIT_ENV, Protected, protect, remove_planted
-from ..workspace import STATE_DIR, hidden_config, read_only_tops, state_dir
+from ..git_protect import Protected, protect, remove_planted
+from ..workspace import hidden_config, read_only_tops, state_dir
 from .base import ExecResult, Limits, OutputCapture, new_output_path
 from .bubblewrap import SANDBOX_UID
 from .docker_binds import PinnedBinds
+from .docker_config import (
+    CODE_DIR,
+    STDIN_FILE,
+    WORKSPACE_DIR,
+    MiB,
+    checked_user,
+    default_user,
+    is_dir,
+    options,
+    utf8,
+    write_code_dir,
+)
 from .docker_engine import create, discard, read_logs, start, wait
 from .docker_result import docker_result
-from .docker_seccomp import profile_json
 from .docker_warm import WarmContainer, WarmFailed
 from .languages import program
 from .quota import DiskAllowance, current_allowance
@@ -52,36 +61,10 @@ DEFAULT_IMAGES: dict[str, str] = {
     "node": "node:20-slim",
     "java": "eclipse-temurin:17-jdk",
 }
-WORKSPACE_DIR = "/workspace"
-CODE_DIR = "/code"
 READ_ONLY_FILES = ("shou.toml", ".env")
-STDIN_FILE = ".shou-stdin"
 INSTALL_HINT = "pip install 'shou[docker]'"
 # `program()` names the runtime first; that picks the image.
 RUNTIME_LANGUAGE = {"python3": "python", "bash": "bash", "node": "node", "java": "java"}
-MiB = 1024 * 1024
-
-
-def _default_user(workspace: Path) -> str:
-    """`uid:gid` the program runs as: never root. As root, the sandbox uid (which sees the workspace through
-    an idmapped mount, as in the bubblewrap sandbox); otherwise the workspace's owner, or the caller when
-    the workspace is root's or does not exist yet (it is made by us, then)."""
-    if os.geteuid() == 0:
-        return f"{SANDBOX_UID}:{SANDBOX_UID}"
-    with contextlib.suppress(OSError):
-        st = os.stat(workspace)
-        if st.st_uid != 0:
-            return f"{st.st_uid}:{st.st_gid}"
-    return f"{os.getuid()}:{os.getgid()}"
-
-
-def _checked_user(user: str) -> str:
-    """`user` unless it names root (uid 0, or a name the engine would look up): a UserError then."""
-    uid = user.split(":", 1)[0]
-    if not uid.isdigit() or int(uid) == 0:
-        raise UserError(f"the Docker sandbox runs code as a numeric non-root uid, not {user!r}: root in the "
-                        "container owns what it writes in the workspace and could leave set-id programs there")
-    return user
 
 
 def _sdk() -> Any:
@@ -112,7 +95,7 @@ class DockerSandbox:
         self.workspace = Path(workspace).resolve()  # the engine needs absolute bind sources
         self.limits = limits
         self.images = {**DEFAULT_IMAGES, **(images or {})}
-        self.user = _checked_user(user if user is not None else _default_user(self.workspace))
+        self.user = checked_user(user if user is not None else default_user(self.workspace))
         self.allowance = DiskAllowance(limits.disk_mb * MiB, limits.inodes)  # calls made outside any agent run
         self._client = client
         self._mount: IdmappedWorkspace | None = None
@@ -191,62 +174,14 @@ class DockerSandbox:
         if binds is None:
             binds = self.pinned_binds()
             self._unclaimed.append(binds)
-        fsize = limits.file_size_mb * MiB
-        # tmpfs pages count against the container's memory anyway, so more than memory_mb could never be used.
-        tmp_mb = max(1, min(limits.file_size_mb, limits.memory_mb))
         source = self._source()
-        uid, _, gid = self.user.partition(":")
-        gid = gid or uid
-        return {
-            "image": image or self.images["bash"],
-            # Entrypoint = argv[0] replaces the image's own (node's and temurin's wrap the command).
-            "entrypoint": argv[:1],
-            "command": argv[1:],
-            "user": self.user,
-            "working_dir": WORKSPACE_DIR,
-            # The sandbox uid has no home; GIT_ENV: git obeys no config the program could have planted.
-            "environment": {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1", **GIT_ENV},
-            "labels": {"shou": "1"},
-            "volumes": {
-                str(source): {"bind": WORKSPACE_DIR, "mode": "rw"},
-                **self._workspace_binds(source, binds),
-                str(code_dir_host): {"bind": CODE_DIR, "mode": "ro"},
-            },
-            "read_only": True,
-            # shou's own state is hidden, as in the bubblewrap sandbox.
-            # The engine copies the mode of the image's own /tmp (root's 0755 in some): make it the user's.
-            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={tmp_mb}m,mode=1777,uid={uid},gid={gid}",
-                      f"{WORKSPACE_DIR}/{STATE_DIR}": "ro,nosuid,nodev,size=64k",
-                      # The user's shou config folder (API keys, the key that signs approvals) is not the
-                      # program's to read: its top folder's read-only bind stops writes, an empty read-only
-                      # folder over it stops reads. Bound as an empty copy (no right to mount), the top
-                      # folder shows none of it already, and has no place for this mount.
-                      **({f"{WORKSPACE_DIR}/{rel}": "ro,nosuid,nodev,noexec,size=4k"
-                          for rel in hidden_config(self.workspace)} if binds.mount else {})},
-            "mem_limit": limits.memory_mb * MiB,
-            "memswap_limit": limits.memory_mb * MiB,  # equal to mem_limit: no swap
-            "nano_cpus": 1_000_000_000,
-            # docker-init (below) is one more process. It keeps the program from being PID 1, which the
-            # kernel shields from SIGXCPU, so the CPU rlimit works; it also reaps zombies.
-            "init": True,
-            "pids_limit": limits.processes + 1,
-            "ulimits": [
-                {"name": "fsize", "soft": fsize, "hard": fsize},
-                {"name": "core", "soft": 0, "hard": 0},
-                # SIGXCPU at the soft limit, SIGKILL a second later if the program ignores it.
-                {"name": "cpu", "soft": limits.cpu, "hard": limits.cpu + 1},
-            ],
-            "network_disabled": not limits.network,
-            "network_mode": "bridge" if limits.network else "none",
-            "cap_drop": ["ALL"],
-            # The engine's default seccomp profile lets chmod set set-id bits: ours replaces it (docker_seccomp.py).
-            "security_opt": ["no-new-privileges", "seccomp=" + profile_json()],
-            "stdin_open": False,
-            "tty": False,  # keeps stdout and stderr apart
-            "auto_remove": False,  # we read the logs and state after exit, then remove it ourselves
-            # The engine keeps logs on its disk: cap them (output past ~64 MB loses its head; we keep 50 MB).
-            "log_config": {"type": "json-file", "config": {"max-size": "32m", "max-file": "2"}},
+        volumes = {
+            str(source): {"bind": WORKSPACE_DIR, "mode": "rw"},
+            **self._workspace_binds(source, binds),
+            str(code_dir_host): {"bind": CODE_DIR, "mode": "ro"},
         }
+        hidden = hidden_config(self.workspace) if binds.mount else []
+        return options(argv, limits, image or self.images["bash"], self.user, volumes, hidden)
 
     def _workspace_binds(self, source: Path, pinned: PinnedBinds) -> dict[str, dict[str, str]]:
         """The workspace's settings files and a repository's config and hooks, read-only, and its
@@ -256,7 +191,7 @@ class DockerSandbox:
         protected = protect(self.workspace, absent=tuple(absent), skip=tuple(tops))
         for rel in (*protected.git_dirs, *protected.read_only):
             # The engine's `-v source:target:mode` cannot spell a ':', and its API (JSON) no name that is not UTF-8.
-            if ":" in rel or not _utf8(rel):
+            if ":" in rel or not utf8(rel):
                 shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
                 raise UserError(f"{self.workspace / shown} is a git repository's folder or file the container must "
                                 "see read-only, but Docker cannot bind a path holding ':' or bytes that are not "
@@ -265,7 +200,7 @@ class DockerSandbox:
         binds = {}
         for rel in protected.git_dirs:
             path = pinned.add(rel, read_only=False)
-            if path is None and _is_dir(source / rel):
+            if path is None and is_dir(source / rel):
                 path = str(source / rel)  # not root: no way to pin it but by path
             if path is not None:
                 binds[path] = {"bind": f"{WORKSPACE_DIR}/{rel}", "mode": "rw"}
@@ -312,7 +247,7 @@ class DockerSandbox:
         if stdin is not None:
             # Attaching to a container's stdin is fragile across engines; a file and a redirect are not.
             argv = ["/bin/sh", "-c", f'exec "$@" < {CODE_DIR}/{STDIN_FILE}', "sh", *argv]
-        code_dir = _write_code_dir(files, stdin)
+        code_dir = write_code_dir(files, stdin)
         container: Any = None
         binds: PinnedBinds | None = None
         try:
@@ -405,37 +340,3 @@ class DockerSandbox:
         return docker_result(out, err, exit_code, reason, oom_killed, duration, limits, disk, self.workspace)
 
 
-def _is_dir(path: Path) -> bool:
-    with contextlib.suppress(OSError):
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    return False
-
-
-def _write_code_dir(files: dict[str, bytes], stdin: bytes | None) -> Path:
-    """A fresh host directory holding `files` (and stdin), readable by any user the container runs as."""
-    root = Path(tempfile.mkdtemp(prefix="shou-code-"))
-    try:
-        entries = {**files, STDIN_FILE: stdin} if stdin is not None else files
-        for name, data in entries.items():
-            rel = PurePosixPath(name)
-            if rel.is_absolute() or ".." in rel.parts or not rel.parts:
-                raise UserError(f"file name {name!r} must be a relative path under {CODE_DIR}, without '..'")
-            path = root.joinpath(*rel.parts)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        # mkdtemp makes 0700 and the umask may strip more: the container's user is not us.
-        root.chmod(0o755)
-        for path in root.rglob("*"):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-    except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
-        raise
-    return root
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a file name's undecodable bytes (surrogate escapes)
-        return False
-    return True
