@@ -14,7 +14,15 @@ print(agent.run("What is 2 + 40?").answer)
 Names are imported on first use, so `import shou` stays cheap.
 """
 
-from __future__ import annotations
+# Before any other import (no `from __future__` here, which is one): `python -m shou` puts the working folder
+# first on sys.path, and a workspace file named like a module shou imports (`typing.py`, `asyncio/`), which a
+# sandboxed program may leave, would run on the host at the person's next `python -m shou` there. While the
+# package is found, `-m` is argv[0]. The `shou` command never had the folder on its path; now neither has this.
+import os as _os
+import sys as _sys
+
+if _sys.argv[:1] == ["-m"] and _sys.path and _sys.path[0] == _os.getcwd():
+    del _sys.path[0]
 
 import importlib
 from typing import TYPE_CHECKING, Any

@@ -214,7 +214,7 @@ def remove_planted(workspace: Path, protected: Protected, seen: list[Scan] | Non
                      "config and hooks from where it points")
     if startup:
         notes.append(f"removed {', '.join(startup)}, which the program created: the host would run it (a shell "
-                     "start-up file, or Python's sitecustomize)")
+                     "start-up file, Python's sitecustomize, or the shou that `python -m shou` would import there)")
     return "; ".join(notes)
 
 

@@ -83,9 +83,11 @@ def host_parts(workspace: Path) -> list[tuple[tuple[str, ...], bool]]:
 
     Of the other `sys.path` entries (a project's own `src/` of an editable install, `PYTHONPATH`, the working
     folder of `python -m shou`) only the `sitecustomize.py` and `usercustomize.py` Python imports at every start
-    are listed: the project's code stays writable (its packages are not what shou imports: site-packages come
-    first), except shou's own package when shou runs from the workspace (working on shou itself). A module
-    named like one shou imports could still be put in the working folder of `python -m shou`: see SECURITY.md."""
+    are listed, and in the workspace's top (and the working folder) a module or package named `shou`: the
+    project's code stays writable (its packages are not what shou imports: site-packages come first, and
+    `python -m shou` drops its working folder from the path), except shou's own package when shou runs from the
+    workspace (working on shou itself)."""
+    import importlib.machinery
     import site
     import sys
 
@@ -103,6 +105,14 @@ def host_parts(workspace: Path) -> list[tuple[tuple[str, ...], bool]]:
     for entry in sys.path:
         for name in ("sitecustomize.py", "usercustomize.py"):
             add(os.path.join(entry or os.getcwd(), name), False)
+    # `python -m shou` looks for shou itself in the folder it starts in before anywhere else (it takes that
+    # folder off sys.path before any other import: shou/__init__.py), so there a `shou.py`, `shou/__init__.py`
+    # or a compiled form of either would be what runs: the workspace's top, where shou is run, and this one's.
+    suffixes = importlib.machinery.all_suffixes()
+    for parts in dict.fromkeys(((), *_inside_parts(os.getcwd(), workspace, bases))):  # resolved once, not by name
+        for name in (*(("shou" + x,) for x in suffixes), *(("shou", "__init__" + x) for x in suffixes)):
+            if ((*parts, *name), False) not in found:
+                found.append(((*parts, *name), False))
     with contextlib.suppress(Exception):  # site may be disabled (-S) or its user site unknown
         add(site.getuserbase(), True)
         add(site.getusersitepackages(), True)

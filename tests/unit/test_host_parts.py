@@ -4,6 +4,7 @@ start-up files, `~/.ssh`, `~/.local` with the user site's usercustomize.py, `~/.
 
 from __future__ import annotations
 
+import importlib.machinery
 import site
 import sys
 from pathlib import Path
@@ -46,10 +47,17 @@ def test_host_parts_lists_the_venv_the_user_site_and_the_home_start_up_files(hom
     assert ("sitecustomize.py",) in parts and ("usercustomize.py",) in parts  # but what Python imports at start
 
 
-def test_nothing_is_listed_when_the_home_and_python_are_elsewhere(tmp_path: Path) -> None:
+# `python -m shou` finds shou at the workspace's top first (shou/__init__.py drops that folder for the rest)
+SHOU_MODULE = {(f"shou{x}",) for x in importlib.machinery.all_suffixes()} | {
+    ("shou", f"__init__{x}") for x in importlib.machinery.all_suffixes()}
+
+
+def test_only_shou_at_the_top_is_listed_when_the_home_and_python_are_elsewhere(tmp_path: Path) -> None:
     ws = tmp_path / "project"
     ws.mkdir()
-    assert host_parts(ws) == []
+    assert {p for p, folder in host_parts(ws) if not folder} == SHOU_MODULE
+    assert ("shou.py",) in SHOU_MODULE and ("shou", "__init__.py") in SHOU_MODULE
+    assert [p for p, folder in host_parts(ws) if folder] == []
 
 
 def test_read_only_tops_makes_missing_folders_but_no_start_up_file(home_ws: Path) -> None:
@@ -106,13 +114,14 @@ def test_a_project_s_own_code_on_sys_path_stays_writable_but_not_what_python_run
     monkeypatch.setenv("SHOU_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setattr(sys, "path", [*sys.path, str(ws / "src")])
     parts = {p for p, _ in host_parts(ws)}
-    assert parts == {("src", "sitecustomize.py"), ("src", "usercustomize.py")}, parts
+    assert parts == {("src", "sitecustomize.py"), ("src", "usercustomize.py")} | SHOU_MODULE, parts
     with open_file(ws, "src/pkg/mod.py", write=True, create=True) as f:
         f.replace(b"x = 1\n")
     with pytest.raises(ToolError, match="runs code from"):
         open_file(ws, "src/sitecustomize.py", write=True, create=True)
     tops, absent = read_only_tops(ws)
-    assert tops == [] and absent == ["src/sitecustomize.py", "src/usercustomize.py"]
+    assert tops == [] and set(absent) == {"src/sitecustomize.py", "src/usercustomize.py"} | {
+        "/".join(p) for p in SHOU_MODULE}
 
 
 def test_shou_s_own_code_in_the_workspace_is_the_host_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
