@@ -11,13 +11,11 @@ identities), by the identity (device, inode) of the repository folder, and the t
 folder by that identity wherever the program moved it (a rename kept the path-keyed state from applying),
 puts the files back and takes the execute bits off a changed hook.
 
-A repository the program made in an earlier cell stays the program's (`Tidy.ours`): what a thread of it
-writes there between cells is disarmed at the next cell's end. What a thread or process the program left
-running writes between two cells is NOT judged until then: the interpreter is not frozen (a frozen one is left
-behind, unkillable, when shou's process dies). A repository such a thread makes before the next cell begins
-is in that cell's "before" and taken for the person's (as one the person makes on the host then must be);
-one made after the last cell is disarmed when the interpreter stops (`Started.stop` tidies once more). That
-window remains: a repository sits in the workspace, armed, from the thread's write until then.
+A repository the program made in an earlier cell stays the program's (`Tidy.ours`). Between cells the
+sandbox's processes are paused (`sandbox.started.Started.pause`: SIGSTOP, which SIGKILL still ends, unlike the
+cgroup freezer, whose frozen interpreter outlived a killed shou), and the next cell's walk is taken before they
+resume: what a thread or background process the program left running writes is always written during a cell,
+and judged at its end. Were a process impossible to stop (an uninterruptible call), the cell's note says so.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ repository must be byte for byte as it was.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 from pathlib import Path
 
@@ -238,3 +240,53 @@ async def test_a_commondir_naming_a_persons_folder_laid_out_as_a_common_dir(back
     home.mkdir()
     run_git_everyway(workspace / "w", home)
     assert not marker.exists(), r.for_model()
+
+
+def _stopped_tree(pid: int) -> bool:
+    """Whether every process below `pid` (bwrap) is stopped: the sandbox paused between cells."""
+    todo, found = [pid], []
+    while todo:
+        here = todo.pop()
+        for tid in os.listdir(f"/proc/{here}/task"):
+            with contextlib.suppress(OSError):
+                kids = [int(w) for w in Path(f"/proc/{here}/task/{tid}/children").read_text().split()]
+                found += kids
+                todo += kids
+    states = []
+    for child in found:
+        with contextlib.suppress(OSError):
+            states.append(Path(f"/proc/{child}/stat").read_bytes().rsplit(b")", 1)[1].split()[0])
+    return bool(states) and all(s in (b"T", b"t") for s in states)
+
+
+async def test_a_thread_left_running_makes_no_repository_between_cells(workspace: Path, tmp_path: Path) -> None:
+    # Review 48, script e2: a thread a cell left running laid a repository out while no cell ran; the next
+    # cell's walk took it for the person's, so it was never disarmed and the host's git ran its fsmonitor.
+    import asyncio
+
+    from shou.sandbox.stateful import StatefulPython
+
+    marker = tmp_path / "PWNED"
+    box = make("bubblewrap", workspace, Limits(timeout=60))
+    kernel = StatefulPython(box)  # type: ignore[arg-type]
+    program = laid("sub/.git").replace("M", str(marker))
+    try:
+        r = await kernel.execute(
+            "import os, threading, time, subprocess\ndef later():\n"
+            "    while not os.path.exists('go'): time.sleep(0.01)\n"
+            f"    subprocess.run(['bash', '-c', {program!r}])\n    open('done', 'w').close()\n"
+            "threading.Thread(target=later, daemon=True).start()")
+        assert r.ok, r.for_model()
+        (workspace / "go").touch()  # between cells
+        async with asyncio.timeout(60):  # the thread has laid it out, or the sandbox is paused
+            while not (workspace / "done").exists() and not _stopped_tree(kernel._handle.proc.pid):
+                await asyncio.sleep(0.01)
+        after = await kernel.execute("import os, time\nwhile not os.path.exists('done'): time.sleep(0.01)")
+    finally:
+        await kernel.close()
+        release(box)
+    home = tmp_path / "home"
+    home.mkdir()
+    run_git_everyway(workspace / "sub", home)
+    assert not marker.exists(), after.note
+    assert "disarmed" in (after.note or ""), after.for_model()

@@ -27,7 +27,6 @@ import os
 import shutil
 import stat
 import subprocess
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,13 +35,14 @@ from ..errors import UserError
 from ..git_cells import Tidy
 from ..git_protect import GIT_ENV, Protected, fd_room, open_pin, protect, remove_planted
 from ..workspace import hidden_config, read_only_tops, state_dir
-from .base import ExecResult, ExitReason, Limits, new_output_path
+from .base import ExecResult, Limits, new_output_path
 from .bubblewrap_warm import WarmSlot, run_warm
 from .cgroup import CgroupHold, RunCgroup
 from .languages import program
 from .process import HOST_ENV, close_fds, exec_result, kill_group, processes_of, spawn_and_wait
-from .quota import DiskAllowance, DiskWatch, current_allowance
+from .quota import DiskAllowance, current_allowance
 from .seccomp import filter_fd
+from .started import Started
 
 if TYPE_CHECKING:
     from .idmap import IdmappedWorkspace
@@ -331,52 +331,6 @@ class BubblewrapSandbox:
 
 
 BWRAP_MAX_ARGS = 9000  # bubblewrap's MAX_ARGS
-
-
-class Started:
-    """A long-lived sandboxed process; `stop()` kills all of it."""
-
-    def __init__(self, proc: asyncio.subprocess.Process, cgroup: RunCgroup | None,
-                 watcher: asyncio.Future[None] | None = None,
-                 charge: tuple[DiskAllowance, DiskWatch] | None = None, limits_mb: int = 0) -> None:
-        self.proc = proc
-        self.limits_mb = limits_mb
-        # Undoes what the process planted in the repository (protect.remove_planted), after each of its calls.
-        self.tidy: Callable[[], str] = lambda: ""
-        # Takes the walk of the workspace that the next `tidy` compares with: before each cell.
-        self.begin: Callable[[], None] = lambda: None
-        self.cgroup = cgroup
-        self.watcher = watcher
-        self._charge = charge
-
-    def why_ended(self) -> tuple[ExitReason, str]:
-        """Why the process died on its own (call before `stop`): the disk allowance, memory, or unknown."""
-        if self._charge is not None and self._charge[1].check():
-            return "disk", self._charge[1].exceeded
-        if self.cgroup is not None and self.cgroup.oom_killed():
-            return "memory", f"the memory limit is {self.limits_mb} MB" if self.limits_mb else "out of memory"
-        return "killed", ""
-
-    async def stop(self) -> None:
-        """Kill the process group and the cgroup's processes, tidy, and reap."""
-        if self.watcher is not None:
-            self.watcher.cancel()
-        kill_group(self.proc.pid)
-        if self.cgroup:
-            self.cgroup.kill_all()
-        with contextlib.suppress(TimeoutError, ProcessLookupError):
-            async with asyncio.timeout(5):
-                await self.proc.wait()
-        if self.cgroup:
-            self.cgroup.remove()
-        # What a thread of the program wrote after the last cell's tidy: undone now that nothing runs (a workspace
-        # gone meanwhile is no reason to leave the rest of the stop undone).
-        with contextlib.suppress(OSError):
-            self.tidy()
-        if self._charge is not None:
-            allowance, disk = self._charge
-            self._charge = None
-            allowance.charge(disk)
 
 
 def _workspace_args(workspace_fd: int, masks: tuple[tuple[int, str], ...], pinned: tuple[tuple[int, str], ...],

@@ -100,11 +100,12 @@ class StatefulPython:
             proc = self._handle.proc
             start = time.perf_counter()
             note, self._restart_note = self._restart_note, ""
-            # The walk this cell's tidy compares with (`git_cells.Tidy`). The interpreter is not frozen between
-            # cells (a frozen one outlives a killed shou: its SIGKILL from --die-with-parent stays pending), so
-            # what a thread of it writes meanwhile is judged at the next cell's end, or when it stops.
+            # The walk this cell's tidy compares with (`git_cells.Tidy`), taken while the sandbox's processes are
+            # paused (`Started.pause`, after the last cell): whatever the program does happens within a cell.
             if callable(begin := getattr(self._handle, "begin", None)):
                 begin()
+            if callable(resume := getattr(self._handle, "resume", None)):
+                resume()
             try:
                 proc.stdin.write(json.dumps({"code": code, "tools": tools or []}).encode() + b"\n")
                 await proc.stdin.drain()
@@ -144,6 +145,8 @@ class StatefulPython:
                                   note="; ".join(x for x in ("the interpreter crashed during this call", why) if x))
             error = reply.get("error")
             stderr = str(reply.get("stderr", "")) + (error or "")
+            if callable(pause := getattr(self._handle, "pause", None)) and (unpaused := await pause()):
+                note = "; ".join(x for x in (note, unpaused) if x)
             tidy = getattr(self._handle, "tidy", None)
             if callable(tidy) and (planted := tidy()):
                 note = "; ".join(x for x in (note, planted) if x)

@@ -1,0 +1,149 @@
+"""A long-lived process in the bubblewrap sandbox (the stateful interpreter): paused between its calls, tidied
+after each, killed whole."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from .base import ExitReason
+from .cgroup import RunCgroup
+from .process import kill_group
+from .quota import DiskAllowance, DiskWatch
+
+__all__ = ["Started", "children"]
+
+_PAUSE_ROUNDS = 64
+_PAUSE_POLLS = 2000  # looks, a millisecond apart, for every process to have stopped (else it is named)
+
+
+def children(pid: int) -> list[int]:
+    """The processes each thread of `pid` forked (Linux files a child under the thread that made it)."""
+    found: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        with contextlib.suppress(OSError, ValueError):
+            found += [int(w) for w in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+    return found
+
+
+def _all_stopped(pid: int) -> bool:
+    """Whether every thread of `pid` is stopped (or it is gone)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        try:
+            state = Path(f"/proc/{pid}/task/{tid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"T", b"t", b"Z", b"X"):
+            return False
+    return True
+
+
+class Started:
+    """A long-lived sandboxed process; `stop()` kills all of it."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, cgroup: RunCgroup | None,
+                 watcher: asyncio.Future[None] | None = None,
+                 charge: tuple[DiskAllowance, DiskWatch] | None = None, limits_mb: int = 0) -> None:
+        self.proc = proc
+        self.limits_mb = limits_mb
+        # Undoes what the process planted in the repository (protect.remove_planted), after each of its calls.
+        self.tidy: Callable[[], str] = lambda: ""
+        # Takes the walk of the workspace that the next `tidy` compares with: before each cell.
+        self.begin: Callable[[], None] = lambda: None
+        self.cgroup = cgroup
+        self.watcher = watcher
+        self._charge = charge
+        self._stopped: list[int] = []  # the processes `pause` stopped, for `resume`
+
+    def _processes(self) -> set[int]:
+        """Every process of the sandbox: the ones in its cgroup, and the descendants of bwrap (in its pid
+        namespace, an orphan is handed to bwrap's init, which stays bwrap's child)."""
+        found = set(self.cgroup.pids()) if self.cgroup is not None else set()
+        todo = [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            for child in children(pid):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+            found.add(pid)
+        found.discard(self.proc.pid)  # bwrap itself runs nothing of the program's
+        return found
+
+    async def pause(self) -> str:
+        """Stop every process of the sandbox (SIGSTOP) after a cell, so that nothing the program left running
+        (a thread, a child in the background) changes the workspace until the next cell: what it writes is
+        then always within a cell, judged by that cell's tidy. Unlike the cgroup freezer, which this replaces, a
+        stopped process still dies of SIGKILL, so a paused interpreter never outlives shou (bwrap's
+        --die-with-parent). A note when some process could not be stopped."""
+        stopped: set[int] = set()
+        for _ in range(_PAUSE_ROUNDS):  # one that forks while the tree is read is found in the next round
+            new = self._processes() - stopped
+            if not new:
+                break
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGSTOP)
+            stopped |= new
+        else:
+            self._stopped = sorted(stopped)
+            return "the program's processes kept multiplying and could not all be paused between calls"
+        self._stopped = sorted(stopped)
+        # Each stops at its next return from the kernel; nothing signals it to us (they are not our children).
+        for _ in range(_PAUSE_POLLS):
+            if not (running := [pid for pid in self._stopped if not _all_stopped(pid)]):
+                return ""
+            await asyncio.sleep(0.001)
+        return f"{len(running)} of the program's processes could not be paused between calls"
+
+    def resume(self) -> None:
+        """Let the processes `pause` stopped run again (before the next cell)."""
+        stopped, self._stopped = self._stopped, []
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGCONT)
+
+    def why_ended(self) -> tuple[ExitReason, str]:
+        """Why the process died on its own (call before `stop`): the disk allowance, memory, or unknown."""
+        if self._charge is not None and self._charge[1].check():
+            return "disk", self._charge[1].exceeded
+        if self.cgroup is not None and self.cgroup.oom_killed():
+            return "memory", f"the memory limit is {self.limits_mb} MB" if self.limits_mb else "out of memory"
+        return "killed", ""
+
+    async def stop(self) -> None:
+        """Kill the process group and the cgroup's processes, tidy, and reap."""
+        if self.watcher is not None:
+            self.watcher.cancel()
+        kill_group(self.proc.pid)
+        if self.cgroup:
+            self.cgroup.kill_all()
+        for pid in self._processes() if self._stopped else ():  # SIGKILL ends a stopped process too
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self._stopped = []
+        with contextlib.suppress(TimeoutError, ProcessLookupError):
+            async with asyncio.timeout(5):
+                await self.proc.wait()
+        if self.cgroup:
+            self.cgroup.remove()
+        # What a thread of the program wrote after the last cell's tidy: undone now that nothing runs (a workspace
+        # gone meanwhile is no reason to leave the rest of the stop undone).
+        with contextlib.suppress(OSError):
+            self.tidy()
+        if self._charge is not None:
+            allowance, disk = self._charge
+            self._charge = None
+            allowance.charge(disk)
