@@ -3,7 +3,8 @@
 Every handler but the page, the API's documents and the health check first names the user (`Server.user()`:
 401 without a valid token, on every server: with no tokens file the person's own token, printed as a link
 at start); every run and session is looked up as that user's, so another user's is a 404,
-indistinguishable from one that does not exist.
+indistinguishable from one that does not exist. Session names are each user's own (shou.serve.names): a name
+is resolved in the caller's namespace, and every answer shows the caller's names, never the store's.
 """
 
 from __future__ import annotations
