@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from shou.serve.names import stored_name  # dana's sessions as the store keeps them
+
 from ..fixtures.pg_proxy import CuttingProxy
 from ..fixtures.postgres import PostgresServer, pg_bindir
 from .test_pg_group_outage import (
@@ -68,7 +70,8 @@ def test_a_fork_through_serve_whose_commit_landed_unanswered_stays_its_callers(
         proxy.cut_after(b"DO NOTHING RETURNING name")  # the fork's own statement, no other's
         r = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-r45"})
         assert proxy.cut.is_set()
-        assert rows_of(f"postgresql://postgres@/forkserve?host={pg.socket_dir}", "forked-r45")  # it landed
+        landed = stored_name("dana", "forked-r45")
+        assert rows_of(f"postgresql://postgres@/forkserve?host={pg.socket_dir}", landed)  # it landed
         names = [x["name"] for x in c.get("/v1/sessions").json()["sessions"]]
         assert (r.status_code, "forked-r45" in names) == (201, True), (r.status_code, r.text, names)
 
@@ -83,7 +86,8 @@ def test_a_fork_through_serve_that_the_database_went_away_under_is_a_503_and_lea
         r = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-away"})
         assert proxy.cut.is_set()
         assert (r.status_code, r.json()["error"]["type"]) == (503, "unavailable"), r.text
-        assert rows_of(f"postgresql://postgres@/forkaway?host={pg.socket_dir}", "forked-away") == []
+        away = stored_name("dana", "forked-away")
+        assert rows_of(f"postgresql://postgres@/forkaway?host={pg.socket_dir}", away) == []
         proxy.refuse.clear()  # the database is back
         again = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-away"})
         assert again.status_code == 201, again.text
@@ -137,14 +141,14 @@ def test_a_fork_through_serve_cut_off_while_its_commit_is_under_way_stays_its_ca
     direct = f"postgresql://postgres@/forklate?host={pg.socket_dir}"
     with served_session(pg, proxy, serve, tmp_path, workspace, "forklate") as (c, session), \
             psycopg.connect(direct, autocommit=True) as admin:
-        hold_commits_of(admin, "forked-late")  # the fork's COMMIT waits for the test
+        hold_commits_of(admin, stored_name("dana", "forked-late"))  # the fork's COMMIT waits for the test
         proxy.cut_after(b"DO NOTHING RETURNING name", at_commit=True)
         r = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-late"})
         assert proxy.cut.is_set()
         assert (r.status_code, r.json()["error"]["type"]) == (503, "unavailable"), r.text
         admin.execute("SELECT pg_advisory_unlock(4242)")  # the commit goes on, and lands
         deadline = time.monotonic() + HANG
-        while not rows_of(direct, "forked-late"):
+        while not rows_of(direct, stored_name("dana", "forked-late")):
             assert time.monotonic() < deadline, "the fork never landed"
             time.sleep(0.01)  # a condition of the server, polled: no event can tell us
         names = [x["name"] for x in c.get("/v1/sessions").json()["sessions"]]
@@ -165,7 +169,7 @@ def test_a_fork_asked_again_while_the_first_is_still_landing_keeps_the_landed_fo
     direct = f"postgresql://postgres@/forkagain?host={pg.socket_dir}"
     with served_session(pg, proxy, serve, tmp_path, workspace, "forkagain") as (c, session), \
             psycopg.connect(direct, autocommit=True) as admin:
-        hold_commits_of(admin, "forked-late")  # the first fork's COMMIT waits for the test
+        hold_commits_of(admin, stored_name("dana", "forked-late"))  # the first fork's COMMIT waits for the test
         proxy.cut_after(b"DO NOTHING RETURNING name", at_commit=True)
         r = c.post(f"/v1/sessions/{session}/fork", json={"name": "forked-late"})
         assert (r.status_code, r.json()["error"]["type"]) == (503, "unavailable"), r.text
@@ -183,7 +187,7 @@ def test_a_fork_asked_again_while_the_first_is_still_landing_keeps_the_landed_fo
         admin.execute("SELECT pg_advisory_unlock(4242)")  # the first commit lands
         again.join(HANG)
         assert answers, "the second fork never answered"
-        while not rows_of(direct, "forked-late"):
+        while not rows_of(direct, stored_name("dana", "forked-late")):
             assert time.monotonic() < deadline, "the fork never landed"
             time.sleep(0.01)  # a condition of the server, polled
         second = answers[0]

@@ -116,9 +116,14 @@ def test_tenancy_tokens_and_limits(serve, served, tmp_path: Path, workspace: Pat
             assert r.json()["error"]["type"] == "not_found"
         assert bob.post(f"/v1/runs/{run['run_id']}/cancel").status_code == 404
         assert bob.delete("/v1/sessions/alice-notes").status_code == 404
-        assert bob.post("/v1/runs", json={"task": "mine now", "session": "alice-notes"}).status_code == 404
         assert bob.get("/v1/sessions").json()["sessions"] == []
         assert bob.get("/v1/runs").json()["runs"] == []
+        # the name is bob's own too: his run there makes a session of his, alice's is untouched
+        his = bob.post("/v1/runs", json={"task": "mine now", "session": "alice-notes"})
+        assert his.status_code == 202 and his.json()["session"] == "alice-notes", his.text
+        stream_run(bob, his.json()["run_id"])
+        assert [m["content"] for m in bob.get("/v1/sessions/alice-notes").json()["messages"]] == ["mine now", "again"]
+        assert [m["content"] for m in alice.get("/v1/sessions/alice-notes").json()["messages"]] == ["hi", "hello"]
         # Bad bodies: a clear 400 naming the field; too large: 413.
         r = alice.post("/v1/runs", json={"task": ""})
         assert r.status_code == 400 and "task" in r.json()["error"]["message"]

@@ -120,6 +120,7 @@ def test_a_decision_whose_run_was_never_queued_again_is_picked_up(serve, start, 
     # The replica that recorded the decision died before it queued the run: the log has it, the queue not.
     from shou.agent.approvals import decide
     from shou.serve.jobs import RunQueue
+    from shou.serve.names import stored_name
     from shou.session import Session
     from shou.store.sqlite import SQLiteStore
 
@@ -132,9 +133,9 @@ def test_a_decision_whose_run_was_never_queued_again_is_picked_up(serve, start, 
         for name, value in shou_env(tmp_path, None).items():  # the server's key signs what it will run
             monkeypatch.setenv(name, value)
         with SQLiteStore(workspace / ".shou" / "serve.db") as store:
-            session = Session("stuck", store)
+            session = Session(stored_name("alice", "stuck"), store)  # alice's "stuck", as the store keeps it
             queue = RunQueue.open(store)  # as a replica does: the decision is signed for the session's id
-            session.key = queue.session_id("stuck") or ""
+            session.key = queue.session_id(session.name) or ""
             queue.close()
             session.acquire()
             decide(session, call_id, True, "", workspace)
@@ -176,10 +177,11 @@ def test_chat_requests_refused_keep_nothing(serve, start, workspace: Path) -> No
         history = [{"role": "user", "content": f"old {i}"} for i in range(50)] + [{"role": "user", "content": "new"}]
         r = c.post("/v1/chat/completions", json={"model": "shou", "messages": history})
         assert r.status_code == 429
+    from shou.serve.names import stored_name
     from shou.store.sqlite import SQLiteStore
 
     with SQLiteStore(workspace / ".shou" / "serve.db") as store:
-        assert [info.name for info in store.sessions()] == [first["session"]]
+        assert [info.name for info in store.sessions()] == [stored_name("alice", first["session"])]
 
 
 def test_the_operators_own_sessions_and_the_apis_are_apart(serve, start, tmp_path: Path, workspace: Path) -> None:

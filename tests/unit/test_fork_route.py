@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from shou.serve import fork_api
+from shou.serve.names import stored_name
 
 from ..fixtures.replicas import call_route, two_replicas
 
@@ -46,8 +47,8 @@ def test_two_replicas_forking_into_one_new_name_leave_the_landed_fork_its_caller
     b_done.set()
     first.join(30)
     assert answers["b"][0] == 201, answers
-    assert b.store.exists("x")
-    assert b.queue.session_owner("x") == "alice", (
+    assert b.store.exists(stored_name("alice", "x"))
+    assert b.queue.session_owner(stored_name("alice", "x")) == "alice", (
         f"the fork answered 201 to alice is nobody's after the other replica's fork failed: {answers}")
 
 
@@ -82,8 +83,8 @@ def test_a_failed_fork_does_not_let_go_of_a_name_another_fork_is_landing_under(
     a_done.set()
     second.join(30)
     assert answers["a"][0] == 400 and answers["b"][0] == 201, answers
-    assert b.store.exists("y")
-    assert b.queue.session_owner("y") == "alice", (
+    assert b.store.exists(stored_name("alice", "y"))
+    assert b.queue.session_owner(stored_name("alice", "y")) == "alice", (
         f"the fork answered 201 to alice is nobody's: the other replica's failed fork let go of its name: {answers}")
     # and once every fork into it is over, a failed one lets go of a name it took
-    assert _fork(a, "orig", "z", at=99)[0] == 400 and a.queue.session_owner("z") is None
+    assert _fork(a, "orig", "z", at=99)[0] == 400 and a.queue.session_owner(stored_name("alice", "z")) is None

@@ -60,7 +60,8 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one).")] = 8300,
     store: Annotated[str | None, typer.Option(
-        "--store", help="postgresql://... (shared by replicas), or a SQLite file (default: .shou/shou.db).")] = None,
+        "--store", help="postgresql://... (shared by replicas), or a SQLite file (default: .shou/serve.db; "
+                        ".shou/shou.db shares sessions with `shou run`).")] = None,
     tokens: Annotated[Path | None, typer.Option(
         "--tokens", help="File of `TOKEN USER` lines; without it only loopback is served, to one token.")] = None,
     token_file: Annotated[Path | None, typer.Option(

@@ -46,6 +46,7 @@ from ..events import (
 from ..redact import Redactor
 from ..tools.executor import parse_arguments
 from .jobs import Job
+from .names import shown_name
 
 __all__ = ["INLINE_BYTES", "SHOWN", "artifacts_of", "context_of", "ending_status", "event_message", "is_final",
            "pending_calls", "task_of", "update_of", "written_paths"]
@@ -65,8 +66,8 @@ _STATE = {"queued": TaskState.TASK_STATE_SUBMITTED, "running": TaskState.TASK_ST
 
 
 def context_of(job: Job) -> str:
-    """The task's context: the A2A contextId it was asked for in, or its session's name."""
-    return str(job.options.get("a2a_context") or job.session)
+    """The task's context: the A2A contextId it was asked for in, or its session's name (the user's own)."""
+    return str(job.options.get("a2a_context") or shown_name(job.user, job.session))
 
 
 def _short(text: str, limit: int = LINE_CHARS) -> str:
@@ -242,7 +243,7 @@ def task_of(job: Job, rows: list[tuple[int, Event]], workspace: Path, base_url: 
         messages.append(Message(message_id=f"{task_id}-task", task_id=task_id, context_id=context_id,
                                 role=Role.ROLE_USER, parts=[Part(text=job.task)]))
     task = Task(id=task_id, context_id=context_id, status=status, history=messages,
-                metadata=_struct({"event_id": last, "session": job.session}))
+                metadata=_struct({"event_id": last, "session": shown_name(job.user, job.session)}))
     if artifacts and status.state == TaskState.TASK_STATE_COMPLETED:
         task.artifacts.extend(artifacts_of(rows, workspace, base_url, redactor))
     return task

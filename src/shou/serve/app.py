@@ -3,7 +3,8 @@
 Every handler but the page, the API's documents and the health check first names the user (`Server.user()`:
 401 without a valid token, on every server: with no tokens file the person's own token, printed as a link
 at start); every run and session is looked up as that user's, so another user's is a 404,
-indistinguishable from one that does not exist.
+indistinguishable from one that does not exist. Session names are each user's own (shou.serve.names): a name
+is resolved in the caller's namespace, and every answer shows the caller's names, never the store's.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .fork_api import fork_session_route
 from .info_api import server_config, usage
 from .jobs import Job, Refused
 from .leftovers import close_leftovers
+from .names import shown_event, shown_name, shown_sessions, stored_name
 from .schema import AnswerIn, Decision, RunRequest, openapi
 from .server import SSE_HEADERS, Server, error, read_json, store_errors, whole_number
 from .stream import run_events, sse
@@ -62,9 +64,10 @@ async def create_run(request: Request) -> Response:
                                  "its tools)")
     if body.options.output_schema is not None:
         check_output_schema(body.options.output_schema)
-    session = body.session or new_session_name()
+    # the caller's own name (shou.serve.names): another user's session of that name is never met
+    session = srv.queue.session_of(user, body.session) if body.session else stored_name(user, new_session_name())
     if body.session and srv.queue.session_owner(session) is None and srv.store.exists(session):
-        raise HTTPException(404, f"no session {session!r}")  # made outside the API: nobody's to take
+        raise HTTPException(404, f"no session {body.session!r}")  # made outside the API: nobody's to take
     job = srv.runner.submit(user, session, body.task, body.options.model_dump(exclude_defaults=True))
     return JSONResponse(job.public(), 202)
 
@@ -98,7 +101,8 @@ async def run_stream(request: Request) -> Response:
     job = srv.job(request, srv.user(request))
     after = last_event_id(request)
     items = run_events(srv.store, srv.hub, srv.queue, job.session, job.run_id, after)
-    return StreamingResponse(sse(items), media_type="text/event-stream", headers=SSE_HEADERS)
+    return StreamingResponse(sse(items, lambda event: shown_event(job.user, event)), media_type="text/event-stream",
+                             headers=SSE_HEADERS)
 
 
 async def cancel_run(request: Request) -> Response:
@@ -117,7 +121,7 @@ async def run_trace(request: Request) -> Response:
     if run is None:
         raise HTTPException(404, f"run {job.run_id!r} has logged nothing yet")
     tr.resolve(srv.store, run.model_calls)
-    return JSONResponse(tr.run_json(run))
+    return JSONResponse(shown_sessions(job.user, tr.run_json(run)))
 
 
 # ---------------------------------------------------------------------------------------------- sessions
@@ -125,29 +129,30 @@ async def run_trace(request: Request) -> Response:
 
 async def list_sessions(request: Request) -> Response:
     srv: Server = request.app.state.server
-    return JSONResponse({"sessions": srv.queue.sessions(srv.user(request))})
+    user = srv.user(request)
+    return JSONResponse({"sessions": [{**s, "name": shown_name(user, s["name"])} for s in srv.queue.sessions(user)]})
 
 
 async def get_session(request: Request) -> Response:
     srv: Server = request.app.state.server
     user = srv.user(request)
     name = request.path_params["name"]
-    srv.own_session(name, user)
-    session = Session(name, srv.store)
-    info = next((s for s in srv.queue.sessions(user) if s["name"] == name), None)
+    stored = srv.own_session(name, user)
+    session = Session(stored, srv.store)
+    info = next((s for s in srv.queue.sessions(user) if s["name"] == stored), None)
     return JSONResponse({"name": name, "status": info["status"] if info else "",
                          "messages": [m.to_wire() for m in session.messages],
-                         "runs": [j.public() for j in srv.queue.runs(user, name)]})
+                         "runs": [j.public() for j in srv.queue.runs(user, stored)]})
 
 
 async def delete_session(request: Request) -> Response:
     srv: Server = request.app.state.server
     user = srv.user(request)
-    name = request.path_params["name"]
-    srv.own_session(name, user)
+    name = request.path_params["name"]  # the caller's name; `session`: the store's (shou.serve.names)
+    session = srv.own_session(name, user)
     # marked in the transaction that finds it theirs with nothing under way, so that a run, a fork or another
     # delete cannot come between the check and the delete
-    why = srv.queue.begin_delete(name, user)
+    why = srv.queue.begin_delete(session, user)
     if why == "gone":
         raise HTTPException(404, f"no session {name!r}")
     if why:
@@ -155,18 +160,18 @@ async def delete_session(request: Request) -> Response:
                                   "forking": f"a fork into {name!r} is under way; try again when it is done",
                                   "deleting": f"session {name!r} is being deleted"}[why])
     try:
-        lock = srv.store.lock(name)
+        lock = srv.store.lock(session)
     except SessionBusy as e:
-        srv.queue.end_delete(name)
-        raise HTTPException(409, str(e)) from None
+        srv.queue.end_delete(session)
+        raise HTTPException(409, str(e).replace(session, name)) from None
     try:
-        key = srv.queue.session_id(name)
+        key = srv.queue.session_id(session)
         try:
-            srv.store.delete(name)
+            srv.store.delete(session)
         except BaseException:
-            srv.queue.end_delete(name)
+            srv.queue.end_delete(session)
             raise
-        srv.queue.forget_session(name)
+        srv.queue.forget_session(session)
         if key:  # its browser, interpreter and spills go with it, not to the next session of that name
             await close_leftovers(srv.workspace, key)
     finally:
@@ -179,8 +184,10 @@ async def delete_session(request: Request) -> Response:
 
 async def list_questions(request: Request) -> Response:
     srv: Server = request.app.state.server
-    rows = [{"call_id": q.call_id, "run_id": q.run_id.split(".", 1)[0], "session": session, "question": q.question,
-             "choices": list(q.choices), "since": q.at} for session, q in waiting_questions(srv, srv.user(request))]
+    user = srv.user(request)
+    rows = [{"call_id": q.call_id, "run_id": q.run_id.split(".", 1)[0], "session": shown_name(user, session),
+             "question": q.question,
+             "choices": list(q.choices), "since": q.at} for session, q in waiting_questions(srv, user)]
     return JSONResponse({"questions": rows})
 
 
@@ -200,10 +207,10 @@ async def answer_run(request: Request) -> Response:
     try:
         answer_question(srv, session, asked.call_id, body.text, f"api:{user}")
     except SessionBusy as e:
-        raise HTTPException(409, str(e)) from None
+        raise HTTPException(409, str(e).replace(session, shown_name(user, session))) from None
     except KeyError:
         raise HTTPException(409, f"call {asked.call_id!r} was answered meanwhile") from None
-    return JSONResponse({"call_id": asked.call_id, "run_id": run_id, "session": session})
+    return JSONResponse({"call_id": asked.call_id, "run_id": run_id, "session": shown_name(user, session)})
 
 
 # ---------------------------------------------------------------------------------------------- approvals
@@ -211,10 +218,12 @@ async def answer_run(request: Request) -> Response:
 
 async def list_approvals(request: Request) -> Response:
     srv: Server = request.app.state.server
+    user = srv.user(request)
     rows = []
-    for session, req in waiting_calls(srv, srv.user(request)):
+    for session, req in waiting_calls(srv, user):
         args, _ = parse_arguments(req.call.arguments)
-        rows.append({"call_id": req.call.id, "run_id": req.run_id.split(".", 1)[0], "session": session,
+        rows.append({"call_id": req.call.id, "run_id": req.run_id.split(".", 1)[0],
+                     "session": shown_name(user, session),
                      "tool": req.call.name, "arguments": args if isinstance(args, dict) else req.call.arguments,
                      "why": req.why, "rule": req.rule, "since": req.at})
     return JSONResponse({"approvals": rows})
@@ -236,7 +245,7 @@ async def decide_approval(request: Request) -> Response:
     try:
         run_id = decide_calls(srv, matches[0], [call_id], body.allow, body.reason, f"api:{user}")
     except SessionBusy as e:
-        raise HTTPException(409, str(e)) from None
+        raise HTTPException(409, str(e).replace(matches[0], shown_name(user, matches[0]))) from None
     except KeyError:
         raise HTTPException(409, f"call {call_id!r} was decided meanwhile") from None
     return JSONResponse({"call_id": call_id, "allow": body.allow, "run_id": run_id})

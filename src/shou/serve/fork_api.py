@@ -1,8 +1,9 @@
 """`POST /v1/sessions/{name}/fork`: a new session of the caller's whose history is one of theirs up to a step.
 
-The source must be the caller's (another user's is a 404, as everywhere); the new name is taken for the
-caller before the log is copied, so two forks (or a run) cannot claim it at once, and let go again when the
-fork fails. When the database went away under it, the name stays the caller's (the fork may have landed).
+Both names are the caller's own (shou.serve.names): another user's session of either name is never met, so a
+source of theirs is a 404 and a name of theirs is free, as everywhere. The new name is taken for the caller
+before the log is copied, so two forks (or a run) cannot claim it at once, and let go again when the fork
+fails. When the database went away under it, the name stays the caller's (the fork may have landed).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..errors import UserError
 from ..session import fork_session, new_session_name
 from ..store.basics import SessionExists
 from ..store.locks import SessionBusy
+from .names import shown_name, stored_name
 from .schema import ForkRequest
 from .server import Server, read_json, store_errors
 
@@ -26,10 +28,12 @@ async def fork_session_route(request: Request) -> Response:
     srv: Server = request.app.state.server
     user = srv.user(request)
     source = request.path_params["name"]
-    srv.own_session(source, user)
+    origin = srv.own_session(source, user)  # the store's names (shou.serve.names); `source`, `given`: the caller's
     body: ForkRequest = await read_json(request, ForkRequest)
-    name = body.name or new_session_name()
-    exists = HTTPException(409, f"session {name!r} exists already; give the fork another name")
+    # the new name is in the caller's namespace: another user's session of that name is never met
+    name = srv.queue.session_of(user, body.name) if body.name else stored_name(user, new_session_name())
+    given = shown_name(user, name)
+    exists = HTTPException(409, f"session {given!r} exists already; give the fork another name")
     if srv.store.exists(name):
         raise exists
     took = srv.queue.adopt_session(name, user)
@@ -38,7 +42,7 @@ async def fork_session_route(request: Request) -> Response:
     if not took and not srv.queue.join_fork(name, user):
         raise exists
     try:
-        made, point = fork_session(srv.store, source, None if body.at is None else str(body.at), name)
+        made, point = fork_session(srv.store, origin, None if body.at is None else str(body.at), name)
     except store_errors():
         # The database went away under the fork: 503, like every route (serve/app.py). Whether it landed is not
         # known (a commit under way when the connection broke lands a moment later), so the name stays the
@@ -48,12 +52,12 @@ async def fork_session_route(request: Request) -> Response:
     except UserError as e:
         taken = isinstance(e, (SessionBusy, SessionExists))  # a fork of the caller's (another request) has it
         _end(srv, name, let_go=took and not taken)
-        raise HTTPException(409 if taken else 400, str(e)) from None
+        raise HTTPException(409 if taken else 400, str(e).replace(name, given).replace(origin, source)) from None
     except BaseException:
         _end(srv, name, let_go=took)
         raise
     _end(srv, name, let_go=False)
-    return JSONResponse({"name": made, "source": source, "step": point.step}, 201)
+    return JSONResponse({"name": shown_name(user, made), "source": source, "step": point.step}, 201)
 
 
 def _end(srv: Server, name: str, let_go: bool) -> None:

@@ -5,7 +5,7 @@ itself as its holder with a lease (`lease_until`), renewed by its heartbeat; a r
 (its replica died) is taken again by another, which resumes it from the event log. On PostgreSQL the
 claim is `SELECT ... FOR UPDATE SKIP LOCKED`, so replicas never block each other or take the same run;
 SQLite's writes are serialized anyway (`BEGIN IMMEDIATE`). Sessions belong to the user who made them
-(`serve_sessions`).
+(`serve_sessions`), under names of that user's own (shou.serve.names).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import orjson
 
 from ..errors import UserError
 from ..events import WAITING
+from .names import shown_name
 from .owners import SessionOwners
 from .typed import typed_output
 
@@ -78,7 +79,8 @@ class Job:
 
     def public(self) -> dict[str, Any]:
         """The run as the API shows it."""
-        return {"run_id": self.run_id, "session": self.session, "task": self.task, "status": self.status,
+        return {"run_id": self.run_id, "session": shown_name(self.user, self.session),  # the user's own name
+                "task": self.task, "status": self.status,
                 "answer": self.answer, "output": typed_output(self.options, self.status, self.answer),
                 "error": self.error or None,
                 "usage": self.usage or {"input_tokens": 0, "output_tokens": 0, "requests": 0, "cost": 0.0},
@@ -206,17 +208,18 @@ class RunQueue(SessionOwners):
             # the row locked: a delete of the session (owners.begin_delete) comes wholly before or after this
             owner = self._x("SELECT username, deleting FROM serve_sessions WHERE name = %s FOR UPDATE",
                             (session,)).fetchone()
+            name = shown_name(user, session)  # the caller's own name, in every refusal
             if owner is not None and owner[0] != user:
-                raise Refused(404, f"no session {session!r}")
+                raise Refused(404, f"no session {name!r}")
             if owner is not None and owner[1]:
-                raise Refused(409, f"session {session!r} is being deleted")
+                raise Refused(409, f"session {name!r} is being deleted")
             if owner is None:
                 self._x("INSERT INTO serve_sessions(name, username, sid) VALUES (%s, %s, %s)",
                         (session, user, uuid.uuid4().hex))
             busy = self._x("SELECT run_id FROM serve_runs WHERE session = %s AND status IN "
                            "('queued', 'running', 'waiting_approval', 'waiting_input')", (session,)).fetchone()
             if busy is not None:
-                raise Refused(409, f"session {session!r} has a run under way ({busy[0]}); wait for it or cancel it")
+                raise Refused(409, f"session {name!r} has a run under way ({busy[0]}); wait for it or cancel it")
             if max_active is not None:
                 (count,) = self._x("SELECT COUNT(*) FROM serve_runs WHERE username = %s AND status IN "
                                    "('queued', 'running', 'waiting_approval', 'waiting_input')", (user,)).fetchone()

@@ -38,6 +38,7 @@ from ..messages import Message
 from ..session import Session, new_session_name
 from ..usage import Usage
 from .jobs import Refused
+from .names import stored_name
 from .schema import ChatMessage, ChatRequest
 from .server import SSE_HEADERS, Server, read_json
 from .stream import run_events
@@ -102,7 +103,7 @@ async def chat_completions(request: Request) -> Response:
     if body.model != AGENT and body.model not in srv.runner.agent.agents:
         raise HTTPException(404, f"no agent {body.model!r}; GET /v1/models lists them")
     task, history, instructions = split_request(body.messages)
-    session = Session(new_session_name(), srv.store)
+    session = Session(stored_name(user, new_session_name()), srv.store)  # a new one, in the caller's namespace
     options: dict[str, Any] = {"instructions": instructions} if instructions else {}
     given = [text for text in (instructions, *(text for _, text in history)) if text]
     if given:  # the input guardrails check all the caller wrote, not only the last user message

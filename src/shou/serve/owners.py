@@ -26,6 +26,8 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..events import WAITING
+from .auth import LOCAL_USER
+from .names import stored_name
 
 # The session's id, unique forever (a uuid4 given when it is made): what its browser context, interpreter
 # and spilled outputs are kept under, since its name can be taken again once it is deleted.
@@ -59,6 +61,16 @@ class SessionOwners:
         with self._tx(write=False):
             row = self._x("SELECT username FROM serve_sessions WHERE name = %s", (session,)).fetchone()
         return row[0] if row else None
+
+    def session_of(self, user: str, name: str) -> str:
+        """The store's name of `user`'s session `name` (shou.serve.names): a bare name that is theirs from
+        before names were per user (or A2A's), else the name derived for them. Only the caller's own rows are
+        looked at, so what another user holds never changes the answer."""
+        if user == LOCAL_USER:
+            return name
+        with self._tx(write=False):
+            row = self._x("SELECT 1 FROM serve_sessions WHERE name = %s AND username = %s", (name, user)).fetchone()
+        return name if row is not None else stored_name(user, name)
 
     def session_id(self, session: str) -> str | None:
         """The id `session` got when it was made (None: nobody made it through the API). A session from

@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse
 from .auth import Tokens
 from .hub import Hub
 from .jobs import Job, RunQueue
+from .names import given_name
 from .runner import Runner
 
 __all__ = ["MAX_BODY", "SSE_HEADERS", "Server", "error", "read_json", "too_large", "whole_number"]
@@ -76,9 +77,13 @@ class Server:
             raise HTTPException(404, f"no run {request.path_params['run_id']!r}")
         return job
 
-    def own_session(self, name: str, user: str) -> None:
-        if self.queue.session_owner(name) != user:
-            raise HTTPException(404, f"no session {name!r}")
+    def own_session(self, name: str, user: str) -> str:
+        """The store's name of `user`'s session `name` (shou.serve.names); 404 when they have none of that
+        name, whoever else may have one."""
+        session = self.queue.session_of(user, name) if given_name(name) else ""
+        if not session or self.queue.session_owner(session) != user:
+            raise HTTPException(404, f"no session {name[:200]!r}")
+        return session
 
 
 def _local_host(host: str) -> bool:

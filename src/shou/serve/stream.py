@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -136,10 +136,12 @@ def _ended(run_id: str, job: Any) -> dict[str, Any]:
             "error": (job.error if job else "") or "the run ended before it logged anything"}
 
 
-async def sse(items: AsyncIterator[tuple[int | None, Event | dict[str, Any]]]) -> AsyncIterator[bytes]:
-    """Encode `(id, event)` pairs as SSE (keep-alives as comments)."""
+async def sse(items: AsyncIterator[tuple[int | None, Event | dict[str, Any]]],
+              shown: Callable[[Any], Any] = lambda event: event) -> AsyncIterator[bytes]:
+    """Encode `(id, event)` pairs as SSE (keep-alives as comments), each event as `shown` has it (the
+    caller's session names: shou.serve.names)."""
     async for event_id, event in items:
         if isinstance(event, dict) and event.get("type") == ":keepalive":
             yield b": keep-alive\n\n"
             continue
-        yield frame(event, event_id)
+        yield frame(shown(event), event_id)

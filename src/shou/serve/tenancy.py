@@ -12,7 +12,6 @@ Limits a request may set (`max_steps`, `token_budget`, `max_cost`) only tighten 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,9 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..agent.config import AgentConfig, narrow
 from .auth import LOCAL_USER
+from .names import user_key
 
 REQUEST_LIMITS = ("max_steps", "token_budget", "max_cost")  # what a request may set (only lower)
-
-
-def user_key(user: str) -> str:
-    """A name for `user`'s files and schema that says nothing about the user and needs no quoting."""
-    return hashlib.sha256(user.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def with_search_path(url: str, schema: str) -> str:
