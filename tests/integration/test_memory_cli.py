@@ -146,6 +146,9 @@ def test_a_listing_says_who_saved_each_memory_and_an_import_of_it_keeps_the_agen
         s.add("Deploys go out on Tuesdays", id="p1", source="cli")
     listed = [json.loads(line) for line in shou_memory("list", "--json", "--store", str(db)).stdout.splitlines()]
     assert {m["id"]: m["origin"] for m in listed} == {"a1": "agent", "p1": "person"}
+    rows = {line.split()[0]: line.split()[3] for line in shou_memory("list", "--store", str(db)).stdout.splitlines()
+            if line.split() and line.split()[0] in ("a1", "p1")}
+    assert rows == {"a1": "agent", "p1": "you"}  # the table says so too (and is not what import reads)
     listing = write_jsonl(tmp_path / "listing.jsonl", listed)
     other = tmp_path / "other.db"
     shou_memory("import", str(listing), "--store", str(other), "--bm25-only")

@@ -106,15 +106,6 @@ def _when(seconds: float) -> str:
         return f"? ({seconds!r})"
 
 
-def _table(memories: list[Memory], scored: bool) -> None:
-    table = Table("id", *(["score"] if scored else []), "time", "tags", "text", box=None)
-    for m in memories:
-        when = _when(m.time)
-        score = [f"{m.score:.3f}"] if scored else []
-        table.add_row(escape(m.id), *score, when, escape(", ".join(m.tags)), escape(m.text))
-    Console(highlight=False).print(table)
-
-
 # Who a memory is from: what the model saved itself (`save_memory`, source "agent") is recalled as outside
 # content; everything else as the person's own. A listing says so, and an import of it keeps it so.
 AGENT_SOURCE = "agent"
@@ -123,6 +114,17 @@ ORIGINS = ("agent", "person")
 
 def _origin(m: Memory) -> str:
     return "agent" if m.source == AGENT_SOURCE else "person"
+
+
+def _table(memories: list[Memory], scored: bool) -> None:
+    # "by": agent for what the model saved itself (recalled as outside content), else you
+    table = Table("id", *(["score"] if scored else []), "time", "by", "tags", "text", box=None)
+    for m in memories:
+        when = _when(m.time)
+        score = [f"{m.score:.3f}"] if scored else []
+        by = "agent" if _origin(m) == "agent" else "you"
+        table.add_row(escape(m.id), *score, when, by, escape(", ".join(m.tags)), escape(m.text))
+    Console(highlight=False).print(table)
 
 
 def _as_json(m: Memory) -> dict[str, Any]:
