@@ -7,19 +7,21 @@ Each known value (as `Redactor.values` holds it: plain and JSON-escaped) is look
 - UTF-16 and UTF-32, little- and big-endian (a byte order mark changes nothing: it is not part of the match),
   at any byte offset; replaced by `[redacted]` in the same encoding. A spelling holding NULs is only searched
   in a file that holds them too (a UTF-8 text file costs nothing more; a UTF-16 one nothing for UTF-32);
-- reversed, and percent-encoded as `quote` and `quote_plus` write it (`%2F` or `%2f`); replaced by `[redacted]`;
-- every byte percent-encoded (`%73%6B...`, either case) and hex (either case, mixed too), also split by line
-  breaks (`xxd -p`); replaced by `[redacted]` for percent, by as many hex digits of `[redacted][redacted]...`
-  for hex (the file keeps its layout and still decodes);
+- reversed; replaced by `[redacted]`;
+- percent-encoded as URLs write it (`quote`, `quote_plus`) or every byte (`%73%6B...`), in any case (so a
+  key's letters around its `%2F` are matched in any case too); replaced by `[redacted]`;
+- hex (either case, mixed too); replaced by as many hex digits of `[redacted][redacted]...` (the file keeps its
+  layout and still decodes);
+- hex and percent also split by line breaks and spaces (`xxd -p`, `73 6b 2d`);
 - base64, standard and URL-safe, with the secret at any of the 3 byte offsets in a longer stream, padded or
-  not, also split by line breaks (MIME's 76 columns, PEM's 64): the characters that only the secret's bytes
-  determine are matched, and every 4-character group holding any of its bits is replaced by base64 of
-  `[redacted][redacted]...`, same length, line breaks and padding kept: nothing of the secret can be decoded
-  from what is left, and the stream still decodes.
+  not, also split by line breaks and indentation (MIME's 76 columns, PEM's 64, a YAML block): the characters
+  that only the secret's bytes determine are matched, and every 4-character group holding any of its bits is
+  replaced by base64 of `[redacted][redacted]...`, same length, line breaks, spaces and padding kept: nothing
+  of the secret can be decoded from what is left, and the stream still decodes.
 
 Cost: one substring search of the file per needle (about 2 ms per 10 MB), and two copies of the file (without
-line breaks; that, lowercased) for the base64 and hex needles. Line breaks are removed only to match: the
-removed positions are read from the file only when something matched.
+line breaks, tabs and spaces; that, lowercased) for the base64 and hex needles. Where those gaps were is
+worked out only when something matched there, and only in the 64 KB around each match.
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ from urllib.parse import quote, quote_plus
 __all__ = ["EncodedSecrets"]
 
 _REDACTED = b"[redacted]"
-_BREAKS = b"\r\n"
+# What a base64 or hex stream may be broken by: line breaks (MIME's 76 columns), and the indentation and
+# spaces of a YAML block or a hex dump; matched without them, kept where they are.
+_GAPS = b"\r\n\t "
+_GAP = re.compile(rb"[\r\n\t ]")
+_CHUNK = 1 << 16
 # Both alphabets: a key whose base64 holds none of `+/-_` has one needle for both (only the stream's own
 # characters within the key's groups are ever taken).
 _BASE64 = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_")
@@ -43,7 +49,7 @@ _TEXT_CODECS = ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be")
 _FIRST_WHOLE = (0, 2, 3)
 
 _PASSES = 4  # searches of a file whose matches overlap before overlapping ones are filled as one
-# What replaces a match: fixed text, or characters made for as many as it covers (line breaks kept in place).
+# What replaces a match: fixed text, or characters made for as many as it covers (gaps kept in place).
 Fill = bytes | Callable[[int], bytes]
 
 
@@ -89,8 +95,8 @@ class EncodedSecrets:
 
     def __init__(self, values: Iterable[str]) -> None:
         plain: dict[bytes, _Needle] = {}  # searched in the bytes as they are
-        broken: dict[bytes, _Needle] = {}  # in the bytes without line breaks (base64)
-        folded: dict[bytes, _Needle] = {}  # in the bytes without line breaks, lowercased (hex, %XX each byte)
+        broken: dict[bytes, _Needle] = {}  # in the bytes without gaps (base64)
+        folded: dict[bytes, _Needle] = {}  # in the bytes without gaps, lowercased (hex, percent)
         as_written = set()
         for value in values:
             raw = value.encode("utf-8", "surrogatepass")
@@ -98,13 +104,13 @@ class EncodedSecrets:
             for codec in _TEXT_CODECS:
                 spelled = value.encode(codec, "surrogatepass")
                 plain.setdefault(spelled, _Needle(spelled, _REDACTED.decode().encode(codec)))
-            percent = {quote(raw, safe=""), quote(raw), quote_plus(raw, safe=""), quote_plus(raw)}
-            for spelled in (raw[::-1], *(p.encode() for p in percent),
-                            *(re.sub("%[0-9A-F]{2}", lambda m: m[0].lower(), p).encode() for p in percent)):
-                plain.setdefault(spelled, _Needle(spelled, _REDACTED))
+            plain.setdefault(raw[::-1], _Needle(raw[::-1], _REDACTED))
             folded.setdefault(raw.hex().encode(), _Needle(raw.hex().encode(), _hex_fill))
-            each = "".join(f"%{b:02x}" for b in raw).encode()
-            folded.setdefault(each, _Needle(each, _REDACTED))
+            # percent-encoded: as URLs write it (found in any case: `%2f` too, and so the letters around), and
+            # every byte
+            for spelled in {quote(raw, safe=""), quote(raw), quote_plus(raw), "".join(f"%{b:02x}" for b in raw)}:
+                if spelled.encode() != raw:
+                    folded.setdefault(spelled.lower().encode(), _Needle(spelled.lower().encode(), _REDACTED))
             for needle in _base64_needles(raw):
                 broken.setdefault(needle.text, needle)
         for written in as_written:  # the plain spellings are `Redactor.in_bytes`'s own work
@@ -131,11 +137,12 @@ class EncodedSecrets:
     def _spans(self, data: bytes) -> list[tuple[int, int, Fill]]:
         spans: list[tuple[int, int, Fill]] = []
         # UTF-16/32 spellings of most keys hold NULs (UTF-32 two in a row): a file without any has none of them
-        nuls = 2 if b"\0\0" in data else 1 if b"\0" in data else 0
+        nuls = 0 if b"\0" not in data else 2 if b"\0\0" in data else 1  # one NUL is found at memchr's speed
         for n in self._plain:
             if n.nuls <= nuls:
                 spans.extend((at, at + len(n.text), n.fill) for at in _all(data, n.text))
-        joined = data.translate(None, _BREAKS) if b"\n" in data or b"\r" in data else data
+        joined = data.translate(None, _GAPS)
+        joined = data if len(joined) == len(data) else joined
         hits: list[tuple[int, int, Fill]] = []
         for n in self._broken:
             for at in _all(joined, n.text):
@@ -172,12 +179,20 @@ def _groups(data: bytes, at: int, n: _Needle) -> tuple[int, int]:
 
 
 def _in_data(data: bytes, hits: list[tuple[int, int, Fill]]) -> list[tuple[int, int, Fill]]:
-    """Spans of the bytes without line breaks, as spans of `data` (line breaks inside them included)."""
-    removed = [m.start() for m in re.finditer(rb"[\r\n]", data)]
-    kept_before = [p - i for i, p in enumerate(removed)]  # bytes kept before each removed one
+    """Spans of the bytes without gaps, as spans of `data` (gaps inside them included). Gaps are counted a
+    chunk at a time and found only in the chunks that hold a span's ends."""
+    kept = [0]  # bytes kept before each chunk
+    for at in range(0, len(data), _CHUNK):
+        kept.append(kept[-1] + len(data[at:at + _CHUNK].translate(None, _GAPS)))
+    chunks: dict[int, list[int]] = {}
 
     def where(i: int) -> int:
-        return i + bisect.bisect_right(kept_before, i)
+        c = bisect.bisect_right(kept, i) - 1
+        if c not in chunks:  # for each gap of the chunk, how many bytes of it are kept before it
+            found = re.finditer(_GAP, data[c * _CHUNK:(c + 1) * _CHUNK])
+            chunks[c] = [m.start() - n for n, m in enumerate(found)]
+        k = i - kept[c]
+        return c * _CHUNK + k + bisect.bisect_right(chunks[c], k)
 
     return [(where(start), where(end - 1) + 1, fill) for start, end, fill in hits]
 
@@ -212,7 +227,8 @@ def _replaced(data: bytes, spans: list[tuple[int, int, Fill]], joined: bool = Fa
 def _filled(span: bytes, fill: Fill) -> bytes:
     if isinstance(fill, bytes):
         return fill
-    if b"\n" not in span and b"\r" not in span:
+    bare = span.translate(None, _GAPS)
+    if len(bare) == len(span):
         return fill(len(span))
-    made = iter(fill(len(span) - span.count(b"\n") - span.count(b"\r")))
-    return bytes(c if c in _BREAKS else next(made) for c in span)
+    made = iter(fill(len(bare)))
+    return bytes(c if c in _GAPS else next(made) for c in span)

@@ -49,17 +49,17 @@ def test_a_secret_in_utf16_or_utf32_is_found_at_any_offset_with_or_without_a_bom
 
 @settings(max_examples=400, deadline=None)
 @given(secrets, st.binary(max_size=40), st.binary(max_size=40), around, around, st.booleans(), st.booleans(),
-       st.sampled_from([0, 76, 64]), st.booleans())
+       st.sampled_from([0, 76, 64, 5]), st.sampled_from([b"\n", b"\r\n", b"\n    ", b" "]))
 def test_a_secret_in_a_base64_stream_is_hidden_whole_groups_at_a_time(
         secret: str, head: bytes, tail: bytes, before: bytes, after: bytes, url: bool, unpadded: bool,
-        width: int, crlf: bool) -> None:
+        width: int, gap: bytes) -> None:
     raw = secret.encode()
     payload = head + raw + tail
     stream = base64.urlsafe_b64encode(payload) if url else base64.b64encode(payload)
     if unpadded:
         stream = stream.rstrip(b"=")
-    if width:  # MIME's 76 columns, PEM's 64, the key split across a line break
-        stream = (b"\r\n" if crlf else b"\n").join(stream[i:i + width] for i in range(0, len(stream), width))
+    if width:  # MIME's 76 columns, PEM's 64, a YAML block's indentation: the key split across them
+        stream = gap.join(stream[i:i + width] for i in range(0, len(stream), width))
     assume(raw not in stream and raw[::-1] not in stream)  # "AAAAAAAA" is also the plain spelling of zeros
     assume(raw not in b"[redacted]" * 20)  # what the key's groups decode to afterwards
     # A key that repeats itself ("00000000", "abababab") is also found at another offset, a group early or late
@@ -68,8 +68,9 @@ def test_a_secret_in_a_base64_stream_is_hidden_whole_groups_at_a_time(
     out = Redactor([secret]).in_bytes(data)
     assert len(out) == len(data) and out[:len(before)] == before
     region = out[len(before):len(before) + len(stream)]
-    assert [i for i, c in enumerate(region) if c in b"\r\n="] == [i for i, c in enumerate(stream) if c in b"\r\n="]
-    flat = joined(region).rstrip(b"=")
+    assert [i for i, c in enumerate(region) if c in b"\r\n =\t"] == \
+        [i for i, c in enumerate(stream) if c in b"\r\n =\t"]  # the layout kept
+    flat = joined(region).replace(b" ", b"").rstrip(b"=")
     decoded = base64.b64decode(flat + b"=" * (-len(flat) % 4), altchars=b"-_" if url else None)
     assert raw not in decoded
     first, last = 3 * (len(head) // 3), 3 * -(-(len(head) + len(raw)) // 3)  # the groups that held the key
@@ -79,14 +80,15 @@ def test_a_secret_in_a_base64_stream_is_hidden_whole_groups_at_a_time(
 
 
 @settings(max_examples=300, deadline=None)
-@given(secrets, around, around, st.randoms(use_true_random=False), st.sampled_from([0, 60, 32]))
+@given(secrets, around, around, st.randoms(use_true_random=False), st.sampled_from([0, 60, 32, 2]),
+       st.sampled_from([b"\n", b" ", b"\r\n"]))
 def test_a_secret_in_hex_is_found_in_any_case_and_across_line_breaks(
-        secret: str, before: bytes, after: bytes, rnd: random.Random, width: int) -> None:
+        secret: str, before: bytes, after: bytes, rnd: random.Random, width: int, gap: bytes) -> None:
     hexed = "".join(c.upper() if rnd.random() < 0.5 else c for c in secret.encode().hex()).encode()
-    if width:  # `xxd -p` writes 60 columns
-        hexed = b"\n".join(hexed[i:i + width] for i in range(0, len(hexed), width))
+    if width:  # `xxd -p` writes 60 columns; `73 6b 2d` a byte at a time
+        hexed = gap.join(hexed[i:i + width] for i in range(0, len(hexed), width))
     out = Redactor([secret]).in_bytes(before + hexed + after)
-    assert secret.encode().hex().encode() not in joined(out).lower()
+    assert secret.encode().hex().encode() not in joined(out).replace(b" ", b"").lower()
 
 
 @settings(max_examples=300, deadline=None)
@@ -101,6 +103,20 @@ def test_a_secret_percent_encoded_or_reversed_is_found(secret: str, before: byte
         out = r.in_bytes(before + form + after)
         assert form not in out, form
     assert every.lower() not in r.in_bytes(before + every + after).lower()
+
+
+def test_a_key_broken_across_lines_is_found_far_into_a_big_file() -> None:
+    # Where the gaps were is worked out a 64 KB chunk at a time: keys around and across chunk boundaries.
+    key = "ghp_0123456789abcdefABCDEF0123456789ab"
+    for filler_size in (65_536 - 30, 65_536 - 3, 65_536, 3 * 65_536 + 11):
+        filler = (b"some words and\tspaces\n" * 20_000)[:filler_size]
+        wrapped = b"\n  ".join(base64.b64encode(b"xyz" * 30 + key.encode())[i:i + 20] for i in range(0, 200, 20))
+        data = filler + wrapped + b"\n" + filler
+        out = Redactor([key]).in_bytes(data)
+        assert len(out) == len(data) and out[:len(filler)] == filler and out.endswith(b"\n" + filler)
+        region = out[len(filler):len(filler) + len(wrapped)]
+        assert key.encode() not in base64.b64decode(region.replace(b"\n  ", b""))
+        assert [i for i, c in enumerate(region) if c in b"\n "] == [i for i, c in enumerate(wrapped) if c in b"\n "]
 
 
 def test_every_encoding_at_once_in_one_file_and_the_rest_of_it_kept() -> None:
