@@ -10,6 +10,8 @@ ends in `_URL`, `_URI`, `_ENDPOINT` or `_PROXY`. Values
 shorter than 8 characters are left alone: not secret enough to find without false hits.
 A secret is also found as JSON spells it (quotes, backslashes, `\\u` escapes) and inside tool-call arguments
 written with any other JSON escapes.
+In the bytes of a file shou serves (`in_bytes`), it is also found as other encodings spell it (UTF-16/32,
+base64, hex, percent-encoded, reversed: shou.redact_encoded).
 
 Which values are secret is shou.known_secrets's business (settings, environments, `.env`, MCP server tables).
 """
@@ -20,12 +22,15 @@ import dataclasses
 import json
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .events import Event, field_names
 from .messages import Message, TextPart, ToolCall
+
+if TYPE_CHECKING:
+    from .redact_encoded import EncodedSecrets
 
 __all__ = ["REDACTED", "Redactor", "json_spellings", "looks_like_key", "looks_secret", "url_path_secrets",
            "url_secrets"]
@@ -150,6 +155,10 @@ def json_spellings(value: str) -> set[str]:
 class Redactor:
     """Replaces known secret values in text and in events."""
 
+    # The secrets' other encodings (in_bytes), made when first asked: a class default, so making a Redactor
+    # (and every event's check) costs what it did.
+    _encoded: EncodedSecrets | None = None
+
     def __init__(self, values: Iterable[str]) -> None:
         # Longest first: where one secret holds another, the whole of it is replaced. Each secret also as JSON
         # spells it (`Pa\\"ss`, `p\\u00e4ss`): tool-call arguments are JSON text, streamed and cached as such,
@@ -231,13 +240,20 @@ class Redactor:
         return self._pattern.sub(REDACTED, text)
 
     def in_bytes(self, data: bytes) -> bytes:
-        """`data` (a file's bytes, text or not) with every secret value replaced as spelled in UTF-8, longest
-        first (the same object when it holds none)."""
+        """`data` (a file's bytes, text or not: what the files API and A2A artifacts hand out) with every secret
+        value replaced as spelled in UTF-8, longest first, and then as other encodings spell it (UTF-16/32,
+        base64, hex, percent-encoded, reversed: shou.redact_encoded); the same object when it holds none."""
         for value in self.values:
             spelled = value.encode("utf-8", "surrogatepass")
             if spelled in data:
                 data = data.replace(spelled, REDACTED.encode())
-        return data
+        if not self.values:
+            return data
+        if self._encoded is None:  # made on first use: only serving files needs it, never the event path
+            from .redact_encoded import EncodedSecrets
+
+            self._encoded = EncodedSecrets(self.values)
+        return self._encoded.redact(data)
 
     def value(self, value: Any) -> Any:
         """Strings, messages, tool calls, lists and dicts, with secrets replaced (other values as they are).

@@ -171,6 +171,48 @@ def test_a_file_is_served_with_the_server_s_secrets_replaced_and_the_config_fold
         s.stop()
 
 
+def test_a_file_is_served_with_the_server_s_key_hidden_in_other_encodings_too(
+        serve, tmp_path: Path, workspace: Path) -> None:
+    # A program in the sandbox can read the workspace's .env: `base64 .env > notes.txt` (or iconv to UTF-16,
+    # xxd -p, a reversed copy) and the files API handed the key to any token holder, found only as spelled.
+    import base64
+    from urllib.parse import quote
+
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"{ALICE} alice\n{BOB} bob\n")
+    tokens.chmod(0o600)
+    key = SERVER_KEY.encode()
+    env_file = b"MODE=dev\nSHOU_API_KEY=" + key + b"\n"
+    files = {
+        "utf16.txt": "\ufeffSHOU_API_KEY=".encode("utf-16-le") + SERVER_KEY.encode("utf-16-le"),
+        "utf16be.txt": ("SHOU_API_KEY=" + SERVER_KEY).encode("utf-16-be"),
+        "env.b64": base64.encodebytes(env_file * 5),  # 76 columns: the key split across a line break too
+        "env.b64url": base64.urlsafe_b64encode(b"xy" + env_file).rstrip(b"="),
+        "env.hex": env_file.hex().upper().encode(),
+        "link.txt": b"https://example.com/?k=" + quote(key, safe="").encode() + b"&all=" +
+                    "".join(f"%{b:02x}" for b in key).encode(),
+        "reversed.txt": key[::-1],
+    }
+    for name, data in files.items():
+        (workspace / name).write_bytes(data)
+    srv = serve([{"text": "ok"}])
+    s = start_serve(workspace, shou_env(tmp_path, srv, SHOU_API_KEY=SERVER_KEY), "--tokens", str(tokens))
+    try:
+        with s.client(BOB) as c:
+            got = {name: c.get("/v1/files/content", params={"path": name}) for name in files}
+    finally:
+        s.stop()
+    assert all(r.status_code == 200 for r in got.values()), {n: r.status_code for n, r in got.items()}
+    assert got["utf16.txt"].content.decode("utf-16") == "SHOU_API_KEY=[redacted]"
+    assert got["utf16be.txt"].content.decode("utf-16-be") == "SHOU_API_KEY=[redacted]"
+    decoded = base64.b64decode(got["env.b64"].content)
+    assert key not in decoded and decoded.startswith(b"MODE=dev\nSHOU_API_KE") and decoded.count(b"SHOU_API_KE") == 5
+    assert key not in base64.urlsafe_b64decode(got["env.b64url"].content + b"==")
+    assert key not in bytes.fromhex(got["env.hex"].content.decode())
+    assert got["link.txt"].content == b"https://example.com/?k=[redacted]&all=[redacted]"
+    assert got["reversed.txt"].content == b"[redacted]"
+
+
 def test_a_file_whose_name_holds_control_characters_downloads_with_a_plain_name(served, workspace: Path) -> None:
     # A name holding CR/LF (any run's shell can make one) made the Content-Disposition header illegal: the
     # server dropped the connection with no answer, and the page's Download button failed on it.

@@ -106,18 +106,42 @@ def _when(seconds: float) -> str:
         return f"? ({seconds!r})"
 
 
+# Who a memory is from: what the model saved itself (`save_memory`, source "agent") is recalled as outside
+# content; everything else as the person's own. A listing says so, and an import of it keeps it so.
+AGENT_SOURCE = "agent"
+ORIGINS = ("agent", "person")
+
+
+def _origin(m: Memory) -> str:
+    return "agent" if m.source == AGENT_SOURCE else "person"
+
+
 def _table(memories: list[Memory], scored: bool) -> None:
-    table = Table("id", *(["score"] if scored else []), "time", "tags", "text", box=None)
+    # "by": agent for what the model saved itself (recalled as outside content), else you
+    table = Table("id", *(["score"] if scored else []), "time", "by", "tags", "text", box=None)
     for m in memories:
         when = _when(m.time)
         score = [f"{m.score:.3f}"] if scored else []
-        table.add_row(escape(m.id), *score, when, escape(", ".join(m.tags)), escape(m.text))
+        by = "agent" if _origin(m) == "agent" else "you"
+        table.add_row(escape(m.id), *score, when, by, escape(", ".join(m.tags)), escape(m.text))
     Console(highlight=False).print(table)
 
 
 def _as_json(m: Memory) -> dict[str, Any]:
     return {"id": m.id, "text": m.text, "time": m.time, "session": m.session, "source": m.source,
-            "tags": list(m.tags)}
+            "origin": _origin(m), "tags": list(m.tags)}
+
+
+def _imported_source(obj: dict[str, Any], where: str, given: str) -> str:
+    """The source an imported line is stored with: "agent" when the line says the model saved it (an "origin"
+    of "agent", or the "source" a listing of such a memory carries), so exporting and importing cannot turn the
+    model's memory (perhaps an instruction it read on a web page) into the person's; else `given`."""
+    origin = obj.get("origin")
+    if origin is not None and origin not in ORIGINS:
+        raise _fail(f'{where}: "origin" must be "agent" or "person"')
+    if origin == "agent" or obj.get("source") == AGENT_SOURCE:
+        return AGENT_SOURCE
+    return given
 
 
 @memory_app.command()
@@ -239,11 +263,14 @@ def trust_memories(
 def import_memories(
     file: Annotated[Path, typer.Argument(
         help='JSON lines: {"text": ..., "id": ..., "time": ..., "session": ..., "tags": [...], '
-             '"facts": [[subject, relation, object], ...]}.')],
+             '"facts": [[subject, relation, object], ...], "origin": "agent" | "person"} (what '
+             '`shou memory list --json` prints: a memory the agent saved stays the agent\'s).')],
     source: Annotated[str | None, typer.Option("--source", help="Source to record (default: the file name).")] = None,
     store: StoreOpt = None, workspace: WorkspaceOpt = None, bm25_only: BM25Opt = False,
 ) -> None:
-    """Add one memory per line of FILE (copies of stored memories are skipped)."""
+    """Add one memory per line of FILE (copies of stored memories are skipped). A line whose "origin" (or
+    "source") is "agent" is kept as a memory the agent saved, recalled as outside content; the others are
+    recorded with --source (default: the file name) and recalled as yours."""
     items: list[NewMemory] = []
     for where, obj in _jsonl(file):
         text, tags = obj.get("text"), obj.get("tags") or []
@@ -267,7 +294,8 @@ def import_memories(
             raise _fail(f'{where}: "session" must be a string')
         item = NewMemory(
             text, id=mem_id, time=_parse_time(obj.get("time"), where),
-            session=session or "", source=source if source is not None else file.name, tags=tags,
+            session=session or "", source=_imported_source(obj, where, source if source is not None else file.name),
+            tags=tags,
             facts=[Fact(*f) for f in facts],
         )
         try:
