@@ -107,6 +107,7 @@ def test_a_name_alice_holds_is_free_for_bob_and_both_keep_it(serve, served, tmp_
         assert [r["session"] for r in bob.get("/v1/runs").json()["runs"]] == ["notes"]
         assert [r["run_id"] for r in bob.get("/v1/sessions/notes").json()["runs"]] == [his["run_id"]]
         assert bob.get(f"/v1/runs/{mine['run_id']}").status_code == 404  # runs stay their user's
+        assert bob.get(f"/v1/runs/{his['run_id']}/trace").json()["session"] == "notes"
 
         # The longest name a user may give is stored (its derived name within every index's limit).
         assert _run(bob, "long", LONG)["session"] == LONG

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from shou.events import RunStarted
 from shou.serve.auth import LOCAL_USER
-from shou.serve.names import given_name, shown_event, shown_name, shown_sessions, stored_name
+from shou.serve.names import given_name, shown_event, shown_name, stored_name
 
 from ..fixtures.replicas import replica
 
@@ -24,8 +24,6 @@ def test_derived_names_are_per_user_bounded_and_shown_back() -> None:
     assert not given_name("n" * 129) and not given_name("-x")
     event = RunStarted("run_1", a, "task", "m")
     assert shown_event("alice", event).session == "notes" and shown_event("alice", {"type": "x"}) == {"type": "x"}
-    trace = {"session": a, "children": [{"session": a, "task": "t"}]}
-    assert shown_sessions("alice", trace) == {"session": "notes", "children": [{"session": "notes", "task": "t"}]}
 
 
 def test_a_name_resolves_among_the_callers_rows_only(tmp_path: Path, replica_db: str | None) -> None:

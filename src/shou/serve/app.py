@@ -36,7 +36,7 @@ from .fork_api import fork_session_route
 from .info_api import server_config, usage
 from .jobs import Job, Refused
 from .leftovers import close_leftovers
-from .names import shown_event, shown_name, shown_sessions, stored_name
+from .names import shown_event, shown_name, stored_name
 from .schema import AnswerIn, Decision, RunRequest, openapi
 from .server import SSE_HEADERS, Server, error, read_json, store_errors, whole_number
 from .stream import run_events, sse
@@ -121,7 +121,9 @@ async def run_trace(request: Request) -> Response:
     if run is None:
         raise HTTPException(404, f"run {job.run_id!r} has logged nothing yet")
     tr.resolve(srv.store, run.model_calls)
-    return JSONResponse(shown_sessions(job.user, tr.run_json(run)))
+    data = tr.run_json(run)  # its own `session` only: what its calls hold (any depth) is the model's and tools'
+    data["session"] = shown_name(job.user, data["session"])
+    return JSONResponse(data)
 
 
 # ---------------------------------------------------------------------------------------------- sessions

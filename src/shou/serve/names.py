@@ -25,7 +25,7 @@ from typing import Any
 
 from .auth import LOCAL_USER
 
-__all__ = ["given_name", "shown_event", "shown_name", "shown_sessions", "stored_name", "user_key"]
+__all__ = ["given_name", "shown_event", "shown_name", "stored_name", "user_key"]
 
 _GIVEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # shou.serve.schema.SESSION_NAME
 
@@ -62,13 +62,3 @@ def shown_event(user: str, event: Any) -> Any:
         return event
     shown = shown_name(user, session)
     return event if shown == session else dataclasses.replace(event, session=shown)
-
-
-def shown_sessions(user: str, data: Any) -> Any:
-    """`data` (a run's trace as JSON) with every `session` it holds, at any depth, by `user`'s name."""
-    if isinstance(data, dict):
-        return {k: shown_name(user, v) if k == "session" and isinstance(v, str) else shown_sessions(user, v)
-                for k, v in data.items()}
-    if isinstance(data, list):
-        return [shown_sessions(user, v) for v in data]
-    return data
