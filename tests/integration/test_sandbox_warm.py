@@ -185,3 +185,48 @@ async def test_a_key_left_in_the_user_keyring_is_gone_for_the_next_call(bwrap) -
     assert first.stdout.split() == ["True", "4"], first.for_model()  # one key id, 4 bytes
     second = await bwrap.run_code("python", KEYS.format(add=False))
     assert second.stdout.split() == ["0"], second.for_model()
+
+
+DEEP_TMP = "python3 -c \"import os\nos.chdir('/tmp')\nfor i in range(1500): os.mkdir('d'); os.chdir('d')\"; " \
+           "echo left > /tmp/left"
+
+
+@pytest.mark.parametrize("backend", ["docker", "bubblewrap"])
+async def test_a_tree_thousands_deep_in_tmp_is_removed_and_the_next_call_runs(backend: str, request) -> None:
+    # The executor's tidy recursed once a level: at 1,500 it died after the call's end, and the next call was
+    # sent to nobody (reported killed, though it never ran).
+    box = request.getfixturevalue("sb" if backend == "docker" else "bwrap")
+    first = await box.run(["sh", "-c", DEEP_TMP])
+    assert first.ok, first.for_model()
+    again = await box.run(["sh", "-c", "ls -A /tmp; echo ran"])
+    assert again.ok and again.stdout == "ran\n", again.for_model()
+
+
+async def test_a_call_after_an_executor_that_died_in_its_tidy_is_not_lost() -> None:
+    # The executor's end of the link (warm_executor.py) answers one call, then dies before saying it is ready
+    # again: the next call is NotStarted (its owner runs it elsewhere), never a call reported killed.
+    from shou.sandbox.quota import DiskWatch
+    from shou.sandbox.warm_link import HEADER, ExecutorLink, NotStarted
+
+    async def executor(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEADER.pack(b"r", 0))
+        _, size = HEADER.unpack(await reader.readexactly(HEADER.size))
+        await reader.readexactly(size)
+        end = b'{"status": 0, "killed": false}'
+        writer.write(HEADER.pack(b"x", len(end)) + end)
+        await writer.drain()
+        writer.close()  # dies in its tidy: no `r`
+
+    left, right = __import__("socket").socketpair()
+    server = asyncio.ensure_future(executor(*await asyncio.open_connection(sock=right)))
+    link = ExecutorLink(*await asyncio.open_connection(sock=left), lambda: -1)
+    await link.hello()
+    from shou.sandbox.base import OutputCapture
+
+    watch = DiskWatch(Path("/tmp"), 1 << 40, 10**9)
+    code, reason, _ = await link.call({"argv": ["true"]}, Limits(timeout=20), watch, OutputCapture(), OutputCapture())
+    assert (code, reason) == (0, "exit")
+    await server
+    with pytest.raises(NotStarted):
+        await link.call({"argv": ["true"]}, Limits(timeout=20), watch, OutputCapture(), OutputCapture())
+    assert link.dead

@@ -43,6 +43,7 @@ from .process import HOST_ENV, close_fds, exec_result, kill_group, processes_of,
 from .quota import DiskAllowance, current_allowance
 from .seccomp import filter_fd
 from .started import Started
+from .warm_link import NotStarted
 
 if TYPE_CHECKING:
     from .idmap import IdmappedWorkspace
@@ -270,7 +271,8 @@ class BubblewrapSandbox:
         if spent := allowance.spent():
             return ExecResult("", "", None, 0.0, "disk", note=spent)
         if self.warm and (warm := await self.warm_slot.get(self, limits)) is not None:
-            return await run_warm(self, warm, argv, stdin, limits, files, allowance)
+            with contextlib.suppress(NotStarted):  # its executor died after its last call: one of its own
+                return await run_warm(self, warm, argv, stdin, limits, files, allowance)
         cmd, fds, cgroup, protected, hold = self._prepare(argv, limits, files)
         disk = allowance.watch(self.workspace, limits.disk_mb * 2**20, limits.inodes)
         try:

@@ -50,7 +50,7 @@ from .docker_result import docker_result
 from .docker_warm import WarmContainer, WarmFailed
 from .languages import program
 from .quota import DiskAllowance, current_allowance
-from .warm_link import signature
+from .warm_link import NotStarted, signature
 
 if TYPE_CHECKING:
     from .idmap import IdmappedWorkspace
@@ -239,6 +239,8 @@ class DockerSandbox:
         if warm is not None:
             try:
                 return await warm.run(self.workspace, self._protected, argv, stdin, limits, files, allowance)
+            except NotStarted:  # its executor died after its last call: the command in a container of its own
+                pass
             finally:
                 if warm.dead:
                     if self._warm is warm:

@@ -14,9 +14,11 @@ behind for the next one is removed: the files in /tmp, /dev/shm, /dev/mqueue and
 objects and the keyrings of its uid.
 
 Frames: one type byte, a 4-byte big-endian length, the payload. shou sends `c` (a call, JSON) and `k`
-(kill now); the executor sends `o` (stdout), `e` (stderr) and `x` (the end: JSON with the wait status).
+(kill now); the executor sends `r` (ready: when it starts, and once a call's leftovers are removed), `o`
+(stdout), `e` (stderr) and `x` (the end: JSON with the wait status).
 """
 
+import contextlib
 import ctypes
 import json
 import os
@@ -24,7 +26,6 @@ import resource
 import selectors
 import signal
 import socket
-import stat
 import struct
 import sys
 
@@ -101,23 +102,72 @@ def reap():
 
 
 def empty(folder):
-    """Remove everything in `folder` (the command may have made folders unreadable to its own uid)."""
+    """Remove everything in `folder`. The command may have made folders unreadable to its own uid, or a tree
+    deeper than any recursion (a recursive walk raised RecursionError at 1,500 levels, which ended the
+    executor): one folder is open at a time, gone down into by name and up from through '..'."""
     try:
-        names = os.listdir(folder)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return
-    for name in names:
-        path = os.path.join(folder, name)
-        try:
-            st = os.lstat(path)
-            if stat.S_ISDIR(st.st_mode):
-                os.chmod(path, 0o700)
-                empty(path)
-                os.rmdir(path)
-            else:
-                os.unlink(path)
-        except OSError:
-            pass
+    names, stuck = [], set()  # the folders gone down through; those that cannot be emptied or removed
+    try:
+        while True:
+            sub = _clear(fd, stuck)
+            if sub is not None:
+                try:
+                    os.chmod(sub, 0o700, dir_fd=fd)
+                    inner = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                except OSError:
+                    _stick(fd, sub, stuck)
+                    continue
+                os.close(fd)
+                fd = inner
+                names.append(sub)
+                continue
+            if not names:
+                return
+            outer = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = outer
+            name = names.pop()
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except OSError:
+                _stick(fd, name, stuck)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+
+
+def _clear(fd, stuck):
+    """Unlink what the folder `fd` holds but folders; a folder in it still to empty, or None."""
+    try:
+        with os.scandir(fd) as entries:
+            found = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+    except OSError:
+        return None
+    sub = None
+    for name, is_dir in found:
+        if not is_dir:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=fd)
+        elif sub is None:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in stuck:
+                sub = name
+    return sub
+
+
+def _stick(fd, name, stuck):
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return
+    stuck.add((st.st_dev, st.st_ino))
 
 
 def remove_ipc(libc):
@@ -259,6 +309,7 @@ def serve_call(conn, call, libc):
         empty(folder)
     remove_ipc(libc)
     clear_keyrings(libc)
+    send(conn, b"r", b"")  # tidied: shou sends the next call only after this (else it was never started)
 
 
 def select_idle(conn):

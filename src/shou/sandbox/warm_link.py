@@ -23,6 +23,7 @@ from .quota import DiskWatch
 HEADER = struct.Struct(">cI")
 _EXECUTOR = Path(__file__).with_name("warm_executor.py")
 KILL_GRACE = 10.0  # seconds for the executor to report a killed call before it is given up as dead
+READY_WAIT = 60.0  # seconds a call's tidy may take before the executor is given up (the next call goes elsewhere)
 # The executor ends itself after 900 s without a call; shou replaces it a minute before that, so that a
 # call never races its exit.
 IDLE_REPLACE = 840.0
@@ -30,6 +31,11 @@ IDLE_REPLACE = 840.0
 
 class LinkBroken(Exception):
     """The executor said something it should not have."""
+
+
+class NotStarted(Exception):
+    """The executor was gone, or never said it was ready again, before the call was sent: the command did not
+    run, and may be run elsewhere."""
 
 
 class ExecutorLink:
@@ -42,6 +48,7 @@ class ExecutorLink:
         self.ooms = ooms
         self.busy = False
         self.dead = False
+        self.ready = False  # the executor said `r` since the last call: its leftovers are gone
         self.last_used = time.monotonic()
 
     def stale(self) -> bool:
@@ -53,13 +60,34 @@ class ExecutorLink:
         kind, _ = await read_frame(self.reader)
         if kind != b"r":
             raise LinkBroken(f"the executor said {kind!r} first")
+        self.ready = True
+
+    async def _await_ready(self) -> None:
+        """The executor's `r` after the last call's tidy. Without it the executor died after that call's end
+        (its tidy failed): the next call was sent to nobody and reported killed, though it never ran."""
+        if self.ready:
+            return
+        try:
+            kind, _ = await asyncio.wait_for(read_frame(self.reader), READY_WAIT)
+        except (asyncio.IncompleteReadError, OSError, TimeoutError, struct.error) as e:
+            self.dead = True
+            raise NotStarted(f"the sandbox's executor stopped after its last call ({type(e).__name__})") from e
+        except BaseException:
+            self.dead = True
+            raise
+        if kind != b"r":
+            self.dead = True
+            raise NotStarted(f"the sandbox's executor said {kind!r} between calls")
+        self.ready = True
 
     async def call(self, request: dict[str, Any], limits: Limits, disk: DiskWatch, out: OutputCapture,
                    err: OutputCapture) -> tuple[int | None, ExitReason, bool]:
         """Run one command (`request`: argv, rlimits, files, stdin): (exit code, or None when stopped by
         us; why it ended; whether memory ran out)."""
+        await self._await_ready()
         ooms = self.ooms()
         self.last_used = time.monotonic()
+        self.ready = False
         self.send(b"c", json.dumps(request).encode())
         over = asyncio.Event()
         guard = asyncio.ensure_future(disk.guard(over.set))
