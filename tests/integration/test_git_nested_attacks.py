@@ -290,3 +290,59 @@ async def test_a_thread_left_running_makes_no_repository_between_cells(workspace
     run_git_everyway(workspace / "sub", home)
     assert not marker.exists(), after.note
     assert "disarmed" in (after.note or ""), after.for_model()
+
+
+FORKER = r'''
+import os, signal, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+def child():
+    end = time.time() + 0.05
+    while time.time() < end:
+        for p in (-1, 1):
+            try: os.kill(p, signal.SIGCONT)
+            except Exception: pass
+        if os.path.exists('go') and not os.path.exists('done'):
+            try:
+                os.makedirs('sub/.git/objects', exist_ok=True); os.makedirs('sub/.git/refs/heads', exist_ok=True)
+                open('sub/.git/HEAD', 'w').write('ref: refs/heads/main\n')
+                open('sub/.git/config', 'w').write('[core]\n\tbare = false\n\tfsmonitor = "touch MARK"\n')
+                open('done', 'w').close()
+            except OSError: pass
+    os._exit(0)
+while True:
+    try:
+        if os.fork() == 0: child()
+    except OSError:
+        time.sleep(0.001)
+'''
+
+
+async def test_processes_that_fork_and_continue_each_other_are_all_paused_between_cells(workspace: Path,
+                                                                                          tmp_path: Path) -> None:
+    # Review 49, F1: stops sent one by one raced a process forking children that send SIGCONT to all: some ran on
+    # between cells and laid a repository out there, which the next cell's walk took for the person's.
+    import asyncio
+
+    from shou.sandbox.stateful import StatefulPython
+
+    marker = tmp_path / "PWNED"
+    box = make("bubblewrap", workspace, Limits(timeout=60))
+    kernel = StatefulPython(box)  # type: ignore[arg-type]
+    try:
+        forker = FORKER.replace("MARK", str(marker))
+        r = await kernel.execute(f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {forker!r}])\n"
+                                 "import time; time.sleep(0.5)")
+        assert r.ok, r.for_model()
+        for _ in range(20):  # paused: every look finds every process stopped
+            assert _stopped_tree(kernel._handle.proc.pid), r.note
+            await asyncio.sleep(0.01)
+        (workspace / "go").touch()
+        after = await kernel.execute("import os, time\nwhile not os.path.exists('done'): time.sleep(0.01)")
+        assert after.ok and _stopped_tree(kernel._handle.proc.pid), after.for_model()
+    finally:
+        await kernel.close()
+        release(box)
+    home = tmp_path / "home"
+    home.mkdir()
+    run_git_everyway(workspace / "sub", home)
+    assert not marker.exists(), after.note

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
+_FREEZE_POLLS = 4000  # half-millisecond looks for the kernel to report a freeze or a thaw done
 _swept = False
 
 
@@ -67,6 +68,12 @@ class RunCgroup:
                     for fname, value in files.items():
                         with contextlib.suppress(OSError):  # memsw exists only with swap accounting
                             (d / fname).write_text(str(value))
+                if "memory" in made and (parent := _own_path("freezer")) is not None and (ROOT / "freezer").is_dir():
+                    with contextlib.suppress(OSError):  # without it, a pause falls back to signals alone
+                        made["freezer"] = ROOT / "freezer" / parent.lstrip("/") / name
+                        made["freezer"].mkdir()
+                    if not made["freezer"].is_dir():
+                        del made["freezer"]
                 return cls(made, 1) if "memory" in made else _cleanup(made)
             parent = _own_path("")
             if parent is None:
@@ -119,6 +126,32 @@ class RunCgroup:
                 found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
         return sorted(found)
 
+    def can_freeze(self) -> bool:
+        """Whether `freeze` works here (v2, or v1 with the freezer controller)."""
+        return self.version == 2 or "freezer" in self.dirs
+
+    def freeze(self, frozen: bool) -> bool:
+        """Freeze (or thaw) every process inside at once; whether it is so now. Kept frozen only for a
+        moment (`Started.pause`): a task frozen by v1's freezer ignores SIGKILL until thawed, so one left frozen
+        would outlive a killed shou (`sweep_stale` thaws what a dead shou left)."""
+        try:
+            if self.version == 2:
+                (self.dirs["unified"] / "cgroup.freeze").write_text("1" if frozen else "0")
+                for _ in range(_FREEZE_POLLS):
+                    if f"frozen {int(frozen)}" in (self.dirs["unified"] / "cgroup.events").read_text():
+                        return True
+                    time.sleep(0.0005)
+                return False
+            state = self.dirs["freezer"] / "freezer.state"
+            state.write_text("FROZEN" if frozen else "THAWED")
+            for _ in range(_FREEZE_POLLS):
+                if state.read_text().strip() == ("FROZEN" if frozen else "THAWED"):
+                    return True
+                time.sleep(0.0005)
+        except (OSError, KeyError):
+            pass
+        return False
+
     def kill_all(self) -> None:
         """SIGKILL every process left inside."""
         for pid in self.pids():
@@ -128,6 +161,8 @@ class RunCgroup:
     def remove(self) -> None:
         """Kill what is left and delete the cgroup (in the background while killed processes still exit)."""
         self.kill_all()
+        if self.can_freeze():
+            self.freeze(False)  # a frozen v1 task dies of its SIGKILL only once thawed
         left = [d for d in self.dirs.values() if not _rmdir(d)]
         if left:  # never block the caller's event loop waiting for the kernel to finish exits
             threading.Thread(target=_remove_later, args=(left,), daemon=True, name="shou-cgroup-rm").start()
@@ -158,12 +193,15 @@ def sweep_stale() -> None:
                 bits = entry.name.split("-")
                 if len(bits) == 3 and bits[0] == "shou" and bits[1].isdigit() and int(bits[1]) != os.getpid() \
                         and not os.path.exists(f"/proc/{bits[1]}"):
+                    for state in (Path(entry.path) / "freezer.state", Path(entry.path) / "cgroup.freeze"):
+                        with contextlib.suppress(OSError):  # a frozen task dies of its pending SIGKILL once thawed
+                            state.write_text("THAWED" if state.name == "freezer.state" else "0")
                     _rmdir(Path(entry.path))
 
 
 def _parents() -> list[Path]:
     if (ROOT / "memory").is_dir():
-        return [ROOT / c / p.lstrip("/") for c in ("memory", "pids") if (p := _own_path(c)) is not None]
+        return [ROOT / c / p.lstrip("/") for c in ("memory", "pids", "freezer") if (p := _own_path(c)) is not None]
     own = _own_path("")
     return [ROOT / own.lstrip("/")] if own is not None else []
 

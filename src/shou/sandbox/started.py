@@ -17,8 +17,8 @@ from .quota import DiskAllowance, DiskWatch
 
 __all__ = ["Started", "children"]
 
-_PAUSE_ROUNDS = 64
-_PAUSE_POLLS = 2000  # looks, a millisecond apart, for every process to have stopped (else it is named)
+_PAUSE_ROUNDS = 16
+_PAUSE_POLLS = 2000  # looks, a millisecond apart, for every process to have stopped
 
 
 def children(pid: int) -> list[int]:
@@ -82,31 +82,40 @@ class Started:
         found.discard(self.proc.pid)  # bwrap itself runs nothing of the program's
         return found
 
-    async def pause(self) -> str:
+    async def pause(self) -> bool:
         """Stop every process of the sandbox (SIGSTOP) after a cell, so that nothing the program left running
         (a thread, a child in the background) changes the workspace until the next cell: what it writes is
-        then always within a cell, judged by that cell's tidy. Unlike the cgroup freezer, which this replaces, a
-        stopped process still dies of SIGKILL, so a paused interpreter never outlives shou (bwrap's
-        --die-with-parent). A note when some process could not be stopped."""
+        then always within a cell, judged by that cell's tidy. False when some process could not be stopped:
+        the caller then kills the interpreter (what runs unseen is never left running).
+
+        Sent one by one, stops race a process that forks or sends SIGCONT meanwhile; so the cgroup is frozen
+        while they are sent (no process runs, none forks), then thawed at once: each handles its SIGSTOP before
+        running anything again. A frozen task of v1's freezer ignores SIGKILL, so nothing stays frozen longer
+        than that (a stopped process, unlike a frozen one, dies of the SIGKILL --die-with-parent sends when shou
+        dies). Without a freezer, signals alone, until one look finds every process stopped."""
         stopped: set[int] = set()
-        for _ in range(_PAUSE_ROUNDS):  # one that forks while the tree is read is found in the next round
-            new = self._processes() - stopped
-            if not new:
-                break
-            for pid in new:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGSTOP)
-            stopped |= new
-        else:
+        for _ in range(_PAUSE_ROUNDS):
+            cgroup = self.cgroup if self.cgroup is not None and self.cgroup.can_freeze() else None
+            frozen = cgroup is not None and cgroup.freeze(True)
+            try:
+                found = self._processes()
+                for pid in found:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGSTOP)
+            finally:
+                if frozen and cgroup is not None:
+                    cgroup.freeze(False)
+            stopped |= found
             self._stopped = sorted(stopped)
-            return "the program's processes kept multiplying and could not all be paused between calls"
-        self._stopped = sorted(stopped)
-        # Each stops at its next return from the kernel; nothing signals it to us (they are not our children).
-        for _ in range(_PAUSE_POLLS):
-            if not (running := [pid for pid in self._stopped if not _all_stopped(pid)]):
-                return ""
-            await asyncio.sleep(0.001)
-        return f"{len(running)} of the program's processes could not be paused between calls"
+            # Each stops at its next return from the kernel; nothing signals it to us (they are not our children).
+            for _ in range(_PAUSE_POLLS):
+                now = self._processes()
+                if not now <= stopped:
+                    break  # one more than was signalled: another round
+                if all(_all_stopped(pid) for pid in now):
+                    return True
+                await asyncio.sleep(0.001)
+        return False
 
     def resume(self) -> None:
         """Let the processes `pause` stopped run again (before the next cell)."""
@@ -123,8 +132,8 @@ class Started:
             return "memory", f"the memory limit is {self.limits_mb} MB" if self.limits_mb else "out of memory"
         return "killed", ""
 
-    async def stop(self) -> None:
-        """Kill the process group and the cgroup's processes, tidy, and reap."""
+    async def stop(self) -> str:
+        """Kill the process group and the cgroup's processes, reap, and tidy: the tidy's note."""
         if self.watcher is not None:
             self.watcher.cancel()
         kill_group(self.proc.pid)
@@ -141,9 +150,11 @@ class Started:
             self.cgroup.remove()
         # What a thread of the program wrote after the last cell's tidy: undone now that nothing runs (a workspace
         # gone meanwhile is no reason to leave the rest of the stop undone).
+        note = ""
         with contextlib.suppress(OSError):
-            self.tidy()
+            note = self.tidy()
         if self._charge is not None:
             allowance, disk = self._charge
             self._charge = None
             allowance.charge(disk)
+        return note

@@ -145,10 +145,15 @@ class StatefulPython:
                                   note="; ".join(x for x in ("the interpreter crashed during this call", why) if x))
             error = reply.get("error")
             stderr = str(reply.get("stderr", "")) + (error or "")
-            if callable(pause := getattr(self._handle, "pause", None)) and (unpaused := await pause()):
-                note = "; ".join(x for x in (note, unpaused) if x)
-            tidy = getattr(self._handle, "tidy", None)
-            if callable(tidy) and (planted := tidy()):
+            if callable(pause := getattr(self._handle, "pause", None)) and not await pause():
+                # What this code left running could not be stopped: it is killed, never left running unseen.
+                handle, self._handle = self._handle, None
+                planted = await handle.stop()
+                self._restart_note = ("[the Python interpreter was stopped after the previous call: what it left "
+                                      "running could not be paused between calls; variables and imports are gone]")
+                note = "; ".join(x for x in (note, "processes this code left running could not be paused, so the "
+                                             "interpreter was stopped (its variables are gone)", planted) if x)
+            elif callable(tidy := getattr(self._handle, "tidy", None)) and (planted := tidy()):
                 note = "; ".join(x for x in (note, planted) if x)
             return ExecResult(str(reply.get("stdout", "")), stderr, 1 if error else 0, duration, "exit", note=note)
 
