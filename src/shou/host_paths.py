@@ -138,6 +138,13 @@ def _missing_file(workspace: Path, parts: tuple[str, ...], folder: bool) -> bool
     return True
 
 
+def _mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
 def missing_host_files(workspace: Path) -> tuple[str, ...]:
     """The start-up files of `host_parts` missing in the workspace (`HOME_FILES` in a workspace of `$HOME`, a
     `sitecustomize.py` of a `sys.path` entry): the sandbox cannot bind them (see `read_only_tops`, whose second
@@ -173,8 +180,13 @@ def read_only_tops(workspace: Path) -> tuple[list[str], list[str]]:
         if not folder and not os.path.lexists(workspace.joinpath(*parts)):
             # missing: removed when the program makes it; behind a link of the person's own, the place it leads
             # to is listed by its resolved spelling
-            if _missing_file(workspace, parts, folder) and "/".join(parts) not in absent:
-                absent.append("/".join(parts))
+            if _missing_file(workspace, parts, folder):
+                if "/".join(parts) not in absent:
+                    absent.append("/".join(parts))
+            elif len(parts) > 1 and parts[0] not in tops and stat.S_ISREG(_mode(workspace / parts[0])):
+                # A file of the person's where the way's top folder would be (a launcher script named `shou`):
+                # kept as it is, else the program could put that folder and the start-up file in its place.
+                tops.append(parts[0])
         elif parts[0] not in tops:
             tops.append(parts[0])
     for top in tops:

@@ -84,3 +84,13 @@ async def test_a_shou_module_the_program_makes_at_the_top_is_removed(sb: Sandbox
     probe = subprocess.run([sys.executable, "-m", "shou", "--help"], cwd=workspace, capture_output=True,
                            text=True, timeout=60)
     assert probe.returncode == 0 and "Usage" in probe.stdout, probe.stderr[-2000:]
+
+
+async def test_a_persons_file_named_shou_cannot_be_swapped_for_a_package(sb: Sandbox, workspace: Path) -> None:
+    # Review 49, F2: with the person's launcher script `shou` at the top, shou/__init__.py was neither missing
+    # (its way went through a file) nor there, so nothing kept the program from putting a package in its place.
+    (workspace / "shou").write_text("#!/bin/sh\nexec python3 -m shou \"$@\"\n")
+    r = await sb.run(["bash", "-c", "rm -f shou; mkdir shou && echo 'import os' > shou/__init__.py; "
+                                    "mv shou shou-old; mkdir shou && echo 'import os' > shou/__init__.py; true"])
+    assert (workspace / "shou").is_file(), r.for_model()
+    assert (workspace / "shou").read_text().startswith("#!/bin/sh"), r.for_model()
