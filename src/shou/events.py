@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, ClassVar, Literal
 
+from .frozen import fast_init, fits
 from .messages import ImagePart, Message, ToolCall
 from .usage import Usage
 
@@ -429,6 +430,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunFinished,
     )
 }
+for _kind in EVENT_TYPES.values():  # ~15 events a task, up to 13 fields each: set by their slots' own setters
+    if fits(_kind):
+        fast_init(_kind)
 
 
 def _encode(value: Any) -> Any:

@@ -11,9 +11,33 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "depth", "load_json"]
+__all__ = ["MAX_DEPTH", "canonical", "depth", "load_json", "loads"]
 
 MAX_DEPTH = 100
+
+_scan = json.JSONDecoder().scan_once  # json.loads's own C scanner, as its default decoder has it
+_space = json.decoder.WHITESPACE.match
+_JSON_SPACE = " \t\n\r"
+
+
+def loads(text: str) -> Any:
+    """`json.loads(text)`: the same value, or the same error at the same place, for a third of the cost. A tool
+    call's arguments are parsed several times (approvals, validation, the repeat guard), and `json.loads` spends
+    ~13,000 instructions on a short object, two thirds of them around its C scanner (three Python frames, two
+    regular-expression matches for white space a model's arguments never start or end with)."""
+    if not text or text[0] in _JSON_SPACE or text[0] == "\ufeff" or text[-1] in _JSON_SPACE:
+        return json.loads(text)  # white space around the value, or a byte-order mark: json.loads's own way
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration as err:
+        raise json.JSONDecodeError("Expecting value", text, err.value) from None
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, _space(text, end).end())
+    return value
+
+
+# `json.dumps(value, sort_keys=True, separators=(",", ":"))` without making an encoder at each call (~half its cost)
+canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
 def depth(value: Any) -> int:

@@ -11,6 +11,8 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .frozen import fast_init
+
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
 
@@ -59,6 +61,7 @@ Part = TextPart | ImagePart
 Content = str | tuple[Part, ...] | None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One function call requested by the model. `arguments` is the raw JSON text, as sent."""
@@ -78,6 +81,7 @@ class ToolCall:
         return cls(id=str(data.get("id") or ""), name=str(fn.get("name") or ""), arguments=fn.get("arguments") or "")
 
 
+@fast_init  # a dozen a task: each reply, each result, the system message of each request
 @dataclass(frozen=True, slots=True)
 class Message:
     """One chat message: system, user, assistant (maybe with tool calls) or tool result."""

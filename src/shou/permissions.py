@@ -22,6 +22,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
+from .frozen import fast_init
 from .glob import glob_could_start, glob_match
 
 __all__ = ["Decision", "Outcome", "Policy", "Rule", "main_argument"]
@@ -74,6 +75,7 @@ class Rule:
         return self.tool if self.pattern is None else f"{self.tool}({self.pattern})"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What the policy says of one call, and why (the rule, or the default, that decided)."""

@@ -203,8 +203,11 @@ class Redactor:
     def may_hold(self, data: bytes) -> bool:
         """Whether JSON text `data` may hold a secret (one of them, or a JSON escape that could spell one)."""
         if self._spelled is not None:
+            # Not `v in data`: bytes' `in` first tries `v` as an int, raising and clearing a TypeError each time
+            # (~2,000 instructions, twice an event); `find` takes the bytes as they are.
+            find = data.find
             for v in self._spelled:  # noqa: SIM110 (a loop, not any(): no generator for the usual one or two)
-                if v in data:
+                if find(v) >= 0:
                     return True
             return False
         return self._json is not None and self._json.search(data) is not None

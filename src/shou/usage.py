@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .frozen import fast_init
 
+
+@fast_init  # made ~15 times a task (each reply's usage, and three sums of them)
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Tokens a model call (or a sum of them) consumed; `requests` counts model calls. `estimated` is true

@@ -13,6 +13,7 @@ from ..context.builder import ContextPolicy, blocks_of
 from ..context.tokens import TokenCounter
 from ..errors import UserError
 from ..events import Compacted, Event, Notice, RunFinished, RunStatus
+from ..frozen import fast_init
 from ..models.base import Model, ModelSettings
 from ..pricing import PriceTable
 from ..redact import Redactor
@@ -54,6 +55,7 @@ def _field(name: str, source: str | None = None) -> Any:
     return property(attrgetter(f"config.{source or name}"), set_, doc=f"The config's `{source or name}`.")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """How a run ended: status, the final answer, steps, token usage and wall time (seconds); with an

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
+from ..jsonfile import canonical, loads
 from ..messages import ToolCall
 
 Verdict = Literal["ok", "warn", "stop"]
@@ -19,7 +19,7 @@ REPEAT_NOTE = (
 def call_signature(call: ToolCall) -> tuple[str, str]:
     """Name and canonical arguments, so `{"a":1, "b":2}` and `{"b": 2, "a": 1}` count as the same."""
     try:
-        args = json.dumps(json.loads(call.arguments or "{}"), sort_keys=True, separators=(",", ":"))
+        args = canonical(loads(call.arguments or "{}"))
     except ValueError:
         args = (call.arguments or "").strip()
     return call.name, args

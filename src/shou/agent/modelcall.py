@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..frozen import fast_init
 from ..messages import Message, ToolCall
 from ..models.pipeline import ModelCall
 
@@ -25,6 +26,7 @@ __all__ = ["MAX_ARGUMENT_CHARS", "RunCall", "Turn", "bounded"]
 MAX_ARGUMENT_CHARS = 1_000_000  # one tool call's arguments; past this the call is refused, not stored
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Turn:
     """A model call's outcome: the completion as the provider sent it and what it used (priced)."""

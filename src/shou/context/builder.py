@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from ..frozen import fast_init
 from ..messages import Message
 from ..tools.truncate import truncate
 from . import ledger
@@ -57,6 +58,7 @@ PREVIEW_TOKENS = 300
 LEDGER_SHARE = 0.2  # the most of the budget the note of left-out calls may take
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Built:
     """A request's messages, their token count, and how many history messages were left out."""

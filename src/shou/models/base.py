@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ..frozen import fast_init
 from ..messages import Message
 from ..usage import Usage
 
@@ -62,6 +63,7 @@ class ToolCallChunk:
     arguments: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Completion:
     """The end of a model response: the assembled message, usage and why it stopped. `model` is the model

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UserError
+from ..frozen import fast_init
 from ..messages import ImagePart
 from ..wellformed import well_formed_text
 from .describe import clean_schema, parse_docstring
@@ -41,6 +42,7 @@ QUICK_CALL = 0.0005  # a sync call that took less (hand-off included) is waited 
 QUICK_WAIT = 0.001  # ...for at most this long, the loop blocked
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """What a tool gives back: `content` for the model, an optional image, and `details` for people.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..chain import compose
+from ..frozen import fast_init
 
 if TYPE_CHECKING:
     from ..messages import ToolCall
@@ -55,6 +56,7 @@ class Control(Protocol[R]):
 
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ExecutedCall:
     """A finished call: its position in the model's turn, the result and how long it took (seconds)."""
