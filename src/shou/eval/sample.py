@@ -20,6 +20,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -267,21 +268,30 @@ def written_files(ws: Path, files: Path | Mapping[str, str | bytes] | None) -> l
 
 
 def _changed(path: Path, rel: str, files: Path | Mapping[str, str | bytes] | None) -> bool:
-    try:
-        now = path.read_bytes() if not path.is_symlink() else os.readlink(path).encode()
-    except OSError:
-        return True
+    """Whether the workspace's `path` is not as the fixture had it. Only a regular file of the fixture's size
+    is read (an agent's FIFO blocked the read, and a sparse 64 GB file would have been read whole); a link is
+    compared by where it points; anything else the fixture cannot have held."""
     if isinstance(files, Path):
-        before = files / rel
-        try:
-            was = before.read_bytes() if not before.is_symlink() else os.readlink(before).encode()
-        except OSError:
-            return True
-        return now != was
-    given = (files or {}).get(rel)
-    if given is None:
-        return True
-    return now != (given.encode() if isinstance(given, str) else given)
+        was = _spelled(files / rel, None)
+    else:
+        given = (files or {}).get(rel)
+        was = given.encode() if isinstance(given, str) else given
+    return was is None or _spelled(path, len(was)) != was
+
+
+def _spelled(path: Path, size: int | None) -> bytes | None:
+    """A link's target, or a regular file's bytes (None when its size is not `size`, or it is neither)."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            return b"link:" + os.fsencode(os.readlink(path))
+        if not stat.S_ISREG(st.st_mode) or (size is not None and st.st_size != size):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(st.st_size + 1)
 
 
 def _result(sample: Sample, env: SampleEnv, names: list[str], finals: list[RunFinished], verdicts: list[Verdict],
