@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -132,3 +133,22 @@ def test_an_event_type_of_the_caller_s_own_is_logged_repaired(tmp_path: Path) ->
     store.close()
     [data] = [row[0] for row in sqlite3.connect(tmp_path / "s.db").execute("SELECT data FROM events")]
     assert "caf\ufffd [redacted]" in data and len(seen) == 1
+
+
+@pytest.mark.parametrize("depth", [600, 5000])
+def test_a_plan_nested_as_deep_as_json_takes_is_read_not_a_recursion_error(depth: int) -> None:
+    # Review 49, F6: the walk recursed two frames a level; a model's plan 600 deep ended the run.
+    from shou.agent.turn import tool_arguments
+    from shou.messages import Message, ToolCall
+
+    args = '{"plan": ' + "[" * depth + '"\\ud800"' + "]" * depth + "}"
+    message = Message(role="assistant", content="", tool_calls=[ToolCall(id="c1", name="plan", arguments=args)])
+    got = tool_arguments(message, "plan")
+    if depth > 1000:  # past what json's parser takes: no plan, as for any text that is not one
+        assert got is None
+        return
+    assert got is not None
+    inner = got["plan"]
+    for _ in range(depth - 1):
+        inner = inner[0]
+    assert inner == ["\ufffd"]

@@ -92,7 +92,7 @@ def tool_arguments(message: Message, name: str) -> dict[str, Any] | None:
             continue
         try:
             args = json.loads(call.arguments or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past what the parser takes
             continue
         if isinstance(args, dict):
             return well_formed(args)
