@@ -151,3 +151,17 @@ def test_only_serving_a_file_makes_the_encoded_spellings() -> None:
     r.checked(ToolCallFinished("r", 1, "c1", "shell", "out sk-live-0123456789abcdef"))
     assert r._encoded is None  # every event passes through checked(): it costs what it did
     assert r.in_bytes(b"nothing here") == b"nothing here" and r._encoded is not None
+
+
+def test_a_file_holding_a_key_encoded_past_the_limit_is_withheld_whole() -> None:
+    # Review 49, F3: a file of back-to-back spaced hex of the key took 3.7 s of CPU to fill match by match.
+    from shou.redact import Redactor
+    from shou.redact_encoded import MOST_MATCHES, WITHHELD
+
+    key = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+    spaced = " ".join(f"{b:02x}" for b in key.encode()).encode() + b"\n"
+    r = Redactor([key])
+    assert r.in_bytes(spaced * (MOST_MATCHES + 1)) == WITHHELD
+    some = r.in_bytes(b"head\n" + spaced * 100)
+    assert some.startswith(b"head\n") and key.encode().hex().encode() not in some.replace(b" ", b"")
+    assert len(some) == len(b"head\n" + spaced * 100)
