@@ -170,11 +170,14 @@ def scan(root: Path, limit: int = SCAN_LIMIT) -> Scan:
     files: dict[str, Sig] = {}
     at = time.time_ns()
     skip = _skipped(str(root))
-    for seen, (rel, st) in enumerate(_walk(str(root), "", skip), 1):
-        if seen > limit:
-            return Scan(files, False, at)
-        if st is not None:
-            files[rel] = (st.st_size, st.st_mtime_ns, st.st_ino, stat.S_IMODE(st.st_mode))
+    try:
+        for seen, (rel, st) in enumerate(_walk(str(root), "", skip), 1):
+            if seen > limit:
+                return Scan(files, False, at)
+            if st is not None:
+                files[rel] = (st.st_size, st.st_mtime_ns, st.st_ino, stat.S_IMODE(st.st_mode))
+    except (_Moved, OSError):  # a folder moved meanwhile, or the workspace cannot be opened
+        return Scan(files, False, at)
     return Scan(files, True, at)
 
 
@@ -192,37 +195,63 @@ def _skipped(root: str) -> set[tuple[int, int]]:
 
 
 def _walk(top: str, prefix: str, skip: set[tuple[int, int]]) -> Iterator[tuple[str, os.stat_result | None]]:
-    """Every folder (with None) and regular file below `top`, each folder before what it holds. The walk keeps
-    its own stack: a generator that recursed once a level raised RecursionError on a tree 1,500 deep, which any
-    command can make, and no command could then be run or undone."""
-    stack = [(prefix, iter(_entries(top)))]
-    while stack:
-        here, entries = stack[-1]
-        entry = next(entries, None)
-        if entry is None:
-            stack.pop()
-            continue
-        rel = here + entry.name
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            # a nested repository's `.git/` too, by its exact name: git's internals, not the project's files
-            if (st.st_dev, st.st_ino) in skip or entry.name == ".git":
-                continue
-            yield rel, None
-            stack.append((rel + "/", iter(_entries(entry.path))))
-        elif stat.S_ISREG(st.st_mode):
-            yield rel, st
-
-
-def _entries(folder: str) -> list[os.DirEntry[str]]:
+    """Every folder (with None) and regular file below `top`, each folder before what it holds. One folder is
+    open at a time, gone down into by name (following no link) and up from through `..`, which must be the
+    folder gone down from (else `_Moved`): no recursion (a generator recursing once a level raised
+    RecursionError on a tree 1,500 deep, which any command can make) and no path (one past PATH_MAX was
+    skipped without a word, and undo never saw what a command did there)."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    stack: list[tuple[str, Iterator[tuple[str, os.stat_result]], tuple[int, int]]] = [
+        (prefix, iter(_entries(fd)), (0, 0))]
     try:
-        with os.scandir(folder) as it:
-            return list(it)
+        while stack:
+            here, entries, parent = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                if stack:
+                    outer = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+                    os.close(fd)
+                    fd = outer
+                    st = os.fstat(fd)
+                    if (st.st_dev, st.st_ino) != parent:
+                        raise _Moved
+                continue
+            name, st = entry
+            rel = here + name
+            if stat.S_ISDIR(st.st_mode):
+                # a nested repository's `.git/` too, by its exact name: git's internals, not the project's files
+                if (st.st_dev, st.st_ino) in skip or name == ".git":
+                    continue
+                yield rel, None
+                try:
+                    inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                except OSError:
+                    continue
+                mine = os.fstat(fd)
+                os.close(fd)
+                fd = inner
+                stack.append((rel + "/", iter(_entries(fd)), (mine.st_dev, mine.st_ino)))
+            elif stat.S_ISREG(st.st_mode):
+                yield rel, st
+    finally:
+        os.close(fd)
+
+
+class _Moved(Exception):
+    """A folder of the workspace moved while it was walked."""
+
+
+def _entries(fd: int) -> list[tuple[str, os.stat_result]]:
+    found = []
+    try:
+        with os.scandir(fd) as it:
+            for entry in it:
+                with contextlib.suppress(OSError):
+                    found.append((entry.name, entry.stat(follow_symlinks=False)))
     except OSError:
-        return []
+        pass
+    return found
 
 
 _KEPT: dict[tuple[str, str, Sig], str] = {}  # (workspace, path, signature) -> blob: a file unchanged is not reread
