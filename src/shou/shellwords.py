@@ -146,7 +146,7 @@ def _command(node: Any, found: Found, depth: int, risk: Risk, extra: list[Any]) 
         argv += expanded
     if not argv:
         return
-    risk.command(argv)
+    risk.command(argv, node)
     _run(argv, found, depth, stdin_of(node))
 
 
