@@ -258,12 +258,12 @@ class Arithmetic:
     def _tests(self, command: Any) -> None:
         """The comparisons of `[[ ]]` evaluate their operands; `-v`, in `[ ]` too, a name's subscript (`[ ]` is the
         test builtin, which compares numbers without evaluating them)."""
-        stack = list(command.named_children)
+        stack, brackets = list(command.named_children), command.children[0].type == "[["
         while stack:  # through `&&`, `!`, `( )` only: what is inside a word is seen node by node
             node = stack.pop()
             if node.type in _TESTS:
                 stack += node.named_children
-                self._test(node, command.text.startswith(b"[["))
+                self._test(node, brackets)
 
     def _test(self, node: Any, brackets: bool) -> None:
         operator = next((c for c in node.children if c.type == "test_operator"), None)

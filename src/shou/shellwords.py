@@ -15,6 +15,7 @@ matching every deny rule for `shell` (or, without one, every ask rule). A deny l
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
 from typing import Any
@@ -309,6 +310,17 @@ def _parallel(base: str, args: list[Word], found: Found, depth: int, stdin: list
     return _suffixes(base, args, found)
 
 
+def _gdb(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """gdb runs its program (`gdb --args rm x`) and a shell line its `-ex 'shell rm x'` (or `!rm x`) names."""
+    for (word, _), (command, _) in itertools.pairwise(args):
+        if word in ("-ex", "--ex", "-iex", "--iex", "-eval-command", "--eval-command"):
+            name, _, rest = (command or "").lstrip().partition(" ")
+            if command is None or name.startswith("!") or name in ("shell", "pipe", "|"):
+                _script([None] if command is None else [f"{name[1:]} {rest}" if name[:1] == "!" else rest], found,
+                        depth, f"{base} -ex")
+    return _suffixes(base, args, found)
+
+
 def _find_handler(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
     _find(args, found, depth)
     return []
@@ -326,7 +338,9 @@ _HANDLERS: dict[str, Handler] = {
     ".": _opaque("runs a script file shou cannot see"), "source": _opaque("runs a script file shou cannot see"),
     # A name that runs another program from now on.
     **{name: _opaque("makes a name run another program") for name in ("alias", "hash", "enable")},
-    **{name: _with_c for name in ("su", "script", "flock", "runuser")},
+    # Their words (or `-c`'s value) are shell lines: `sg grp 'rm x'`, `tmux new 'rm x'`, `nix-shell --run 'rm x'`.
+    **{name: _with_c for name in ("su", "script", "flock", "runuser", "sg", "tmux", "nix-shell")},
+    "newgrp": _opaque("starts a shell reading its input"), "gdb": _gdb,
 }
 
 
