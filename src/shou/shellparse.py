@@ -76,7 +76,7 @@ def _parse(source: bytes) -> Any:
     def read(offset: int, _point: Any) -> bytes:
         nonlocal reads
         if parsed:  # a node's text is read through this too: whole, and never cut short (it would never end)
-            return source[offset:]
+            return source[offset:offset + 256]
         reads += 1
         return b"" if reads > limit else source[offset:offset + 1]
 

@@ -6,7 +6,8 @@ Two kinds, each found in one parsed line:
   `${!a}`, `${@:a}`, `c=([a]=1)`,
   `test -v 'a[$(rm x)]'`, `x='a[$(rm x)]'; echo $((x))`, `printf -v`, `read`, `declare`, `[[ -v ]]`. Bash
   evaluates what is inside the quotes later, so a line with any arithmetic context and any literal holding
-  `$(` or a backtick is opaque (an over-approximation: deny rules may refuse it, never miss it).
+  `$(` or a backtick is opaque (an over-approximation: deny rules may refuse it, never miss it). Arithmetic on a
+  value the line does not set statically (a file name, input, a substitution) is found by shou.shellarith.
 - Start-up variables and callbacks make a shell or a builtin run a string: BASH_ENV, ENV, BASH_FUNC_*, PS0-PS4,
   PROMPT_COMMAND, SHELLOPTS, BASHOPTS (assigned, exported or given to `env`), `mapfile -C`/`readarray -C`,
   and prompt expansion `${x@P}`, which runs the `$(...)` in x's value wherever it came from (always opaque).

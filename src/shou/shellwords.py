@@ -8,8 +8,9 @@ program they run (`env`, `exec`, `command`, `nice`, `timeout`, `sudo`, `xargs`, 
 so are shells given their script statically (`bash -c '...'`, `bash <<< '...'`, a here-document, `eval`,
 `trap`). Where the program cannot be known before the line runs (a name made by an expansion such as `$a`
 or `${x:-rm}`, a substitution as the name, a glob in the name, a shell reading a script file or a pipe,
-`source`, a line the parser cannot read), the line is *opaque*: shou.permissions then treats it as
-matching every deny rule for `shell` (or, without one, every ask rule). A deny list is still no sandbox:
+`source`, a line the parser cannot read), or arithmetic evaluates a value the line does not set statically
+(shou.shellarith), the line is *opaque*: shou.permissions then treats it as matching every deny rule for
+`shell` (or, without one, every ask rule). A deny list is still no sandbox:
 `python -c`, `perl -e` or a program the agent wrote can delete too (README, SECURITY.md).
 """
 
@@ -219,7 +220,7 @@ def _watch(base: str, args: list[Word], found: Found, depth: int, stdin: list[An
 
 
 def _with_c(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
-    _scripts(base, args, found, depth, "c")  # su USER -c, su -c'...', --command=, script -c, flock FILE -c
+    _scripts(base, args, found, depth, "c")  # su -c'...', --command=, flock FILE -c, sg grp 'x', tmux new 'x'...
     return _suffixes(base, args, found) if base in _WRAPPERS else []
 
 
@@ -338,7 +339,6 @@ _HANDLERS: dict[str, Handler] = {
     ".": _opaque("runs a script file shou cannot see"), "source": _opaque("runs a script file shou cannot see"),
     # A name that runs another program from now on.
     **{name: _opaque("makes a name run another program") for name in ("alias", "hash", "enable")},
-    # Their words (or `-c`'s value) are shell lines: `sg grp 'rm x'`, `tmux new 'rm x'`, `nix-shell --run 'rm x'`.
     **{name: _with_c for name in ("su", "script", "flock", "runuser", "sg", "tmux", "nix-shell")},
     "newgrp": _opaque("starts a shell reading its input"), "gdb": _gdb,
 }
