@@ -154,6 +154,10 @@ class Arithmetic:
         for name, value, node in self.assignments:
             if name in self.integers:
                 self._context(value, node)
+        for name in self.integers:  # `declare -i n; read n`: what it reads is evaluated as it is assigned
+            at = next((a.node for a in self.assigned.get(name, []) if a.value is None), None)
+            if at is not None:
+                self.uses.append((_UNKNOWN, at))
         for name, node in self.uses:
             if self.work > MAX_WORK:
                 return ["arithmetic that takes too much work to read"]

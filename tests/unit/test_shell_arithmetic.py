@@ -51,7 +51,8 @@ EVALUATES = [
     "f=$(ls); echo \"$((f))\"", "f=$(ls); declare -n r=$f; echo $r", "f=$(ls); declare -n r=f; (( r ))",
     "f=$(ls); n=$((1)); declare -i n; n=f", "f=$(ls); (( arr[f] ))", "read f < <(ls); ((f))",
     "f=$(ls); g() { ((f)); }; g", "f=$(ls); n=1; n=$f; ((n))", "f=$(ls); echo $(( ${f} ))",
-    "ls | while read f; do ((f)); done",
+    "ls | while read f; do ((f)); done", "declare -i n; read n < <(ls)", "declare -i n; for n in *; do :; done",
+    "declare -i n; printf -v n %s \"$(ls)\"", "select f in *; do ((f)); break; done <<< 1",
 ]
 # Bash does not evaluate these (the test builtin and printf read numbers; these builtins take a plain number).
 NOT_EVALUATED = ["f=$(ls); test \"$f\" -gt 0", "f=$(ls); [ \"$f\" -gt 0 ]", "f=$(ls); printf %d \"$f\"",
