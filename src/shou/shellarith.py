@@ -155,7 +155,8 @@ class Arithmetic:
             if name in self.integers:
                 self._context(value, node)
         for name in self.integers:  # `declare -i n; read n`: what it reads is evaluated as it is assigned
-            at = next((a.node for a in self.assigned.get(name, []) if a.value is None), None)
+            at = next((a.node for a in self.assigned.get(name, []) if a.value is None
+                       and a.node.type != "variable_assignment"), None)  # `n=$f`'s text is read above
             if at is not None:
                 self.uses.append((_UNKNOWN, at))
         for name, node in self.uses:

@@ -5,14 +5,13 @@ file name, and shou calls the line opaque; arithmetic on literals and on values 
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from shou.permissions import Policy
 from shou.shellwords import programs
@@ -129,8 +128,7 @@ SINKS = ["echo $((f))", "(( f ))", "let f", "[[ $f -eq 1 ]]", "[[ f -ge 1 ]]", "
 
 
 @pytest.mark.skipif(BASH is None, reason="needs bash")
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(source=st.sampled_from(SOURCES), sink=st.sampled_from(SINKS))
+@pytest.mark.parametrize(("source", "sink"), list(itertools.product(SOURCES, SINKS)))
 def test_opaque_whenever_bash_runs_the_value(source: str, sink: str, tmp_path: Path) -> None:
     line = f"{source}; {sink}"
     if _bash_runs(line, tmp_path):
