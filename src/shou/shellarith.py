@@ -1,18 +1,13 @@
-"""Arithmetic in a shell line that evaluates a value the line itself does not show (shou.shellrisk makes such a
-line opaque).
+"""Arithmetic that evaluates a value the line does not show (shou.shellrisk makes such a line opaque).
 
-Bash evaluates a variable's value as an expression wherever arithmetic names it, recursively, and an array
-subscript in that value runs its `$(...)`: with a file named `a[$(rm x)]`, `for f in *; do echo $((f)); done`
-runs `rm x`, and so do `(( f ))`, `let f`, `$[f]`, `[[ $f -eq 1 ]]`, `declare -i n=$f`, `${arr[$f]}`, `${s:$f}`,
-`${@:f}`, `${!f}`, `[[ -v $f ]]`, `test -v "$f"`, `let a*` and `$(( $(cat f) ))` (`test "$f" -gt 0`, `[ ]`, `printf
-%d`, `shift`, `exit` do not). So every operand of an arithmetic context (`$((...))`, `$[...]`, `((...))`, `for
-((...))`, `let`, a subscript, a `${x:off:len}`, `[[ -eq ]]` and the other comparisons, `-v`, an assignment to an
-integer variable, an indirection) must be a value the line sets itself: a literal number, a special parameter that
-is always one (`$#`, `$?`, `RANDOM`, ...), or a variable every assignment of which in the line is a static value
-whose own names are such variables in turn, or an arithmetic result, with one of those assignments always run
-before the use (not in a branch, a loop's body, a subshell or a function). A substitution, a positional parameter,
-a glob, input (`read`, `mapfile`, `getopts`, `select`), a nameref, a name the line never sets (the environment
-is the outer line's in a nested shell), or `eval`/`trap`/`source` (which may set any variable) make it opaque.
+Bash evaluates a variable's value as an expression wherever arithmetic names it, recursively, and a subscript
+in that value runs its `$(...)`: with a file named `a[$(rm x)]`, `for f in *; do echo $((f)); done` runs `rm x`,
+as do `((f))`, `let f`, `$[f]`, `[[ $f -eq 1 ]]`, `declare -i n=$f`, `${a[$f]}`, `${s:$f}`, `${!f}`, `test -v "$f"`
+(not `test "$f" -gt 0` nor `printf %d`). So every operand of an arithmetic context must be a number, a special
+parameter that is always one (`$#`, `RANDOM`), or a variable whose every assignment in the line is a static value
+(whose names are such variables in turn) or an arithmetic result, one of them always run before the use (not in
+a branch, a loop's body, a subshell or a function). A substitution, a positional parameter, a glob, input, a
+nameref, `eval`, or a name the line never sets (in a nested shell the outer line sets the environment) is opaque.
 """
 
 from __future__ import annotations
@@ -21,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bashwords import GLOB, node_text, static_word
+from .bashwords import GLOB, UNKNOWN_OPERAND, arith_operands, node_text, static_word
 
 __all__ = ["Arithmetic"]
 
@@ -32,21 +27,14 @@ _NUMERIC = frozenset({"#", "?", "$", "!", "RANDOM", "SRANDOM", "SECONDS", "LINEN
 _COMPARE = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
 _READERS = frozenset({"read", "mapfile", "readarray", "getopts", "printf", "wait"})  # set names from input
 _RUNNERS = frozenset({"eval", "trap", "source", ".", "fc"})  # run a string in this shell: any variable may change
-_DECLARERS = frozenset({"declare", "typeset", "local", "export", "readonly"})
 # Nodes whose body may not run, or runs in another process: an assignment inside does not hold after them.
 _BRANCHES = frozenset({"if_statement", "elif_clause", "else_clause", "case_statement", "case_item", "while_statement",
                        "for_statement", "c_style_for_statement", "do_group", "function_definition", "subshell",
                        "pipeline", "command_substitution", "process_substitution", "ternary_expression"})
 _ARITH_ASSIGN = re.compile(r"(?<![\w$#@])([A-Za-z_]\w*)\s*(?:\[[^\]]{0,256}\])?\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)"
                            r"|(?:\+\+|--)\s*([A-Za-z_]\w*)|([A-Za-z_]\w*)\s*(?:\+\+|--)")
-_TARGET = re.compile(r"\s*(?:\[[^\]]{0,256}\])?\s*=(?!=)")  # after a name `=` assigns: `x = 1`, `a[i]=1`
-_UNKNOWN = "\0"
-_DOLLAR = re.compile(r"[A-Za-z_]\w*|[#?$!]")  # `$x`, `$#`
-_NUMBER = re.compile(r"[0-9A-Za-z@_#]*")  # `0x1f`, `16#ff`, `64#a@_`
-_BRACED = re.compile(r"([A-Za-z_]\w*|[#?$!])|([A-Za-z_]\w*)\[([^\[\]]*)\]")  # `${x}`, `${#x}`, `${a[i]}`
 _TESTS = frozenset({"binary_expression", "unary_expression", "parenthesized_expression", "negated_expression"})
 MAX_WORK = 200_000  # steps deciding uses (names followed, assignments weighed); more is opaque
-  # a use that is never safe (a substitution, a positional parameter, a glob)
 
 
 @dataclass
@@ -60,7 +48,7 @@ class _Assignment:
 class Arithmetic:
     """Collects, node by node, a line's arithmetic contexts and assignments; `reasons()` says which use is unsafe."""
 
-    uses: list[tuple[str, Any]] = field(default_factory=list)  # (a name evaluated, or _UNKNOWN; the context node)
+    uses: list[tuple[str, Any]] = field(default_factory=list)  # (a name evaluated, or UNKNOWN_OPERAND; where)
     assigned: dict[str, list[_Assignment]] = field(default_factory=dict)
     integers: set[str] = field(default_factory=set)
     assoc: list[tuple[str, Any]] = field(default_factory=list)  # `declare -A m` (its subscripts are strings)
@@ -125,7 +113,7 @@ class Arithmetic:
         if base == "let":  # its words are evaluated in turn, as one expression joined by commas would be
             for _, raw in args:
                 if re.search(r"[*?]", re.sub(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"|\\.", "", raw)):
-                    self.uses.append((_UNKNOWN, node))  # `let a*`: whatever file names match
+                    self.uses.append((UNKNOWN_OPERAND, node))  # `let a*`: whatever file names match
             self._context(" , ".join(w if w is not None else r for w, r in args), node)
         elif base in ("test", "["):
             for i, (word, _) in enumerate(args[:-1]):
@@ -158,11 +146,11 @@ class Arithmetic:
             at = next((a.node for a in self.assigned.get(name, []) if a.value is None
                        and a.node.type != "variable_assignment"), None)  # `n=$f`'s text is read above
             if at is not None:
-                self.uses.append((_UNKNOWN, at))
+                self.uses.append((UNKNOWN_OPERAND, at))
         for name, node in self.uses:
             if self.work > MAX_WORK:
                 return ["arithmetic that takes too much work to read"]
-            if name == _UNKNOWN:
+            if name == UNKNOWN_OPERAND:
                 return ["arithmetic on a substitution, a positional parameter or a glob, whose value may hold "
                         "`a[$(...)]`"]
             if not (self._named(name[1:], node) if name.startswith("!") and len(name) > 1 else
@@ -197,9 +185,9 @@ class Arithmetic:
             if a.value is None or (appended and re.search(r"[A-Za-z_]", a.value)):
                 return False  # `x=a; x+=b` makes a new name
             operands: list[tuple[str, int]] = []
-            _operands(a.value, operands)
+            arith_operands(a.value, operands)
             self.work += len(a.value)
-            if any(o == _UNKNOWN or not self._safe(o, use, seen) for o, _ in operands):
+            if any(o == UNKNOWN_OPERAND or not self._safe(o, use, seen) for o, _ in operands):
                 return False
         return True
 
@@ -219,7 +207,7 @@ class Arithmetic:
     def _context(self, text: str, node: Any) -> None:
         """An arithmetic expression: each name it evaluates is a use, each name it assigns holds a number."""
         operands: list[tuple[str, int]] = []
-        _operands(text, operands)
+        arith_operands(text, operands)
         sure = not re.search(r"&&|\|\||[?/%]", text)  # else an assignment may not run (or fail: `1/0`)
         found = _ARITH_ASSIGN.finditer(text) if sure else ()
         assigns = [(m.group(1) or m.group(2) or m.group(3), m.end()) for m in found]
@@ -363,61 +351,3 @@ def _dominates(assignment: Any, use: Any) -> int:
         child, parent, steps = parent, parent.parent, steps + 1
     return steps
 
-
-def _operands(text: str, out: list[tuple[str, int]]) -> None:
-    """The names an arithmetic expression's text evaluates (a name, `$x`, `${x}`, `x[...]`; not a name `=` assigns,
-    whose subscript is read on), each with where it ends, and _UNKNOWN for what no line shows (a substitution, a
-    positional parameter, an expansion with operators)."""
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith(("$((", "$["), i):
-            i += 3 if text[i + 1] == "(" else 2  # a nested arithmetic expansion: its text is read on
-        elif text.startswith(("$(", "<(", ">("), i) or c == "`":
-            out.append((_UNKNOWN, i))
-            return
-        elif text.startswith("${", i):
-            i = _braced(text, i, out)
-        elif c == "$":
-            m = _DOLLAR.match(text, i + 1)
-            if m:
-                out.append((m.group(), m.end()))
-                i = m.end()
-            elif i + 1 < n and (text[i + 1].isdigit() or text[i + 1] in "@*-_"):
-                out.append((_UNKNOWN, i))
-                return
-            else:
-                i += 1
-        elif c.isdigit():
-            m = _NUMBER.match(text, i)
-            i = m.end() if m else i + 1  # `0x1f`, `16#ff`, `64#a@_` are numbers
-        elif c.isalpha() or c == "_":
-            m = _NAME.match(text, i)
-            assert m is not None
-            if not _TARGET.match(text, m.end()):
-                out.append((m.group(), m.end()))
-            i = m.end()
-        else:
-            i += 1
-
-
-def _braced(text: str, i: int, out: list[tuple[str, int]]) -> int:
-    """Read the `${...}` at `i` of an arithmetic text (see _operands); where it ends."""
-    n = len(text)
-    depth, j = 1, i + 2
-    while j < n and depth:
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        j += 1
-    inner = text[i + 2:j - 1] if not depth else text[i + 2:]
-    m = _BRACED.fullmatch(inner[1:] if inner.startswith("#") and len(inner) > 1 else inner)
-    if m and inner.startswith("#") and len(inner) > 1:
-        if m.group(3):  # a length is a number; `${#a[i]}` evaluates i
-            _operands(m.group(3), out)
-    elif m and m.group(1):
-        out.append((m.group(1), j))
-    elif m:  # `${a[i]}`: a's element, its subscript evaluated (it holds no brackets: read once more)
-        out.append((m.group(2), j))
-        _operands(m.group(3), out)
-    else:
-        out.append((_UNKNOWN, i))
-    return j
