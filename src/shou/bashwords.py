@@ -1,6 +1,6 @@
 """Words of a bash syntax tree (tree-sitter-bash) as bash reads them: quotes and escapes removed, or None
-where the word depends on the running shell (an expansion, a substitution). shou.shellwords reads a
-line's programs with these."""
+where the word depends on the running shell (an expansion, a substitution), and the names an arithmetic
+expression's text evaluates. shou.shellwords reads a line's programs with these."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import itertools
 import re
 from typing import Any
 
-__all__ = ["BraceUnreadable", "brace_words", "globbed", "node_text", "quoted_word", "redirect_text", "static_word",
-           "stdin_of"]
+__all__ = ["UNKNOWN_OPERAND", "BraceUnreadable", "arith_operands", "brace_words", "globbed", "node_text",
+           "quoted_word", "redirect_text", "static_word", "stdin_of"]
 
 GLOB = re.compile(r"(?<!\\)(?:[*?]|\[[^\]]+\])")  # `[` alone is the test command, no pattern
 
@@ -230,3 +230,71 @@ def _sequence(inner: Marked) -> list[Marked] | None:
         lo, hi = ord(a), ord(b)
         values = [chr(v) for v in range(lo, hi + (1 if hi >= lo else -1), step if hi >= lo else -step)]
     return [[(c, False) for c in v] for v in values]
+
+
+# An arithmetic expression's text (shou.shellarith): the names it evaluates.
+_ARITH_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TARGET = re.compile(r"\s*(?:\[[^\]]{0,256}\])?\s*=(?!=)")  # after a name `=` assigns: `x = 1`, `a[i]=1`
+UNKNOWN_OPERAND = "\0"  # a use that is never safe (a substitution, a positional parameter, a glob)
+_DOLLAR = re.compile(r"[A-Za-z_]\w*|[#?$!]")  # `$x`, `$#`
+_NUMBER = re.compile(r"[0-9A-Za-z@_#]*")  # `0x1f`, `16#ff`, `64#a@_`
+_BRACED = re.compile(r"([A-Za-z_]\w*|[#?$!])|([A-Za-z_]\w*)\[([^\[\]]*)\]")  # `${x}`, `${#x}`, `${a[i]}`
+
+
+def arith_operands(text: str, out: list[tuple[str, int]]) -> None:
+    """The names an arithmetic expression's text evaluates (a name, `$x`, `${x}`, `x[...]`; not a name `=` assigns,
+    whose subscript is read on), each with where it ends, and UNKNOWN_OPERAND for what no line shows (a substitution, a
+    positional parameter, an expansion with operators)."""
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith(("$((", "$["), i):
+            i += 3 if text[i + 1] == "(" else 2  # a nested arithmetic expansion: its text is read on
+        elif text.startswith(("$(", "<(", ">("), i) or c == "`":
+            out.append((UNKNOWN_OPERAND, i))
+            return
+        elif text.startswith("${", i):
+            i = _braced(text, i, out)
+        elif c == "$":
+            m = _DOLLAR.match(text, i + 1)
+            if m:
+                out.append((m.group(), m.end()))
+                i = m.end()
+            elif i + 1 < n and (text[i + 1].isdigit() or text[i + 1] in "@*-_"):
+                out.append((UNKNOWN_OPERAND, i))
+                return
+            else:
+                i += 1
+        elif c.isdigit():
+            m = _NUMBER.match(text, i)
+            i = m.end() if m else i + 1  # `0x1f`, `16#ff`, `64#a@_` are numbers
+        elif c.isalpha() or c == "_":
+            m = _ARITH_NAME.match(text, i)
+            assert m is not None
+            if not _TARGET.match(text, m.end()):
+                out.append((m.group(), m.end()))
+            i = m.end()
+        else:
+            i += 1
+
+
+def _braced(text: str, i: int, out: list[tuple[str, int]]) -> int:
+    """Read the `${...}` at `i` of an arithmetic text (see arith_operands); where it ends."""
+    n = len(text)
+    depth, j = 1, i + 2
+    while j < n and depth:
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        j += 1
+    inner = text[i + 2:j - 1] if not depth else text[i + 2:]
+    m = _BRACED.fullmatch(inner[1:] if inner.startswith("#") and len(inner) > 1 else inner)
+    if m and inner.startswith("#") and len(inner) > 1:
+        if m.group(3):  # a length is a number; `${#a[i]}` evaluates i
+            arith_operands(m.group(3), out)
+    elif m and m.group(1):
+        out.append((m.group(1), j))
+    elif m:  # `${a[i]}`: a's element, its subscript evaluated (it holds no brackets: read once more)
+        out.append((m.group(2), j))
+        arith_operands(m.group(3), out)
+    else:
+        out.append((UNKNOWN_OPERAND, i))
+    return j

@@ -71,16 +71,19 @@ def _parse(source: bytes) -> Any:
     recovery is quadratic on some input (`x[a][a]...` took seconds). The parser re-reads the text as it
     works, so it is fed a byte at a time and the reads counted (an honest line takes under ten per byte);
     past the bound it is told the text ended."""
-    reads, limit = 0, PARSE_READS_PER_BYTE * len(source) + 10_000
+    reads, limit, parsed = 0, PARSE_READS_PER_BYTE * len(source) + 10_000, False
 
     def read(offset: int, _point: Any) -> bytes:
         nonlocal reads
+        if parsed:  # a node's text is read through this too: whole, and never cut short (it would never end)
+            return source[offset:offset + 256]
         reads += 1
         return b"" if reads > limit else source[offset:offset + 1]
 
     tree = _parser().parse(read)
     if reads > limit:
         raise _Exhausted
+    parsed = True
     return tree.root_node
 
 

@@ -43,7 +43,10 @@ _WRAPPERS = frozenset({
     "sshpass", "mpirun", "mpiexec", "srun", "entr", "watchexec", "ccache", "distcc", "icecc", "perf", "gdb",
     "heaptrack", "rr", "screen", "dtach", "abduco", "chronic", "ifne", "retry", "krun", "ip", "netns",
     "capsh", "vipe", "caffeinate", "systemd-inhibit", "flatpak-spawn", "toolbox", "distrobox",
-    "wine", "qemu-x86_64", "qemu-aarch64", "box64", "box86", "aa-exec", "sandbox-exec", "newgrp",
+    "wine", "qemu-x86_64", "qemu-aarch64", "box64", "box86", "aa-exec", "sandbox-exec", "toybox", "xterm",
+    # Environment and project runners: `poetry run rm x`, `direnv exec . rm x`, `aws-vault exec p -- rm x`.
+    "direnv", "poetry", "pipenv", "pdm", "hatch", "uv", "conda", "mamba", "micromamba", "bundle", "pyenv", "rbenv",
+    "asdf", "mise", "devbox", "aws-vault", "doppler", "dotenv", "cross-env", "env-cmd", "tsp", "nq",
 })
 # The dynamic loader runs a program given as its word: `/lib64/ld-linux-x86-64.so.2 /usr/bin/rm x`.
 _LOADER = re.compile(r"ld(?:-linux[^/]*|-musl[^/]*|64)?\.so(?:\.[0-9]+)*")

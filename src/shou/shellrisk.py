@@ -6,7 +6,8 @@ Two kinds, each found in one parsed line:
   `${!a}`, `${@:a}`, `c=([a]=1)`,
   `test -v 'a[$(rm x)]'`, `x='a[$(rm x)]'; echo $((x))`, `printf -v`, `read`, `declare`, `[[ -v ]]`. Bash
   evaluates what is inside the quotes later, so a line with any arithmetic context and any literal holding
-  `$(` or a backtick is opaque (an over-approximation: deny rules may refuse it, never miss it).
+  `$(` or a backtick is opaque (an over-approximation: deny rules may refuse it, never miss it). Arithmetic on a
+  value the line does not set statically (a file name, input, a substitution) is found by shou.shellarith.
 - Start-up variables and callbacks make a shell or a builtin run a string: BASH_ENV, ENV, BASH_FUNC_*, PS0-PS4,
   PROMPT_COMMAND, SHELLOPTS, BASHOPTS (assigned, exported or given to `env`), `mapfile -C`/`readarray -C`,
   and prompt expansion `${x@P}`, which runs the `$(...)` in x's value wherever it came from (always opaque).
@@ -19,6 +20,7 @@ import re
 from typing import Any
 
 from .bashwords import node_text, static_word
+from .shellarith import Arithmetic
 
 __all__ = ["Risk"]
 
@@ -44,10 +46,12 @@ class Risk:
         self.startup: list[str] = []
         self.prompt = False
         self.heredoc = False
+        self.arithmetic = Arithmetic()
 
     def see(self, node: Any) -> None:
         """Look at one node of the parsed line."""
         kind = node.type
+        self.arithmetic.see(node)
         if kind in _ARITH_NODES or (kind == "compound_statement" and node.text.startswith(b"((")) or _evaluates(node):
             self.arith = True
         elif kind == "expansion" and _operators(node)[-2:] == ["@", "P"]:
@@ -73,8 +77,10 @@ class Risk:
             if _STARTUP.fullmatch(text.split("[", 1)[0]):
                 self.startup.append(text)
 
-    def command(self, argv: list[tuple[str | None, str]]) -> None:
-        """Look at one command's words (the name first, as bash reads them, None when only known at run time)."""
+    def command(self, argv: list[tuple[str | None, str]], node: Any) -> None:
+        """Look at one command's words (the name first, as bash reads them, None when only known at run time)
+        at `node`."""
+        self.arithmetic.command(argv, node)
         name = argv[0][0] or ""
         base = name.rsplit("/", 1)[-1]
         if base in _ARITH_COMMANDS or (base == "printf" and any((w or r).startswith("-v") for w, r in argv[1:])):
@@ -105,6 +111,7 @@ class Risk:
             out.append("a here-document whose substitutions the bash parser did not read")
         if self.arith and self.inner:
             out.append("arithmetic that may evaluate a quoted `$(...)` or backtick")
+        out += self.arithmetic.reasons()
         out += [f"{s.split('=', 1)[0]}: a start-up variable or callback that runs a string" for s in self.startup[:1]]
         return out
 

@@ -8,13 +8,15 @@ program they run (`env`, `exec`, `command`, `nice`, `timeout`, `sudo`, `xargs`, 
 so are shells given their script statically (`bash -c '...'`, `bash <<< '...'`, a here-document, `eval`,
 `trap`). Where the program cannot be known before the line runs (a name made by an expansion such as `$a`
 or `${x:-rm}`, a substitution as the name, a glob in the name, a shell reading a script file or a pipe,
-`source`, a line the parser cannot read), the line is *opaque*: shou.permissions then treats it as
-matching every deny rule for `shell` (or, without one, every ask rule). A deny list is still no sandbox:
+`source`, a line the parser cannot read), or arithmetic evaluates a value the line does not set statically
+(shou.shellarith), the line is *opaque*: shou.permissions then treats it as matching every deny rule for
+`shell` (or, without one, every ask rule). A deny list is still no sandbox:
 `python -c`, `perl -e` or a program the agent wrote can delete too (README, SECURITY.md).
 """
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 import re
 from typing import Any
@@ -146,7 +148,7 @@ def _command(node: Any, found: Found, depth: int, risk: Risk, extra: list[Any]) 
         argv += expanded
     if not argv:
         return
-    risk.command(argv)
+    risk.command(argv, node)
     _run(argv, found, depth, stdin_of(node))
 
 
@@ -218,7 +220,7 @@ def _watch(base: str, args: list[Word], found: Found, depth: int, stdin: list[An
 
 
 def _with_c(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
-    _scripts(base, args, found, depth, "c")  # su USER -c, su -c'...', --command=, script -c, flock FILE -c
+    _scripts(base, args, found, depth, "c")  # su -c'...', --command=, flock FILE -c, sg grp 'x', tmux new 'x'...
     return _suffixes(base, args, found) if base in _WRAPPERS else []
 
 
@@ -309,6 +311,17 @@ def _parallel(base: str, args: list[Word], found: Found, depth: int, stdin: list
     return _suffixes(base, args, found)
 
 
+def _gdb(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
+    """gdb runs its program (`gdb --args rm x`) and a shell line its `-ex 'shell rm x'` (or `!rm x`) names."""
+    for (word, _), (command, _) in itertools.pairwise(args):
+        if word in ("-ex", "--ex", "-iex", "--iex", "-eval-command", "--eval-command"):
+            name, _, rest = (command or "").lstrip().partition(" ")
+            if command is None or name.startswith("!") or name in ("shell", "pipe", "|"):
+                _script([None] if command is None else [f"{name[1:]} {rest}" if name[:1] == "!" else rest], found,
+                        depth, f"{base} -ex")
+    return _suffixes(base, args, found)
+
+
 def _find_handler(base: str, args: list[Word], found: Found, depth: int, stdin: list[Any]) -> list[int]:
     _find(args, found, depth)
     return []
@@ -326,7 +339,8 @@ _HANDLERS: dict[str, Handler] = {
     ".": _opaque("runs a script file shou cannot see"), "source": _opaque("runs a script file shou cannot see"),
     # A name that runs another program from now on.
     **{name: _opaque("makes a name run another program") for name in ("alias", "hash", "enable")},
-    **{name: _with_c for name in ("su", "script", "flock", "runuser")},
+    **{name: _with_c for name in ("su", "script", "flock", "runuser", "sg", "tmux", "nix-shell")},
+    "newgrp": _opaque("starts a shell reading its input"), "gdb": _gdb,
 }
 
 
