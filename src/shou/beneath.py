@@ -26,7 +26,7 @@ from pathlib import Path
 from .errors import ToolError
 
 __all__ = ["NotFound", "Opened", "lexists_at", "open_beneath", "open_folder", "relative_parts", "remove_at",
-           "remove_tree"]
+           "remove_tree", "up"]
 
 class NotFound(ToolError):
     """The path (or a folder on the way) does not exist."""
@@ -187,15 +187,21 @@ def _remove_folder(dir_fd: int, name: str, most_depth: int | None) -> bool:
                 if not up:
                     os.rmdir(here_name, dir_fd=dir_fd)
                     return True
-                outer = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
-                os.close(fd)
-                fd = outer
-                st = os.fstat(fd)
-                if (st.st_dev, st.st_ino) != parent:
+                fd, same = up(fd, parent)
+                if not same:
                     return False
                 os.rmdir(here_name, dir_fd=fd)
     finally:
         os.close(fd)
+
+
+def up(fd: int, parent: tuple[int, int]) -> tuple[int, bool]:
+    """The folder above the open folder `fd` (which is closed), through `..`, and whether it is `parent` (device,
+    inode): the folder a walk went down from, unless one on the way was moved meanwhile."""
+    outer = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+    os.close(fd)
+    st = os.fstat(outer)
+    return outer, (st.st_dev, st.st_ino) == parent
 
 
 def _clear_some(fd: int) -> tuple[str | None, bool]:

@@ -242,6 +242,14 @@ async def test_a_commondir_naming_a_persons_folder_laid_out_as_a_common_dir(back
     assert not marker.exists(), r.for_model()
 
 
+def assert_git_runs_nothing(folder: Path, tmp_path: Path, marker: Path, note: str | None) -> None:
+    """The host's git, run every way in `folder`, runs nothing the program put there (`marker` stays absent)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    run_git_everyway(folder, home)
+    assert not marker.exists(), note
+
+
 def _stopped_tree(pid: int) -> bool:
     """Whether every process below `pid` (bwrap) is stopped: the sandbox paused between cells."""
     todo, found = [pid], []
@@ -285,10 +293,7 @@ async def test_a_thread_left_running_makes_no_repository_between_cells(workspace
     finally:
         await kernel.close()
         release(box)
-    home = tmp_path / "home"
-    home.mkdir()
-    run_git_everyway(workspace / "sub", home)
-    assert not marker.exists(), after.note
+    assert_git_runs_nothing(workspace / "sub", tmp_path, marker, after.note)
     assert "disarmed" in (after.note or ""), after.for_model()
 
 
@@ -342,7 +347,4 @@ async def test_processes_that_fork_and_continue_each_other_are_all_paused_betwee
     finally:
         await kernel.close()
         release(box)
-    home = tmp_path / "home"
-    home.mkdir()
-    run_git_everyway(workspace / "sub", home)
-    assert not marker.exists(), after.note
+    assert_git_runs_nothing(workspace / "sub", tmp_path, marker, after.note)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import orjson
 
+from ..beneath import up
 from ..errors import ToolError, UserError
 from ..workspace import NotFound, open_file, relative_parts
 from .history import Record, State, pending_scans
@@ -210,11 +211,8 @@ def _walk(top: str, prefix: str, skip: set[tuple[int, int]]) -> Iterator[tuple[s
             if entry is None:
                 stack.pop()
                 if stack:
-                    outer = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
-                    os.close(fd)
-                    fd = outer
-                    st = os.fstat(fd)
-                    if (st.st_dev, st.st_ino) != parent:
+                    fd, same = up(fd, parent)
+                    if not same:
                         raise _Moved
                 continue
             name, st = entry
