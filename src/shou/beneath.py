@@ -167,24 +167,24 @@ def lexists_at(dir_fd: int, name: str) -> bool:
 
 
 def _remove_folder(dir_fd: int, name: str, most_depth: int | None) -> bool:
-    up: list[tuple[str, tuple[int, int]]] = []  # the folders gone down through: name, and its parent's identity
+    down: list[tuple[str, tuple[int, int]]] = []  # the folders gone down through: name, and its parent's identity
     top = os.fstat(dir_fd)
-    up.append((name, (top.st_dev, top.st_ino)))
+    down.append((name, (top.st_dev, top.st_ino)))
     fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     try:
         while True:
             sub, more = _clear_some(fd)
             if sub is not None:
-                if most_depth is not None and len(up) >= most_depth:
+                if most_depth is not None and len(down) >= most_depth:
                     return False
                 here = os.fstat(fd)
                 inner = os.open(sub, _DIR_FLAGS, dir_fd=fd)
                 os.close(fd)
                 fd = inner
-                up.append((sub, (here.st_dev, here.st_ino)))
+                down.append((sub, (here.st_dev, here.st_ino)))
             elif not more:  # empty now: remove it from its parent
-                here_name, parent = up.pop()
-                if not up:
+                here_name, parent = down.pop()
+                if not down:
                     os.rmdir(here_name, dir_fd=dir_fd)
                     return True
                 fd, same = up(fd, parent)
