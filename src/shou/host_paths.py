@@ -183,9 +183,11 @@ def read_only_tops(workspace: Path) -> tuple[list[str], list[str]]:
             if _missing_file(workspace, parts, folder):
                 if "/".join(parts) not in absent:
                     absent.append("/".join(parts))
-            elif len(parts) > 1 and parts[0] not in tops and stat.S_ISREG(_mode(workspace / parts[0])):
+            elif len(parts) > 1 and parts[0] not in tops and (stat.S_ISREG(mode := _mode(workspace / parts[0]))
+                                                              or stat.S_ISLNK(mode)):
                 # A file of the person's where the way's top folder would be (a launcher script named `shou`):
-                # kept as it is, else the program could put that folder and the start-up file in its place.
+                # kept as it is, else the program could put that folder and the start-up file in its place. A
+                # link there is refused below, as any link among these is (it cannot be bound as itself).
                 tops.append(parts[0])
         elif parts[0] not in tops:
             tops.append(parts[0])

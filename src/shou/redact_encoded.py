@@ -32,12 +32,14 @@ import re
 from collections.abc import Callable, Iterable
 from urllib.parse import quote, quote_plus
 
-__all__ = ["MOST_MATCHES", "WITHHELD", "EncodedSecrets"]
+__all__ = ["MOST_BYTES", "MOST_GAPS", "MOST_MATCHES", "WITHHELD", "EncodedSecrets"]
 
 _REDACTED = b"[redacted]"
 MOST_MATCHES = 10_000  # encoded secrets in one file past which it is withheld whole
-WITHHELD = (b"[redacted: this file holds the server's secrets, encoded, in more than 10,000 places; it is not "
-            b"served]\n")
+MOST_BYTES = 1 << 20  # or bytes they cover
+MOST_GAPS = 1 << 21  # or line breaks and spaces in the 64 KB chunks they end in
+WITHHELD = (b"[redacted: this file holds the server's secrets, encoded, in more than 10,000 places or 1 MiB; it is "
+            b"not served]\n")
 # What a base64 or hex stream may be broken by: line breaks (MIME's 76 columns), and the indentation and
 # spaces of a YAML block or a hex dump; matched without them, kept where they are.
 _GAPS = b"\r\n\t "
@@ -138,6 +140,8 @@ class EncodedSecrets:
     def _redact(self, data: bytes) -> bytes:
         for _ in range(_PASSES):
             spans = self._spans(data)
+            if sum(end - start for start, end, _ in spans) > MOST_BYTES:
+                raise _TooMany  # filled a byte at a time: 9,600 long matches with gaps took 5 s (review 49b)
             if not spans:
                 return data
             data, overlapped = _replaced(data, spans)
@@ -204,6 +208,11 @@ def _in_data(data: bytes, hits: list[tuple[int, int, Fill]]) -> list[tuple[int, 
     kept = [0]  # bytes kept before each chunk
     for at in range(0, len(data), _CHUNK):
         kept.append(kept[-1] + len(data[at:at + _CHUNK].translate(None, _GAPS)))
+    # The gaps of each chunk a span ends in are listed in Python: a file made mostly of gaps around its matches
+    # (review 49b: 20 MB, 7 s) is withheld instead.
+    touched = {bisect.bisect_right(kept, i) - 1 for start, end, _ in hits for i in (start, end - 1)}
+    if sum(_CHUNK - (kept[c + 1] - kept[c]) for c in touched if c + 1 < len(kept)) > MOST_GAPS:
+        raise _TooMany
     chunks: dict[int, list[int]] = {}
 
     def where(i: int) -> int:

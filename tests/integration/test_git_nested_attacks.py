@@ -348,3 +348,23 @@ async def test_processes_that_fork_and_continue_each_other_are_all_paused_betwee
         await kernel.close()
         release(box)
     assert_git_runs_nothing(workspace / "sub", tmp_path, marker, after.note)
+
+
+async def test_a_thread_running_subprocesses_is_paused_without_killing_the_interpreter(workspace: Path) -> None:
+    # Review 49b, B3: a pause could catch Python's vfork child before its exec: the parent waits uninterruptibly,
+    # was taken for running, and after ~48 s the interpreter was killed (its variables gone).
+    from shou.sandbox.stateful import StatefulPython
+
+    box = make("bubblewrap", workspace, Limits(timeout=60))
+    kernel = StatefulPython(box)  # type: ignore[arg-type]
+    try:
+        first = await kernel.execute("import subprocess, threading\nkept = 42\ndef spin():\n    while True:\n"
+                                     "        subprocess.run(['true'])\n"
+                                     "threading.Thread(target=spin, daemon=True).start()")
+        assert first.ok, first.for_model()
+        for _ in range(30):
+            r = await kernel.execute("print(kept)")
+            assert r.ok and r.stdout.strip() == "42" and "stopped" not in (r.note or ""), r.for_model()
+    finally:
+        await kernel.close()
+        release(box)

@@ -94,3 +94,16 @@ async def test_a_persons_file_named_shou_cannot_be_swapped_for_a_package(sb: San
                                     "mv shou shou-old; mkdir shou && echo 'import os' > shou/__init__.py; true"])
     assert (workspace / "shou").is_file(), r.for_model()
     assert (workspace / "shou").read_text().startswith("#!/bin/sh"), r.for_model()
+
+
+async def test_a_link_named_shou_at_the_top_is_refused_not_swapped(sb: Sandbox, workspace: Path) -> None:
+    # Review 49b, B4: the person's `shou -> bin/launcher` could be replaced by a package (a link cannot be bound
+    # read-only as itself): the sandbox refuses to run there, as for any link among the host's start-up paths.
+    from shou.errors import UserError
+
+    (workspace / "bin").mkdir()
+    (workspace / "bin" / "launcher").write_text("#!/bin/sh\n")
+    (workspace / "shou").symlink_to("bin/launcher")
+    with pytest.raises(UserError, match="symlink"):
+        await sb.run(["bash", "-c", "rm shou && mkdir shou && echo 'import os' > shou/__init__.py"])
+    assert (workspace / "shou").is_symlink()

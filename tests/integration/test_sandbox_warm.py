@@ -230,3 +230,19 @@ async def test_a_call_after_an_executor_that_died_in_its_tidy_is_not_lost() -> N
     with pytest.raises(NotStarted):
         await link.call({"argv": ["true"]}, Limits(timeout=20), watch, OutputCapture(), OutputCapture())
     assert link.dead
+
+
+WIDE_TMP = "mkdir /tmp/q && cd /tmp/q && seq 1 30000 | xargs mkdir && echo made"
+
+
+@pytest.mark.parametrize("backend", ["docker", "bubblewrap"])
+async def test_thirty_thousand_folders_in_tmp_are_removed_before_the_next_call(backend: str, request) -> None:
+    # Review 49b, B2: the tidy listed a folder again after each subfolder (quadratic): the next call waited a
+    # minute for the executor's `r`, then ran in a sandbox of its own.
+    box = request.getfixturevalue("sb" if backend == "docker" else "bwrap")
+    first = await box.run(["sh", "-c", WIDE_TMP])
+    assert first.ok and "made" in first.stdout, first.for_model()
+    warm = box.warm_id if backend == "docker" else bwrap_id(box)
+    again = await box.run(["sh", "-c", "ls -A /tmp; echo ran"])
+    assert again.ok and again.stdout == "ran\n", again.for_model()
+    assert (box.warm_id if backend == "docker" else bwrap_id(box)) == warm  # the same sandbox, not a fallback

@@ -165,3 +165,16 @@ def test_a_file_holding_a_key_encoded_past_the_limit_is_withheld_whole() -> None
     some = r.in_bytes(b"head\n" + spaced * 100)
     assert some.startswith(b"head\n") and key.encode().hex().encode() not in some.replace(b" ", b"")
     assert len(some) == len(b"head\n" + spaced * 100)
+
+
+def test_a_file_of_long_matches_full_of_gaps_is_withheld_at_once() -> None:
+    # Review 49b, B5: 9,600 matches of a key's hex, each spread over 2 KB of line breaks, stayed under the match
+    # cap and took 4-5 s to map and fill.
+    from shou.redact import Redactor
+    from shou.redact_encoded import WITHHELD
+
+    key = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+    unit = (b"\n" * 24).join(bytes([c]) for c in key.encode().hex().encode()) + b"\n"
+    assert Redactor([key]).in_bytes(unit * 9_000) == WITHHELD
+    one = Redactor([key]).in_bytes(b"x" * 1000 + unit + b"y" * 1000)  # one such match is simply redacted
+    assert key.encode().hex().encode() not in one.replace(b"\n", b"") and len(one) == 2000 + len(unit)

@@ -121,7 +121,8 @@ def test_a_substitution_in_a_static_subscript_is_a_command(line: str) -> None:
 # Where the value comes from, and how arithmetic reaches it: whenever bash runs the file name's `$(...)`, shou
 # calls the line opaque; a static number is readable whatever the form.
 SOURCES = ["f=$(ls)", "for f in *; do :; done", "read f < <(ls)", "f=$(ls); g=f; f=$g", "set -- *; f=$1", "f=3",
-           "f=7; g=f", "n=$(ls); f=2"]
+           "f=7; g=f", "n=$(ls); f=2",
+           "f=(*)", "declare -a f=(*)", "f=(a *)"]  # review 49b: an array's elements are globbed too
 SINKS = ["echo $((f))", "(( f ))", "let f", "[[ $f -eq 1 ]]", "[[ f -ge 1 ]]", "declare -i n=$f", "echo ${arr[$f]}",
          "echo ${arr[f]}", "s=abc; echo ${s:f}", "echo $[f+1]", "echo ${@:f}", "arr[f]=1", "[[ -v a[f] ]]",
          "echo $(( f + 1 ))", "x=f; echo $((x))", "echo ${!f}"]

@@ -30,3 +30,13 @@ def test_fifos_sparse_files_links_and_changes(tmp_path: Path) -> None:
     worker.join(120)
     assert found == [["edited.txt", "pipe", "relinked", "sparse"]]
     assert written_files(ws, {"same.txt": "same", "edited.txt": "after!"}) == ["link", "pipe", "relinked", "sparse"]
+
+
+def test_a_file_replaced_by_a_link_is_written_whatever_the_file_said(tmp_path: Path) -> None:
+    # Review 49b, B8: a link was compared as b"link:" + its target, the bytes of a file saying just that.
+    fixture, ws = tmp_path / "fixture", tmp_path / "ws"
+    fixture.mkdir()
+    ws.mkdir()
+    (fixture / "notes.txt").write_text("link:/etc/passwd")
+    (ws / "notes.txt").symlink_to("/etc/passwd")
+    assert written_files(ws, fixture) == ["notes.txt"]

@@ -275,23 +275,23 @@ def _changed(path: Path, rel: str, files: Path | Mapping[str, str | bytes] | Non
         was = _spelled(files / rel, None)
     else:
         given = (files or {}).get(rel)
-        was = given.encode() if isinstance(given, str) else given
-    return was is None or _spelled(path, len(was)) != was
+        was = None if given is None else ("file", given.encode() if isinstance(given, str) else given)
+    return was is None or _spelled(path, len(was[1]) if was[0] == "file" else None) != was
 
 
-def _spelled(path: Path, size: int | None) -> bytes | None:
-    """A link's target, or a regular file's bytes (None when its size is not `size`, or it is neither)."""
+def _spelled(path: Path, size: int | None) -> tuple[str, bytes] | None:
+    """("link", its target) or ("file", its bytes); None for anything else, or a file whose size is not `size`."""
     try:
         st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode):
-            return b"link:" + os.fsencode(os.readlink(path))
+            return "link", os.fsencode(os.readlink(path))
         if not stat.S_ISREG(st.st_mode) or (size is not None and st.st_size != size):
             return None
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
-        return f.read(st.st_size + 1)
+        return "file", f.read(st.st_size + 1)
 
 
 def _result(sample: Sample, env: SampleEnv, names: list[str], finals: list[RunFinished], verdicts: list[Verdict],

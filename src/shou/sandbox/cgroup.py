@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
-_FREEZE_POLLS = 4000  # half-millisecond looks for the kernel to report a freeze or a thaw done
+_FREEZE_POLLS = 1000  # half-millisecond looks for the kernel to report a freeze or a thaw done
 _swept = False
 
 

@@ -17,8 +17,8 @@ from .quota import DiskAllowance, DiskWatch
 
 __all__ = ["Started", "children"]
 
-_PAUSE_ROUNDS = 16
-_PAUSE_POLLS = 2000  # looks, a millisecond apart, for every process to have stopped
+_PAUSE_ROUNDS = 4
+_PAUSE_POLLS = 1000  # looks, a millisecond apart, for every process to have stopped
 
 
 def children(pid: int) -> list[int]:
@@ -35,19 +35,34 @@ def children(pid: int) -> list[int]:
 
 
 def _all_stopped(pid: int) -> bool:
-    """Whether every thread of `pid` is stopped (or it is gone)."""
+    """Whether every thread of `pid` is stopped (or it is gone). A thread in an uninterruptible wait whose child
+    is stopped counts: it is the parent of a vfork, held until its child (stopped) execs or exits."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return True
     for tid in tids:
-        try:
-            state = Path(f"/proc/{pid}/task/{tid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
+        state = _state(f"/proc/{pid}/task/{tid}")
+        if state in (b"T", b"t", b"Z", b"X", None):
             continue
-        if state not in (b"T", b"t", b"Z", b"X"):
-            return False
+        if state == b"D" and any(_state(f"/proc/{child}") in (b"T", b"t") for child in _thread_children(pid, tid)):
+            continue
+        return False
     return True
+
+
+def _state(proc: str) -> bytes | None:
+    try:
+        return Path(f"{proc}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _thread_children(pid: int, tid: str) -> list[int]:
+    try:
+        return [int(w) for w in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 class Started:
@@ -96,15 +111,16 @@ class Started:
         stopped: set[int] = set()
         for _ in range(_PAUSE_ROUNDS):
             cgroup = self.cgroup if self.cgroup is not None and self.cgroup.can_freeze() else None
-            frozen = cgroup is not None and cgroup.freeze(True)
             try:
+                if cgroup is not None:
+                    cgroup.freeze(True)  # done or not (a task in an uninterruptible wait delays it): stops follow
                 found = self._processes()
                 for pid in found:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signal.SIGSTOP)
             finally:
-                if frozen and cgroup is not None:
-                    cgroup.freeze(False)
+                if cgroup is not None:
+                    cgroup.freeze(False)  # always: a cgroup left freezing holds its tasks past shou's death
             stopped |= found
             self._stopped = sorted(stopped)
             # Each stops at its next return from the kernel; nothing signals it to us (they are not our children).
