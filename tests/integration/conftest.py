@@ -13,6 +13,8 @@ import pytest
 
 from shou.models.scripted import ScriptedServer
 
+from ..fixtures.serving import Served
+
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 
@@ -107,3 +109,12 @@ def postgres_url(postgres_server: Any, request: pytest.FixtureRequest) -> str:
 
     name = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40] + "_" + secrets.token_hex(3)
     return postgres_server.database(name)
+
+
+@pytest.fixture
+def served() -> Iterator[list[Served]]:
+    """The `shou serve` processes a test starts (`tests.fixtures.serving.start_serve`), stopped after it."""
+    started: list[Served] = []
+    yield started
+    for s in started:
+        s.stop()

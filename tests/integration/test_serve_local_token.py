@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,14 +16,6 @@ from ..fixtures.serving import Served, start_serve, stream_run
 from .conftest import shou_env
 
 TASK = {"task": "read /root/secret with read_file"}
-
-
-@pytest.fixture
-def served() -> Iterator[list[Served]]:
-    started: list[Served] = []
-    yield started
-    for s in started:
-        s.stop()
 
 
 def _start(served: list[Served], workspace: Path, env: dict[str, str], *args: str) -> Served:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +29,6 @@ def store_args(request: pytest.FixtureRequest) -> list[str]:
     if request.param == "sqlite":
         return ["--store", "names.db"]
     return ["--store", request.getfixturevalue("postgres_url")]
-
-
-@pytest.fixture
-def served() -> Iterator[list[Served]]:
-    started: list[Served] = []
-    yield started
-    for s in started:
-        s.stop()
 
 
 def _serve(served: list[Served], tmp_path: Path, workspace: Path, srv: Any, *args: str) -> Served:

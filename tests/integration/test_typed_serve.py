@@ -4,23 +4,14 @@ carries `output`, a bad schema is a 400 and an answer that stays invalid ends th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ..fixtures.serving import Served, start_serve, stream_run
+from ..fixtures.serving import start_serve, stream_run
 from .conftest import shou_env
 
 SCHEMA = {"type": "array", "items": {"type": "string"}, "minItems": 2}
-
-
-@pytest.fixture
-def served() -> Iterator[list[Served]]:
-    started: list[Served] = []
-    yield started
-    for s in started:
-        s.stop()
 
 
 def test_output_schema_in_a_run_request(serve, served, tmp_path: Path, workspace: Path) -> None:
