@@ -36,7 +36,7 @@ from .fork_api import fork_session_route
 from .info_api import server_config, usage
 from .jobs import Job, Refused
 from .leftovers import close_leftovers
-from .names import shown_event, shown_name, stored_name
+from .names import shown_event, shown_name, shown_text, stored_name
 from .schema import AnswerIn, Decision, RunRequest, openapi
 from .server import SSE_HEADERS, Server, error, read_json, store_errors, whole_number
 from .stream import run_events, sse
@@ -165,7 +165,7 @@ async def delete_session(request: Request) -> Response:
         lock = srv.store.lock(session)
     except SessionBusy as e:
         srv.queue.end_delete(session)
-        raise HTTPException(409, str(e).replace(session, name)) from None
+        raise HTTPException(409, shown_text(user, str(e), session)) from None
     try:
         key = srv.queue.session_id(session)
         try:
@@ -209,7 +209,7 @@ async def answer_run(request: Request) -> Response:
     try:
         answer_question(srv, session, asked.call_id, body.text, f"api:{user}")
     except SessionBusy as e:
-        raise HTTPException(409, str(e).replace(session, shown_name(user, session))) from None
+        raise HTTPException(409, shown_text(user, str(e), session)) from None
     except KeyError:
         raise HTTPException(409, f"call {asked.call_id!r} was answered meanwhile") from None
     return JSONResponse({"call_id": asked.call_id, "run_id": run_id, "session": shown_name(user, session)})
@@ -247,7 +247,7 @@ async def decide_approval(request: Request) -> Response:
     try:
         run_id = decide_calls(srv, matches[0], [call_id], body.allow, body.reason, f"api:{user}")
     except SessionBusy as e:
-        raise HTTPException(409, str(e).replace(matches[0], shown_name(user, matches[0]))) from None
+        raise HTTPException(409, shown_text(user, str(e), matches[0])) from None
     except KeyError:
         raise HTTPException(409, f"call {call_id!r} was decided meanwhile") from None
     return JSONResponse({"call_id": call_id, "allow": body.allow, "run_id": run_id})

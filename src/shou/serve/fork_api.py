@@ -18,7 +18,7 @@ from ..errors import UserError
 from ..session import fork_session, new_session_name
 from ..store.basics import SessionExists
 from ..store.locks import SessionBusy
-from .names import shown_name, stored_name
+from .names import shown_name, shown_text, stored_name
 from .schema import ForkRequest
 from .server import Server, read_json, store_errors
 
@@ -52,7 +52,7 @@ async def fork_session_route(request: Request) -> Response:
     except UserError as e:
         taken = isinstance(e, (SessionBusy, SessionExists))  # a fork of the caller's (another request) has it
         _end(srv, name, let_go=took and not taken)
-        raise HTTPException(409 if taken else 400, str(e).replace(name, given).replace(origin, source)) from None
+        raise HTTPException(409 if taken else 400, shown_text(user, str(e), name, origin)) from None
     except BaseException:
         _end(srv, name, let_go=took)
         raise

@@ -25,7 +25,7 @@ from typing import Any
 
 from .auth import LOCAL_USER
 
-__all__ = ["given_name", "shown_event", "shown_name", "stored_name", "user_key"]
+__all__ = ["given_name", "shown_event", "shown_name", "shown_text", "stored_name", "user_key"]
 
 _GIVEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # shou.serve.schema.SESSION_NAME
 
@@ -53,6 +53,13 @@ def shown_name(user: str, stored: str) -> str:
     """`user`'s name for their session the store keeps as `stored` (a bare one is shown as it is)."""
     prefix = _prefix(user)
     return stored[len(prefix):] if user != LOCAL_USER and stored.startswith(prefix) else stored
+
+
+def shown_text(user: str, text: str, *stored: str) -> str:
+    """`text` (a store's error message) with each of these stored names as `user` knows it."""
+    for name in stored:
+        text = text.replace(name, shown_name(user, name))
+    return text
 
 
 def shown_event(user: str, event: Any) -> Any:
